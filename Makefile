@@ -1,0 +1,50 @@
+# coremesh: `make run` and `make test` install what is missing, configure,
+# build and run. Build trees: build/ (release), build-tsan/, build-asan/.
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+ifneq ($(CI),)
+  CMAKE_FLAGS += -DCOREMESH_WERROR=ON
+endif
+
+.PHONY: all deps build run test test-unit test-tsan test-asan bench clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build -j $(JOBS)
+
+# The main job: until the trainer takes over, the RFC's concurrency demo.
+run: build
+	@if [ -x scripts/run-demo.sh ]; then bash scripts/run-demo.sh; \
+	 else ./build/coremesh demo --out out/demo; fi
+
+# Every test: the whole suite, then the runtime under ThreadSanitizer and
+# the lower layers under AddressSanitizer + UndefinedBehaviorSanitizer.
+test: test-unit test-tsan test-asan
+
+test-unit: build
+	@cd build && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+test-tsan: deps
+	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOREMESH_SANITIZE=thread \
+	  -DCOREMESH_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-tsan -j $(JOBS) --target test_runtime coremesh
+	@cd build-tsan && TSAN_OPTIONS="halt_on_error=1" ctest --output-on-failure -j $(JOBS) -L runtime
+
+test-asan: deps
+	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOREMESH_SANITIZE=address \
+	  -DCOREMESH_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-asan -j $(JOBS) --target test_core test_runtime test_ops coremesh
+	@cd build-asan && ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
+	  ctest --output-on-failure -j $(JOBS) -L "core|runtime|ops"
+
+# Benchmarks; results and the commands that made them go to docs/performance.md.
+bench: build
+	@bash bench/run_runtime_bench.sh
+
+clean:
+	rm -rf build build-tsan build-asan out

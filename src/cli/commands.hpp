@@ -1,0 +1,11 @@
+// Subcommands of the coremesh executable; each lives in its own file.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace coremesh::cli {
+
+void register_info_command(CLI::App& app);  // info.cpp
+void register_demo_command(CLI::App& app);  // demo.cpp
+
+}  // namespace coremesh::cli

@@ -1,0 +1,22 @@
+// The coremesh executable: one CLI11 app, one file per subcommand.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"coremesh: core-level and card-level parallel training of MoE transformers"};
+  app.require_subcommand(1);
+  coremesh::cli::register_info_command(app);
+  coremesh::cli::register_demo_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "coremesh: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,143 @@
+// Internals shared by the kernels of src/ops: tiling lookup through the op
+// cache, launch on the current stream, balanced block ranges, element
+// conversion and single-threaded BLAS tiles.
+//
+// Every kernel follows the same three steps:
+//   1. plan():   look up its tiling in OpCache under the current stream's
+//                effective limits (the key holds op, shapes, dtypes, limits,
+//                attrs), computing it on a miss from max_blocks(limits, kind);
+//   2. launch(): enqueue the body on the current stream with that block_dim;
+//   3. the body: block b of n works on split_range(items, b, n, align).
+// Bodies capture Tensor handles by value so storage outlives the kernel.
+#pragma once
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coremesh/core/dtype.hpp"
+#include "coremesh/core/error.hpp"
+#include "coremesh/core/tensor.hpp"
+#include "coremesh/runtime/device.hpp"
+#include "coremesh/runtime/op_cache.hpp"
+#include "coremesh/runtime/stream.hpp"
+
+namespace coremesh::ops::detail {
+
+using runtime::BlockContext;
+using runtime::KernelKind;
+
+// Block `part` of `parts` over [0, n): balanced, boundaries multiple of `align`.
+inline std::pair<int64_t, int64_t> split_range(int64_t n, int part, int parts, int64_t align = 1) {
+  const int64_t units = (n + align - 1) / align;
+  const int64_t b = units * part / parts, e = units * (part + 1) / parts;
+  return {std::min(n, b * align), std::min(n, e * align)};
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Tiling of a kernel whose work is `items` independent units (rows, tiles,
+// heads): block_dim blocks, each gets a range aligned to `align` units.
+struct Tiling {
+  int block_dim = 1;
+  int64_t align = 1;
+  int64_t tile_m = 0, tile_n = 0;  // GEMM-like kernels: tile sizes (0 = unused)
+};
+
+struct Plan {
+  uint64_t cache_id = 0;
+  Tiling tiling;
+};
+
+// Looks up (or makes) the tiling of `op` under the current stream's limits.
+// make(max_blocks) returns the tiling; block_dim is clamped to [1, max_blocks].
+Plan plan(std::string op, KernelKind kind, std::vector<Shape> shapes, std::vector<DType> dtypes,
+          std::string attrs, const std::function<Tiling(int max_blocks)>& make);
+
+// The common case: `items` work units of `unit_cost` elements each. Blocks
+// get at least ~kMinBlockWork elements so tiny ops do not fan out.
+Plan plan_rows(std::string op, KernelKind kind, std::vector<Shape> shapes,
+               std::vector<DType> dtypes, std::string attrs, int64_t items, int64_t unit_cost);
+
+inline constexpr int64_t kMinBlockWork = 2048;
+
+// Enqueues body on the current stream.
+void launch(std::string name, KernelKind kind, const Plan& plan, runtime::KernelBody body);
+
+// plan_rows + launch; body(begin, end) gets the block's item range.
+template <typename Body>
+void launch_rows(const std::string& op, KernelKind kind, std::vector<Shape> shapes,
+                 std::vector<DType> dtypes, std::string attrs, int64_t items, int64_t unit_cost,
+                 Body body) {
+  if (items <= 0) return;
+  Plan p = plan_rows(op, kind, std::move(shapes), std::move(dtypes), std::move(attrs), items,
+                     unit_cost);
+  const int64_t align = p.tiling.align;
+  launch(op, kind, p, [items, align, body](const BlockContext& ctx) {
+    auto [begin, end] = split_range(items, ctx.block_idx, ctx.block_dim, align);
+    if (begin < end) body(begin, end);
+  });
+}
+
+// openblas_set_num_threads(1) once per process: tiles run single-threaded,
+// parallelism comes from the runtime's blocks.
+void blas_single_thread();
+
+// C(m,n) = alpha * op(A) op(B) + beta * C, row-major, single-threaded.
+inline void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                  int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+// Exact decode table of all 256 f8e4m3 codes.
+const float* f8e4m3_table();
+
+// Converts n elements of `dtype` at src to float (exact for bf16 and fp8).
+void load_float(const void* src, DType dtype, int64_t n, float* dst);
+
+// Converts n floats to `dtype` at dst (rounding of core/dtype.hpp).
+void store_float(const float* src, int64_t n, DType dtype, void* dst);
+
+inline float bf16_to_float(uint16_t bits) {
+  uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
+// sum_i a[i] * b[i] with 16 partial sums (vectorizes without -ffast-math).
+inline float dot(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
+  float s = 0.0f;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (int j = 0; j < 16; ++j) s += acc[j];
+  return s;
+}
+
+// Rows of a (..., C) tensor: numel / C (C = last dimension).
+inline int64_t rows_of(const Tensor& t) { return t.dim() == 0 || t.size(-1) == 0 ? 0 : t.numel() / t.size(-1); }
+
+// Checks used at API boundaries.
+void check_contiguous(const Tensor& t, const char* what);
+void check_dtype(const Tensor& t, DType dtype, const char* what);
+void check_shape(const Tensor& t, const Shape& shape, const char* what);
+std::string key_attrs(std::initializer_list<std::pair<const char*, double>> attrs);
+
+}  // namespace coremesh::ops::detail

@@ -1,0 +1,181 @@
+// Dense GEMM: f32/bf16 inputs, transposes, batching, FP8 block-scaled, backward.
+// Tiling: the output of each batch is cut into a grid_m x grid_n grid; the
+// Bt * grid units are spread over block_dim blocks (<= the cube limit).
+#include "coremesh/ops/gemm.hpp"
+
+#include "coremesh/ops/grouped_gemm.hpp"
+#include "detail.hpp"
+
+namespace coremesh::ops {
+namespace {
+
+using detail::ceil_div;
+
+// Chooses the grid that minimises the largest tile, using at most `budget`
+// tiles and never tiles smaller than kMinTile rows/columns; small problems
+// stay on one tile because a block per tile would cost more than it saves.
+std::pair<int, int> choose_grid(int64_t m, int64_t n, int64_t k, int64_t budget) {
+  constexpr int64_t kMinTile = 16;
+  constexpr int64_t kMinFlopsPerTile = 2 * 64 * 64 * 64;
+  budget = std::min<int64_t>(budget, std::max<int64_t>(1, 2 * m * n * k / kMinFlopsPerTile));
+  std::pair<int, int> best{1, 1};
+  int64_t best_cost = INT64_MAX;
+  for (int64_t gm = 1; gm <= budget; ++gm) {
+    for (int64_t gn = 1; gm * gn <= budget; ++gn) {
+      if (gm > 1 && ceil_div(m, gm) < kMinTile) continue;
+      if (gn > 1 && ceil_div(n, gn) < kMinTile) continue;
+      const int64_t cost = ceil_div(m, gm) * ceil_div(n, gn);
+      // Prefer splitting rows (contiguous output) when costs tie.
+      if (cost < best_cost || (cost == best_cost && gm > best.first)) {
+        best_cost = cost;
+        best = {static_cast<int>(gm), static_cast<int>(gn)};
+      }
+    }
+  }
+  return best;
+}
+
+struct Dims {
+  int64_t batch, m, n, k;
+};
+
+Dims check_matmul(const Tensor& a, const Tensor& b, const Tensor* c, bool ta, bool tb) {
+  CM_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3),
+           "pass (M,K) / (K,N) matrices or (Bt,.,.) batches", "matmul of {} and {}", a.describe(),
+           b.describe());
+  for (const Tensor* t : {&a, &b}) {
+    detail::check_contiguous(*t, "matmul input");
+    CM_CHECK(t->dtype() == DType::f32 || t->dtype() == DType::bf16, "convert inputs to f32 or bf16",
+             "matmul input {} is not f32 or bf16", t->describe());
+  }
+  const int64_t ba = a.dim() == 3 ? a.size(0) : 1, bb = b.dim() == 3 ? b.size(0) : 1;
+  CM_CHECK(a.dim() == 2 || b.dim() == 2 || ba == bb, "batched operands need equal batch sizes",
+           "batch sizes differ: {} vs {}", a.describe(), b.describe());
+  const int64_t m = ta ? a.size(-1) : a.size(-2), k = ta ? a.size(-2) : a.size(-1);
+  const int64_t kb = tb ? b.size(-1) : b.size(-2), n = tb ? b.size(-2) : b.size(-1);
+  CM_CHECK(k == kb, "op(a) is (M,K), op(b) is (K,N)", "matmul inner sizes differ: {}{} @ {}{}",
+           shape_str(a.shape()), ta ? "^T" : "", shape_str(b.shape()), tb ? "^T" : "");
+  const int64_t batch = std::max(ba, bb);
+  if (c) {
+    const Shape want = (a.dim() == 3 || b.dim() == 3) ? Shape{batch, m, n} : Shape{m, n};
+    detail::check_shape(*c, want, "c");
+    detail::check_dtype(*c, DType::f32, "c");
+    detail::check_contiguous(*c, "c");
+  }
+  return {batch, m, n, k};
+}
+
+// f32 view of `count` elements of t starting at element `offset`, converted
+// into `scratch` when t is bf16.
+const float* f32_elems(const Tensor& t, int64_t offset, int64_t count, std::vector<float>& scratch) {
+  if (t.dtype() == DType::f32) return t.data<float>() + offset;
+  scratch.resize(static_cast<size_t>(count));
+  detail::load_float(static_cast<const char*>(t.raw_data()) + offset * 2, t.dtype(), count,
+                     scratch.data());
+  return scratch.data();
+}
+
+}  // namespace
+
+void matmul_out(const Tensor& a, const Tensor& b, Tensor& c, bool ta, bool tb, float beta) {
+  const Dims d = check_matmul(a, b, &c, ta, tb);
+  detail::blas_single_thread();
+  detail::Plan plan = detail::plan(
+      "matmul", detail::KernelKind::cube, {a.shape(), b.shape()}, {a.dtype(), b.dtype()},
+      fmt::format("ta={};tb={};beta={}", ta, tb, beta), [&](int max_blocks) {
+        detail::Tiling t;
+        auto [gm, gn] = choose_grid(d.m, d.n, d.k, ceil_div(max_blocks, d.batch));
+        t.tile_m = ceil_div(std::max<int64_t>(d.m, 1), gm);
+        t.tile_n = ceil_div(std::max<int64_t>(d.n, 1), gn);
+        t.block_dim = static_cast<int>(std::min<int64_t>(max_blocks, d.batch * gm * gn));
+        return t;
+      });
+  if (d.batch * d.m * d.n == 0) return;
+  const int64_t gm = ceil_div(d.m, plan.tiling.tile_m), gn = ceil_div(d.n, plan.tiling.tile_n);
+  const int64_t sa = a.dim() == 3 ? d.m * d.k : 0, sb = b.dim() == 3 ? d.k * d.n : 0;
+  detail::launch("matmul", detail::KernelKind::cube, plan,
+                 [a, b, c, d, ta, tb, beta, gm, gn, sa, sb](const detail::BlockContext& ctx) {
+                   auto [u0, u1] = detail::split_range(d.batch * gm * gn, ctx.block_idx, ctx.block_dim);
+                   std::vector<float> abuf, bbuf;
+                   const int64_t lda = ta ? d.m : d.k, ldb = tb ? d.k : d.n;
+                   int64_t a_cached = -1, b_cached = -1;
+                   const float *ap_whole = nullptr, *bp = nullptr;
+                   for (int64_t u = u0; u < u1; ++u) {
+                     const int64_t bt = u / (gm * gn), tile = u % (gm * gn);
+                     auto [r0, r1] = detail::split_range(d.m, static_cast<int>(tile / gn), static_cast<int>(gm));
+                     auto [c0, c1] = detail::split_range(d.n, static_cast<int>(tile % gn), static_cast<int>(gn));
+                     if (r0 == r1 || c0 == c1) continue;
+                     // op(a) rows r0..r1: contiguous rows unless transposed.
+                     const float* ap = nullptr;
+                     if (!ta) {
+                       ap = f32_elems(a, bt * sa + r0 * d.k, (r1 - r0) * d.k, abuf);
+                     } else {  // whole (K,M) matrix, converted once per batch
+                       if (a.dtype() == DType::f32 || a_cached != bt * sa)
+                         ap_whole = f32_elems(a, bt * sa, d.m * d.k, abuf), a_cached = bt * sa;
+                       ap = ap_whole + r0;
+                     }
+                     if (b.dtype() == DType::f32 || b_cached != bt * sb)
+                       bp = f32_elems(b, bt * sb, d.k * d.n, bbuf), b_cached = bt * sb;
+                     const float* bq = tb ? bp + c0 * d.k : bp + c0;
+                     float* cp = c.data<float>() + bt * d.m * d.n + r0 * d.n + c0;
+                     detail::sgemm(ta, tb, r1 - r0, c1 - c0, d.k, 1.0f, ap, lda, bq, ldb, beta, cp, d.n);
+                   }
+                 });
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  const Dims d = check_matmul(a, b, nullptr, ta, tb);
+  Tensor c = (a.dim() == 3 || b.dim() == 3) ? Tensor::empty({d.batch, d.m, d.n}) : Tensor::empty({d.m, d.n});
+  matmul_out(a, b, c, ta, tb);
+  return c;
+}
+
+// c = op(a) op(b):
+//   da = dc op(b)^T        (trans_a: da = op(b) dc^T)
+//   db = op(a)^T dc        (trans_b: db = dc^T op(a))
+// A shared 2-D operand of a batched product gets the sum over the batch.
+MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  for (const Tensor* t : {&dc, &a, &b}) detail::check_dtype(*t, DType::f32, "matmul_backward input");
+  const Dims d = check_matmul(a, b, &dc, ta, tb);
+  MatmulGrads g;
+  auto flat = [](const Tensor& t) { return t.dim() == 3 ? t.view({-1, t.size(2)}) : t; };
+  // da
+  if (a.dim() == 2 && dc.dim() == 3) {  // shared a: sum over the batch
+    g.da = Tensor::zeros(a.shape());
+    for (int64_t i = 0; i < d.batch; ++i) {
+      Tensor dci = dc.select(0, i), bi = b.dim() == 3 ? b.select(0, i) : b;
+      if (!ta) matmul_out(dci, bi, g.da, false, !tb, 1.0f);
+      else matmul_out(bi, dci, g.da, tb, true, 1.0f);
+    }
+  } else {
+    g.da = ta ? matmul(b, dc, tb, true) : matmul(dc, b, false, !tb);
+  }
+  // db
+  if (b.dim() == 2 && dc.dim() == 3) {  // shared b: sum over the batch
+    g.db = Tensor::zeros(b.shape());
+    if (!ta) {  // flatten the batch into rows
+      Tensor a2 = flat(a), dc2 = flat(dc);
+      if (!tb) matmul_out(a2, dc2, g.db, true, false);
+      else matmul_out(dc2, a2, g.db, true, false);
+    } else {
+      for (int64_t i = 0; i < d.batch; ++i) {
+        if (!tb) matmul_out(a.select(0, i), dc.select(0, i), g.db, false, false, 1.0f);
+        else matmul_out(dc.select(0, i), a.select(0, i), g.db, true, true, 1.0f);
+      }
+    }
+  } else {
+    g.db = tb ? matmul(dc, a, true, ta) : matmul(a, dc, !ta, false);
+  }
+  return g;
+}
+
+Tensor matmul_fp8(const QuantizedTensor& x, const QuantizedTensor& w) {
+  CM_CHECK(x.data.dim() == 2 && w.data.dim() == 2, "pass x (M,K) and w (N,K)",
+           "matmul_fp8 expects 2-D data, got {} and {}", x.data.describe(), w.data.describe());
+  Tensor offsets = Tensor::from_vector<int64_t>({0, x.data.size(0)}, {2});
+  QuantizedTensor w3{w.data.view({1, w.data.size(0), w.data.size(1)}),
+                     w.scale.view({1, w.scale.size(0), w.scale.size(1)})};
+  return grouped_matmul_fp8(x, w3, offsets);
+}
+
+}  // namespace coremesh::ops

@@ -1,0 +1,177 @@
+// FP8 fine-grained quantization (DeepSeek-V3) and casts.
+// Notation: M rows, K columns, B = kQuantBlock = 128, Kb = ceil(K/B).
+#include "coremesh/ops/quant.hpp"
+
+#include <cmath>
+
+#include "detail.hpp"
+
+namespace coremesh::ops {
+namespace {
+
+using detail::ceil_div;
+constexpr int64_t B = kQuantBlock;
+constexpr int64_t kChunk = 4096;  // elements per cast work unit
+
+float scale_of(float amax) { return amax > 0.0f && std::isfinite(amax) ? amax / kF8E4M3Max : 1.0f; }
+
+void check_float_matrix(const Tensor& x, const char* what) {
+  detail::check_contiguous(x, what);
+  CM_CHECK(x.dim() == 2, "pass a 2-D (rows, columns) tensor", "{} must be 2-D, got {}", what,
+           x.describe());
+  CM_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::bf16, "pass f32 or bf16",
+           "{} must be f32 or bf16, got {}", what, dtype_name(x.dtype()));
+}
+
+}  // namespace
+
+// x (M,K) -> data (M,K) f8, scale (M,Kb): one scale per 1xB tile of a row.
+void quantize_fp8_act_out(const Tensor& x, const Tensor& data, const Tensor& scale) {
+  check_float_matrix(x, "x");
+  const int64_t M = x.size(0), K = x.size(1), Kb = ceil_div(K, B);
+  detail::check_shape(data, {M, K}, "data");
+  detail::check_dtype(data, DType::f8e4m3, "data");
+  detail::check_shape(scale, {M, Kb}, "scale");
+  detail::check_dtype(scale, DType::f32, "scale");
+  detail::launch_rows(
+      "quantize_fp8_act", detail::KernelKind::vector, {x.shape()}, {x.dtype()}, "", M, K,
+      [x, data, scale, K, Kb](int64_t r0, int64_t r1) {
+        const size_t esize = dtype_size(x.dtype());
+        const char* xs = static_cast<const char*>(x.raw_data());
+        f8e4m3* q = data.data<f8e4m3>();
+        float* s = scale.data<float>();
+        float tile[B];
+        for (int64_t r = r0; r < r1; ++r) {
+          for (int64_t kb = 0; kb < Kb; ++kb) {
+            const int64_t k0 = kb * B, n = std::min(B, K - k0);
+            detail::load_float(xs + (r * K + k0) * esize, x.dtype(), n, tile);
+            float amax = 0.0f;
+            for (int64_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(tile[i]));
+            const float sc = scale_of(amax);
+            s[r * Kb + kb] = sc;
+            for (int64_t i = 0; i < n; ++i) q[r * K + k0 + i] = to_f8e4m3(tile[i] / sc);
+          }
+        }
+      });
+}
+
+QuantizedTensor quantize_fp8_act(const Tensor& x) {
+  check_float_matrix(x, "x");
+  QuantizedTensor out{Tensor::empty(x.shape(), DType::f8e4m3),
+                      Tensor::empty({x.size(0), ceil_div(x.size(1), B)}, DType::f32)};
+  quantize_fp8_act_out(x, out.data, out.scale);
+  return out;
+}
+
+Tensor dequantize_fp8_act(const QuantizedTensor& q) {
+  detail::check_contiguous(q.data, "q.data");
+  detail::check_dtype(q.data, DType::f8e4m3, "q.data");
+  CM_CHECK(q.data.dim() == 2, "pass 2-D fp8 data", "q.data must be 2-D");
+  const int64_t M = q.data.size(0), K = q.data.size(1), Kb = ceil_div(K, B);
+  detail::check_shape(q.scale, {M, Kb}, "q.scale");
+  Tensor y = Tensor::empty({M, K});
+  detail::launch_rows("dequantize_fp8_act", detail::KernelKind::vector, {q.data.shape()},
+                      {DType::f8e4m3}, "", M, K, [q, y, K, Kb](int64_t r0, int64_t r1) {
+                        const uint8_t* d = reinterpret_cast<const uint8_t*>(q.data.raw_data());
+                        const float* s = q.scale.data<float>();
+                        const float* table = detail::f8e4m3_table();
+                        float* out = y.data<float>();
+                        for (int64_t r = r0; r < r1; ++r)
+                          for (int64_t k = 0; k < K; ++k)
+                            out[r * K + k] = table[d[r * K + k]] * s[r * Kb + k / B];
+                      });
+  return y;
+}
+
+// w (N,K) or (G,N,K) -> data, scale (Nb,Kb) or (G,Nb,Kb): one scale per BxB block.
+namespace {
+struct WeightDims {
+  int64_t G, N, K, Nb, Kb;
+};
+WeightDims weight_dims(const Tensor& w) {
+  CM_CHECK(w.dim() == 2 || w.dim() == 3, "pass weights (N,K) or stacked (G,N,K)",
+           "weights must be 2-D or 3-D, got {}", w.describe());
+  const int64_t G = w.dim() == 3 ? w.size(0) : 1, N = w.size(-2), K = w.size(-1);
+  return {G, N, K, ceil_div(N, B), ceil_div(K, B)};
+}
+Shape scale_shape(const Tensor& w, const WeightDims& d) {
+  return w.dim() == 3 ? Shape{d.G, d.Nb, d.Kb} : Shape{d.Nb, d.Kb};
+}
+}  // namespace
+
+QuantizedTensor quantize_fp8_weight(const Tensor& w) {
+  detail::check_contiguous(w, "w");
+  CM_CHECK(w.dtype() == DType::f32 || w.dtype() == DType::bf16, "pass f32 or bf16",
+           "w must be f32 or bf16, got {}", dtype_name(w.dtype()));
+  const WeightDims d = weight_dims(w);
+  QuantizedTensor out{Tensor::empty(w.shape(), DType::f8e4m3),
+                      Tensor::empty(scale_shape(w, d), DType::f32)};
+  Tensor data = out.data, scale = out.scale;
+  detail::launch_rows(
+      "quantize_fp8_weight", detail::KernelKind::vector, {w.shape()}, {w.dtype()}, "",
+      d.G * d.Nb * d.Kb, B * B, [w, data, scale, d](int64_t b0, int64_t b1) {
+        const size_t esize = dtype_size(w.dtype());
+        const char* ws = static_cast<const char*>(w.raw_data());
+        f8e4m3* q = data.data<f8e4m3>();
+        float* s = scale.data<float>();
+        std::vector<float> block(static_cast<size_t>(B * B));
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t g = b / (d.Nb * d.Kb), n0 = b / d.Kb % d.Nb * B, k0 = b % d.Kb * B;
+          const int64_t rows = std::min(B, d.N - n0), cols = std::min(B, d.K - k0);
+          const int64_t base = g * d.N * d.K + n0 * d.K + k0;
+          float amax = 0.0f;
+          for (int64_t r = 0; r < rows; ++r) {
+            float* dst = block.data() + r * B;
+            detail::load_float(ws + (base + r * d.K) * esize, w.dtype(), cols, dst);
+            for (int64_t c = 0; c < cols; ++c) amax = std::fmax(amax, std::fabs(dst[c]));
+          }
+          const float sc = scale_of(amax);
+          s[b] = sc;
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) q[base + r * d.K + c] = to_f8e4m3(block[r * B + c] / sc);
+        }
+      });
+  return out;
+}
+
+Tensor dequantize_fp8_weight(const QuantizedTensor& q) {
+  detail::check_contiguous(q.data, "q.data");
+  detail::check_dtype(q.data, DType::f8e4m3, "q.data");
+  const WeightDims d = weight_dims(q.data);
+  detail::check_shape(q.scale, scale_shape(q.data, d), "q.scale");
+  Tensor y = Tensor::empty(q.data.shape());
+  detail::launch_rows("dequantize_fp8_weight", detail::KernelKind::vector, {q.data.shape()},
+                      {DType::f8e4m3}, "", d.G * d.N, d.K, [q, y, d](int64_t r0, int64_t r1) {
+                        const uint8_t* data = reinterpret_cast<const uint8_t*>(q.data.raw_data());
+                        const float* s = q.scale.data<float>();
+                        const float* table = detail::f8e4m3_table();
+                        float* out = y.data<float>();
+                        for (int64_t r = r0; r < r1; ++r) {
+                          const float* srow = s + (r / d.N * d.Nb + r % d.N / B) * d.Kb;
+                          for (int64_t k = 0; k < d.K; ++k)
+                            out[r * d.K + k] = table[data[r * d.K + k]] * srow[k / B];
+                        }
+                      });
+  return y;
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  detail::check_contiguous(x, "x");
+  Tensor y = Tensor::empty(x.shape(), dtype);
+  const int64_t n = x.numel();
+  detail::launch_rows("cast", detail::KernelKind::vector, {x.shape()}, {x.dtype(), dtype}, "",
+                      detail::ceil_div(n, kChunk), kChunk, [x, y, n](int64_t c0, int64_t c1) {
+                        float buf[kChunk];
+                        const char* src = static_cast<const char*>(x.raw_data());
+                        char* dst = static_cast<char*>(y.raw_data());
+                        const size_t si = dtype_size(x.dtype()), so = dtype_size(y.dtype());
+                        for (int64_t c = c0; c < c1; ++c) {
+                          const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
+                          detail::load_float(src + i0 * si, x.dtype(), len, buf);
+                          detail::store_float(buf, len, y.dtype(), dst + i0 * so);
+                        }
+                      });
+  return y;
+}
+
+}  // namespace coremesh::ops

@@ -1,0 +1,286 @@
+#include "coremesh/runtime/device.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "coremesh/core/env.hpp"
+#include "coremesh/core/error.hpp"
+#include "coremesh/core/log.hpp"
+#include "internal.hpp"
+
+namespace coremesh::runtime {
+namespace {
+
+std::atomic<int> g_next_device_id{0};
+
+std::vector<int> affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
+
+void pin_current_thread(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);  // best effort
+}
+
+// A short polite spin: the first iterations only pause, later ones yield.
+void spin_pause(int iteration) {
+  if (iteration < 64) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  } else {
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace
+
+std::string_view kernel_kind_name(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::cube: return "cube";
+    case KernelKind::vector: return "vector";
+    case KernelKind::mixed: return "mixed";
+    case KernelKind::comm: return "comm";
+  }
+  return "?";
+}
+
+int max_blocks(const CoreLimits& limits, KernelKind kind) {
+  switch (kind) {
+    case KernelKind::cube: return limits.cube;
+    case KernelKind::vector:
+    case KernelKind::comm: return limits.vector;
+    case KernelKind::mixed: return std::min(limits.cube, limits.vector);
+  }
+  return 0;
+}
+
+void validate_limit_value(int value, int spec, const char* kind, const char* what) {
+  CM_CHECK(value == -1 || (value >= 1 && value <= spec),
+           fmt::format("pass -1 to leave it unchanged or a count in [1, {}]", spec),
+           "invalid {} {} core limit {}: the device spec has {} {} cores", what, kind, value, spec,
+           kind);
+}
+
+Device::Device(const DeviceOptions& options) : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  d.owner = this;
+  d.id = g_next_device_id.fetch_add(1);
+  const std::vector<int> cpus = affinity_cpus();
+  int cores = options.cores;
+  if (cores == 0) cores = static_cast<int>(env::get_int("COREMESH_CORES", 0));
+  if (cores == 0) cores = std::max<int>(1, static_cast<int>(cpus.size()));
+  CM_CHECK(cores >= 1 && cores <= 1024, "use between 1 and 1024 cores (COREMESH_CORES)",
+           "invalid number of device cores {}", cores);
+  CM_CHECK(options.cube_cores >= 0 && options.vector_cores >= 0,
+           "use 0 (same as cores) or a positive count", "negative cube/vector core spec");
+  d.cores = cores;
+  d.spec = {options.cube_cores ? options.cube_cores : cores,
+            options.vector_cores ? options.vector_cores : cores};
+  d.spin_us = options.spin_us >= 0 ? options.spin_us
+                                   : static_cast<int>(env::get_int("COREMESH_SPIN_US", 50));
+  const bool pin = options.pin && static_cast<int>(cpus.size()) >= cores;
+  for (int core = 0; core < cores; ++core) {
+    d.workers.emplace_back([&d, core, pin, cpu = pin ? cpus[core] : -1] {
+      if (pin) pin_current_thread(cpu);
+      d.worker_loop(core);
+    });
+  }
+  d.default_stream.reset(new Stream(*this));
+  CM_LOG_INFO("device {}: {} cores (cube {}, vector {}){}", d.id, cores, d.spec.cube,
+              d.spec.vector, pin ? ", pinned" : "");
+}
+
+Device::~Device() {
+  try {
+    synchronize();
+  } catch (const std::exception& e) {
+    CM_LOG_ERROR("device {} destroyed with a pending error: {}", impl_->id, e.what());
+  }
+  impl_->default_stream.reset();
+  impl_->shutdown();
+}
+
+Device& Device::default_device() {
+  static Device device;
+  return device;
+}
+
+int Device::id() const { return impl_->id; }
+int Device::num_cores() const { return impl_->cores; }
+CoreLimits Device::spec() const { return impl_->spec; }
+
+void Device::set_limit(int cube_num, int vector_num) {
+  validate_limit_value(cube_num, impl_->spec.cube, "cube", "device");
+  validate_limit_value(vector_num, impl_->spec.vector, "vector", "device");
+  if (cube_num != -1) impl_->cube_limit = cube_num;
+  if (vector_num != -1) impl_->vector_limit = vector_num;
+}
+
+void Device::reset_limit() {
+  impl_->cube_limit = 0;
+  impl_->vector_limit = 0;
+}
+
+CoreLimits Device::limit() const { return impl_->limit(); }
+
+Stream& Device::default_stream() { return *impl_->default_stream; }
+
+void Device::synchronize() {
+  std::vector<std::shared_ptr<StreamImpl>> streams;
+  {
+    std::lock_guard lock(impl_->streams_mutex);
+    for (auto& weak : impl_->streams)
+      if (auto s = weak.lock()) streams.push_back(std::move(s));
+  }
+  std::exception_ptr first;
+  for (auto& s : streams) {
+    try {
+      s->synchronize();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void set_device_limit(Device& device, int cube_num, int vector_num) {
+  device.set_limit(cube_num, vector_num);
+}
+CoreLimits get_device_limit(const Device& device) { return device.limit(); }
+void reset_device_limit(Device& device) { device.reset_limit(); }
+
+// ---------------------------------------------------------------------------
+// Device::Impl: the worker pool.
+
+CoreLimits Device::Impl::limit() const {
+  int cube = cube_limit.load();
+  int vector = vector_limit.load();
+  return {cube ? cube : spec.cube, vector ? vector : spec.vector};
+}
+
+std::shared_ptr<StreamImpl> Device::Impl::make_stream(int priority) {
+  auto s = std::make_shared<StreamImpl>();
+  s->device = this;
+  s->id = next_stream_id.fetch_add(1);
+  s->priority = priority;
+  std::lock_guard lock(streams_mutex);
+  std::erase_if(streams, [](const std::weak_ptr<StreamImpl>& w) { return w.expired(); });
+  streams.push_back(s);
+  return s;
+}
+
+void Device::Impl::submit(std::shared_ptr<KernelRun> run) {
+  const int blocks = run->info.block_dim;
+  {
+    std::lock_guard lock(ready_mutex);
+    // Higher priority first; FIFO among equal priorities.
+    auto pos = std::find_if(ready.begin(), ready.end(), [&](const auto& r) {
+      return r->stream->priority < run->stream->priority;
+    });
+    ready.insert(pos, std::move(run));
+    ready_count.fetch_add(1, std::memory_order_release);
+    if (sleepers == 0) return;
+  }
+  if (blocks == 1) ready_cv.notify_one();
+  else ready_cv.notify_all();
+}
+
+void Device::Impl::worker_loop(int core) {
+  for (;;) {
+    // Spin briefly for new work before sleeping: keeps launch latency low
+    // without burning a CPU that other processes (PEs) may need.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+    for (int i = 0; ready_count.load(std::memory_order_acquire) == 0; ++i) {
+      if (std::chrono::steady_clock::now() >= deadline) break;
+      spin_pause(i);
+    }
+    std::shared_ptr<KernelRun> run;
+    int block = 0;
+    {
+      std::unique_lock lock(ready_mutex);
+      ++sleepers;
+      ready_cv.wait(lock, [&] { return stopping || !ready.empty(); });
+      --sleepers;
+      if (ready.empty()) return;  // stopping and drained
+      run = ready.front();
+      block = run->next_block++;
+      if (run->next_block == run->info.block_dim) {
+        ready.pop_front();
+        ready_count.fetch_sub(1, std::memory_order_release);
+      }
+    }
+    run_block(*run, block, core);
+  }
+}
+
+void Device::Impl::run_block(KernelRun& run, int block, int core) {
+  const int64_t start = profiler_now_ns();
+  int64_t expected = run.start_ns.load();
+  while (start < expected && !run.start_ns.compare_exchange_weak(expected, start)) {
+  }
+  try {
+    run.body(BlockContext{block, run.info.block_dim, core});
+  } catch (...) {
+    std::lock_guard lock(run.error_mutex);
+    if (!run.error) run.error = std::current_exception();
+  }
+  const int64_t end = profiler_now_ns();
+  if (run.profiled) run.blocks[static_cast<size_t>(block)] = BlockRecord{block, core, start, end};
+  expected = run.end_ns.load();
+  while (end > expected && !run.end_ns.compare_exchange_weak(expected, end)) {
+  }
+  if (run.blocks_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+
+  // Last block: the kernel is complete.
+  if (run.profiled) {
+    profiler_add(KernelRecord{-1, id, run.stream->id, run.info.name, run.info.kind,
+                              run.start_ns.load(), run.end_ns.load(), run.info.block_dim,
+                              run.limits, run.info.cache_id, std::move(run.blocks)});
+  }
+  std::exception_ptr error;
+  {
+    std::lock_guard lock(run.error_mutex);
+    error = run.error;
+  }
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      error = std::make_exception_ptr(KernelError(
+          fmt::format("kernel '{}' on stream {} failed: {}", run.info.name, run.stream->id,
+                      e.what()),
+          "see the kernel's error above", __FILE__, __LINE__));
+    } catch (...) {
+      error = std::make_exception_ptr(KernelError(
+          fmt::format("kernel '{}' on stream {} failed with a non-standard exception",
+                      run.info.name, run.stream->id),
+          "", __FILE__, __LINE__));
+    }
+  }
+  auto stream = std::move(run.stream);  // `run` may be freed once the stream moves on
+  stream->item_done(error);
+}
+
+void Device::Impl::shutdown() {
+  {
+    std::lock_guard lock(ready_mutex);
+    stopping = true;
+  }
+  ready_cv.notify_all();
+  for (auto& t : workers) t.join();
+  workers.clear();
+}
+
+}  // namespace coremesh::runtime

@@ -1,0 +1,139 @@
+// Runtime internals shared by device.cpp, stream.cpp and event.cpp.
+//
+// Data flow of one kernel: Stream::launch appends a WorkItem to the stream's
+// queue; when it reaches the head, the stream hands a KernelRun to the
+// device's ready list; workers claim its blocks one by one; the worker that
+// finishes the last block reports completion to the stream, which starts its
+// next item. Event records and waits are WorkItems too: a record completes a
+// Recording when it reaches the head; a wait parks the stream until its
+// Recording completes. No thread other than the device's workers is created.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coremesh/runtime/device.hpp"
+#include "coremesh/runtime/profiler.hpp"
+#include "coremesh/runtime/stream.hpp"
+
+namespace coremesh::runtime {
+
+struct StreamImpl;
+
+
+// One record() of an Event: completes when the recording stream reaches it.
+struct Recording {
+  uint64_t event_id = 0;
+  int stream_id = 0;
+  bool timing = false;
+
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+  int64_t time_ns = 0;
+  std::exception_ptr error;  // the recording stream's error, carried to waiters
+  std::vector<std::function<void(std::exception_ptr)>> waiters;
+
+  // Marks done and runs the waiters (outside the lock).
+  void complete(std::exception_ptr stream_error);
+  // Runs `fn` when done; returns false (and does not keep fn) if already done.
+  bool on_complete(std::function<void(std::exception_ptr)> fn);
+  std::string describe() const;
+};
+
+// A kernel in flight: its blocks are claimed by workers.
+struct KernelRun {
+  LaunchInfo info;
+  KernelBody body;
+  CoreLimits limits;
+  std::shared_ptr<StreamImpl> stream;
+  int next_block = 0;                 // guarded by the device's ready mutex
+  std::atomic<int> blocks_left{0};
+  std::atomic<int64_t> start_ns{INT64_MAX};
+  std::atomic<int64_t> end_ns{0};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  bool profiled = false;
+  std::vector<BlockRecord> blocks;    // one slot per block when profiled
+};
+
+struct WorkItem {
+  enum class Type { kernel, record, wait } type;
+  std::shared_ptr<KernelRun> kernel;
+  std::shared_ptr<Recording> recording;
+};
+
+struct StreamImpl : std::enable_shared_from_this<StreamImpl> {
+  Device::Impl* device = nullptr;
+  int id = 0;
+  int priority = 0;
+
+  // Raw stream limit, 0 = unset (falls back to the device).
+  std::atomic<int> cube_limit{0};
+  std::atomic<int> vector_limit{0};
+
+  std::mutex mutex;
+  std::condition_variable idle_cv;
+  std::deque<WorkItem> queue;
+  bool busy = false;  // the head item is in flight
+  std::exception_ptr error;
+  std::string head_description;  // what the in-flight item is, for the watchdog
+
+  void enqueue(WorkItem item);
+  // Called when the in-flight item finished; starts the next ones.
+  void item_done(std::exception_ptr error);
+  // Blocks until idle; rethrows and clears a pending error.
+  void synchronize();
+  bool query();
+  CoreLimits effective_limits() const;
+  std::string describe() const;
+
+ private:
+  void pump();
+  // Starts `item`; returns true if it already finished synchronously.
+  bool start(WorkItem& item, std::exception_ptr& finished_error);
+  void rethrow_pending_error(std::unique_lock<std::mutex>& lock);
+};
+
+struct Device::Impl {
+  Device* owner = nullptr;
+  int id = 0;
+  int cores = 0;
+  CoreLimits spec;
+  std::atomic<int> cube_limit{0};  // 0 = unset
+  std::atomic<int> vector_limit{0};
+  int spin_us = 50;
+
+  std::mutex ready_mutex;
+  std::condition_variable ready_cv;
+  std::deque<std::shared_ptr<KernelRun>> ready;  // kernels with unclaimed blocks
+  std::atomic<int> ready_count{0};
+  int sleepers = 0;
+  bool stopping = false;
+  std::vector<std::thread> workers;
+
+  std::mutex streams_mutex;
+  std::vector<std::weak_ptr<StreamImpl>> streams;
+  std::atomic<int> next_stream_id{0};
+  std::unique_ptr<Stream> default_stream;
+
+  CoreLimits limit() const;
+  std::shared_ptr<StreamImpl> make_stream(int priority);
+  void submit(std::shared_ptr<KernelRun> run);
+  void worker_loop(int core);
+  void run_block(KernelRun& run, int block, int core);
+  void shutdown();
+};
+
+void validate_limit_value(int value, int spec, const char* kind, const char* what);
+
+}  // namespace coremesh::runtime

@@ -1,0 +1,161 @@
+#include "coremesh/runtime/profiler.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "coremesh/core/env.hpp"
+#include "coremesh/core/error.hpp"
+#include "coremesh/core/log.hpp"
+
+namespace coremesh::runtime {
+namespace {
+
+struct ProfilerState {
+  std::atomic<bool> enabled{false};
+  std::atomic<int> pe{-1};
+  std::mutex mutex;
+  std::vector<KernelRecord> records;
+  const std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
+};
+
+ProfilerState& state() {
+  static ProfilerState s;
+  return s;
+}
+
+// COREMESH_PROFILE=<dir>: profile the whole process and export at exit.
+struct EnvProfiler {
+  std::optional<std::string> dir = env::get("COREMESH_PROFILE");
+  EnvProfiler() {
+    state();  // construct the state first so it outlives this object
+    if (dir) profiler_start();
+  }
+  ~EnvProfiler() {
+    if (!dir) return;
+    try {
+      for (const auto& path : profiler_export(*dir)) CM_LOG_INFO("profile written to {}", path);
+    } catch (const std::exception& e) {
+      CM_LOG_ERROR("could not write the profile to {}: {}", *dir, e.what());
+    }
+  }
+} g_env_profiler;
+
+std::ofstream open_for_write(const std::string& path) {
+  std::ofstream out(path, std::ios::trunc);
+  CM_CHECK(out.good(), "check that the directory exists and is writable",
+           "cannot open '{}' for writing", path);
+  return out;
+}
+
+std::string pe_suffix() {
+  const int pe = state().pe.load();
+  return pe >= 0 ? fmt::format("_pe{}", pe) : "";
+}
+
+}  // namespace
+
+void profiler_start() { state().enabled = true; }
+void profiler_stop() { state().enabled = false; }
+bool profiler_enabled() { return state().enabled.load(std::memory_order_relaxed); }
+void profiler_set_pe(int pe) { state().pe = pe; }
+
+void profiler_clear() {
+  std::lock_guard lock(state().mutex);
+  state().records.clear();
+}
+
+int64_t profiler_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              state().epoch)
+      .count();
+}
+
+void profiler_add(KernelRecord record) {
+  record.pe = state().pe.load();
+  std::lock_guard lock(state().mutex);
+  state().records.push_back(std::move(record));
+}
+
+std::vector<KernelRecord> profiler_records() {
+  std::lock_guard lock(state().mutex);
+  auto records = state().records;
+  std::sort(records.begin(), records.end(),
+            [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  return records;
+}
+
+void write_kernel_details_csv(const std::string& path) {
+  auto out = open_for_write(path);
+  out << "pe,device,stream,name,kind,start_us,end_us,duration_us,block_dim,cube_num,vector_num,"
+         "cache_id\n";
+  for (const auto& r : profiler_records()) {
+    out << fmt::format("{},{},{},{},{},{:.3f},{:.3f},{:.3f},{},{},{},{:016x}\n", r.pe, r.device,
+                       r.stream, r.name, kernel_kind_name(r.kind), r.start_ns / 1e3,
+                       r.end_ns / 1e3, (r.end_ns - r.start_ns) / 1e3, r.block_dim, r.limits.cube,
+                       r.limits.vector, r.cache_id);
+  }
+}
+
+// Chrome trace format: complete ("X") events, one track (tid) per stream and
+// one per core, named through thread_name metadata events.
+void write_chrome_trace(const std::string& path) {
+  using nlohmann::json;
+  const auto records = profiler_records();
+  const int pid = std::max(0, state().pe.load());
+  json events = json::array();
+  std::set<std::pair<int, int>> stream_tracks, core_tracks;
+  for (const auto& r : records) {
+    const int stream_tid = r.device * 10000 + r.stream;
+    stream_tracks.insert({r.device, r.stream});
+    json args = {{"block_dim", r.block_dim},     {"cube_num", r.limits.cube},
+                 {"vector_num", r.limits.vector}, {"kind", kernel_kind_name(r.kind)},
+                 {"cache_id", fmt::format("{:016x}", r.cache_id)}};
+    events.push_back({{"name", r.name}, {"cat", "kernel"}, {"ph", "X"}, {"pid", pid},
+                      {"tid", stream_tid}, {"ts", r.start_ns / 1e3},
+                      {"dur", (r.end_ns - r.start_ns) / 1e3}, {"args", args}});
+    for (const auto& b : r.blocks) {
+      core_tracks.insert({r.device, b.core_id});
+      events.push_back({{"name", r.name}, {"cat", "block"}, {"ph", "X"}, {"pid", pid},
+                        {"tid", 1000000 + r.device * 10000 + b.core_id}, {"ts", b.start_ns / 1e3},
+                        {"dur", (b.end_ns - b.start_ns) / 1e3},
+                        {"args", {{"block", b.block_idx}, {"stream", r.stream}}}});
+    }
+  }
+  auto name_track = [&](int tid, const std::string& name, int order) {
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
+                      {"args", {{"name", name}}}});
+    events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
+                      {"args", {{"sort_index", order}}}});
+  };
+  for (auto [device, stream] : stream_tracks)
+    name_track(device * 10000 + stream, fmt::format("dev{} stream {}", device, stream),
+               device * 10000 + stream);
+  for (auto [device, core] : core_tracks)
+    name_track(1000000 + device * 10000 + core, fmt::format("dev{} core {}", device, core),
+               1000000 + device * 10000 + core);
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid},
+                    {"args", {{"name", fmt::format("coremesh pe {}", pid)}}}});
+  auto out = open_for_write(path);
+  out << json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+}
+
+std::vector<std::string> profiler_export(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  CM_CHECK(!ec, "choose a directory you can write", "cannot create profile directory '{}': {}",
+           dir, ec.message());
+  const std::string csv = (std::filesystem::path(dir) / ("kernel_details" + pe_suffix() + ".csv")).string();
+  const std::string trace = (std::filesystem::path(dir) / ("trace" + pe_suffix() + ".json")).string();
+  write_kernel_details_csv(csv);
+  write_chrome_trace(trace);
+  return {csv, trace};
+}
+
+}  // namespace coremesh::runtime

@@ -1,0 +1,268 @@
+#include "coremesh/runtime/stream.hpp"
+
+#include "coremesh/core/env.hpp"
+#include "coremesh/core/error.hpp"
+#include "coremesh/core/log.hpp"
+#include "internal.hpp"
+
+namespace coremesh::runtime {
+
+namespace {
+
+std::atomic<int64_t>& timeout_ms() {
+  static std::atomic<int64_t> ms{
+      static_cast<int64_t>(env::get_double("COREMESH_WAIT_TIMEOUT_S", 300.0) * 1000.0)};
+  return ms;
+}
+
+thread_local std::shared_ptr<StreamImpl> t_current_stream;
+}  // namespace
+
+std::chrono::milliseconds wait_timeout() { return std::chrono::milliseconds(timeout_ms().load()); }
+
+void set_wait_timeout(std::chrono::milliseconds timeout) {
+  CM_CHECK(timeout.count() > 0, "use a positive timeout", "wait timeout must be positive");
+  timeout_ms() = timeout.count();
+}
+
+// ---------------------------------------------------------------------------
+// StreamImpl
+
+CoreLimits StreamImpl::effective_limits() const {
+  const CoreLimits device_limit = device->limit();
+  const int cube = cube_limit.load();
+  const int vector = vector_limit.load();
+  return {cube ? cube : device_limit.cube, vector ? vector : device_limit.vector};
+}
+
+std::string StreamImpl::describe() const { return fmt::format("stream {}", id); }
+
+void StreamImpl::enqueue(WorkItem item) {
+  {
+    std::lock_guard lock(mutex);
+    queue.push_back(std::move(item));
+    if (busy) return;
+  }
+  pump();
+}
+
+void StreamImpl::item_done(std::exception_ptr item_error) {
+  {
+    std::lock_guard lock(mutex);
+    busy = false;
+    if (item_error && !error) error = item_error;
+  }
+  pump();
+}
+
+// Starts queued items until one is in flight or the queue is empty. Items
+// that finish synchronously (records, satisfied waits, skipped kernels) are
+// handled in this loop, not by recursion.
+void StreamImpl::pump() {
+  auto self = shared_from_this();  // keep alive while items complete
+  for (;;) {
+    WorkItem item;
+    {
+      std::lock_guard lock(mutex);
+      if (busy || queue.empty()) {
+        if (!busy) idle_cv.notify_all();
+        return;
+      }
+      item = std::move(queue.front());
+      queue.pop_front();
+      busy = true;
+    }
+    std::exception_ptr finished_error;
+    if (!start(item, finished_error)) return;  // completes asynchronously
+    std::lock_guard lock(mutex);
+    busy = false;
+    if (finished_error && !error) error = finished_error;
+  }
+}
+
+bool StreamImpl::start(WorkItem& item, std::exception_ptr& finished_error) {
+  std::exception_ptr current_error;
+  {
+    std::lock_guard lock(mutex);
+    current_error = error;
+  }
+  switch (item.type) {
+    case WorkItem::Type::kernel: {
+      if (current_error) {  // an errored stream skips kernels until the error is reported
+        CM_LOG_DEBUG("stream {}: skipping kernel '{}' after an earlier error", id,
+                     item.kernel->info.name);
+        return true;
+      }
+      {
+        std::lock_guard lock(mutex);
+        head_description = fmt::format("kernel '{}' ({} blocks)", item.kernel->info.name,
+                                       item.kernel->info.block_dim);
+      }
+      device->submit(std::move(item.kernel));
+      return false;
+    }
+    case WorkItem::Type::record:
+      item.recording->complete(current_error);
+      return true;
+    case WorkItem::Type::wait: {
+      {
+        std::lock_guard lock(mutex);
+        head_description = "wait for " + item.recording->describe();
+      }
+      std::weak_ptr<StreamImpl> weak = weak_from_this();
+      bool parked = item.recording->on_complete([weak](std::exception_ptr recorded_error) {
+        if (auto s = weak.lock()) s->item_done(recorded_error);
+      });
+      if (parked) return false;
+      std::lock_guard lock(item.recording->mutex);
+      finished_error = item.recording->error;
+      return true;
+    }
+  }
+  return true;
+}
+
+void StreamImpl::rethrow_pending_error(std::unique_lock<std::mutex>& lock) {
+  if (!error) return;
+  std::exception_ptr e = error;
+  error = nullptr;
+  lock.unlock();
+  std::rethrow_exception(e);
+}
+
+void StreamImpl::synchronize() {
+  std::unique_lock lock(mutex);
+  const auto idle = [&] { return !busy && queue.empty(); };
+  if (!idle()) {
+    // Short spin (without the lock) for kernels that finish quickly.
+    lock.unlock();
+    const auto spin_end =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(device->spin_us);
+    while (std::chrono::steady_clock::now() < spin_end) {
+      {
+        std::lock_guard probe(mutex);
+        if (!busy && queue.empty()) break;
+      }
+      std::this_thread::yield();
+    }
+    lock.lock();
+  }
+  if (!idle_cv.wait_for(lock, wait_timeout(), idle)) {
+    CM_THROW(TimeoutError,
+             "raise COREMESH_WAIT_TIMEOUT_S if the work is just slow; otherwise look for a "
+             "kernel that never returns or an event recorded on a stream that is stuck",
+             "{} did not finish within {} s: it is running {} with {} more item(s) queued",
+             describe(), wait_timeout().count() / 1000.0, head_description, queue.size());
+  }
+  rethrow_pending_error(lock);
+}
+
+bool StreamImpl::query() {
+  std::unique_lock lock(mutex);
+  rethrow_pending_error(lock);
+  return !busy && queue.empty();
+}
+
+// ---------------------------------------------------------------------------
+// Stream
+
+Stream::Stream(Device& device, int priority) : impl_(device.impl().make_stream(priority)) {}
+
+int Stream::id() const { return impl_->id; }
+int Stream::priority() const { return impl_->priority; }
+Device& Stream::device() const { return *impl_->device->owner; }
+
+void Stream::launch(const LaunchInfo& info, KernelBody body) {
+  const CoreLimits limits = impl_->effective_limits();
+  const int allowed = max_blocks(limits, info.kind);
+  CM_CHECK(info.block_dim >= 1 && info.block_dim <= allowed,
+           fmt::format("tile the kernel into 1..{} blocks (raise the {} core limit for more)",
+                       allowed, kernel_kind_name(info.kind)),
+           "kernel '{}' ({}) launched with block_dim {} but stream {} allows {} {} cores "
+           "(cube {}, vector {})",
+           info.name, kernel_kind_name(info.kind), info.block_dim, impl_->id, allowed,
+           kernel_kind_name(info.kind), limits.cube, limits.vector);
+  CM_CHECK(body != nullptr, "pass a kernel body", "kernel '{}' has no body", info.name);
+  auto run = std::make_shared<KernelRun>();
+  run->info = info;
+  run->body = std::move(body);
+  run->limits = limits;
+  run->stream = impl_;
+  run->blocks_left.store(info.block_dim);
+  run->profiled = profiler_enabled();
+  if (run->profiled) run->blocks.resize(static_cast<size_t>(info.block_dim));
+  impl_->enqueue(WorkItem{WorkItem::Type::kernel, std::move(run), nullptr});
+}
+
+bool Stream::query() { return impl_->query(); }
+void Stream::synchronize() { impl_->synchronize(); }
+
+Event Stream::record_event() {
+  Event e;
+  e.record(*this);
+  return e;
+}
+
+void Stream::wait_event(const Event& event) {
+  Event copy = event;
+  copy.wait(*this);
+}
+
+void Stream::wait_stream(Stream& other) {
+  Event e;
+  e.record(other);
+  e.wait(*this);
+}
+
+void Stream::set_limit(int cube_num, int vector_num) {
+  const CoreLimits spec = impl_->device->spec;
+  validate_limit_value(cube_num, spec.cube, "cube", "stream");
+  validate_limit_value(vector_num, spec.vector, "vector", "stream");
+  if (cube_num != -1) impl_->cube_limit = cube_num;
+  if (vector_num != -1) impl_->vector_limit = vector_num;
+}
+
+void Stream::reset_limit() {
+  impl_->cube_limit = 0;
+  impl_->vector_limit = 0;
+}
+
+CoreLimits Stream::effective_limits() const { return impl_->effective_limits(); }
+
+// ---------------------------------------------------------------------------
+// Current stream, guards and the RFC's free functions.
+
+Stream current_stream() {
+  if (t_current_stream) return Stream(t_current_stream);
+  return Device::default_device().default_stream();
+}
+
+void set_current_stream(const Stream& stream) { t_current_stream = stream.impl(); }
+
+void synchronize() { Device::default_device().synchronize(); }
+
+StreamGuard::StreamGuard(const Stream& stream) : previous_(current_stream()) {
+  set_current_stream(stream);
+}
+StreamGuard::~StreamGuard() { set_current_stream(previous_); }
+
+StreamLimitGuard::StreamLimitGuard(const Stream& stream, int cube_num, int vector_num)
+    : stream_(stream),
+      current_(stream),
+      saved_{stream.impl()->cube_limit.load(), stream.impl()->vector_limit.load()} {
+  stream_.set_limit(cube_num, vector_num);
+}
+
+StreamLimitGuard::~StreamLimitGuard() {
+  stream_.impl()->cube_limit = saved_.cube;
+  stream_.impl()->vector_limit = saved_.vector;
+}
+
+void set_stream_limit(Stream& stream, int cube_num, int vector_num) {
+  stream.set_limit(cube_num, vector_num);
+}
+void reset_stream_limit(Stream& stream) { stream.reset_limit(); }
+CoreLimits get_stream_limit(const Stream& stream) { return stream.effective_limits(); }
+CoreLimits current_limits() { return current_stream().effective_limits(); }
+
+}  // namespace coremesh::runtime

@@ -1,0 +1,137 @@
+// Tensor, storage, errors, logging and environment parsing.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "coremesh/core/env.hpp"
+#include "coremesh/core/error.hpp"
+#include "coremesh/core/log.hpp"
+#include "coremesh/core/tensor.hpp"
+
+namespace coremesh {
+namespace {
+
+TEST(Tensor, StorageIs64ByteAlignedAndContiguous) {
+  for (int64_t n : {1, 3, 17, 1000}) {
+    Tensor t = Tensor::zeros({n, 3});
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % 64, 0u);
+    EXPECT_TRUE(t.is_contiguous());
+    EXPECT_EQ(t.strides(), (Shape{3, 1}));
+    EXPECT_EQ(t.nbytes(), static_cast<size_t>(n * 3 * 4));
+  }
+}
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor t = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5}, {2, 3});
+  Tensor v = t.view({3, 2});
+  v.data<float>()[5] = 50;
+  EXPECT_EQ(t.item({1, 2}), 50);
+  Tensor row = t.select(0, 1);
+  EXPECT_EQ(row.shape(), (Shape{3}));
+  EXPECT_EQ(row.item({0}), 3);
+  Tensor cols = t.slice(1, 1, 3);
+  EXPECT_EQ(cols.shape(), (Shape{2, 2}));
+  EXPECT_FALSE(cols.is_contiguous());
+  EXPECT_EQ(cols.item({1, 0}), 4);
+  Tensor tr = t.transpose(0, 1);
+  EXPECT_EQ(tr.shape(), (Shape{3, 2}));
+  EXPECT_EQ(tr.item({2, 1}), 50);
+  EXPECT_EQ(t.storage().use_count(), 5);
+}
+
+TEST(Tensor, ContiguousCopiesStridedViewsInOrder) {
+  Tensor t = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5}, {2, 3});
+  Tensor c = t.transpose(0, 1).contiguous();
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_EQ(c.to_float_vector(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+  EXPECT_NE(c.storage(), t.storage());
+}
+
+TEST(Tensor, ViewInfersOneDimension) {
+  Tensor t = Tensor::zeros({4, 6});
+  EXPECT_EQ(t.view({-1, 3}).shape(), (Shape{8, 3}));
+  EXPECT_THROW(t.view({-1, -1}), InvalidArgument);
+  EXPECT_THROW(t.view({5, 5}), InvalidArgument);
+  EXPECT_THROW(t.transpose(0, 1).view({24}), InvalidArgument);
+}
+
+TEST(Tensor, ConvertsBetweenDtypes) {
+  Tensor t = Tensor::from_vector<float>({1.0f, -2.5f, 1000.0f, 3.0e-3f}, {4});
+  EXPECT_EQ(t.to(DType::bf16).to(DType::f32).to_float_vector(),
+            (std::vector<float>{1.0f, -2.5f, 1000.0f, to_float(to_bf16(3.0e-3f))}));
+  EXPECT_EQ(t.to(DType::f8e4m3).to_float_vector(), (std::vector<float>{1.0f, -2.5f, 448.0f,
+                                                                     to_float(to_f8e4m3(3.0e-3f))}));
+  EXPECT_EQ(t.to(DType::i32).to_float_vector(), (std::vector<float>{1, -2, 1000, 0}));
+}
+
+TEST(Tensor, BadUseGivesAHint) {
+  Tensor t = Tensor::zeros({2, 2});
+  try {
+    t.data<int32_t>();
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("HINT"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("tensor.hpp"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(t.slice(0, 1, 3), InvalidArgument);
+  EXPECT_THROW(t.select(2, 0), InvalidArgument);
+  EXPECT_THROW(t.item({2, 0}), InvalidArgument);
+  EXPECT_THROW(Tensor::empty({-1}), InvalidArgument);
+  EXPECT_THROW(Tensor().raw_data(), InvalidArgument);
+  EXPECT_THROW((Tensor::from_vector<float>({1, 2, 3}, {2, 2})), InvalidArgument);
+}
+
+TEST(Tensor, WrapKeepsTheOwnerAlive) {
+  auto owner = std::make_shared<std::vector<float>>(6, 1.5f);
+  std::weak_ptr<std::vector<float>> weak = owner;
+  Tensor t = Tensor::wrap(owner->data(), {2, 3}, DType::f32, owner);
+  owner.reset();
+  EXPECT_FALSE(weak.expired());
+  EXPECT_EQ(t.item({1, 2}), 1.5f);
+  t = Tensor();
+  EXPECT_TRUE(weak.expired());
+}
+
+TEST(Error, CarriesFileLineAndHint) {
+  try {
+    CM_CHECK(1 + 1 == 3, "fix the arithmetic", "math is broken: {}", 42);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.message(), "math is broken: 42");
+    EXPECT_EQ(e.hint(), "fix the arithmetic");
+    EXPECT_GT(e.line(), 0);
+    EXPECT_NE(std::string(e.what()).find("test_tensor.cpp:"), std::string::npos);
+  }
+}
+
+TEST(Log, LevelsParseAndFilter) {
+  EXPECT_EQ(parse_log_level("DEBUG"), LogLevel::debug);
+  EXPECT_EQ(parse_log_level("warning"), LogLevel::warn);
+  EXPECT_THROW(parse_log_level("loud"), InvalidArgument);
+  const LogLevel saved = log_level();
+  set_log_level(LogLevel::error);
+  ::testing::internal::CaptureStderr();
+  CM_LOG_INFO("hidden {}", 1);
+  CM_LOG_ERROR("shown {}", 2);
+  const std::string out = ::testing::internal::GetCapturedStderr();
+  set_log_level(saved);
+  EXPECT_EQ(out.find("hidden"), std::string::npos);
+  EXPECT_NE(out.find("shown 2"), std::string::npos);
+}
+
+TEST(Env, ParsesNumbersAndSizes) {
+  setenv("COREMESH_TEST_INT", "12", 1);
+  setenv("COREMESH_TEST_BAD", "12x", 1);
+  EXPECT_EQ(env::get_int("COREMESH_TEST_INT", 0), 12);
+  EXPECT_EQ(env::get_int("COREMESH_TEST_UNSET", 7), 7);
+  EXPECT_THROW(env::get_int("COREMESH_TEST_BAD", 0), InvalidArgument);
+  EXPECT_EQ(env::parse_size("4096"), 4096);
+  EXPECT_EQ(env::parse_size("64M"), 64ll << 20);
+  EXPECT_EQ(env::parse_size("2G"), 2ll << 30);
+  EXPECT_THROW(env::parse_size("3X"), InvalidArgument);
+  EXPECT_THROW(env::parse_size("-1"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace coremesh

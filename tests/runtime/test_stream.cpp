@@ -1,0 +1,206 @@
+// Streams: ordering, asynchrony, errors, watchdog.
+#include <atomic>
+#include <latch>
+#include <mutex>
+#include <thread>
+
+#include "coremesh/core/error.hpp"
+#include "helpers.hpp"
+
+namespace coremesh::runtime {
+namespace {
+
+using namespace testing;
+
+DeviceOptions two_cores() { return {.cores = 2, .cube_cores = 4, .vector_cores = 4}; }
+
+TEST(Stream, RunsItsWorkInOrder) {
+  Device device(two_cores());
+  Stream s(device);
+  std::vector<int> order;
+  std::mutex m;
+  for (int i = 0; i < 50; ++i) {
+    s.launch({"step", KernelKind::vector, 1, 0}, [&, i](const BlockContext&) {
+      std::lock_guard lock(m);
+      order.push_back(i);
+    });
+  }
+  s.synchronize();
+  ASSERT_EQ(order.size(), 50u);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(order[i], i);
+}
+
+TEST(Stream, EveryBlockRunsOnceWithItsIndex) {
+  Device device(two_cores());
+  Stream s(device);
+  std::vector<std::atomic<int>> seen(4);
+  std::atomic<int> bad_core{0};
+  s.launch({"blocks", KernelKind::cube, 4, 0}, [&](const BlockContext& ctx) {
+    EXPECT_EQ(ctx.block_dim, 4);
+    if (ctx.core_id < 0 || ctx.core_id >= 2) bad_core++;
+    seen[ctx.block_idx]++;
+  });
+  s.synchronize();
+  for (auto& count : seen) EXPECT_EQ(count.load(), 1);
+  EXPECT_EQ(bad_core.load(), 0);
+}
+
+TEST(Stream, LaunchIsAsynchronousAndQueryTellsProgress) {
+  Device device(two_cores());
+  Stream s(device);
+  std::latch release(1);
+  s.launch({"blocked", KernelKind::vector, 1, 0}, [&](const BlockContext&) { release.wait(); });
+  // launch returned while the kernel cannot finish: it did not block the host.
+  EXPECT_FALSE(s.query());
+  release.count_down();
+  s.synchronize();
+  EXPECT_TRUE(s.query());
+}
+
+TEST(Stream, KernelErrorIsReportedOnceBySynchronize) {
+  Device device(two_cores());
+  Stream s(device);
+  std::atomic<int> ran_after{0};
+  s.launch({"explodes", KernelKind::vector, 2, 0},
+           [](const BlockContext&) { throw std::runtime_error("boom"); });
+  s.launch({"after", KernelKind::vector, 1, 0}, [&](const BlockContext&) { ran_after++; });
+  try {
+    s.synchronize();
+    FAIL() << "the kernel error was lost";
+  } catch (const KernelError& e) {
+    EXPECT_NE(std::string(e.what()).find("explodes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("boom"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ran_after.load(), 0) << "kernels after an error must be skipped";
+  // Reported once: the stream is usable again.
+  s.launch({"again", KernelKind::vector, 1, 0}, [&](const BlockContext&) { ran_after++; });
+  s.synchronize();
+  EXPECT_EQ(ran_after.load(), 1);
+}
+
+TEST(Stream, KernelErrorIsReportedByQuery) {
+  Device device(two_cores());
+  Stream s(device);
+  s.launch({"explodes", KernelKind::vector, 1, 0},
+           [](const BlockContext&) { throw std::runtime_error("bad"); });
+  bool thrown = false;
+  for (int i = 0; i < 10000 && !thrown; ++i) {
+    try {
+      s.query();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    } catch (const KernelError&) {
+      thrown = true;
+    }
+  }
+  EXPECT_TRUE(thrown);
+  EXPECT_TRUE(s.query());
+}
+
+TEST(Stream, WatchdogNamesTheStreamAndWhatItWaitsOn) {
+  Device device(two_cores());
+  Stream producer(device), consumer(device);
+  std::latch release(1);
+  producer.launch({"stuck_kernel", KernelKind::vector, 1, 0},
+                  [&](const BlockContext&) { release.wait(); });
+  Event e;
+  e.record(producer);
+  e.wait(consumer);
+  launch_busy(consumer, "after_wait", 0.1);
+  const auto saved = wait_timeout();
+  set_wait_timeout(std::chrono::milliseconds(200));
+  try {
+    consumer.synchronize();
+    ADD_FAILURE() << "expected a timeout";
+  } catch (const TimeoutError& err) {
+    const std::string what = err.what();
+    EXPECT_NE(what.find(fmt::format("stream {}", consumer.id())), std::string::npos) << what;
+    EXPECT_NE(what.find(fmt::format("event {}", e.id())), std::string::npos) << what;
+    EXPECT_NE(what.find(fmt::format("recorded on stream {}", producer.id())), std::string::npos)
+        << what;
+  }
+  try {
+    producer.synchronize();
+    ADD_FAILURE() << "expected a timeout";
+  } catch (const TimeoutError& err) {
+    EXPECT_NE(std::string(err.what()).find("stuck_kernel"), std::string::npos) << err.what();
+  }
+  set_wait_timeout(saved);
+  release.count_down();
+  consumer.synchronize();
+}
+
+TEST(Stream, BlockDimMustFitTheLimitOfItsKind) {
+  Device device(two_cores());
+  Stream s(device);
+  s.set_limit(2, 3);
+  auto body = [](const BlockContext&) {};
+  EXPECT_THROW(s.launch({"k", KernelKind::cube, 3, 0}, body), InvalidArgument);
+  EXPECT_THROW(s.launch({"k", KernelKind::vector, 4, 0}, body), InvalidArgument);
+  EXPECT_THROW(s.launch({"k", KernelKind::mixed, 3, 0}, body), InvalidArgument);
+  EXPECT_THROW(s.launch({"k", KernelKind::comm, 0, 0}, body), InvalidArgument);
+  EXPECT_NO_THROW(s.launch({"k", KernelKind::vector, 3, 0}, body));
+  EXPECT_NO_THROW(s.launch({"k", KernelKind::comm, 3, 0}, body));
+  EXPECT_NO_THROW(s.launch({"k", KernelKind::mixed, 2, 0}, body));
+  s.synchronize();
+}
+
+TEST(Stream, CurrentStreamFollowsGuardsPerThread) {
+  Device device(two_cores());
+  Stream a(device), b(device);
+  {
+    StreamGuard ga(a);
+    EXPECT_EQ(current_stream(), a);
+    {
+      StreamGuard gb(b);
+      EXPECT_EQ(current_stream(), b);
+      std::thread other([&] { EXPECT_FALSE(current_stream() == b); });
+      other.join();
+    }
+    EXPECT_EQ(current_stream(), a);
+  }
+  EXPECT_EQ(current_stream(), Device::default_device().default_stream());
+}
+
+TEST(Stream, DroppedHandleStillCompletesItsWork) {
+  Device device(two_cores());
+  std::atomic<int> ran{0};
+  {
+    Stream s(device);
+    for (int i = 0; i < 5; ++i)
+      s.launch({"k", KernelKind::vector, 1, 0}, [&](const BlockContext&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ran++;
+      });
+  }
+  device.synchronize();
+  EXPECT_EQ(ran.load(), 5);
+}
+
+TEST(Stream, ManyStreamsManyKernelsFromSeveralThreads) {
+  Device device(two_cores());
+  std::vector<Stream> streams;
+  for (int i = 0; i < 6; ++i) streams.emplace_back(device);
+  std::atomic<int64_t> sum{0};
+  std::vector<std::thread> hosts;
+  for (int t = 0; t < 3; ++t) {
+    hosts.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        Stream& s = streams[(t * 7 + i) % streams.size()];
+        s.launch({"add", KernelKind::vector, 1 + i % 3, 0},
+                 [&](const BlockContext& ctx) { sum += ctx.block_idx + 1; });
+      }
+    });
+  }
+  for (auto& h : hosts) h.join();
+  device.synchronize();
+  // sum over i of (1 + 2 + ... + block_dim) with block_dim = 1 + i % 3, per thread.
+  int64_t expected = 0;
+  for (int i = 0; i < 200; ++i) {
+    int b = 1 + i % 3;
+    expected += b * (b + 1) / 2;
+  }
+  EXPECT_EQ(sum.load(), 3 * expected);
+}
+
+}  // namespace
+}  // namespace coremesh::runtime
