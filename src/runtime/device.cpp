@@ -35,13 +35,8 @@ void pin_current_thread(int cpu) {
 
 // A short polite spin: the first iterations only pause, later ones yield.
 void spin_pause(int iteration) {
-  if (iteration < 64) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  } else {
-    std::this_thread::yield();
-  }
+  if (iteration < 64) cpu_relax();
+  else std::this_thread::yield();
 }
 
 }  // namespace

@@ -29,6 +29,13 @@ namespace coremesh::runtime {
 
 struct StreamImpl;
 
+// One iteration of a polite busy-wait.
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
 
 // One record() of an Event: completes when the recording stream reaches it.
 struct Recording {
@@ -86,7 +93,11 @@ struct StreamImpl : std::enable_shared_from_this<StreamImpl> {
   std::deque<WorkItem> queue;
   bool busy = false;  // the head item is in flight
   std::exception_ptr error;
-  std::string head_description;  // what the in-flight item is, for the watchdog
+  // The in-flight item, kept for the watchdog's message (described lazily).
+  std::shared_ptr<KernelRun> head_kernel;
+  std::shared_ptr<Recording> head_wait;
+  // Items enqueued and not yet finished; lets host waits spin without the lock.
+  std::atomic<int64_t> pending{0};
 
   void enqueue(WorkItem item);
   // Called when the in-flight item finished; starts the next ones.
@@ -96,6 +107,7 @@ struct StreamImpl : std::enable_shared_from_this<StreamImpl> {
   bool query();
   CoreLimits effective_limits() const;
   std::string describe() const;
+  std::string describe_head() const;  // needs `mutex` held
 
  private:
   void pump();

@@ -37,10 +37,18 @@ CoreLimits StreamImpl::effective_limits() const {
 
 std::string StreamImpl::describe() const { return fmt::format("stream {}", id); }
 
+std::string StreamImpl::describe_head() const {
+  if (head_wait) return "a wait for " + head_wait->describe();
+  if (head_kernel)
+    return fmt::format("kernel '{}' ({} blocks)", head_kernel->info.name, head_kernel->info.block_dim);
+  return "nothing";
+}
+
 void StreamImpl::enqueue(WorkItem item) {
   {
     std::lock_guard lock(mutex);
     queue.push_back(std::move(item));
+    pending.fetch_add(1, std::memory_order_relaxed);
     if (busy) return;
   }
   pump();
@@ -50,7 +58,10 @@ void StreamImpl::item_done(std::exception_ptr item_error) {
   {
     std::lock_guard lock(mutex);
     busy = false;
+    head_kernel.reset();
+    head_wait.reset();
     if (item_error && !error) error = item_error;
+    pending.fetch_sub(1, std::memory_order_release);
   }
   pump();
 }
@@ -77,6 +88,7 @@ void StreamImpl::pump() {
     std::lock_guard lock(mutex);
     busy = false;
     if (finished_error && !error) error = finished_error;
+    pending.fetch_sub(1, std::memory_order_release);
   }
 }
 
@@ -95,8 +107,7 @@ bool StreamImpl::start(WorkItem& item, std::exception_ptr& finished_error) {
       }
       {
         std::lock_guard lock(mutex);
-        head_description = fmt::format("kernel '{}' ({} blocks)", item.kernel->info.name,
-                                       item.kernel->info.block_dim);
+        head_kernel = item.kernel;
       }
       device->submit(std::move(item.kernel));
       return false;
@@ -107,7 +118,7 @@ bool StreamImpl::start(WorkItem& item, std::exception_ptr& finished_error) {
     case WorkItem::Type::wait: {
       {
         std::lock_guard lock(mutex);
-        head_description = "wait for " + item.recording->describe();
+        head_wait = item.recording;
       }
       std::weak_ptr<StreamImpl> weak = weak_from_this();
       bool parked = item.recording->on_complete([weak](std::exception_ptr recorded_error) {
@@ -134,16 +145,16 @@ void StreamImpl::synchronize() {
   std::unique_lock lock(mutex);
   const auto idle = [&] { return !busy && queue.empty(); };
   if (!idle()) {
-    // Short spin (without the lock) for kernels that finish quickly.
+    // Short spin (without the lock) for work that finishes quickly.
     lock.unlock();
     const auto spin_end =
         std::chrono::steady_clock::now() + std::chrono::microseconds(device->spin_us);
-    while (std::chrono::steady_clock::now() < spin_end) {
-      {
-        std::lock_guard probe(mutex);
-        if (!busy && queue.empty()) break;
+    for (int i = 0; pending.load(std::memory_order_acquire) != 0; ++i) {
+      cpu_relax();
+      if ((i & 63) == 63) {
+        if (std::chrono::steady_clock::now() >= spin_end) break;
+        std::this_thread::yield();
       }
-      std::this_thread::yield();
     }
     lock.lock();
   }
@@ -152,7 +163,7 @@ void StreamImpl::synchronize() {
              "raise COREMESH_WAIT_TIMEOUT_S if the work is just slow; otherwise look for a "
              "kernel that never returns or an event recorded on a stream that is stuck",
              "{} did not finish within {} s: it is running {} with {} more item(s) queued",
-             describe(), wait_timeout().count() / 1000.0, head_description, queue.size());
+             describe(), wait_timeout().count() / 1000.0, describe_head(), queue.size());
   }
   rethrow_pending_error(lock);
 }
