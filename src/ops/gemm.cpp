@@ -25,8 +25,12 @@ std::pair<int, int> choose_grid(int64_t m, int64_t n, int64_t k, int64_t budget)
       if (gm > 1 && ceil_div(m, gm) < kMinTile) continue;
       if (gn > 1 && ceil_div(n, gn) < kMinTile) continue;
       const int64_t cost = ceil_div(m, gm) * ceil_div(n, gn);
-      // Prefer splitting rows (contiguous output) when costs tie.
-      if (cost < best_cost || (cost == best_cost && gm > best.first)) {
+      // On ties prefer the squarer tile (sgemm is slow on thin tiles), then
+      // splitting rows (contiguous output).
+      const int64_t thin = std::min(ceil_div(m, gm), ceil_div(n, gn));
+      const int64_t best_thin = std::min(ceil_div(m, best.first), ceil_div(n, best.second));
+      if (cost < best_cost ||
+          (cost == best_cost && (thin > best_thin || (thin == best_thin && gm > best.first)))) {
         best_cost = cost;
         best = {static_cast<int>(gm), static_cast<int>(gn)};
       }

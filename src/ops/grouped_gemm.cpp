@@ -303,6 +303,10 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
   detail::launch("grouped_matmul_dw", detail::KernelKind::cube, plan,
                  [dy, x, dw, offsets, G, N, K, R, C, tr, nt, layout](const detail::BlockContext& ctx) {
                    const int64_t* off = offsets.data<int64_t>();
+                   for (int64_t g = 0; g < G; ++g)
+                     CM_CHECK(off[0] == 0 && off[g] <= off[g + 1] && off[G] <= x.size(0),
+                              "offsets must start at 0, not decrease and end at most at M",
+                              "bad group offsets at group {}", g);
                    auto [u0, u1] = detail::split_range(G * nt, ctx.block_idx, ctx.block_dim);
                    for (int64_t u = u0; u < u1; ++u) {
                      const int64_t g = u / nt, r0 = u % nt * tr, rows = std::min(tr, R - r0);

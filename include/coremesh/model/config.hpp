@@ -1,0 +1,103 @@
+// ModelConfig: the hyper-parameters of the DeepSeek-V3-style decoder
+// (DESIGN.md §6), loaded from JSON and validated with messages that say what
+// to change, plus the size arithmetic `coremesh train --dry-run` prints.
+//
+// Notation used across src/model: B batch, T sequence length, C d_model,
+// H query heads, Hkv key/value heads, D head dim (C/H), V vocab, E routed
+// experts, K top-k, F expert hidden size, Fd dense hidden size.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace coremesh::model {
+
+enum class Gating { softmax, sigmoid };
+// What happens to a (token, expert) assignment over an expert's capacity:
+// token_order drops the latest tokens of the micro-batch; low_score drops the
+// assignments with the lowest gate weights.
+enum class DropPolicy { token_order, low_score };
+// Storage/compute precision of activations and GEMM inputs; master weights
+// and optimizer state are always fp32.
+enum class Precision { f32, bf16, fp8 };
+
+struct ModelConfig {
+  int vocab_size = 256;      // V (byte-level)
+  int d_model = 256;         // C
+  int n_layers = 4;
+  int n_heads = 4;           // H
+  int n_kv_heads = 4;        // Hkv; H % Hkv == 0 (GQA), == H (MHA)
+  int max_seq_len = 256;     // longest T the model is used with
+  int first_k_dense = 1;     // layers [0, first_k_dense) use the dense FFN
+  int dense_hidden = 1024;   // Fd
+  int n_routed_experts = 8;  // E; 0 makes every layer dense
+  int n_shared_experts = 1;  // one SwiGLU of hidden n_shared * F
+  int top_k = 2;             // K
+  int expert_hidden = 256;   // F
+  Gating gating = Gating::softmax;
+  int n_groups = 1;          // expert groups for group-limited routing
+  int topk_groups = 1;       // groups kept per token
+  float bias_update_rate = 0.0f;  // aux-loss-free balancing step (0: off)
+  float aux_loss_alpha = 0.0f;    // sequence-wise balance loss weight (0: off)
+  float capacity_factor = 0.0f;   // <= 0: no capacity limit (no drops)
+  DropPolicy drop_policy = DropPolicy::token_order;
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+  float init_std = 0.02f;
+  bool tied_embeddings = true;
+  Precision precision = Precision::f32;
+
+  int head_dim() const { return d_model / n_heads; }
+  bool is_moe_layer(int layer) const { return n_routed_experts > 0 && layer >= first_k_dense; }
+  int n_moe_layers() const;
+  // Tokens one expert may take in a micro-batch of `tokens` tokens
+  // (ceil(capacity_factor * tokens * K / E)); -1 when unlimited.
+  int64_t expert_capacity(int64_t tokens) const;
+
+  // Throws InvalidArgument naming the field, the offending value and what to
+  // change. Reports every problem found, not only the first.
+  void validate() const;
+  // Problems as sentences (empty when valid).
+  std::vector<std::string> problems() const;
+
+  bool operator==(const ModelConfig&) const = default;
+};
+
+ModelConfig model_config_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const ModelConfig& config);
+ModelConfig load_model_config(const std::string& path);
+// Field-by-field differences "name: a vs b" (used to explain a mismatched
+// checkpoint).
+std::vector<std::string> config_differences(const ModelConfig& a, const ModelConfig& b);
+
+std::string gating_name(Gating g);
+std::string drop_policy_name(DropPolicy p);
+std::string precision_name(Precision p);
+Precision parse_precision(const std::string& name);
+
+struct ParamCount {
+  int64_t total = 0;      // every trained parameter
+  int64_t active = 0;     // used per token (top-k of the routed experts)
+  int64_t embedding = 0;  // token embedding (+ untied head)
+  int64_t expert = 0;     // routed expert weights
+};
+ParamCount count_params(const ModelConfig& config);
+
+// Training FLOPs per token (forward + backward = 3x forward) for sequences of
+// length T: 6 * active matmul params + attention scores/values
+// (6 * n_layers * T * C, the causal half of 12*L*T*C), as in PaLM/Chinchilla.
+double flops_per_token(const ModelConfig& config, int seq_len);
+
+struct MemoryEstimate {
+  int64_t weights = 0;      // fp32 master weights
+  int64_t gradients = 0;    // fp32
+  int64_t optimizer = 0;    // AdamW m and v, fp32
+  int64_t activations = 0;  // saved for backward, one micro-batch
+  int64_t total() const { return weights + gradients + optimizer + activations; }
+};
+MemoryEstimate estimate_memory(const ModelConfig& config, int micro_batch, int seq_len);
+
+}  // namespace coremesh::model

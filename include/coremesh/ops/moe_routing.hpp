@@ -1,0 +1,94 @@
+// MoE routing: gating scores, (group-limited) top-k with aux-loss-free bias,
+// switch auxiliary loss, capacity with drop policies, permutation of tokens
+// into expert-contiguous order and the weighted combine back.
+//
+// Notation: T tokens, E experts, k experts per token, C hidden size,
+// G expert groups (E % G == 0). indices (T,k) i32 hold expert ids, -1 for a
+// dropped assignment (weight 0). Every kernel runs on the current stream;
+// nothing here synchronizes with the host (counts and offsets stay tensors).
+#pragma once
+
+#include <cstdint>
+
+#include "coremesh/core/tensor.hpp"
+
+namespace coremesh::ops {
+
+enum class ScoreFunc { softmax, sigmoid };
+
+// logits (T,E) -> scores (T,E): softmax over experts, or sigmoid per expert.
+Tensor router_scores(const Tensor& logits, ScoreFunc func);
+Tensor router_scores_backward(const Tensor& dscores, const Tensor& scores, ScoreFunc func);
+
+struct TopKConfig {
+  int k = 2;
+  int n_groups = 1;     // G; 1 disables group-limited routing
+  int topk_groups = 1;  // groups kept per token (DeepSeek-V3: a group scores the sum of its top-2)
+  bool renorm = false;  // weights / sum of the k selected scores
+  float route_scale = 1.0f;
+};
+
+struct Routing {
+  Tensor indices;  // (T,k) i32, -1 = dropped
+  Tensor weights;  // (T,k) f32
+};
+
+// Selects by scores + bias (bias (E) optional: aux-loss-free balancing, used
+// for selection only); weights are the unbiased scores of the selected
+// experts (renormalized if asked) times route_scale. Ties go to the lower id.
+Routing topk_route(const Tensor& scores, const Tensor& bias, const TopKConfig& config);
+// dweights (T,k) -> dscores (T,E) (zero for unselected experts).
+Tensor topk_route_backward(const Tensor& dweights, const Tensor& scores, const Routing& routing,
+                           const TopKConfig& config);
+
+// counts (E) i64: assignments per expert (dropped ones not counted).
+Tensor expert_counts(const Tensor& indices, int64_t num_experts);
+// Aux-loss-free bias update, in place: bias[e] += rate * sign(mean(counts) - counts[e]).
+void update_expert_bias(const Tensor& bias, const Tensor& counts, float rate);
+
+// Switch-Transformer auxiliary loss: loss = alpha E sum_e f_e P_e, with
+// f_e = counts_e / (T k) (no gradient) and P_e = mean_t scores[t,e].
+// dscores[t,e] = alpha E f_e / T (to be chained into router_scores_backward).
+struct AuxLoss {
+  Tensor loss;     // (1)
+  Tensor dscores;  // (T,E)
+};
+AuxLoss switch_aux_loss(const Tensor& scores, const Tensor& indices, int64_t num_experts, float alpha);
+
+// capacity = ceil(factor * T * k / E)
+int64_t expert_capacity(int64_t tokens, int64_t k, int64_t num_experts, float factor);
+enum class DropPolicy {
+  probability,  // keep each expert's `capacity` highest-weight assignments
+  position,     // keep each expert's first `capacity` assignments in token order
+};
+// Returns a copy of routing with assignments beyond capacity dropped (-1, 0).
+Routing apply_capacity(const Routing& routing, int64_t num_experts, int64_t capacity,
+                       DropPolicy policy);
+
+// Expert-contiguous permutation (stable: token order inside an expert).
+struct Permutation {
+  Tensor x;        // (T*k, C): rows [offsets[e], offsets[e+1]) belong to expert e;
+                   // rows from offsets[E] on (dropped slots) are zero
+  Tensor offsets;  // (E+1) i64, the group list of grouped_matmul
+  Tensor row_of;   // (T,k) i64: row of x holding assignment (t,j), -1 if dropped
+};
+Permutation permute(const Tensor& x, const Tensor& indices, int64_t num_experts);
+// dxp (T*k, C) -> dx (T,C) = sum_j dxp[row_of[t,j]]
+Tensor permute_backward(const Tensor& dxp, const Tensor& row_of);
+// Combine: y (T,C) = sum_j weights[t,j] * yp[row_of[t,j]].
+Tensor unpermute(const Tensor& yp, const Tensor& row_of, const Tensor& weights);
+struct UnpermuteGrads {
+  Tensor dyp;       // (T*k, C)
+  Tensor dweights;  // (T,k)
+};
+UnpermuteGrads unpermute_backward(const Tensor& dy, const Tensor& yp, const Tensor& row_of,
+                                  const Tensor& weights);
+
+namespace reference {
+Routing topk_route(const Tensor& scores, const Tensor& bias, const TopKConfig& config);
+Routing apply_capacity(const Routing& routing, int64_t num_experts, int64_t capacity,
+                       DropPolicy policy);
+AuxLoss switch_aux_loss(const Tensor& scores, const Tensor& indices, int64_t num_experts, float alpha);
+}  // namespace reference
+
+}  // namespace coremesh::ops

@@ -1,0 +1,103 @@
+// Trainer: the single-PE training loop.
+//
+//   for step in [start, steps):
+//     zero grads; for each of grad_accum micro-batches: forward, backward(1/accum)
+//     clip (global norm), AdamW with lr = schedule(step), router-bias update
+//     every val_every steps: validation loss over val_batches fixed batches
+//     every ckpt_every steps: atomic checkpoint
+//
+// Everything that influences later steps (weights, AdamW moments and step
+// count, router biases, data position, RNG) is in the checkpoint, so a
+// resumed run continues bit-exactly.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coremesh/model/config.hpp"
+#include "coremesh/model/model.hpp"
+#include "coremesh/model/rng.hpp"
+#include "coremesh/train/checkpoint.hpp"
+#include "coremesh/train/data.hpp"
+#include "coremesh/train/metrics.hpp"
+#include "coremesh/train/optimizer.hpp"
+#include "coremesh/train/report.hpp"
+#include "coremesh/train/schedule.hpp"
+
+namespace coremesh::train {
+
+struct TrainConfig {
+  model::ModelConfig model;
+  std::vector<std::string> data;  // text files
+  double val_fraction = 0.05;
+  int batch_size = 8;   // sequences per micro-batch
+  int seq_len = 128;
+  int grad_accum = 1;   // micro-batches per step
+  int64_t steps = 100;
+  double lr = 1e-3, min_lr = 1e-4;
+  int64_t warmup_steps = 10;
+  AdamWConfig adam;
+  uint64_t seed = 1;
+  int val_every = 50;   // 0: only at the end
+  int val_batches = 8;
+  int log_every = 10;
+  std::string out_dir = "runs/coremesh";
+  int ckpt_every = 0;   // 0: only at the end
+  int keep_checkpoints = 3;
+  int threads = 0;      // OpenBLAS threads; 0: all CPUs
+  bool report = true;
+  bool progress = true;
+
+  void validate() const;
+  int64_t tokens_per_step() const { return int64_t(batch_size) * seq_len * grad_accum; }
+};
+
+TrainConfig train_config_from_json(const nlohmann::json& j, TrainConfig base = {});
+nlohmann::json to_json(const TrainConfig& c);
+
+struct TrainResult {
+  int64_t steps_done = 0;
+  double final_loss = 0, final_val_loss = -1;
+  double mean_tokens_per_s = 0, mean_mfu = 0;
+  std::string checkpoint, report;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainConfig& config);
+
+  // Loads a checkpoint (a file, or a directory: its latest), refusing a
+  // corrupt or mismatched one.
+  void resume(const std::string& path);
+  // Trains until `until_step` (default: config steps); saves a checkpoint at
+  // the end when save_at_end.
+  TrainResult run(int64_t until_step = -1, bool save_at_end = true);
+  double validate();
+  std::string save_checkpoint_now();
+
+  int64_t step() const { return step_; }
+  model::Model& model() { return *model_; }
+  const std::vector<StepRecord>& records() const { return records_; }
+  const std::vector<ValRecord>& validation() const { return val_records_; }
+  ReportData report_data() const;
+
+ private:
+  CheckpointState checkpoint_state() const;
+
+  TrainConfig cfg_;
+  std::unique_ptr<TextDataset> data_;
+  std::unique_ptr<DataLoader> train_loader_, val_loader_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<AdamW> opt_;
+  LrSchedule schedule_;
+  model::Rng rng_;
+  int64_t step_ = 0;
+  std::vector<StepRecord> records_;
+  std::vector<ValRecord> val_records_;
+  std::vector<ExpertLoadRecord> expert_load_;
+};
+
+}  // namespace coremesh::train

@@ -1,0 +1,80 @@
+// Embedding lookup (rows of the table) and backward (scatter-add by id).
+// Notation: V vocabulary, C channels, N ids.
+#include "coremesh/ops/embedding.hpp"
+
+#include <cstring>
+
+#include "detail.hpp"
+
+namespace coremesh::ops {
+namespace {
+
+int64_t id_at(const Tensor& ids, int64_t i, int64_t V) {
+  const int64_t id = ids.dtype() == DType::i64 ? ids.data<int64_t>()[i] : ids.data<int32_t>()[i];
+  CM_CHECK(id >= 0 && id < V, "token ids must be in [0, vocab)", "id {} at {} is out of range for V={}",
+           id, i, V);
+  return id;
+}
+
+void check_ids(const Tensor& ids) {
+  detail::check_contiguous(ids, "ids");
+  CM_CHECK(ids.dtype() == DType::i64 || ids.dtype() == DType::i32, "pass i32 or i64 ids",
+           "ids are {}", dtype_name(ids.dtype()));
+}
+
+}  // namespace
+
+// out[i,:] = table[ids[i],:]
+Tensor embedding(const Tensor& table, const Tensor& ids) {
+  detail::check_contiguous(table, "table");
+  detail::check_dtype(table, DType::f32, "table");
+  CM_CHECK(table.dim() == 2, "pass a (V,C) table", "table must be 2-D, got {}", table.describe());
+  check_ids(ids);
+  const int64_t V = table.size(0), C = table.size(1), N = ids.numel();
+  Shape shape = ids.shape();
+  shape.push_back(C);
+  Tensor out = Tensor::empty(shape);
+  detail::launch_rows("embedding", detail::KernelKind::vector, {table.shape(), ids.shape()},
+                      {DType::f32, ids.dtype()}, "", N, C, [table, ids, out, V, C](int64_t i0, int64_t i1) {
+                        for (int64_t i = i0; i < i1; ++i)
+                          std::memcpy(out.data<float>() + i * C, table.data<float>() + id_at(ids, i, V) * C,
+                                      static_cast<size_t>(C) * sizeof(float));
+                      });
+  return out;
+}
+
+// dtable[v,c] = sum_{i: ids[i]=v} dy[i,c]; block b owns columns split_range(C, b, n).
+Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t V) {
+  detail::check_contiguous(dy, "dy");
+  detail::check_dtype(dy, DType::f32, "dy");
+  check_ids(ids);
+  const int64_t N = ids.numel();
+  CM_CHECK(dy.dim() >= 1 && dy.numel() == N * dy.size(-1), "dy must be (..., C) with one row per id",
+           "dy {} does not match {} ids", dy.describe(), N);
+  const int64_t C = dy.size(-1);
+  Tensor dtable = Tensor::empty({V, C});
+  if (V * C == 0) return dtable;
+  detail::Plan plan = detail::plan("embedding_backward", detail::KernelKind::vector,
+                                   {dy.shape(), {V, C}}, {DType::f32, ids.dtype()}, "",
+                                   [&](int max_blocks) {
+                                     detail::Tiling t;
+                                     t.align = 16;  // whole cache lines of columns per block
+                                     t.block_dim = static_cast<int>(std::min<int64_t>(
+                                         max_blocks, detail::ceil_div(C, 16)));
+                                     return t;
+                                   });
+  detail::launch("embedding_backward", detail::KernelKind::vector, plan,
+                 [dy, ids, dtable, N, V, C](const detail::BlockContext& ctx) {
+                   auto [c0, c1] = detail::split_range(C, ctx.block_idx, ctx.block_dim, 16);
+                   float* out = dtable.data<float>();
+                   for (int64_t v = 0; v < V; ++v) std::fill(out + v * C + c0, out + v * C + c1, 0.0f);
+                   for (int64_t i = 0; i < N; ++i) {
+                     const float* g = dy.data<float>() + i * C;
+                     float* row = out + id_at(ids, i, V) * C;
+                     for (int64_t c = c0; c < c1; ++c) row[c] += g[c];
+                   }
+                 });
+  return dtable;
+}
+
+}  // namespace coremesh::ops

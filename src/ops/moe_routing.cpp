@@ -1,0 +1,385 @@
+// MoE routing kernels. Notation: T tokens, E experts, k per token, C hidden.
+// Per-token kernels split tokens over blocks; per-expert kernels split experts
+// (each expert scans the (T,k) assignments, so no two blocks write one slot).
+#include "coremesh/ops/moe_routing.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "coremesh/ops/activation.hpp"
+#include "detail.hpp"
+
+namespace coremesh::ops {
+namespace {
+
+constexpr auto kVector = detail::KernelKind::vector;
+
+void check_scores(const Tensor& s, const char* what) {
+  detail::check_contiguous(s, what);
+  detail::check_dtype(s, DType::f32, what);
+  CM_CHECK(s.dim() == 2, "pass (T,E) scores", "{} must be (T,E), got {}", what, s.describe());
+}
+
+void check_indices(const Tensor& idx) {
+  detail::check_contiguous(idx, "indices");
+  detail::check_dtype(idx, DType::i32, "indices");
+  CM_CHECK(idx.dim() == 2, "pass (T,k) indices", "indices must be (T,k), got {}", idx.describe());
+}
+
+// Expert id of an assignment, checked against E (-1 passes through).
+int64_t expert_at(const int32_t* idx, int64_t i, int64_t E) {
+  const int64_t e = idx[i];
+  CM_CHECK(e >= -1 && e < E, "expert ids must be in [0, E) or -1", "expert id {} at {} for E={}", e, i, E);
+  return e;
+}
+
+}  // namespace
+
+Tensor router_scores(const Tensor& logits, ScoreFunc func) {
+  check_scores(logits, "logits");
+  if (func == ScoreFunc::softmax) return softmax(logits);
+  Tensor s = Tensor::empty(logits.shape());
+  detail::launch_rows("router_sigmoid", kVector, {logits.shape()}, {DType::f32}, "",
+                      detail::rows_of(logits), logits.size(1), [logits, s](int64_t r0, int64_t r1) {
+                        const int64_t E = logits.size(1);
+                        for (int64_t i = r0 * E; i < r1 * E; ++i)
+                          s.data<float>()[i] = 1.0f / (1.0f + detail::fast_exp(-logits.data<float>()[i]));
+                      });
+  return s;
+}
+
+// softmax: dl = s (ds - sum ds s);  sigmoid: dl = ds s (1 - s)
+Tensor router_scores_backward(const Tensor& dscores, const Tensor& scores, ScoreFunc func) {
+  check_scores(scores, "scores");
+  detail::check_shape(dscores, scores.shape(), "dscores");
+  if (func == ScoreFunc::softmax) return softmax_backward(dscores, scores);
+  Tensor d = Tensor::empty(scores.shape());
+  detail::launch_rows("router_sigmoid_backward", kVector, {scores.shape()}, {DType::f32}, "",
+                      detail::rows_of(scores), scores.size(1), [dscores, scores, d](int64_t r0, int64_t r1) {
+                        const int64_t E = scores.size(1);
+                        for (int64_t i = r0 * E; i < r1 * E; ++i) {
+                          const float s = scores.data<float>()[i];
+                          d.data<float>()[i] = dscores.data<float>()[i] * s * (1.0f - s);
+                        }
+                      });
+  return d;
+}
+
+Routing topk_route(const Tensor& scores, const Tensor& bias, const TopKConfig& cfg) {
+  check_scores(scores, "scores");
+  const int64_t T = scores.size(0), E = scores.size(1);
+  CM_CHECK(cfg.k >= 1 && cfg.k <= E, "use 1 <= k <= E", "top-k with k={} of E={}", cfg.k, E);
+  CM_CHECK(cfg.n_groups >= 1 && E % cfg.n_groups == 0 && cfg.topk_groups >= 1 &&
+               cfg.topk_groups <= cfg.n_groups && cfg.k <= cfg.topk_groups * (E / cfg.n_groups),
+           "n_groups must divide E, 1 <= topk_groups <= n_groups, and the kept groups must hold k experts",
+           "E={} n_groups={} topk_groups={} k={}", E, cfg.n_groups, cfg.topk_groups, cfg.k);
+  if (bias.defined()) {
+    detail::check_shape(bias, {E}, "bias");
+    detail::check_dtype(bias, DType::f32, "bias");
+  }
+  Routing r{Tensor::empty({T, cfg.k}, DType::i32), Tensor::empty({T, cfg.k})};
+  Tensor idx = r.indices, w = r.weights;
+  detail::launch_rows(
+      "topk_route", kVector, {scores.shape()}, {DType::f32},
+      fmt::format("k={};g={};tg={};renorm={};bias={}", cfg.k, cfg.n_groups, cfg.topk_groups, cfg.renorm, bias.defined()),
+      T, E * 4, [scores, bias, idx, w, cfg, E](int64_t t0, int64_t t1) {
+        const int64_t G = cfg.n_groups, per = E / G, k = cfg.k;
+        std::vector<float> sel(static_cast<size_t>(E));
+        std::vector<int64_t> order(static_cast<size_t>(std::max(E, G)));
+        std::vector<float> gscore(static_cast<size_t>(G));
+        for (int64_t t = t0; t < t1; ++t) {
+          const float* s = scores.data<float>() + t * E;
+          for (int64_t e = 0; e < E; ++e) sel[e] = s[e] + (bias.defined() ? bias.data<float>()[e] : 0.0f);
+          if (G > 1) {  // group score: sum of the group's top-2 (max if the group has one expert)
+            for (int64_t g = 0; g < G; ++g) {
+              float a = -INFINITY, b = -INFINITY;
+              for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+                if (sel[e] > a) b = a, a = sel[e];
+                else if (sel[e] > b) b = sel[e];
+              }
+              gscore[g] = per >= 2 ? a + b : a;
+            }
+            std::iota(order.begin(), order.begin() + G, 0);
+            std::stable_sort(order.begin(), order.begin() + G,
+                             [&](int64_t x, int64_t y) { return gscore[x] > gscore[y]; });
+            for (int64_t i = cfg.topk_groups; i < G; ++i)  // mask dropped groups
+              for (int64_t e = order[i] * per; e < (order[i] + 1) * per; ++e) sel[e] = -INFINITY;
+          }
+          std::iota(order.begin(), order.begin() + E, 0);
+          std::partial_sort(order.begin(), order.begin() + k, order.begin() + E, [&](int64_t x, int64_t y) {
+            return sel[x] > sel[y] || (sel[x] == sel[y] && x < y);
+          });
+          float sum = 0.0f;
+          for (int64_t j = 0; j < k; ++j) sum += s[order[j]];
+          const float norm = cfg.renorm ? cfg.route_scale / (sum + 1e-20f) : cfg.route_scale;
+          for (int64_t j = 0; j < k; ++j) {
+            idx.data<int32_t>()[t * k + j] = static_cast<int32_t>(order[j]);
+            w.data<float>()[t * k + j] = s[order[j]] * norm;
+          }
+        }
+      });
+  return r;
+}
+
+// w_j = c s_j / Z (renorm, Z = sum_i s_i over the selected) or c s_j:
+//   ds_j = c (dw_j / Z - sum_i dw_i s_i / Z^2)   or   ds_j = c dw_j
+Tensor topk_route_backward(const Tensor& dweights, const Tensor& scores, const Routing& routing,
+                           const TopKConfig& cfg) {
+  check_scores(scores, "scores");
+  check_indices(routing.indices);
+  detail::check_shape(dweights, routing.indices.shape(), "dweights");
+  const int64_t T = scores.size(0), E = scores.size(1), k = routing.indices.size(1);
+  Tensor ds = Tensor::empty({T, E});
+  Tensor idx = routing.indices;
+  detail::launch_rows("topk_route_backward", kVector, {scores.shape()}, {DType::f32},
+                      fmt::format("k={};renorm={}", k, cfg.renorm), T, E,
+                      [dweights, scores, idx, ds, cfg, E, k](int64_t t0, int64_t t1) {
+                        for (int64_t t = t0; t < t1; ++t) {
+                          const float* s = scores.data<float>() + t * E;
+                          const int32_t* ix = idx.data<int32_t>() + t * k;
+                          const float* dw = dweights.data<float>() + t * k;
+                          float* out = ds.data<float>() + t * E;
+                          std::fill(out, out + E, 0.0f);
+                          float Z = 0.0f, dot = 0.0f;
+                          for (int64_t j = 0; j < k; ++j)
+                            if (ix[j] >= 0) Z += s[ix[j]], dot += dw[j] * s[ix[j]];
+                          for (int64_t j = 0; j < k; ++j) {
+                            if (ix[j] < 0) continue;
+                            out[ix[j]] += cfg.renorm ? cfg.route_scale * (dw[j] / (Z + 1e-20f) - dot / ((Z + 1e-20f) * (Z + 1e-20f)))
+                                                     : cfg.route_scale * dw[j];
+                          }
+                        }
+                      });
+  return ds;
+}
+
+Tensor expert_counts(const Tensor& indices, int64_t E) {
+  check_indices(indices);
+  Tensor counts = Tensor::empty({E}, DType::i64);
+  const int64_t n = indices.numel();
+  detail::launch_rows("expert_counts", kVector, {indices.shape()}, {DType::i32}, fmt::format("E={}", E), E,
+                      n, [indices, counts, n, E](int64_t e0, int64_t e1) {
+                        const int32_t* ix = indices.data<int32_t>();
+                        int64_t* c = counts.data<int64_t>();
+                        std::fill(c + e0, c + e1, 0);
+                        for (int64_t i = 0; i < n; ++i) {
+                          const int64_t e = expert_at(ix, i, E);
+                          if (e >= e0 && e < e1) ++c[e];
+                        }
+                      });
+  return counts;
+}
+
+void update_expert_bias(const Tensor& bias, const Tensor& counts, float rate) {
+  detail::check_contiguous(bias, "bias");
+  detail::check_dtype(bias, DType::f32, "bias");
+  detail::check_dtype(counts, DType::i64, "counts");
+  detail::check_shape(counts, bias.shape(), "counts");
+  const int64_t E = bias.numel();
+  detail::launch_rows("update_expert_bias", kVector, {bias.shape()}, {DType::f32}, "", E, E,
+                      [bias, counts, rate, E](int64_t e0, int64_t e1) {
+                        const int64_t* c = counts.data<int64_t>();
+                        double mean = 0;
+                        for (int64_t e = 0; e < E; ++e) mean += double(c[e]);
+                        mean /= double(E);
+                        for (int64_t e = e0; e < e1; ++e) {
+                          const double err = mean - double(c[e]);  // > 0: underloaded, raise its bias
+                          bias.data<float>()[e] += rate * static_cast<float>((err > 0) - (err < 0));
+                        }
+                      });
+}
+
+// Pass 1 per expert e: f_e, P_e, the column dscores[:,e] = alpha E f_e / T and
+// the term f_e P_e; pass 2 (one block) sums the terms in expert order.
+AuxLoss switch_aux_loss(const Tensor& scores, const Tensor& indices, int64_t E, float alpha) {
+  check_scores(scores, "scores");
+  check_indices(indices);
+  const int64_t T = scores.size(0), k = indices.size(1);
+  CM_CHECK(scores.size(1) == E && indices.size(0) == T, "scores (T,E) and indices (T,k) must agree",
+           "scores {} indices {} E={}", scores.describe(), indices.describe(), E);
+  AuxLoss out{Tensor::empty({1}), Tensor::empty({T, E})};
+  Tensor terms = Tensor::empty({E}), loss = out.loss, ds = out.dscores;
+  detail::launch_rows("switch_aux_loss", kVector, {scores.shape()}, {DType::f32}, fmt::format("k={}", k), E,
+                      T * (k + 1), [scores, indices, terms, ds, T, E, k, alpha](int64_t e0, int64_t e1) {
+                        const int32_t* ix = indices.data<int32_t>();
+                        for (int64_t e = e0; e < e1; ++e) {
+                          int64_t count = 0;
+                          double P = 0;
+                          for (int64_t i = 0; i < T * k; ++i) count += expert_at(ix, i, E) == e;
+                          for (int64_t t = 0; t < T; ++t) P += scores.data<float>()[t * E + e];
+                          const double f = (T * k != 0) ? double(count) / double(T * k) : 0.0;
+                          P = T ? P / double(T) : 0.0;
+                          terms.data<float>()[e] = static_cast<float>(f * P);
+                          const float g = T ? static_cast<float>(alpha * double(E) * f / double(T)) : 0.0f;
+                          for (int64_t t = 0; t < T; ++t) ds.data<float>()[t * E + e] = g;
+                        }
+                      });
+  detail::Plan plan = detail::plan("switch_aux_loss_total", kVector, {{E}}, {DType::f32}, "",
+                                   [](int) { return detail::Tiling{}; });
+  detail::launch("switch_aux_loss_total", kVector, plan, [terms, loss, E, alpha](const detail::BlockContext&) {
+    double s = 0;
+    for (int64_t e = 0; e < E; ++e) s += terms.data<float>()[e];
+    loss.data<float>()[0] = static_cast<float>(alpha * double(E) * s);
+  });
+  return out;
+}
+
+int64_t expert_capacity(int64_t tokens, int64_t k, int64_t E, float factor) {
+  CM_CHECK(E > 0 && factor > 0, "use E > 0 and a positive capacity factor", "E={} factor={}", E, factor);
+  return static_cast<int64_t>(std::ceil(double(factor) * double(tokens * k) / double(E)));
+}
+
+// Block b owns experts [e0, e1) and writes exactly the output slots whose
+// input expert is among them (block 0 also copies the already-dropped ones),
+// so every slot is written once and no host-side copy is needed.
+Routing apply_capacity(const Routing& routing, int64_t E, int64_t capacity, DropPolicy policy) {
+  check_indices(routing.indices);
+  detail::check_shape(routing.weights, routing.indices.shape(), "weights");
+  CM_CHECK(capacity >= 0, "use a capacity >= 0", "capacity {}", capacity);
+  Routing out{Tensor::empty(routing.indices.shape(), DType::i32), Tensor::empty(routing.weights.shape())};
+  const int64_t n = routing.indices.numel();
+  Tensor in_idx = routing.indices, in_w = routing.weights, idx = out.indices, w = out.weights;
+  detail::launch_rows("apply_capacity", kVector, {idx.shape()}, {DType::i32},
+                      fmt::format("E={};cap={};policy={}", E, capacity, static_cast<int>(policy)), E, n,
+                      [in_idx, in_w, idx, w, E, n, capacity, policy](int64_t e0, int64_t e1) {
+                        const int32_t* ix = in_idx.data<int32_t>();
+                        const float* wt = in_w.data<float>();
+                        std::vector<int64_t> mine;
+                        for (int64_t e = (e0 == 0 ? -1 : e0); e < e1; ++e) {
+                          mine.clear();
+                          for (int64_t i = 0; i < n; ++i)
+                            if (expert_at(ix, i, E) == e) mine.push_back(i);
+                          if (e >= 0 && policy == DropPolicy::probability)  // highest weight first, then position
+                            std::stable_sort(mine.begin(), mine.end(),
+                                             [&](int64_t a, int64_t b) { return wt[a] > wt[b]; });
+                          for (size_t j = 0; j < mine.size(); ++j) {
+                            const bool keep = e >= 0 && static_cast<int64_t>(j) < capacity;
+                            idx.data<int32_t>()[mine[j]] = keep ? static_cast<int32_t>(e) : -1;
+                            w.data<float>()[mine[j]] = keep ? wt[mine[j]] : 0.0f;
+                          }
+                        }
+                      });
+  return out;
+}
+
+// Pass 1 (one block, O(T k + E)): counting sort of the assignments by expert,
+// stable in token order -> offsets, row_of. Pass 2 (tokens split): copies.
+Permutation permute(const Tensor& x, const Tensor& indices, int64_t E) {
+  detail::check_contiguous(x, "x");
+  detail::check_dtype(x, DType::f32, "x");
+  check_indices(indices);
+  const int64_t T = indices.size(0), k = indices.size(1);
+  CM_CHECK(x.dim() == 2 && x.size(0) == T, "x must be (T,C) with one row per token",
+           "x {} for indices {}", x.describe(), indices.describe());
+  const int64_t C = x.size(1);
+  Permutation p{Tensor::empty({T * k, C}), Tensor::empty({E + 1}, DType::i64),
+                Tensor::empty({T, k}, DType::i64)};
+  Tensor offsets = p.offsets, row_of = p.row_of, xp = p.x;
+  detail::Plan plan = detail::plan("permute_index", kVector, {indices.shape()}, {DType::i32},
+                                   fmt::format("E={}", E), [](int) { return detail::Tiling{}; });
+  detail::launch("permute_index", kVector, plan, [indices, offsets, row_of, E, T, k](const detail::BlockContext&) {
+    const int32_t* ix = indices.data<int32_t>();
+    int64_t* off = offsets.data<int64_t>();
+    std::fill(off, off + E + 1, 0);
+    for (int64_t i = 0; i < T * k; ++i) {
+      const int64_t e = expert_at(ix, i, E);
+      if (e >= 0) ++off[e + 1];
+    }
+    for (int64_t e = 0; e < E; ++e) off[e + 1] += off[e];
+    std::vector<int64_t> next(off, off + E);
+    for (int64_t i = 0; i < T * k; ++i) row_of.data<int64_t>()[i] = ix[i] >= 0 ? next[ix[i]]++ : -1;
+  });
+  detail::launch_rows("permute", kVector, {x.shape(), indices.shape()}, {DType::f32}, "", T, k * C,
+                      [x, row_of, offsets, xp, T, k, C, E](int64_t t0, int64_t t1) {
+                        for (int64_t t = t0; t < t1; ++t)
+                          for (int64_t j = 0; j < k; ++j) {
+                            const int64_t row = row_of.data<int64_t>()[t * k + j];
+                            if (row >= 0)
+                              std::memcpy(xp.data<float>() + row * C, x.data<float>() + t * C, C * sizeof(float));
+                          }
+                        // Unused slots: rows [offsets[E], T k), spread over the same token range.
+                        const int64_t used = offsets.data<int64_t>()[E];
+                        const int64_t z0 = used + (T * k - used) * t0 / T, z1 = used + (T * k - used) * t1 / T;
+                        std::fill(xp.data<float>() + z0 * C, xp.data<float>() + z1 * C, 0.0f);
+                      });
+  return p;
+}
+
+// x rows were copied to xp rows: dx[t] = sum_j dxp[row_of[t,j]]
+Tensor permute_backward(const Tensor& dxp, const Tensor& row_of) {
+  detail::check_contiguous(dxp, "dxp");
+  detail::check_dtype(row_of, DType::i64, "row_of");
+  const int64_t T = row_of.size(0), k = row_of.size(1), C = dxp.size(1);
+  Tensor dx = Tensor::empty({T, C});
+  detail::launch_rows("permute_backward", kVector, {dxp.shape(), row_of.shape()}, {DType::f32}, "", T,
+                      k * C, [dxp, row_of, dx, k, C](int64_t t0, int64_t t1) {
+                        for (int64_t t = t0; t < t1; ++t) {
+                          float* out = dx.data<float>() + t * C;
+                          std::fill(out, out + C, 0.0f);
+                          for (int64_t j = 0; j < k; ++j) {
+                            const int64_t row = row_of.data<int64_t>()[t * k + j];
+                            if (row < 0) continue;
+                            const float* g = dxp.data<float>() + row * C;
+                            for (int64_t c = 0; c < C; ++c) out[c] += g[c];
+                          }
+                        }
+                      });
+  return dx;
+}
+
+Tensor unpermute(const Tensor& yp, const Tensor& row_of, const Tensor& weights) {
+  detail::check_contiguous(yp, "yp");
+  detail::check_dtype(yp, DType::f32, "yp");
+  detail::check_dtype(row_of, DType::i64, "row_of");
+  detail::check_shape(weights, row_of.shape(), "weights");
+  const int64_t T = row_of.size(0), k = row_of.size(1), C = yp.size(1);
+  Tensor y = Tensor::empty({T, C});
+  detail::launch_rows("unpermute", kVector, {yp.shape(), row_of.shape()}, {DType::f32}, "", T, k * C,
+                      [yp, row_of, weights, y, k, C](int64_t t0, int64_t t1) {
+                        for (int64_t t = t0; t < t1; ++t) {
+                          float* out = y.data<float>() + t * C;
+                          std::fill(out, out + C, 0.0f);
+                          for (int64_t j = 0; j < k; ++j) {
+                            const int64_t row = row_of.data<int64_t>()[t * k + j];
+                            if (row < 0) continue;
+                            const float wj = weights.data<float>()[t * k + j];
+                            const float* src = yp.data<float>() + row * C;
+                            for (int64_t c = 0; c < C; ++c) out[c] += wj * src[c];
+                          }
+                        }
+                      });
+  return y;
+}
+
+// y[t] = sum_j w[t,j] yp[r(t,j)]:  dyp[r(t,j)] = w[t,j] dy[t],  dw[t,j] = dy[t] . yp[r(t,j)]
+UnpermuteGrads unpermute_backward(const Tensor& dy, const Tensor& yp, const Tensor& row_of,
+                                  const Tensor& weights) {
+  detail::check_contiguous(dy, "dy");
+  detail::check_contiguous(yp, "yp");
+  const int64_t T = row_of.size(0), k = row_of.size(1), C = yp.size(1);
+  detail::check_shape(dy, {T, C}, "dy");
+  UnpermuteGrads g{Tensor::zeros(yp.shape()), Tensor::empty({T, k})};
+  Tensor dyp = g.dyp, dw = g.dweights;
+  detail::launch_rows("unpermute_backward", kVector, {yp.shape(), row_of.shape()}, {DType::f32}, "", T,
+                      2 * k * C, [dy, yp, row_of, weights, dyp, dw, k, C](int64_t t0, int64_t t1) {
+                        for (int64_t t = t0; t < t1; ++t) {
+                          const float* g = dy.data<float>() + t * C;
+                          for (int64_t j = 0; j < k; ++j) {
+                            const int64_t row = row_of.data<int64_t>()[t * k + j];
+                            if (row < 0) {
+                              dw.data<float>()[t * k + j] = 0.0f;
+                              continue;
+                            }
+                            const float wj = weights.data<float>()[t * k + j];
+                            float* d = dyp.data<float>() + row * C;
+                            for (int64_t c = 0; c < C; ++c) d[c] = wj * g[c];
+                            dw.data<float>()[t * k + j] = detail::dot(g, yp.data<float>() + row * C, C);
+                          }
+                        }
+                      });
+  return g;
+}
+
+}  // namespace coremesh::ops

@@ -1,0 +1,175 @@
+#include "coremesh/train/checkpoint.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "coremesh/core/error.hpp"
+#include "coremesh/train/safetensors.hpp"
+
+namespace coremesh::train {
+namespace fs = std::filesystem;
+
+uint64_t hash_bytes(const void* data, size_t size, uint64_t seed) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t lane[4] = {seed ^ 0x243f6a8885a308d3ULL, seed ^ 0x13198a2e03707344ULL,
+                      seed ^ 0xa4093822299f31d0ULL, seed ^ 0x082efa98ec4e6c89ULL};
+  const uint64_t k = 0x9fb21c651e98df25ULL;
+  size_t i = 0;
+  for (; i + 32 <= size; i += 32)
+    for (int j = 0; j < 4; ++j) {
+      uint64_t w;
+      std::memcpy(&w, p + i + 8 * j, 8);
+      lane[j] = (lane[j] ^ w) * k;
+      lane[j] ^= lane[j] >> 29;
+    }
+  uint64_t h = size * k;
+  for (int j = 0; j < 4; ++j) h = (h ^ lane[j]) * k, h ^= h >> 32;
+  for (; i < size; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  h ^= h >> 33;
+  return h * 0xff51afd7ed558ccdULL ^ (h >> 29);
+}
+
+namespace {
+
+uint64_t hash_tensors(const NamedTensors& all) {
+  uint64_t h = 0;
+  for (const auto& [name, t] : all) {
+    Tensor c = t.is_contiguous() ? t : t.contiguous();
+    h = hash_bytes(c.raw_data(), c.nbytes(), h);
+  }
+  return h;
+}
+
+const char* kHint = "the checkpoint is damaged or incomplete; resume from an earlier checkpoint";
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const CheckpointState& s) {
+  NamedTensors all;
+  for (const auto& [n, t] : s.params) all.emplace_back("param/" + n, t);
+  for (const auto& [n, t] : s.adam_m) all.emplace_back("adam_m/" + n, t);
+  for (const auto& [n, t] : s.adam_v) all.emplace_back("adam_v/" + n, t);
+  for (const auto& [n, t] : s.buffers) all.emplace_back("buffer/" + n, t);
+  std::map<std::string, std::string> meta{
+      {"format", kCheckpointFormat},
+      {"version", std::to_string(kCheckpointVersion)},
+      {"step", std::to_string(s.step)},
+      {"model_config", model::to_json(s.config).dump()},
+      {"train_config", s.train_config.dump()},
+      {"rng_state", std::to_string(s.rng_state)},
+      {"data_epoch", std::to_string(s.data_position.epoch)},
+      {"data_cursor", std::to_string(s.data_position.cursor)},
+      {"data_fingerprint", s.data_fingerprint},
+      {"checksum", fmt::format("{:016x}", hash_tensors(all))}};
+  write_safetensors(path, all, meta);
+}
+
+CheckpointState load_checkpoint(const std::string& path) {
+  SafetensorsFile f = read_safetensors(path);
+  auto meta = [&](const char* key) -> const std::string& {
+    auto it = f.metadata.find(key);
+    CM_CHECK(it != f.metadata.end(), kHint, "checkpoint '{}' lacks metadata field '{}'", path, key);
+    return it->second;
+  };
+  CM_CHECK(meta("format") == kCheckpointFormat,
+           "pass a checkpoint written by `coremesh train`",
+           "'{}' is a safetensors file but not a coremesh checkpoint (format '{}')", path,
+           meta("format"));
+  CM_CHECK(meta("version") == std::to_string(kCheckpointVersion),
+           "use the coremesh version that wrote it",
+           "checkpoint '{}' has version {} but this build reads version {}", path, meta("version"),
+           kCheckpointVersion);
+  NamedTensors all;
+  for (const auto& name : f.names) all.emplace_back(name, f.tensors.at(name));
+  const std::string actual = fmt::format("{:016x}", hash_tensors(all));
+  CM_CHECK(actual == meta("checksum"), kHint,
+           "checkpoint '{}' is corrupt: data checksum {} does not match the recorded {}", path,
+           actual, meta("checksum"));
+  CheckpointState s;
+  try {
+    s.config = model::model_config_from_json(nlohmann::json::parse(meta("model_config")));
+    s.train_config = nlohmann::json::parse(meta("train_config"));
+    s.step = std::stoll(meta("step"));
+    s.rng_state = std::stoull(meta("rng_state"));
+    s.data_position.epoch = std::stoull(meta("data_epoch"));
+    s.data_position.cursor = std::stoull(meta("data_cursor"));
+  } catch (const std::exception& e) {
+    CM_THROW(InvalidArgument, kHint, "checkpoint '{}' has malformed metadata: {}", path, e.what());
+  }
+  s.data_fingerprint = meta("data_fingerprint");
+  for (const auto& [name, t] : all) {
+    auto slash = name.find('/');
+    std::string kind = name.substr(0, slash), rest = slash == std::string::npos ? "" : name.substr(slash + 1);
+    if (kind == "param") s.params.emplace_back(rest, t);
+    else if (kind == "adam_m") s.adam_m.emplace_back(rest, t);
+    else if (kind == "adam_v") s.adam_v.emplace_back(rest, t);
+    else if (kind == "buffer") s.buffers.emplace_back(rest, t);
+    else CM_THROW(InvalidArgument, kHint, "checkpoint '{}' holds unexpected tensor '{}'", path, name);
+  }
+  CM_CHECK(s.adam_m.size() == s.params.size() && s.adam_v.size() == s.params.size(), kHint,
+           "checkpoint '{}' has {} parameters but {} / {} optimizer moments", path, s.params.size(),
+           s.adam_m.size(), s.adam_v.size());
+  return s;
+}
+
+void check_compatible(const CheckpointState& ckpt, const model::ModelConfig& config,
+                      const NamedTensors& params, const std::string& path) {
+  std::vector<std::string> diffs;
+  for (const auto& d : model::config_differences(ckpt.config, config))
+    diffs.push_back("model config " + d + " (checkpoint vs now)");
+  std::map<std::string, Shape> have;
+  for (const auto& [n, t] : ckpt.params) have[n] = t.shape();
+  for (const auto& [n, t] : params) {
+    auto it = have.find(n);
+    if (it == have.end()) diffs.push_back(fmt::format("parameter '{}' is missing", n));
+    else if (it->second != t.shape())
+      diffs.push_back(fmt::format("parameter '{}' has shape {} but the model needs {}", n,
+                                  shape_str(it->second), shape_str(t.shape())));
+    if (it != have.end()) have.erase(it);
+  }
+  for (const auto& [n, s] : have) diffs.push_back(fmt::format("unexpected parameter '{}'", n));
+  if (diffs.empty()) return;
+  std::string text = fmt::format("checkpoint '{}' does not match the model being trained:", path);
+  for (const auto& d : diffs) text += "\n  - " + d;
+  CM_THROW(InvalidArgument,
+           "train with the checkpoint's config (drop the overriding flags) or start without --resume",
+           "{}", text);
+}
+
+std::string checkpoint_path(const std::string& dir, int64_t step) {
+  return (fs::path(dir) / fmt::format("step_{:08d}.safetensors", step)).string();
+}
+
+namespace {
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.size() == 5 + 8 + 12 && name.rfind("step_", 0) == 0 &&
+        name.substr(13) == ".safetensors" &&
+        std::all_of(name.begin() + 5, name.begin() + 13, ::isdigit))
+      out.emplace_back(std::stoll(name.substr(5, 8)), e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+}  // namespace
+
+std::string latest_checkpoint(const std::string& dir) {
+  auto all = list_checkpoints(dir);
+  return all.empty() ? "" : all.back().second;
+}
+
+void prune_checkpoints(const std::string& dir, int keep) {
+  if (keep <= 0) return;
+  auto all = list_checkpoints(dir);
+  for (size_t i = 0; i + size_t(keep) < all.size(); ++i) {
+    std::error_code ec;
+    fs::remove(all[i].second, ec);
+  }
+}
+
+}  // namespace coremesh::train

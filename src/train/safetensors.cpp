@@ -1,0 +1,212 @@
+#include "coremesh/train/safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "coremesh/core/error.hpp"
+
+namespace coremesh::train {
+namespace fs = std::filesystem;
+
+const Tensor& SafetensorsFile::at(const std::string& name) const {
+  auto it = tensors.find(name);
+  CM_CHECK(it != tensors.end(), "check the tensor name (see names)",
+           "tensor '{}' is not in the file", name);
+  return it->second;
+}
+
+std::string safetensors_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "F32";
+    case DType::bf16: return "BF16";
+    case DType::f8e4m3: return "F8_E4M3";
+    case DType::f8e5m2: return "F8_E5M2";
+    case DType::i32: return "I32";
+    case DType::i64: return "I64";
+  }
+  return "?";
+}
+
+DType parse_safetensors_dtype(const std::string& name) {
+  for (DType d : {DType::f32, DType::bf16, DType::f8e4m3, DType::f8e5m2, DType::i32, DType::i64})
+    if (safetensors_dtype(d) == name) return d;
+  CM_THROW(InvalidArgument, "coremesh reads F32, BF16, F8_E4M3, F8_E5M2, I32 and I64",
+           "unsupported safetensors dtype '{}'", name);
+}
+
+std::string safetensors_serialize(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  size_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    CM_CHECK(name != "__metadata__" && !header.contains(name), "give every tensor a unique name",
+             "duplicate or reserved tensor name '{}'", name);
+    header[name] = {{"dtype", safetensors_dtype(t.dtype())},
+                    {"shape", t.shape()},
+                    {"data_offsets", {offset, offset + t.nbytes()}}};
+    offset += t.nbytes();
+  }
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string out;
+  out.reserve(8 + json.size() + offset);
+  uint64_t n = json.size();
+  for (int i = 0; i < 8; ++i) out.push_back(char((n >> (8 * i)) & 0xff));
+  out += json;
+  for (const auto& [name, t] : tensors) {
+    Tensor c = t.is_contiguous() ? t : t.contiguous();
+    out.append(static_cast<const char*>(c.raw_data()), c.nbytes());
+  }
+  return out;
+}
+
+SafetensorsFile safetensors_parse(const char* data, size_t size, const std::string& what) {
+  const char* hint = "the file is damaged or not a safetensors file; use another copy";
+  CM_CHECK(size >= 8, hint, "{}: {} bytes is too short for a safetensors header", what, size);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(uint8_t(data[i])) << (8 * i);
+  CM_CHECK(n <= size - 8, hint, "{}: header declares {} bytes but only {} follow (truncated?)",
+           what, n, size - 8);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(data + 8, data + 8 + n);
+  } catch (const nlohmann::json::exception& e) {
+    CM_THROW(InvalidArgument, hint, "{}: header is not valid JSON: {}", what, e.what());
+  }
+  CM_CHECK(header.is_object(), hint, "{}: header is not a JSON object", what);
+  const char* base = data + 8 + n;
+  const size_t data_size = size - 8 - n;
+  SafetensorsFile file;
+  std::vector<std::pair<size_t, std::string>> order;
+  std::map<std::string, std::pair<size_t, size_t>> ranges;
+  try {
+    for (const auto& [name, entry] : header.items()) {
+      if (name == "__metadata__") {
+        for (const auto& [k, v] : entry.items()) {
+          CM_CHECK(v.is_string(), hint, "{}: metadata '{}' is not a string", what, k);
+          file.metadata[k] = v.get<std::string>();
+        }
+        continue;
+      }
+      DType dtype = parse_safetensors_dtype(entry.at("dtype").get<std::string>());
+      Shape shape = entry.at("shape").get<Shape>();
+      for (int64_t d : shape) CM_CHECK(d >= 0, hint, "{}: tensor '{}' has a negative dimension", what, name);
+      auto offs = entry.at("data_offsets").get<std::vector<size_t>>();
+      CM_CHECK(offs.size() == 2 && offs[0] <= offs[1], hint,
+               "{}: tensor '{}' has malformed data_offsets", what, name);
+      size_t expect = size_t(shape_numel(shape)) * dtype_size(dtype);
+      CM_CHECK(offs[1] - offs[0] == expect, hint,
+               "{}: tensor '{}' of shape {} {} needs {} bytes but its range holds {}", what, name,
+               shape_str(shape), safetensors_dtype(dtype), expect, offs[1] - offs[0]);
+      CM_CHECK(offs[1] <= data_size, hint,
+               "{}: tensor '{}' ends at byte {} of a {}-byte data section (truncated?)", what,
+               name, offs[1], data_size);
+      Tensor t = Tensor::empty(shape, dtype);
+      if (expect) std::memcpy(t.raw_data(), base + offs[0], expect);
+      file.tensors[name] = t;
+      order.emplace_back(offs[0], name);
+      ranges[name] = {offs[0], offs[1]};
+    }
+  } catch (const nlohmann::json::exception& e) {
+    CM_THROW(InvalidArgument, hint, "{}: malformed header entry: {}", what, e.what());
+  }
+  std::sort(order.begin(), order.end());
+  size_t cursor = 0;
+  for (const auto& [begin, name] : order) {
+    CM_CHECK(ranges[name].first == cursor, hint,
+             "{}: tensor '{}' starts at byte {} but the previous tensor ends at {} (overlap or hole)",
+             what, name, ranges[name].first, cursor);
+    cursor = ranges[name].second;
+    file.names.push_back(name);
+  }
+  CM_CHECK(cursor == data_size, hint, "{}: {} bytes of data follow the last tensor", what,
+           data_size - cursor);
+  return file;
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  CM_CHECK(fd >= 0, "check the path", "cannot open '{}': {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    CM_THROW(InvalidArgument, "check the path", "cannot stat '{}'", path);
+  }
+  size_t size = size_t(st.st_size);
+  void* map = size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+  ::close(fd);
+  CM_CHECK(size == 0 || map != MAP_FAILED, "check the file", "cannot map '{}': {}", path,
+           std::strerror(errno));
+  try {
+    SafetensorsFile f = safetensors_parse(static_cast<const char*>(map), size, path);
+    if (size) ::munmap(map, size);
+    return f;
+  } catch (...) {
+    if (size) ::munmap(map, size);
+    throw;
+  }
+}
+
+namespace {
+void fsync_path(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  fs::path target(path);
+  fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  CM_CHECK(fd >= 0, "check that the directory exists and is writable", "cannot create '{}': {}",
+           tmp, std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      CM_THROW(InvalidArgument, "free disk space or choose another directory",
+               "writing '{}' failed after {} of {} bytes: {}; '{}' was left untouched", tmp, done,
+               bytes.size(), std::strerror(err), path);
+    }
+    done += size_t(w);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    CM_THROW(InvalidArgument, "check the disk", "flushing '{}' failed: {}; '{}' was left untouched",
+             tmp, std::strerror(err), path);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    CM_THROW(InvalidArgument, "check permissions", "renaming '{}' to '{}' failed: {}", tmp, path,
+             std::strerror(err));
+  }
+  fsync_path(dir.string(), O_RDONLY | O_DIRECTORY);
+}
+
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  write_file_atomic(path, safetensors_serialize(tensors, metadata));
+}
+
+}  // namespace coremesh::train

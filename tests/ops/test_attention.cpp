@@ -1,0 +1,119 @@
+// Flash attention (MHA, GQA, causal and not, odd lengths spanning several
+// tiles) vs the materialized reference; backward vs reference and finite
+// differences; LSE merge equals attention over the union of keys; RoPE.
+#include "coremesh/ops/attention.hpp"
+#include "coremesh/ops/rope.hpp"
+#include "harness.hpp"
+
+namespace coremesh::ops {
+namespace {
+
+using namespace testing;
+
+struct AttnCase {
+  int64_t B, T, S, H, Hkv, D;
+  bool causal;
+};
+
+TEST(OpsAttention, ForwardBackwardMatchReference) {
+  const AttnCase cases[] = {
+      {2, 150, 150, 4, 4, 16, true},   // MHA, 3 query tiles, 2 key tiles
+      {1, 137, 137, 6, 2, 8, true},    // GQA 3:1
+      {2, 33, 70, 2, 1, 12, false},    // cross attention, MQA
+      {1, 1, 1, 1, 1, 4, true},
+  };
+  for (const AttnCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "T=" << c.T << " S=" << c.S << " H=" << c.H << " Hkv=" << c.Hkv);
+    Tensor q = randn({c.B, c.T, c.H, c.D}, 1), k = randn({c.B, c.S, c.Hkv, c.D}, 2);
+    Tensor v = randn({c.B, c.S, c.Hkv, c.D}, 3), dout = randn({c.B, c.T, c.H, c.D}, 4);
+    AttentionOut ref = reference::attention(q, k, v, c.causal);
+    AttentionGrads gref = reference::attention_backward(dout, q, k, v, c.causal);
+    for_each_limit([&](const LimitCase&) {
+      AttentionOut o = flash_attention(q, k, v, c.causal);
+      AttentionGrads g = flash_attention_backward(dout, q, k, v, ref.out, ref.lse, c.causal);
+      test_stream().synchronize();
+      EXPECT_NMSE(o.out, ref.out, 1e-11);
+      EXPECT_NMSE(o.lse, ref.lse, 1e-12);
+      EXPECT_NMSE(g.dq, gref.dq, 1e-10);
+      EXPECT_NMSE(g.dk, gref.dk, 1e-10);
+      EXPECT_NMSE(g.dv, gref.dv, 1e-10);
+    });
+  }
+}
+
+TEST(OpsAttention, GradientCheck) {
+  Tensor q = randn({1, 9, 4, 4}, 5), k = randn({1, 9, 2, 4}, 6), v = randn({1, 9, 2, 4}, 7);
+  Tensor dout = randn({1, 9, 4, 4}, 8);
+  AttentionGrads g;
+  run_on_stream([&] {
+    AttentionOut o = flash_attention(q, k, v);
+    g = flash_attention_backward(dout, q, k, v, o.out, o.lse);
+  });
+  auto loss = [&] {
+    AttentionOut o;
+    run_on_stream([&] { o = flash_attention(q, k, v); });
+    return dot(o.out, dout);
+  };
+  EXPECT_LT(grad_check(q, g.dq, loss), 1e-2);
+  EXPECT_LT(grad_check(k, g.dk, loss), 1e-2);
+  EXPECT_LT(grad_check(v, g.dv, loss), 1e-2);
+}
+
+TEST(OpsAttention, MergeOfTwoKeyHalvesEqualsFullAttention) {
+  // Queries at the end of a causal sequence attend to keys [0,40) fully and
+  // to [40,80) causally: the ring-attention split of one step.
+  const int64_t B = 2, T = 40, H = 3, D = 8;
+  Tensor q = randn({B, T, H, D}, 9), k = randn({B, 2 * T, H, D}, 10), v = randn({B, 2 * T, H, D}, 11);
+  Tensor k1 = k.slice(1, 0, T).contiguous(), k2 = k.slice(1, T, 2 * T).contiguous();
+  Tensor v1 = v.slice(1, 0, T).contiguous(), v2 = v.slice(1, T, 2 * T).contiguous();
+  // Full reference: keys [0, 2T) with query t at position T + t.
+  Tensor qfull = Tensor::zeros({B, 2 * T, H, D});
+  qfull.slice(1, T, 2 * T).copy_from(q);
+  AttentionOut full = reference::attention(qfull, k, v, true);
+  Tensor want = full.out.slice(1, T, 2 * T).contiguous();
+  Tensor want_lse = full.lse.slice(2, T, 2 * T).contiguous();
+  for_each_limit([&](const LimitCase&) {
+    AttentionOut a = flash_attention(q, k1, v1, false);
+    AttentionOut b = flash_attention(q, k2, v2, true);
+    AttentionOut m = merge_attention(a.out, a.lse, b.out, b.lse);
+    test_stream().synchronize();
+    EXPECT_NMSE(m.out, want, 1e-11);
+    EXPECT_NMSE(m.lse, want_lse, 1e-12);
+  });
+  // An empty partial (lse = -inf) leaves the other one unchanged.
+  Tensor empty_lse = Tensor::full({B, H, T}, -INFINITY), zeros = Tensor::zeros({B, T, H, D});
+  AttentionOut a, m;
+  run_on_stream([&] {
+    a = flash_attention(q, k1, v1, false);
+    m = merge_attention(zeros, empty_lse, a.out, a.lse);
+  });
+  EXPECT_TRUE(bitwise_equal(m.lse, a.lse));
+  EXPECT_NMSE(m.out, a.out, 1e-14);
+}
+
+TEST(OpsRope, ForwardBackward) {
+  for (bool interleaved : {false, true}) {
+    RopeConfig cfg{10000.0f, interleaved};
+    Tensor x = randn({2, 13, 3, 10}, 12), dy = randn({2, 13, 3, 10}, 13);
+    Tensor pos = rope_positions(13, 1000);
+    pos.data<int64_t>()[5] = 7;  // arbitrary (zig-zag) positions are allowed
+    Tensor ref = reference::rope(x, pos, cfg);
+    for_each_limit([&](const LimitCase&) {
+      Tensor y = rope(x, pos, cfg);
+      Tensor back = rope_backward(y, pos, cfg);  // rotation by -a undoes it
+      test_stream().synchronize();
+      EXPECT_NMSE(y, ref, 1e-12);
+      EXPECT_NMSE(back, x, 1e-12);
+    });
+    Tensor g;
+    run_on_stream([&] { g = rope_backward(dy, pos, cfg); });
+    EXPECT_LT(grad_check(x, g, [&] {
+                Tensor y;
+                run_on_stream([&] { y = rope(x, pos, cfg); });
+                return dot(y, dy);
+              }), 1e-2);
+  }
+}
+
+}  // namespace
+}  // namespace coremesh::ops

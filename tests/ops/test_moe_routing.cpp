@@ -1,0 +1,207 @@
+// MoE routing vs the references; group-limited selection; capacity drops;
+// permute -> grouped GEMM -> combine without a host synchronization, checked
+// against a per-token dense computation; gradients by finite differences.
+#include <set>
+
+#include "coremesh/ops/activation.hpp"
+#include "coremesh/ops/grouped_gemm.hpp"
+#include "coremesh/ops/moe_routing.hpp"
+#include "harness.hpp"
+
+namespace coremesh::ops {
+namespace {
+
+using namespace testing;
+
+TEST(OpsMoE, ScoresForwardBackward) {
+  Tensor logits = randn({21, 10}, 1), ds = randn({21, 10}, 2);
+  for (ScoreFunc f : {ScoreFunc::softmax, ScoreFunc::sigmoid}) {
+    Tensor s, g;
+    run_on_stream([&] {
+      s = router_scores(logits, f);
+      g = router_scores_backward(ds, s, f);
+    });
+    if (f == ScoreFunc::softmax) EXPECT_NMSE(s, reference::softmax(logits), 1e-12);
+    else EXPECT_NEAR(s.item({3, 4}), 1.0 / (1.0 + std::exp(-logits.item({3, 4}))), 1e-6);
+    EXPECT_LT(grad_check(logits, g, [&] {
+                Tensor y;
+                run_on_stream([&] { y = router_scores(logits, f); });
+                return dot(y, ds);
+              }), 1e-2);
+  }
+}
+
+TEST(OpsMoE, TopKPlainGroupLimitedAndBiased) {
+  const int64_t T = 37, E = 16;
+  Tensor scores = uniform({T, E}, 3, 0.0f, 1.0f), bias = randn({E}, 4, 0.1f);
+  const TopKConfig configs[] = {{2, 1, 1, false, 1.0f}, {4, 4, 2, true, 2.5f}, {3, 8, 3, true, 1.0f}};
+  for (const TopKConfig& cfg : configs) {
+    SCOPED_TRACE(::testing::Message() << "k=" << cfg.k << " groups=" << cfg.n_groups);
+    for (const Tensor& b : {Tensor(), bias}) {
+      Routing ref = reference::topk_route(scores, b, cfg);
+      for_each_limit([&](const LimitCase&) {
+        Routing r = topk_route(scores, b, cfg);
+        test_stream().synchronize();
+        EXPECT_TRUE(bitwise_equal(r.indices, ref.indices));
+        EXPECT_NMSE(r.weights, ref.weights, 1e-12);
+      });
+      for (int64_t t = 0; t < T; ++t) {  // at most topk_groups distinct groups per token
+        std::set<int> groups;
+        for (int j = 0; j < cfg.k; ++j) groups.insert(ref.indices.data<int32_t>()[t * cfg.k + j] / (E / cfg.n_groups));
+        EXPECT_LE(static_cast<int>(groups.size()), cfg.topk_groups);
+      }
+    }
+  }
+  // Bias changes the selection but not the weights' source: weights are unbiased scores.
+  Tensor huge = Tensor::zeros({E});
+  huge.data<float>()[7] = 100.0f;
+  Routing r = reference::topk_route(scores, huge, {1, 1, 1, false, 1.0f});
+  EXPECT_EQ(r.indices.data<int32_t>()[0], 7);
+  EXPECT_EQ(r.weights.item({0, 0}), scores.item({0, 7}));
+}
+
+TEST(OpsMoE, TopKBackward) {
+  Tensor scores = uniform({6, 8}, 5, 0.1f, 1.0f), dw = randn({6, 3}, 6);
+  for (bool renorm : {false, true}) {
+    TopKConfig cfg{3, 2, 1, renorm, 1.5f};
+    Tensor g;
+    Routing r;
+    run_on_stream([&] {
+      r = topk_route(scores, {}, cfg);
+      g = topk_route_backward(dw, scores, r, cfg);
+    });
+    EXPECT_LT(grad_check(scores, g, [&] {
+                Routing rr;
+                run_on_stream([&] { rr = topk_route(scores, {}, cfg); });
+                EXPECT_TRUE(bitwise_equal(rr.indices, r.indices)) << "selection moved under FD";
+                return dot(rr.weights, dw);
+              }, 1e-3f, 48), 1e-2);
+  }
+}
+
+TEST(OpsMoE, CountsBiasUpdateAndAuxLoss) {
+  const int64_t T = 50, E = 6;
+  Tensor scores = reference::softmax(randn({T, E}, 7));
+  Routing r = reference::topk_route(scores, {}, {2, 1, 1, false, 1.0f});
+  r.indices.data<int32_t>()[3] = -1;  // a dropped assignment is not counted
+  std::vector<int64_t> want(E, 0);
+  for (int64_t i = 0; i < T * 2; ++i)
+    if (r.indices.data<int32_t>()[i] >= 0) ++want[r.indices.data<int32_t>()[i]];
+  AuxLoss ref = reference::switch_aux_loss(scores, r.indices, E, 0.01f);
+  for_each_limit([&](const LimitCase&) {
+    Tensor counts = expert_counts(r.indices, E);
+    Tensor bias = Tensor::zeros({E});
+    update_expert_bias(bias, counts, 0.001f);
+    AuxLoss aux = switch_aux_loss(scores, r.indices, E, 0.01f);
+    test_stream().synchronize();
+    double mean = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      EXPECT_EQ(counts.data<int64_t>()[e], want[e]);
+      mean += want[e] / double(E);
+    }
+    for (int64_t e = 0; e < E; ++e)
+      EXPECT_EQ(bias.item({e}), want[e] < mean ? 0.001f : (want[e] > mean ? -0.001f : 0.0f));
+    EXPECT_NMSE(aux.loss, ref.loss, 1e-12);
+    EXPECT_NMSE(aux.dscores, ref.dscores, 1e-12);
+  });
+  AuxLoss aux;
+  run_on_stream([&] { aux = switch_aux_loss(scores, r.indices, E, 0.01f); });
+  Tensor ones = Tensor::full({1}, 1.0f);
+  EXPECT_LT(grad_check(scores, aux.dscores, [&] {
+              AuxLoss a;
+              run_on_stream([&] { a = switch_aux_loss(scores, r.indices, E, 0.01f); });
+              return dot(a.loss, ones);
+            }), 1e-2);
+}
+
+TEST(OpsMoE, CapacityDropPolicies) {
+  const int64_t T = 40, E = 4;
+  Tensor scores = reference::softmax(randn({T, E}, 8, 2.0f));
+  Routing r = reference::topk_route(scores, {}, {2, 1, 1, false, 1.0f});
+  const int64_t cap = expert_capacity(T, 2, E, 0.75f);
+  EXPECT_EQ(cap, 15);
+  for (DropPolicy policy : {DropPolicy::position, DropPolicy::probability}) {
+    Routing ref = reference::apply_capacity(r, E, cap, policy);
+    for_each_limit([&](const LimitCase&) {
+      Routing c = apply_capacity(r, E, cap, policy);
+      Tensor counts = expert_counts(c.indices, E);
+      test_stream().synchronize();
+      EXPECT_TRUE(bitwise_equal(c.indices, ref.indices));
+      EXPECT_TRUE(bitwise_equal(c.weights, ref.weights));
+      for (int64_t e = 0; e < E; ++e) EXPECT_LE(counts.data<int64_t>()[e], cap);
+    });
+  }
+}
+
+TEST(OpsMoE, PermuteGroupedGemmCombineWithoutHostSync) {
+  const int64_t T = 29, E = 5, C = 12, N = 7, k = 2;
+  Tensor x = randn({T, C}, 9), w = randn({E, N, C}, 10);
+  Tensor scores = reference::softmax(randn({T, E}, 11));
+  for_each_limit([&](const LimitCase&) {
+    Routing r = topk_route(scores, {}, {k, 1, 1, true, 1.0f});
+    Routing kept = apply_capacity(r, E, 10, DropPolicy::probability);  // some drops, maybe empty experts
+    Permutation p = permute(x, kept.indices, E);
+    Tensor yp = grouped_matmul(p.x, w, p.offsets);  // offsets produced on the stream
+    Tensor y = unpermute(yp, p.row_of, kept.weights);
+    test_stream().synchronize();
+    // Dense per-token reference: y[t] = sum_j w_j x[t] W_{e_j}^T.
+    Tensor want = Tensor::zeros({T, N});
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        const int e = kept.indices.data<int32_t>()[t * k + j];
+        if (e < 0) continue;
+        for (int64_t n = 0; n < N; ++n) {
+          double acc = 0;
+          for (int64_t c = 0; c < C; ++c) acc += double(x.item({t, c})) * w.item({e, n, c});
+          want.data<float>()[t * N + n] += static_cast<float>(kept.weights.item({t, j}) * acc);
+        }
+      }
+    EXPECT_NMSE(y, want, 1e-11);
+    // Expert-contiguous and stable.
+    const int64_t* off = p.offsets.data<int64_t>();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t row = p.row_of.data<int64_t>()[t * k + j];
+        const int e = kept.indices.data<int32_t>()[t * k + j];
+        if (e < 0) {
+          EXPECT_EQ(row, -1);
+          continue;
+        }
+        EXPECT_TRUE(row >= off[e] && row < off[e + 1]);
+        EXPECT_EQ(p.x.item({row, 3}), x.item({t, 3}));
+      }
+    for (int64_t row = off[E]; row < T * k; ++row) EXPECT_EQ(p.x.item({row, 0}), 0.0f);
+  });
+}
+
+TEST(OpsMoE, PermuteAndCombineGradients) {
+  const int64_t T = 6, E = 3, C = 4, k = 2;
+  Tensor x = randn({T, C}, 12), dy = randn({T, C}, 13);
+  Routing r = reference::topk_route(reference::softmax(randn({T, E}, 14)), {}, {k, 1, 1, false, 1.0f});
+  r.indices.data<int32_t>()[5] = -1;
+  Permutation p;
+  run_on_stream([&] { p = permute(x, r.indices, E); });
+  Tensor yp = randn({T * k, C}, 15), dxp = randn({T * k, C}, 16);
+  Tensor w = r.weights;
+  UnpermuteGrads g;
+  Tensor dx;
+  run_on_stream([&] {
+    g = unpermute_backward(dy, yp, p.row_of, w);
+    dx = permute_backward(dxp, p.row_of);
+  });
+  auto combine_loss = [&] {
+    Tensor y;
+    run_on_stream([&] { y = unpermute(yp, p.row_of, w); });
+    return dot(y, dy);
+  };
+  EXPECT_LT(grad_check(yp, g.dyp, combine_loss), 1e-2);
+  EXPECT_LT(grad_check(w, g.dweights, combine_loss), 1e-2);
+  EXPECT_LT(grad_check(x, dx, [&] {
+              Permutation q;
+              run_on_stream([&] { q = permute(x, r.indices, E); });
+              return dot(q.x, dxp);
+            }), 1e-2);
+}
+
+}  // namespace
+}  // namespace coremesh::ops

@@ -1,0 +1,154 @@
+// Checkpoints: bitwise round trip, refusal of corrupt / foreign / mismatched
+// files with a reason, and atomic writes that never lose what was saved.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "coremesh/train/checkpoint.hpp"
+#include "coremesh/train/safetensors.hpp"
+#include "test_util.hpp"
+
+using namespace coremesh;
+using namespace coremesh::train;
+namespace fs = std::filesystem;
+
+static CheckpointState sample_state() {
+  CheckpointState s;
+  s.config.d_model = 64;
+  s.config.n_heads = 4;
+  s.config.n_kv_heads = 2;
+  s.step = 42;
+  s.rng_state = 0xdeadbeefcafef00dULL;
+  s.data_position = {3, 17};
+  s.data_fingerprint = "123:456;";
+  s.train_config = {{"lr", 1e-3}, {"seed", 5}};
+  auto t = [](float base, Shape shape) {
+    Tensor x = Tensor::empty(shape);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = base + 0.001f * float(i);
+    return x;
+  };
+  s.params = {{"wte", t(1, {16, 8})}, {"layers.0.wq", t(2, {8, 8})}};
+  s.adam_m = {{"wte", t(3, {16, 8})}, {"layers.0.wq", t(4, {8, 8})}};
+  s.adam_v = {{"wte", t(5, {16, 8})}, {"layers.0.wq", t(6, {8, 8})}};
+  s.buffers = {{"layers.1.router_bias", t(7, {8})}};
+  return s;
+}
+
+static bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+static std::string load_error(const std::string& path) {
+  try {
+    load_checkpoint(path);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(Checkpoint, RoundTripIsBitExact) {
+  TempDir d;
+  CheckpointState s = sample_state();
+  std::string path = checkpoint_path(d.path, s.step);
+  save_checkpoint(path, s);
+  CheckpointState r = load_checkpoint(path);
+  EXPECT_EQ(r.config, s.config);
+  EXPECT_EQ(r.step, 42);
+  EXPECT_EQ(r.rng_state, s.rng_state);
+  EXPECT_EQ(r.data_position, s.data_position);
+  EXPECT_EQ(r.data_fingerprint, s.data_fingerprint);
+  EXPECT_EQ(r.train_config, s.train_config);
+  ASSERT_EQ(r.params.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(r.params[i].first, s.params[i].first);
+    EXPECT_TRUE(same_bits(r.params[i].second, s.params[i].second));
+    EXPECT_TRUE(same_bits(r.adam_m[i].second, s.adam_m[i].second));
+    EXPECT_TRUE(same_bits(r.adam_v[i].second, s.adam_v[i].second));
+  }
+  EXPECT_TRUE(same_bits(r.buffers[0].second, s.buffers[0].second));
+}
+
+TEST(Checkpoint, CorruptFilesAreRefusedWithAReason) {
+  TempDir d;
+  std::string path = d.path + "/c.safetensors";
+  save_checkpoint(path, sample_state());
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto write = [&](const std::string& b) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << b;
+  };
+  // One flipped bit in the weights.
+  std::string flipped = bytes;
+  flipped[flipped.size() - 100] ^= 0x10;
+  write(flipped);
+  EXPECT_NE(load_error(path).find("is corrupt: data checksum"), std::string::npos) << load_error(path);
+  // Truncated (a crash of a non-atomic writer would look like this).
+  write(bytes.substr(0, bytes.size() / 2));
+  EXPECT_NE(load_error(path).find("truncated"), std::string::npos) << load_error(path);
+  // A safetensors file that is not a checkpoint.
+  write_safetensors(path, {{"w", Tensor::zeros({2})}}, {{"format", "pt"}});
+  EXPECT_NE(load_error(path).find("not a coremesh checkpoint"), std::string::npos) << load_error(path);
+  write_safetensors(path, {{"w", Tensor::zeros({2})}});
+  EXPECT_NE(load_error(path).find("lacks metadata field 'format'"), std::string::npos) << load_error(path);
+  // Missing file.
+  EXPECT_NE(load_error(d.path + "/nope.safetensors").find("cannot open"), std::string::npos);
+}
+
+TEST(Checkpoint, MismatchedModelIsRefusedListingDifferences) {
+  TempDir d;
+  CheckpointState s = sample_state();
+  std::string path = d.path + "/c.safetensors";
+  save_checkpoint(path, s);
+  CheckpointState r = load_checkpoint(path);
+  model::ModelConfig other = s.config;
+  other.d_model = 128;
+  NamedTensors params = {{"wte", Tensor::zeros({16, 8})}, {"layers.0.wq", Tensor::zeros({8, 4})},
+                         {"layers.0.wk", Tensor::zeros({8, 4})}};
+  try {
+    check_compatible(r, other, params, path);
+    FAIL() << "mismatch accepted";
+  } catch (const InvalidArgument& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("d_model: 64 vs 128"), std::string::npos) << m;
+    EXPECT_NE(m.find("'layers.0.wq' has shape [8, 8] but the model needs [8, 4]"), std::string::npos) << m;
+    EXPECT_NE(m.find("'layers.0.wk' is missing"), std::string::npos) << m;
+  }
+  EXPECT_NO_THROW(check_compatible(r, s.config, s.params, path));
+}
+
+TEST(Checkpoint, FailedSaveLeavesThePreviousCheckpointIntact) {
+  TempDir d;
+  CheckpointState s = sample_state();
+  std::string path = checkpoint_path(d.path, 42);
+  save_checkpoint(path, s);
+  // A save that fails while serializing (duplicate tensor name) ...
+  CheckpointState bad = s;
+  bad.params.push_back(bad.params[0]);
+  EXPECT_THROW(save_checkpoint(path, bad), InvalidArgument);
+  // ... and one that fails at the rename (the target is a non-empty directory).
+  std::string blocked = d.path + "/blocked.safetensors";
+  fs::create_directories(blocked + "/inside");
+  EXPECT_THROW(save_checkpoint(blocked, s), InvalidArgument);
+  EXPECT_NO_THROW(load_checkpoint(path));
+  for (auto& e : fs::directory_iterator(d.path))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+}
+
+TEST(Checkpoint, LatestAndPrune) {
+  TempDir d;
+  CheckpointState s = sample_state();
+  EXPECT_EQ(latest_checkpoint(d.path), "");
+  for (int64_t step : {10, 30, 20}) save_checkpoint(checkpoint_path(d.path, step), s);
+  EXPECT_EQ(latest_checkpoint(d.path), checkpoint_path(d.path, 30));
+  prune_checkpoints(d.path, 2);
+  EXPECT_FALSE(fs::exists(checkpoint_path(d.path, 10)));
+  EXPECT_TRUE(fs::exists(checkpoint_path(d.path, 20)));
+  EXPECT_TRUE(fs::exists(checkpoint_path(d.path, 30)));
+}
