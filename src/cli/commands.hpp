@@ -7,6 +7,7 @@ namespace coremesh::cli {
 
 void register_info_command(CLI::App& app);  // info.cpp
 void register_demo_command(CLI::App& app);  // demo.cpp
+void register_run_command(CLI::App& app);   // run.cpp (SHMEM launcher)
 void register_train_command(CLI::App& app); // train.cpp (single-PE MoE training)
 
 }  // namespace coremesh::cli

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   coremesh::cli::register_info_command(app);
   coremesh::cli::register_demo_command(app);
+  coremesh::cli::register_run_command(app);
   coremesh::cli::register_train_command(app);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,69 @@
+#!/bin/bash
+# SHMEM benchmarks, side by side in one run (DESIGN.md section 9):
+#   RMA    -- bench/shmem_rma_bench.c built with coremesh-cc and with OpenMPI's
+#             oshcc, 2 PEs: 8-byte put/get latency, put/get bandwidth 4 KiB-64 MiB,
+#             local memcpy; bench/shmem_mpi_bench.c: MPI_Put over osc sm
+#   colls  -- bench_shmem_collectives vs bench/shmem_mpi_bench.c: allreduce (f32
+#             sum), alltoall, alltoallv at 1 MiB and 64 MiB per PE, 2 and 4 PEs
+# Prints markdown tables on stdout.
+# usage: bench/run_shmem_bench.sh [BUILD_DIR]   (default: build-shmem, then build)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-}
+if [ -z "$build" ]; then
+  for d in "$root/build-shmem" "$root/build"; do [ -x "$d/bin/coremesh-cc" ] && build=$d && break; done
+fi
+[ -n "$build" ] || { echo "build coremesh first (cmake --build <dir>)" >&2; exit 1; }
+cmake --build "$build" --target cm_shmem_run bench_shmem_collectives coremesh_shmem >/dev/null
+# `coremesh run` when the CLI has it, else the launcher-only build of the same code.
+if "$build/coremesh" run --help >/dev/null 2>&1; then run=("$build/coremesh" run)
+else run=("$build/tests/shmem/cm_shmem_run" run); fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi=(mpirun --allow-run-as-root --oversubscribe)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$build/bin/coremesh-cc" -O2 "$root/bench/shmem_rma_bench.c" -o "$work/rma_coremesh"
+oshcc -O2 "$root/bench/shmem_rma_bench.c" -o "$work/rma_oshmem" -Wl,--no-as-needed -lmca_common_ucx
+mpicc -O2 "$root/bench/shmem_mpi_bench.c" -o "$work/mpi_bench"
+
+"${run[@]}" -n 2 --heap 256M "$work/rma_coremesh" | sed 's/^/coremesh_/' > "$work/out.txt"
+SHMEM_SYMMETRIC_SIZE=256M oshrun --allow-run-as-root --oversubscribe -np 2 "$work/rma_oshmem" 2>/dev/null \
+  | grep -E '^(put|get)_' | sed 's/^/oshmem_/' >> "$work/out.txt"
+"${mpi[@]}" --mca osc sm -np 2 "$work/mpi_bench" rma 2>/dev/null | grep '^mpi_' >> "$work/out.txt"
+for n in 2 4; do
+  "${run[@]}" -n $n --heap 512M "$build/bench/bench_shmem_collectives" >> "$work/out.txt"
+  "${mpi[@]}" -np $n "$work/mpi_bench" coll 2>/dev/null | grep '^mpi_' >> "$work/out.txt"
+done
+
+python3 - "$work/out.txt" <<'PY'
+import sys
+v = {}
+for line in open(sys.argv[1]):
+    k, size, val = line.split()
+    v[(k, int(size))] = float(val)
+def g(k, s): return v.get((k, s), float('nan'))
+def size_name(b): return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+print("### Latency, 8 bytes, PE 0 -> PE 1 (ns per operation; put = put + quiet)\n")
+print("| operation | coremesh | OpenMPI OSHMEM | MPI_Put (osc sm) + flush |")
+print("|---|---:|---:|---:|")
+print(f"| put | {g('coremesh_put_lat', 8):.1f} | {g('oshmem_put_lat', 8):.1f} | {g('mpi_put_lat', 8):.1f} |")
+print(f"| get | {g('coremesh_get_lat', 8):.1f} | {g('oshmem_get_lat', 8):.1f} | - |")
+print("\n### Bandwidth, PE 0 -> PE 1 (GB/s, best of 3 trials)\n")
+print("| size | memcpy | coremesh put | put / memcpy | coremesh get | OSHMEM put | OSHMEM get | MPI_Put |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+s = 4096
+while s <= 64 << 20:
+    m, p = g('coremesh_memcpy_bw', s), g('coremesh_put_bw', s)
+    print(f"| {size_name(s)} | {m:.2f} | {p:.2f} | {p / m:.2f} | {g('coremesh_get_bw', s):.2f} | "
+          f"{g('oshmem_put_bw', s):.2f} | {g('oshmem_get_bw', s):.2f} | {g('mpi_put_bw', s):.2f} |")
+    s *= 4
+print("\n### Collectives (ms per call, slowest PE, bytes per PE)\n")
+print("| collective | PEs | size | coremesh | OpenMPI | speed-up |")
+print("|---|---:|---:|---:|---:|---:|")
+for c in ("allreduce", "alltoall", "alltoallv"):
+    for n in (2, 4):
+        for s in (1 << 20, 64 << 20):
+            a, b = g(f"cm_{c}_np{n}", s), g(f"mpi_{c}_np{n}", s)
+            print(f"| {c} | {n} | {size_name(s)} | {a:.3f} | {b:.3f} | {b / a:.1f}x |")
+PY

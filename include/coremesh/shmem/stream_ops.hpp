@@ -1,0 +1,62 @@
+// On-stream SHMEM: operations enqueued on a runtime Stream and run as
+// KernelKind::comm kernels, in stream order with the stream's other work.
+//
+// Each copy is split into block_dim blocks (at least 64 KiB per block),
+// bounded by max_blocks(stream.effective_limits(), KernelKind::comm) -- the
+// stream's vector-core limit, the RFC's "one-sided communication uses 4-8
+// vector cores". Waits (signal wait, barrier) occupy one block while they
+// sleep. Errors surface at the stream's next synchronize()/query().
+//
+// Arguments are checked when the call enqueues; buffers must stay valid
+// until the work has run. Collectives on a team must not be interleaved
+// with host collectives on the same team while they are in flight.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "coremesh/core/dtype.hpp"
+#include "coremesh/runtime/stream.hpp"
+#include "coremesh/shmem/collectives.hpp"
+#include "coremesh/shmem/rma.hpp"
+#include "coremesh/shmem/team.hpp"
+
+namespace coremesh::shmem {
+
+// Blocks a copy of `bytes` gets on `stream` now.
+int comm_block_dim(const runtime::Stream& stream, size_t bytes);
+
+namespace detail {
+void put_on_stream_bytes(runtime::Stream& stream, void* dest, const void* src, size_t bytes,
+                         int pe, uint64_t* signal, uint64_t value, SignalOp op);
+}  // namespace detail
+
+template <typename T>
+void put_on_stream(runtime::Stream& stream, T* dest, const T* src, size_t count, int pe) {
+  detail::put_on_stream_bytes(stream, dest, src, count * sizeof(T), pe, nullptr, 0,
+                              SignalOp::set);
+}
+// The signal is updated after every block of the copy has finished.
+template <typename T>
+void put_signal_on_stream(runtime::Stream& stream, T* dest, const T* src, size_t count,
+                          uint64_t* signal, uint64_t value, SignalOp op, int pe) {
+  detail::put_on_stream_bytes(stream, dest, src, count * sizeof(T), pe, signal, value, op);
+}
+// Later work on `stream` waits until `*signal cmp value` holds on this PE.
+void signal_wait_on_stream(runtime::Stream& stream, uint64_t* signal, Cmp cmp, uint64_t value);
+void quiet_on_stream(runtime::Stream& stream);
+void barrier_on_stream(runtime::Stream& stream, const Team& team = Team::world());
+
+// Defined for float, bf16, int32_t, int64_t and sum, max, min.
+template <typename T>
+void allreduce_on_stream(runtime::Stream& stream, const Team& team, T* dest, const T* src,
+                         size_t count, ReduceOp op);
+// Counts/offsets are copied at the call.
+template <typename T>
+void alltoallv_on_stream(runtime::Stream& stream, const Team& team, T* dest,
+                         std::vector<size_t> recv_counts, std::vector<size_t> recv_offsets,
+                         const T* src, std::vector<size_t> send_counts,
+                         std::vector<size_t> send_offsets);
+
+}  // namespace coremesh::shmem

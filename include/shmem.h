@@ -1,0 +1,435 @@
+/* shmem.h -- the OpenSHMEM 1.5 C API of coremesh.
+ *
+ * Existing OpenSHMEM C programs compile against this header and run under
+ * the coremesh launcher:
+ *
+ *   coremesh-cc prog.c -o prog        (see docs/shmem.md)
+ *   coremesh run -n 4 ./prog
+ *
+ * Symmetric objects are the ones allocated with shmem_malloc & co.; global
+ * and static variables are not symmetric in coremesh (an RMA on them is an
+ * error that names the address). Errors in the C API print a message with
+ * file:line and a hint and end the PE with status 1 (the launcher then stops
+ * the job and names the PE).
+ *
+ * Every typed routine is declared from the type tables in
+ * coremesh/shmem/c_type_tables.h; nothing is written out type by type.
+ * Not provided: communication contexts beyond SHMEM_CTX_DEFAULT (shmem_ctx_*
+ * typed RMA), the profiling interface (shmem_pcontrol is a no-op). */
+#ifndef COREMESH_SHMEM_H
+#define COREMESH_SHMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+#include <complex>
+typedef std::complex<double> cm_shmem_complexd;
+typedef std::complex<float> cm_shmem_complexf;
+extern "C" {
+#else
+typedef double _Complex cm_shmem_complexd;
+typedef float _Complex cm_shmem_complexf;
+#endif
+
+#include "coremesh/shmem/c_type_tables.h"
+
+/* ---- library constants ------------------------------------------------ */
+#define SHMEM_MAJOR_VERSION 1
+#define SHMEM_MINOR_VERSION 5
+#define _SHMEM_MAJOR_VERSION SHMEM_MAJOR_VERSION
+#define _SHMEM_MINOR_VERSION SHMEM_MINOR_VERSION
+#define SHMEM_MAX_NAME_LEN 256
+#define _SHMEM_MAX_NAME_LEN SHMEM_MAX_NAME_LEN
+#define SHMEM_VENDOR_STRING "coremesh 0.1 (shm transport)"
+#define _SHMEM_VENDOR_STRING SHMEM_VENDOR_STRING
+
+#define SHMEM_THREAD_SINGLE 0
+#define SHMEM_THREAD_FUNNELED 1
+#define SHMEM_THREAD_SERIALIZED 2
+#define SHMEM_THREAD_MULTIPLE 3
+
+#define SHMEM_CMP_EQ 0
+#define SHMEM_CMP_NE 1
+#define SHMEM_CMP_GT 2
+#define SHMEM_CMP_GE 3
+#define SHMEM_CMP_LT 4
+#define SHMEM_CMP_LE 5
+#define _SHMEM_CMP_EQ SHMEM_CMP_EQ
+#define _SHMEM_CMP_NE SHMEM_CMP_NE
+#define _SHMEM_CMP_GT SHMEM_CMP_GT
+#define _SHMEM_CMP_GE SHMEM_CMP_GE
+#define _SHMEM_CMP_LT SHMEM_CMP_LT
+#define _SHMEM_CMP_LE SHMEM_CMP_LE
+
+#define SHMEM_SIGNAL_SET 0
+#define SHMEM_SIGNAL_ADD 1
+
+#define SHMEM_MALLOC_ATOMICS_REMOTE (1L << 0)
+#define SHMEM_MALLOC_SIGNAL_REMOTE (1L << 1)
+
+/* pSync / pWrk sizes of the deprecated active-set routines (in longs /
+ * elements). One synchronisation area is 32 longs. */
+#define SHMEM_SYNC_VALUE 0L
+#define SHMEM_SYNC_SIZE 32
+#define SHMEM_BARRIER_SYNC_SIZE SHMEM_SYNC_SIZE
+#define SHMEM_BCAST_SYNC_SIZE SHMEM_SYNC_SIZE
+#define SHMEM_COLLECT_SYNC_SIZE SHMEM_SYNC_SIZE
+#define SHMEM_REDUCE_SYNC_SIZE SHMEM_SYNC_SIZE
+#define SHMEM_ALLTOALL_SYNC_SIZE SHMEM_SYNC_SIZE
+#define SHMEM_ALLTOALLS_SYNC_SIZE SHMEM_SYNC_SIZE
+#define SHMEM_REDUCE_MIN_WRKDATA_SIZE 1
+#define _SHMEM_SYNC_VALUE SHMEM_SYNC_VALUE
+#define _SHMEM_BARRIER_SYNC_SIZE SHMEM_BARRIER_SYNC_SIZE
+#define _SHMEM_BCAST_SYNC_SIZE SHMEM_BCAST_SYNC_SIZE
+#define _SHMEM_COLLECT_SYNC_SIZE SHMEM_COLLECT_SYNC_SIZE
+#define _SHMEM_REDUCE_SYNC_SIZE SHMEM_REDUCE_SYNC_SIZE
+#define _SHMEM_REDUCE_MIN_WRKDATA_SIZE SHMEM_REDUCE_MIN_WRKDATA_SIZE
+
+/* ---- teams and contexts ----------------------------------------------- */
+typedef struct cm_shmem_team* shmem_team_t;
+#define SHMEM_TEAM_INVALID ((shmem_team_t)0)
+#define SHMEM_TEAM_WORLD ((shmem_team_t)1)
+#define SHMEM_TEAM_SHARED ((shmem_team_t)2)
+#define SHMEM_TEAM_NUM_CONTEXTS (1L << 0)
+typedef struct {
+  int num_contexts;
+} shmem_team_config_t;
+
+typedef struct cm_shmem_ctx* shmem_ctx_t;
+#define SHMEM_CTX_INVALID ((shmem_ctx_t)0)
+#define SHMEM_CTX_DEFAULT ((shmem_ctx_t)1)
+#define SHMEM_CTX_SERIALIZED (1L << 0)
+#define SHMEM_CTX_PRIVATE (1L << 1)
+#define SHMEM_CTX_NOSTORE (1L << 2)
+
+/* ---- setup, query, memory, ordering, locks ---------------------------- */
+void shmem_init(void);
+int shmem_init_thread(int requested, int* provided);
+void shmem_query_thread(int* provided);
+void shmem_finalize(void);
+void shmem_global_exit(int status);
+int shmem_my_pe(void);
+int shmem_n_pes(void);
+int _my_pe(void);
+int _num_pes(void);
+void shmem_info_get_version(int* major, int* minor);
+void shmem_info_get_name(char* name);
+int shmem_pe_accessible(int pe);
+int shmem_addr_accessible(const void* addr, int pe);
+void* shmem_ptr(const void* dest, int pe);
+void shmem_pcontrol(const int level, ...);
+
+void* shmem_malloc(size_t size);
+void* shmem_calloc(size_t count, size_t size);
+void* shmem_align(size_t alignment, size_t size);
+void* shmem_realloc(void* ptr, size_t size);
+void* shmem_malloc_with_hints(size_t size, long hints);
+void shmem_free(void* ptr);
+
+void shmem_fence(void);
+void shmem_quiet(void);
+int shmem_ctx_create(long options, shmem_ctx_t* ctx);
+void shmem_ctx_destroy(shmem_ctx_t ctx);
+void shmem_ctx_fence(shmem_ctx_t ctx);
+void shmem_ctx_quiet(shmem_ctx_t ctx);
+
+void shmem_set_lock(long* lock);
+void shmem_clear_lock(long* lock);
+int shmem_test_lock(long* lock);
+
+int shmem_team_my_pe(shmem_team_t team);
+int shmem_team_n_pes(shmem_team_t team);
+int shmem_team_get_config(shmem_team_t team, long config_mask, shmem_team_config_t* config);
+int shmem_team_translate_pe(shmem_team_t src_team, int src_pe, shmem_team_t dest_team);
+int shmem_team_split_strided(shmem_team_t parent_team, int start, int stride, int size,
+                             const shmem_team_config_t* config, long config_mask,
+                             shmem_team_t* new_team);
+int shmem_team_split_2d(shmem_team_t parent_team, int xrange,
+                        const shmem_team_config_t* xaxis_config, long xaxis_mask,
+                        shmem_team_t* xaxis_team, const shmem_team_config_t* yaxis_config,
+                        long yaxis_mask, shmem_team_t* yaxis_team);
+void shmem_team_destroy(shmem_team_t team);
+
+/* ---- RMA --------------------------------------------------------------- */
+#define CM_SHMEM_DECL_RMA(T, N)                                                              \
+  void shmem_##N##_put(T* dest, const T* source, size_t nelems, int pe);                     \
+  void shmem_##N##_get(T* dest, const T* source, size_t nelems, int pe);                     \
+  void shmem_##N##_put_nbi(T* dest, const T* source, size_t nelems, int pe);                 \
+  void shmem_##N##_get_nbi(T* dest, const T* source, size_t nelems, int pe);                 \
+  void shmem_##N##_p(T* dest, T value, int pe);                                              \
+  T shmem_##N##_g(const T* source, int pe);                                                  \
+  void shmem_##N##_iput(T* dest, const T* source, ptrdiff_t dst, ptrdiff_t sst,              \
+                        size_t nelems, int pe);                                              \
+  void shmem_##N##_iget(T* dest, const T* source, ptrdiff_t dst, ptrdiff_t sst,              \
+                        size_t nelems, int pe);                                              \
+  void shmem_##N##_put_signal(T* dest, const T* source, size_t nelems, uint64_t* sig_addr,   \
+                              uint64_t signal, int sig_op, int pe);                          \
+  void shmem_##N##_put_signal_nbi(T* dest, const T* source, size_t nelems,                   \
+                                  uint64_t* sig_addr, uint64_t signal, int sig_op, int pe);
+CM_SHMEM_RMA_TYPES(CM_SHMEM_DECL_RMA)
+
+#define CM_SHMEM_DECL_SIZED(S)                                                               \
+  void shmem_put##S(void* dest, const void* source, size_t nelems, int pe);                  \
+  void shmem_get##S(void* dest, const void* source, size_t nelems, int pe);                  \
+  void shmem_put##S##_nbi(void* dest, const void* source, size_t nelems, int pe);            \
+  void shmem_get##S##_nbi(void* dest, const void* source, size_t nelems, int pe);            \
+  void shmem_iput##S(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,           \
+                     size_t nelems, int pe);                                                 \
+  void shmem_iget##S(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,           \
+                     size_t nelems, int pe);                                                 \
+  void shmem_put##S##_signal(void* dest, const void* source, size_t nelems,                  \
+                             uint64_t* sig_addr, uint64_t signal, int sig_op, int pe);       \
+  void shmem_put##S##_signal_nbi(void* dest, const void* source, size_t nelems,              \
+                                 uint64_t* sig_addr, uint64_t signal, int sig_op, int pe);
+CM_SHMEM_SIZES(CM_SHMEM_DECL_SIZED)
+
+void shmem_putmem(void* dest, const void* source, size_t nelems, int pe);
+void shmem_getmem(void* dest, const void* source, size_t nelems, int pe);
+void shmem_putmem_nbi(void* dest, const void* source, size_t nelems, int pe);
+void shmem_getmem_nbi(void* dest, const void* source, size_t nelems, int pe);
+void shmem_putmem_signal(void* dest, const void* source, size_t nelems, uint64_t* sig_addr,
+                         uint64_t signal, int sig_op, int pe);
+void shmem_putmem_signal_nbi(void* dest, const void* source, size_t nelems, uint64_t* sig_addr,
+                             uint64_t signal, int sig_op, int pe);
+uint64_t shmem_signal_fetch(const uint64_t* sig_addr);
+uint64_t shmem_signal_wait_until(uint64_t* sig_addr, int cmp, uint64_t cmp_value);
+
+/* ---- atomics ----------------------------------------------------------- */
+#define CM_SHMEM_DECL_AMO_EXT(T, N)                                                          \
+  T shmem_##N##_atomic_fetch(const T* source, int pe);                                       \
+  void shmem_##N##_atomic_fetch_nbi(T* fetch, const T* source, int pe);                      \
+  void shmem_##N##_atomic_set(T* dest, T value, int pe);                                     \
+  T shmem_##N##_atomic_swap(T* dest, T value, int pe);                                       \
+  void shmem_##N##_atomic_swap_nbi(T* fetch, T* dest, T value, int pe);
+#define CM_SHMEM_DECL_AMO_STD(T, N)                                                          \
+  CM_SHMEM_DECL_AMO_EXT(T, N)                                                                \
+  T shmem_##N##_atomic_compare_swap(T* dest, T cond, T value, int pe);                       \
+  void shmem_##N##_atomic_compare_swap_nbi(T* fetch, T* dest, T cond, T value, int pe);      \
+  T shmem_##N##_atomic_fetch_inc(T* dest, int pe);                                           \
+  void shmem_##N##_atomic_fetch_inc_nbi(T* fetch, T* dest, int pe);                          \
+  void shmem_##N##_atomic_inc(T* dest, int pe);                                              \
+  T shmem_##N##_atomic_fetch_add(T* dest, T value, int pe);                                  \
+  void shmem_##N##_atomic_fetch_add_nbi(T* fetch, T* dest, T value, int pe);                 \
+  void shmem_##N##_atomic_add(T* dest, T value, int pe);
+#define CM_SHMEM_DECL_AMO_BITWISE_OP(T, N, OP)                                               \
+  T shmem_##N##_atomic_fetch_##OP(T* dest, T value, int pe);                                 \
+  void shmem_##N##_atomic_fetch_##OP##_nbi(T* fetch, T* dest, T value, int pe);              \
+  void shmem_##N##_atomic_##OP(T* dest, T value, int pe);
+#define CM_SHMEM_DECL_AMO_BITWISE(T, N)                                                      \
+  CM_SHMEM_DECL_AMO_BITWISE_OP(T, N, and)                                                    \
+  CM_SHMEM_DECL_AMO_BITWISE_OP(T, N, or) CM_SHMEM_DECL_AMO_BITWISE_OP(T, N, xor)
+CM_SHMEM_AMO_STD_TYPES(CM_SHMEM_DECL_AMO_STD)
+CM_SHMEM_AMO_EXT_ONLY_TYPES(CM_SHMEM_DECL_AMO_EXT)
+CM_SHMEM_AMO_BITWISE_TYPES(CM_SHMEM_DECL_AMO_BITWISE)
+
+/* ---- point-to-point synchronization ------------------------------------ */
+#define CM_SHMEM_DECL_P2P(T, N)                                                              \
+  void shmem_##N##_wait_until(T* ivar, int cmp, T cmp_value);                                \
+  void shmem_##N##_wait_until_all(T* ivars, size_t nelems, const int* status, int cmp,       \
+                                  T cmp_value);                                              \
+  size_t shmem_##N##_wait_until_any(T* ivars, size_t nelems, const int* status, int cmp,     \
+                                    T cmp_value);                                            \
+  size_t shmem_##N##_wait_until_some(T* ivars, size_t nelems, size_t* indices,               \
+                                     const int* status, int cmp, T cmp_value);               \
+  void shmem_##N##_wait_until_all_vector(T* ivars, size_t nelems, const int* status,         \
+                                         int cmp, T* cmp_values);                            \
+  size_t shmem_##N##_wait_until_any_vector(T* ivars, size_t nelems, const int* status,       \
+                                           int cmp, T* cmp_values);                          \
+  size_t shmem_##N##_wait_until_some_vector(T* ivars, size_t nelems, size_t* indices,        \
+                                            const int* status, int cmp, T* cmp_values);      \
+  int shmem_##N##_test(T* ivar, int cmp, T cmp_value);                                       \
+  int shmem_##N##_test_all(T* ivars, size_t nelems, const int* status, int cmp, T cmp_value); \
+  size_t shmem_##N##_test_any(T* ivars, size_t nelems, const int* status, int cmp,           \
+                              T cmp_value);                                                  \
+  size_t shmem_##N##_test_some(T* ivars, size_t nelems, size_t* indices, const int* status,  \
+                               int cmp, T cmp_value);                                        \
+  int shmem_##N##_test_all_vector(T* ivars, size_t nelems, const int* status, int cmp,       \
+                                  T* cmp_values);                                            \
+  size_t shmem_##N##_test_any_vector(T* ivars, size_t nelems, const int* status, int cmp,    \
+                                     T* cmp_values);                                         \
+  size_t shmem_##N##_test_some_vector(T* ivars, size_t nelems, size_t* indices,              \
+                                      const int* status, int cmp, T* cmp_values);
+CM_SHMEM_P2P_TYPES(CM_SHMEM_DECL_P2P)
+
+/* ---- collectives on teams ---------------------------------------------- */
+void shmem_barrier_all(void);
+void shmem_sync_all(void);
+int shmem_team_sync(shmem_team_t team);
+int shmem_broadcastmem(shmem_team_t team, void* dest, const void* source, size_t nelems,
+                       int PE_root);
+int shmem_collectmem(shmem_team_t team, void* dest, const void* source, size_t nelems);
+int shmem_fcollectmem(shmem_team_t team, void* dest, const void* source, size_t nelems);
+int shmem_alltoallmem(shmem_team_t team, void* dest, const void* source, size_t nelems);
+int shmem_alltoallsmem(shmem_team_t team, void* dest, const void* source, ptrdiff_t dst,
+                       ptrdiff_t sst, size_t nelems);
+#define CM_SHMEM_DECL_COLL(T, N)                                                             \
+  int shmem_##N##_broadcast(shmem_team_t team, T* dest, const T* source, size_t nelems,      \
+                            int PE_root);                                                    \
+  int shmem_##N##_collect(shmem_team_t team, T* dest, const T* source, size_t nelems);       \
+  int shmem_##N##_fcollect(shmem_team_t team, T* dest, const T* source, size_t nelems);      \
+  int shmem_##N##_alltoall(shmem_team_t team, T* dest, const T* source, size_t nelems);      \
+  int shmem_##N##_alltoalls(shmem_team_t team, T* dest, const T* source, ptrdiff_t dst,      \
+                            ptrdiff_t sst, size_t nelems);
+CM_SHMEM_RMA_TYPES(CM_SHMEM_DECL_COLL)
+
+#define CM_SHMEM_DECL_REDUCE(T, N, OP) \
+  int shmem_##N##_##OP##_reduce(shmem_team_t team, T* dest, const T* source, size_t nreduce);
+#define CM_SHMEM_DECL_REDUCE_BITWISE(T, N) \
+  CM_SHMEM_DECL_REDUCE(T, N, and) CM_SHMEM_DECL_REDUCE(T, N, or) CM_SHMEM_DECL_REDUCE(T, N, xor)
+#define CM_SHMEM_DECL_REDUCE_MINMAX(T, N) \
+  CM_SHMEM_DECL_REDUCE(T, N, max) CM_SHMEM_DECL_REDUCE(T, N, min)
+#define CM_SHMEM_DECL_REDUCE_ARITH(T, N) \
+  CM_SHMEM_DECL_REDUCE(T, N, sum) CM_SHMEM_DECL_REDUCE(T, N, prod)
+CM_SHMEM_REDUCE_BITWISE_TYPES(CM_SHMEM_DECL_REDUCE_BITWISE)
+CM_SHMEM_REDUCE_MINMAX_TYPES(CM_SHMEM_DECL_REDUCE_MINMAX)
+CM_SHMEM_REDUCE_MINMAX_TYPES(CM_SHMEM_DECL_REDUCE_ARITH)
+CM_SHMEM_REDUCE_COMPLEX_TYPES(CM_SHMEM_DECL_REDUCE_ARITH)
+
+/* ---- deprecated active-set collectives (still widely used) -------------- */
+void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long* pSync);
+void shmem_sync(int PE_start, int logPE_stride, int PE_size, long* pSync);
+#define CM_SHMEM_DECL_ACTIVE_SET(S)                                                          \
+  void shmem_broadcast##S(void* dest, const void* source, size_t nelems, int PE_root,        \
+                          int PE_start, int logPE_stride, int PE_size, long* pSync);         \
+  void shmem_collect##S(void* dest, const void* source, size_t nelems, int PE_start,         \
+                        int logPE_stride, int PE_size, long* pSync);                         \
+  void shmem_fcollect##S(void* dest, const void* source, size_t nelems, int PE_start,        \
+                         int logPE_stride, int PE_size, long* pSync);                        \
+  void shmem_alltoall##S(void* dest, const void* source, size_t nelems, int PE_start,        \
+                         int logPE_stride, int PE_size, long* pSync);                        \
+  void shmem_alltoalls##S(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,      \
+                          size_t nelems, int PE_start, int logPE_stride, int PE_size,        \
+                          long* pSync);
+CM_SHMEM_DECL_ACTIVE_SET(32)
+CM_SHMEM_DECL_ACTIVE_SET(64)
+#define CM_SHMEM_DECL_TO_ALL(T, N, OP)                                                       \
+  void shmem_##N##_##OP##_to_all(T* dest, const T* source, int nreduce, int PE_start,        \
+                                 int logPE_stride, int PE_size, T* pWrk, long* pSync);
+#define CM_SHMEM_DECL_TO_ALL_BITWISE(T, N) \
+  CM_SHMEM_DECL_TO_ALL(T, N, and) CM_SHMEM_DECL_TO_ALL(T, N, or) CM_SHMEM_DECL_TO_ALL(T, N, xor)
+#define CM_SHMEM_DECL_TO_ALL_MINMAX(T, N) \
+  CM_SHMEM_DECL_TO_ALL(T, N, max) CM_SHMEM_DECL_TO_ALL(T, N, min)
+#define CM_SHMEM_DECL_TO_ALL_ARITH(T, N) \
+  CM_SHMEM_DECL_TO_ALL(T, N, sum) CM_SHMEM_DECL_TO_ALL(T, N, prod)
+CM_SHMEM_TOALL_BITWISE_TYPES(CM_SHMEM_DECL_TO_ALL_BITWISE)
+CM_SHMEM_TOALL_MINMAX_TYPES(CM_SHMEM_DECL_TO_ALL_MINMAX)
+CM_SHMEM_TOALL_MINMAX_TYPES(CM_SHMEM_DECL_TO_ALL_ARITH)
+CM_SHMEM_REDUCE_COMPLEX_TYPES(CM_SHMEM_DECL_TO_ALL_ARITH)
+
+#ifdef __cplusplus
+}
+#endif
+
+/* ---- C11 type-generic interfaces ---------------------------------------- */
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__cplusplus)
+void cm_shmem_generic_type_not_supported(void);
+#define CM_SHMEM_GEN(T, N, NAME) T: shmem_##N##_##NAME,
+#define CM_SHMEM_GEN_put(T, N) CM_SHMEM_GEN(T, N, put)
+#define CM_SHMEM_GEN_get(T, N) CM_SHMEM_GEN(T, N, get)
+#define CM_SHMEM_GEN_put_nbi(T, N) CM_SHMEM_GEN(T, N, put_nbi)
+#define CM_SHMEM_GEN_get_nbi(T, N) CM_SHMEM_GEN(T, N, get_nbi)
+#define CM_SHMEM_GEN_p(T, N) CM_SHMEM_GEN(T, N, p)
+#define CM_SHMEM_GEN_g(T, N) CM_SHMEM_GEN(T, N, g)
+#define CM_SHMEM_GEN_iput(T, N) CM_SHMEM_GEN(T, N, iput)
+#define CM_SHMEM_GEN_iget(T, N) CM_SHMEM_GEN(T, N, iget)
+#define CM_SHMEM_GEN_put_signal(T, N) CM_SHMEM_GEN(T, N, put_signal)
+#define CM_SHMEM_GEN_put_signal_nbi(T, N) CM_SHMEM_GEN(T, N, put_signal_nbi)
+#define CM_SHMEM_GEN_atomic_fetch(T, N) CM_SHMEM_GEN(T, N, atomic_fetch)
+#define CM_SHMEM_GEN_atomic_fetch_nbi(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_nbi)
+#define CM_SHMEM_GEN_atomic_set(T, N) CM_SHMEM_GEN(T, N, atomic_set)
+#define CM_SHMEM_GEN_atomic_swap(T, N) CM_SHMEM_GEN(T, N, atomic_swap)
+#define CM_SHMEM_GEN_atomic_swap_nbi(T, N) CM_SHMEM_GEN(T, N, atomic_swap_nbi)
+#define CM_SHMEM_GEN_atomic_compare_swap(T, N) CM_SHMEM_GEN(T, N, atomic_compare_swap)
+#define CM_SHMEM_GEN_atomic_compare_swap_nbi(T, N) CM_SHMEM_GEN(T, N, atomic_compare_swap_nbi)
+#define CM_SHMEM_GEN_atomic_fetch_inc(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_inc)
+#define CM_SHMEM_GEN_atomic_fetch_inc_nbi(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_inc_nbi)
+#define CM_SHMEM_GEN_atomic_inc(T, N) CM_SHMEM_GEN(T, N, atomic_inc)
+#define CM_SHMEM_GEN_atomic_fetch_add(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_add)
+#define CM_SHMEM_GEN_atomic_fetch_add_nbi(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_add_nbi)
+#define CM_SHMEM_GEN_atomic_add(T, N) CM_SHMEM_GEN(T, N, atomic_add)
+#define CM_SHMEM_GEN_atomic_fetch_and(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_and)
+#define CM_SHMEM_GEN_atomic_fetch_or(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_or)
+#define CM_SHMEM_GEN_atomic_fetch_xor(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_xor)
+#define CM_SHMEM_GEN_atomic_and(T, N) CM_SHMEM_GEN(T, N, atomic_and)
+#define CM_SHMEM_GEN_atomic_or(T, N) CM_SHMEM_GEN(T, N, atomic_or)
+#define CM_SHMEM_GEN_atomic_xor(T, N) CM_SHMEM_GEN(T, N, atomic_xor)
+#define CM_SHMEM_GEN_wait_until(T, N) CM_SHMEM_GEN(T, N, wait_until)
+#define CM_SHMEM_GEN_wait_until_all(T, N) CM_SHMEM_GEN(T, N, wait_until_all)
+#define CM_SHMEM_GEN_wait_until_any(T, N) CM_SHMEM_GEN(T, N, wait_until_any)
+#define CM_SHMEM_GEN_wait_until_some(T, N) CM_SHMEM_GEN(T, N, wait_until_some)
+#define CM_SHMEM_GEN_test(T, N) CM_SHMEM_GEN(T, N, test)
+#define CM_SHMEM_GEN_test_all(T, N) CM_SHMEM_GEN(T, N, test_all)
+#define CM_SHMEM_GEN_test_any(T, N) CM_SHMEM_GEN(T, N, test_any)
+#define CM_SHMEM_GEN_test_some(T, N) CM_SHMEM_GEN(T, N, test_some)
+#define CM_SHMEM_GEN_broadcast(T, N) CM_SHMEM_GEN(T, N, broadcast)
+#define CM_SHMEM_GEN_collect(T, N) CM_SHMEM_GEN(T, N, collect)
+#define CM_SHMEM_GEN_fcollect(T, N) CM_SHMEM_GEN(T, N, fcollect)
+#define CM_SHMEM_GEN_alltoall(T, N) CM_SHMEM_GEN(T, N, alltoall)
+#define CM_SHMEM_GEN_alltoalls(T, N) CM_SHMEM_GEN(T, N, alltoalls)
+#define CM_SHMEM_GEN_sum_reduce(T, N) CM_SHMEM_GEN(T, N, sum_reduce)
+#define CM_SHMEM_GEN_prod_reduce(T, N) CM_SHMEM_GEN(T, N, prod_reduce)
+#define CM_SHMEM_GEN_max_reduce(T, N) CM_SHMEM_GEN(T, N, max_reduce)
+#define CM_SHMEM_GEN_min_reduce(T, N) CM_SHMEM_GEN(T, N, min_reduce)
+#define CM_SHMEM_GEN_and_reduce(T, N) CM_SHMEM_GEN(T, N, and_reduce)
+#define CM_SHMEM_GEN_or_reduce(T, N) CM_SHMEM_GEN(T, N, or_reduce)
+#define CM_SHMEM_GEN_xor_reduce(T, N) CM_SHMEM_GEN(T, N, xor_reduce)
+
+#define CM_SHMEM_SELECT(TABLE, NAME, X) \
+  _Generic((X), TABLE(CM_SHMEM_GEN_##NAME) default: cm_shmem_generic_type_not_supported)
+
+#define shmem_put(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, put, *(dest))(dest, __VA_ARGS__)
+#define shmem_get(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, get, *(dest))(dest, __VA_ARGS__)
+#define shmem_put_nbi(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, put_nbi, *(dest))(dest, __VA_ARGS__)
+#define shmem_get_nbi(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, get_nbi, *(dest))(dest, __VA_ARGS__)
+#define shmem_p(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, p, *(dest))(dest, __VA_ARGS__)
+#define shmem_g(source, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, g, *(source))(source, __VA_ARGS__)
+#define shmem_iput(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, iput, *(dest))(dest, __VA_ARGS__)
+#define shmem_iget(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, iget, *(dest))(dest, __VA_ARGS__)
+#define shmem_put_signal(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, put_signal, *(dest))(dest, __VA_ARGS__)
+#define shmem_put_signal_nbi(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, put_signal_nbi, *(dest))(dest, __VA_ARGS__)
+
+#define shmem_atomic_fetch(source, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_EXT_TYPES, atomic_fetch, *(source))(source, __VA_ARGS__)
+#define shmem_atomic_fetch_nbi(fetch, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_EXT_TYPES, atomic_fetch_nbi, *(fetch))(fetch, __VA_ARGS__)
+#define shmem_atomic_set(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_EXT_TYPES, atomic_set, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_swap(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_EXT_TYPES, atomic_swap, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_swap_nbi(fetch, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_EXT_TYPES, atomic_swap_nbi, *(fetch))(fetch, __VA_ARGS__)
+#define shmem_atomic_compare_swap(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_compare_swap, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_compare_swap_nbi(fetch, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_compare_swap_nbi, *(fetch))(fetch, __VA_ARGS__)
+#define shmem_atomic_fetch_inc(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_fetch_inc, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_fetch_inc_nbi(fetch, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_fetch_inc_nbi, *(fetch))(fetch, __VA_ARGS__)
+#define shmem_atomic_inc(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_inc, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_fetch_add(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_fetch_add, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_fetch_add_nbi(fetch, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_fetch_add_nbi, *(fetch))(fetch, __VA_ARGS__)
+#define shmem_atomic_add(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_add, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_fetch_and(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_BITWISE_TYPES, atomic_fetch_and, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_fetch_or(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_BITWISE_TYPES, atomic_fetch_or, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_fetch_xor(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_BITWISE_TYPES, atomic_fetch_xor, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_and(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_BITWISE_TYPES, atomic_and, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_or(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_BITWISE_TYPES, atomic_or, *(dest))(dest, __VA_ARGS__)
+#define shmem_atomic_xor(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_BITWISE_TYPES, atomic_xor, *(dest))(dest, __VA_ARGS__)
+
+#define shmem_wait_until(ivar, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, wait_until, *(ivar))(ivar, __VA_ARGS__)
+#define shmem_wait_until_all(ivars, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, wait_until_all, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_wait_until_any(ivars, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, wait_until_any, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_wait_until_some(ivars, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, wait_until_some, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_test(ivar, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, test, *(ivar))(ivar, __VA_ARGS__)
+#define shmem_test_all(ivars, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, test_all, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_test_any(ivars, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, test_any, *(ivars))(ivars, __VA_ARGS__)
+#define shmem_test_some(ivars, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, test_some, *(ivars))(ivars, __VA_ARGS__)
+
+#define shmem_broadcast(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, broadcast, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_collect(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, collect, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_fcollect(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, fcollect, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_alltoall(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, alltoall, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_alltoalls(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, alltoalls, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_sum_reduce(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, sum_reduce, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_prod_reduce(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, prod_reduce, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_max_reduce(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, max_reduce, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_min_reduce(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, min_reduce, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_and_reduce(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_REDUCE_BITWISE_TYPES, and_reduce, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_or_reduce(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_REDUCE_BITWISE_TYPES, or_reduce, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_xor_reduce(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_REDUCE_BITWISE_TYPES, xor_reduce, *(dest))(team, dest, __VA_ARGS__)
+#endif /* C11 */
+
+#endif /* COREMESH_SHMEM_H */

@@ -1,0 +1,38 @@
+// `coremesh run -n N [--heap SIZE] [--tag-output] prog args...`: the SHMEM
+// launcher (coremesh::shmem::launch).
+#include <cstdio>
+#include <cstdlib>
+
+#include "commands.hpp"
+#include "coremesh/core/env.hpp"
+#include "coremesh/shmem/launch.hpp"
+
+namespace coremesh::cli {
+
+void register_run_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("run", "Start N SHMEM processing elements (PEs) of a program");
+  struct Args {
+    int n_pes = 1;
+    std::string heap;
+    bool tag_output = false;
+  };
+  auto args = std::make_shared<Args>();
+  cmd->add_option("-n,--np", args->n_pes, "number of PEs")->required()->check(CLI::Range(1, 256));
+  cmd->add_option("--heap", args->heap, "symmetric heap size per PE, e.g. 512M (default: "
+                                        "COREMESH_HEAP_SIZE or 128M)");
+  cmd->add_flag("--tag-output", args->tag_output, "prefix every output line with [pe k]");
+  // Everything from the program name on belongs to the program.
+  cmd->prefix_command();
+  cmd->callback([cmd, args] {
+    shmem::LaunchOptions options;
+    options.n_pes = args->n_pes;
+    if (!args->heap.empty()) options.heap_bytes = static_cast<size_t>(env::parse_size(args->heap));
+    options.tag_output = args->tag_output;
+    options.argv = cmd->remaining();
+    const int status = shmem::launch(options);
+    std::fflush(stdout);
+    std::exit(status);  // the job's status is the command's status
+  });
+}
+
+}  // namespace coremesh::cli

@@ -1,0 +1,188 @@
+// C API: setup, query, memory, ordering, locks, teams.
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "c_api.hpp"
+#include "coremesh/core/error.hpp"
+#include "wait.hpp"
+
+namespace cm = coremesh::shmem;
+namespace in = coremesh::shmem::internal;
+
+namespace coremesh::shmem::capi {
+
+void fail(const char* api, const std::exception& e) {
+  const int pe = in::is_initialized() ? in::state().my_pe : -1;
+  if (const auto* err = dynamic_cast<const coremesh::Error*>(&e)) {
+    std::fprintf(stderr, "shmem error on PE %d in %s: %s\n", pe, api, err->what());
+  } else {
+    std::fprintf(stderr, "shmem error on PE %d in %s: %s\n", pe, api, e.what());
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(1);
+}
+
+in::TeamData* team(shmem_team_t handle, const char* api) {
+  in::State& s = in::state(api);
+  if (handle == SHMEM_TEAM_WORLD) return &s.world;
+  if (handle == SHMEM_TEAM_SHARED) return &s.shared;
+  CM_CHECK(handle != SHMEM_TEAM_INVALID, "check the result of the team split",
+           "{}: SHMEM_TEAM_INVALID passed", api);
+  return reinterpret_cast<in::TeamData*>(handle);
+}
+
+shmem_team_t handle(in::TeamData* team) {
+  return team == nullptr ? SHMEM_TEAM_INVALID : reinterpret_cast<shmem_team_t>(team);
+}
+
+Cmp cmp(int value, const char* api) {
+  CM_CHECK(value >= SHMEM_CMP_EQ && value <= SHMEM_CMP_LE, "use one of SHMEM_CMP_EQ ... SHMEM_CMP_LE",
+           "{}: unknown comparison {}", api, value);
+  return static_cast<Cmp>(value);
+}
+
+}  // namespace coremesh::shmem::capi
+
+using coremesh::shmem::capi::handle;
+using coremesh::shmem::capi::team;
+
+namespace {
+// OpenSHMEM programs may return from main without shmem_finalize.
+void finalize_at_exit() {
+  CM_C_API("shmem_finalize (at exit)", in::finalize());
+}
+}  // namespace
+
+extern "C" {
+
+void shmem_init(void) {
+  CM_C_API("shmem_init", {
+    if (in::is_initialized()) return;
+    in::init(0);
+    std::atexit(finalize_at_exit);
+  });
+}
+int shmem_init_thread(int requested, int* provided) {
+  shmem_init();
+  // Everything but collectives on one team is thread safe (RMA, atomics,
+  // waits, allocation under a mutex); concurrent collectives on one team are
+  // erroneous in OpenSHMEM anyway.
+  if (provided) *provided = requested < SHMEM_THREAD_MULTIPLE ? requested : SHMEM_THREAD_MULTIPLE;
+  return 0;
+}
+void shmem_query_thread(int* provided) { *provided = SHMEM_THREAD_MULTIPLE; }
+void shmem_finalize(void) { CM_C_API("shmem_finalize", in::finalize()); }
+void shmem_global_exit(int status) { in::global_exit(status); }
+int shmem_my_pe(void) { CM_C_API("shmem_my_pe", return in::state("shmem_my_pe").my_pe); }
+int shmem_n_pes(void) { CM_C_API("shmem_n_pes", return in::state("shmem_n_pes").n_pes); }
+int _my_pe(void) { return shmem_my_pe(); }
+int _num_pes(void) { return shmem_n_pes(); }
+void shmem_info_get_version(int* major, int* minor) {
+  *major = SHMEM_MAJOR_VERSION;
+  *minor = SHMEM_MINOR_VERSION;
+}
+void shmem_info_get_name(char* name) {
+  std::strncpy(name, SHMEM_VENDOR_STRING, SHMEM_MAX_NAME_LEN - 1);
+  name[SHMEM_MAX_NAME_LEN - 1] = '\0';
+}
+int shmem_pe_accessible(int pe) {
+  return in::is_initialized() && pe >= 0 && pe < in::state().n_pes;
+}
+int shmem_addr_accessible(const void* addr, int pe) {
+  if (!shmem_pe_accessible(pe)) return 0;
+  try {
+    in::sym_offset(addr, 1, "shmem_addr_accessible");
+    return 1;
+  } catch (const coremesh::Error&) {
+    return 0;
+  }
+}
+void* shmem_ptr(const void* dest, int pe) {
+  if (!shmem_addr_accessible(dest, pe)) return nullptr;
+  return in::peer_address(pe, in::sym_offset(dest, 0, "shmem_ptr"));
+}
+void shmem_pcontrol(const int, ...) {}
+
+void* shmem_malloc(size_t size) {
+  CM_C_API("shmem_malloc", return in::sym_alloc(size, 128, false, "shmem_malloc"));
+}
+void* shmem_calloc(size_t count, size_t size) {
+  CM_C_API("shmem_calloc", return in::sym_alloc(count * size, 128, true, "shmem_calloc"));
+}
+void* shmem_align(size_t alignment, size_t size) {
+  CM_C_API("shmem_align", return in::sym_alloc(size, alignment, false, "shmem_align"));
+}
+void* shmem_realloc(void* ptr, size_t size) {
+  CM_C_API("shmem_realloc", return in::sym_realloc(ptr, size, "shmem_realloc"));
+}
+void* shmem_malloc_with_hints(size_t size, long) {
+  // Hints only tune placement; every block supports atomics and signals here.
+  CM_C_API("shmem_malloc_with_hints", return in::sym_alloc(size, 128, false, "shmem_malloc_with_hints"));
+}
+void shmem_free(void* ptr) { CM_C_API("shmem_free", in::sym_free(ptr, "shmem_free")); }
+
+void shmem_fence(void) { in::fence(); }
+void shmem_quiet(void) { in::quiet(); }
+int shmem_ctx_create(long, shmem_ctx_t* ctx) {
+  *ctx = SHMEM_CTX_INVALID;
+  return 1;  // additional contexts are not supported: callers fall back to the default
+}
+void shmem_ctx_destroy(shmem_ctx_t) {}
+void shmem_ctx_fence(shmem_ctx_t) { in::fence(); }
+void shmem_ctx_quiet(shmem_ctx_t) { in::quiet(); }
+
+void shmem_set_lock(long* lock) { CM_C_API("shmem_set_lock", in::set_lock(lock)); }
+void shmem_clear_lock(long* lock) { CM_C_API("shmem_clear_lock", in::clear_lock(lock)); }
+int shmem_test_lock(long* lock) { CM_C_API("shmem_test_lock", return in::test_lock(lock) ? 1 : 0); }
+
+int shmem_team_my_pe(shmem_team_t t) {
+  if (t == SHMEM_TEAM_INVALID) return -1;
+  CM_C_API("shmem_team_my_pe", return team(t, "shmem_team_my_pe")->my_index);
+}
+int shmem_team_n_pes(shmem_team_t t) {
+  if (t == SHMEM_TEAM_INVALID) return -1;
+  CM_C_API("shmem_team_n_pes", return team(t, "shmem_team_n_pes")->size);
+}
+int shmem_team_get_config(shmem_team_t t, long mask, shmem_team_config_t* config) {
+  if (t == SHMEM_TEAM_INVALID) return -1;
+  CM_C_API("shmem_team_get_config", {
+    if (mask & SHMEM_TEAM_NUM_CONTEXTS) config->num_contexts = team(t, "shmem_team_get_config")->num_contexts;
+    return 0;
+  });
+}
+int shmem_team_translate_pe(shmem_team_t src, int src_pe, shmem_team_t dest) {
+  if (src == SHMEM_TEAM_INVALID || dest == SHMEM_TEAM_INVALID) return -1;
+  CM_C_API("shmem_team_translate_pe",
+           return in::team_translate(*team(src, "shmem_team_translate_pe"), src_pe,
+                                     *team(dest, "shmem_team_translate_pe")));
+}
+int shmem_team_split_strided(shmem_team_t parent, int start, int stride, int size,
+                             const shmem_team_config_t* config, long mask, shmem_team_t* new_team) {
+  CM_C_API("shmem_team_split_strided", {
+    const int contexts = config && (mask & SHMEM_TEAM_NUM_CONTEXTS) ? config->num_contexts : 0;
+    *new_team = handle(in::team_split_strided(*team(parent, "shmem_team_split_strided"), start,
+                                              stride, size, contexts));
+    return 0;
+  });
+}
+int shmem_team_split_2d(shmem_team_t parent, int xrange, const shmem_team_config_t*, long,
+                        shmem_team_t* xteam, const shmem_team_config_t*, long, shmem_team_t* yteam) {
+  CM_C_API("shmem_team_split_2d", {
+    in::TeamData *x = nullptr, *y = nullptr;
+    in::team_split_2d(*team(parent, "shmem_team_split_2d"), xrange, &x, &y);
+    *xteam = handle(x);
+    *yteam = handle(y);
+    return 0;
+  });
+}
+void shmem_team_destroy(shmem_team_t t) {
+  if (t == SHMEM_TEAM_INVALID) return;
+  CM_C_API("shmem_team_destroy", in::team_destroy(team(t, "shmem_team_destroy")));
+}
+
+}  // extern "C"

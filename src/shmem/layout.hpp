@@ -1,0 +1,100 @@
+// Memory layouts shared between processes: the job control block (created by
+// the launcher, one per job) and the reserved head of every PE's heap
+// segment. Everything here lives in MAP_SHARED memory, so it holds only
+// trivially copyable data and lock-free atomics (which work across processes
+// on the same physical page, whatever the virtual address).
+//
+// One PE's heap segment:
+//
+//   0                  kHeaderBytes        user_base                 segment end
+//   | HeapHeader        | team slots        | user heap (allocator)  |
+//   | doorbell, lock... | kMaxTeams x slot  | shmem_malloc & co.     |
+//
+// A symmetric address is (segment base of the PE) + offset; offsets are the
+// same on every PE because every PE computes the same layout.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace coremesh::shmem::internal {
+
+// A futex word plus a count of sleepers, so that writers make the wake-up
+// system call only when somebody sleeps. `seq` changes on every event.
+struct Bell {
+  std::atomic<uint32_t> seq{0};
+  std::atomic<uint32_t> sleepers{0};
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+// Synchronisation state of one group (team slot or user pSync array). The
+// barrier counters are used at the group's first PE only; `published` holds
+// small per-call values that the other members read (double buffered by call
+// parity, so one barrier per call suffices). Every field is 0 initially,
+// which is SHMEM_SYNC_VALUE.
+struct SyncArea {
+  std::atomic<uint32_t> arrived;  // barrier arrivals (at the group's root)
+  uint32_t pad0[15];
+  Bell generation;                // bumped when a barrier completes (root)
+  int64_t entered;                // barriers this PE entered (watchdog info)
+  int64_t calls;                  // collective calls this PE made (pSync groups)
+  uint64_t pad1[5];
+  int64_t published[2][8];        // per-call values, [call parity][item]
+};
+static_assert(sizeof(SyncArea) == 256);
+inline constexpr size_t kSyncAreaLongs = sizeof(SyncArea) / sizeof(long);
+
+struct alignas(64) HeapHeader {
+  uint64_t magic;
+  uint64_t segment_bytes;
+  alignas(64) Bell doorbell;  // rung after every remote write to this PE
+};
+
+inline constexpr uint64_t kHeapMagic = 0x636d2d68656170ULL;  // "cm-heap"
+inline constexpr size_t kHeaderBytes = 4096;
+inline constexpr int kMaxTeams = 64;  // team slots per PE (bit mask of 64)
+inline constexpr int kMaxPes = 256;
+inline constexpr size_t kHeapAlignment = 128;
+
+// Bytes of one team slot: a SyncArea plus, per member, room for alltoallv
+// metadata (send counts, send offsets, recv counts), double buffered.
+inline size_t team_slot_bytes(int n_pes) {
+  size_t bytes = sizeof(SyncArea) + 2 * 3 * sizeof(int64_t) * static_cast<size_t>(n_pes);
+  return (bytes + kHeapAlignment - 1) / kHeapAlignment * kHeapAlignment;
+}
+inline size_t user_heap_base(int n_pes) {
+  size_t end = kHeaderBytes + kMaxTeams * team_slot_bytes(n_pes);
+  return (end + 4095) / 4096 * 4096;
+}
+
+// Per-PE bootstrap state in the job control block.
+struct alignas(64) PeSlot {
+  std::atomic<uint32_t> state;  // PeState
+  int32_t pid;
+  uint64_t heap_bytes;  // user heap size this PE asked for
+  uint64_t data_bytes;         // size of its global data segment
+  uint64_t data_image_offset;  // where that segment starts in the executable
+};
+enum PeState : uint32_t { pe_absent = 0, pe_created = 1, pe_mapped = 2, pe_finalized = 3 };
+
+// The job control block: launcher <-> PEs. The launcher creates it, passes
+// its file descriptor to the PEs and unlinks its name at once.
+struct alignas(64) JobControl {
+  uint64_t magic;
+  uint32_t n_pes;
+  alignas(64) Bell created;  // seq counts PEs that created their segment
+  alignas(64) Bell mapped;   // seq counts PEs that mapped every segment
+  alignas(64) Bell abort;    // seq != 0: the job is being stopped
+  int32_t abort_pe;
+  int32_t abort_status;
+  uint32_t global_exit;      // 1: abort_pe called shmem_global_exit
+  PeSlot pes[1];             // n_pes entries (allocated past the struct)
+};
+inline constexpr uint64_t kJobMagic = 0x636d2d6a6f62ULL;  // "cm-job"
+inline size_t job_control_bytes(int n_pes) {
+  return sizeof(JobControl) + sizeof(PeSlot) * static_cast<size_t>(n_pes);
+}
+
+}  // namespace coremesh::shmem::internal

@@ -1,0 +1,99 @@
+// Collective symmetric allocation. Every call is collective over the world:
+// each PE publishes its request in its world SyncArea, a barrier makes them
+// visible, and every PE compares all requests -- so a mismatch raises the
+// same error, naming every PE's request, on every PE. Then each PE runs the
+// same deterministic allocator step and gets the same offset.
+#include <cstring>
+
+#include "coremesh/core/error.hpp"
+#include "internal.hpp"
+
+namespace coremesh::shmem::internal {
+
+namespace {
+// Publishes (a, b) for this call and checks every member published the same.
+void agree(State& s, const char* api, const char* what, int64_t a, int64_t b) {
+  Group world = team_group(s.world, api);
+  const int parity = begin_call(world);
+  SyncArea* mine = sync_area(s.my_pe, world.sync_offset);
+  mine->published[parity][0] = a;
+  mine->published[parity][1] = b;
+  const uint64_t call = ++s.allocations;
+  group_sync(world, api);
+  bool same = true;
+  std::string all;
+  for (int pe = 0; pe < s.n_pes; ++pe) {
+    const SyncArea* peer = sync_area(pe, world.sync_offset);
+    const int64_t pa = peer->published[parity][0], pb = peer->published[parity][1];
+    same = same && pa == a && pb == b;
+    all += fmt::format("{}PE {}: {}", pe ? ", " : "", pe,
+                       fmt::format(fmt::runtime(what), pa, pb));
+  }
+  CM_CHECK(same,
+           "symmetric allocation is collective: every PE must make the same calls with the same "
+           "arguments in the same order",
+           "{} (collective allocation #{}) differs between PEs: {}", api, call, all);
+}
+}  // namespace
+
+void* sym_alloc(size_t bytes, size_t alignment, bool zero, const char* api) {
+  State& s = state(api);
+  if (bytes == 0) return nullptr;
+  agree(s, api, "{} B at alignment {}", static_cast<int64_t>(bytes),
+        static_cast<int64_t>(alignment));
+  std::optional<size_t> offset;
+  {
+    std::lock_guard lock(s.mutex);
+    offset = s.allocator.allocate(bytes, alignment);
+    CM_CHECK(offset.has_value(),
+             "free buffers you no longer need or start with a larger heap (coremesh run --heap "
+             "SIZE, COREMESH_HEAP_SIZE, or InitOptions::heap_bytes)",
+             "{}: symmetric heap exhausted on PE {}: cannot allocate {} B; {}", api, s.my_pe,
+             bytes, s.allocator.describe_usage());
+  }
+  void* ptr = s.base + *offset;
+  if (zero) {
+    std::memset(ptr, 0, bytes);
+    // Nobody may write into the block before every PE has cleared it.
+    Group world = team_group(s.world, api);
+    group_sync(world, api);
+  }
+  return ptr;
+}
+
+void sym_free(void* ptr, const char* api) {
+  if (ptr == nullptr) return;
+  State& s = state(api);
+  const size_t offset = sym_offset(ptr, 0, api);
+  CM_CHECK(s.allocator.owns(offset), "free only pointers returned by the symmetric allocator",
+           "{}: {} is not the start of a live symmetric block", api, ptr);
+  quiet();
+  agree(s, api, "free of heap offset {} ({} B)", static_cast<int64_t>(offset),
+        static_cast<int64_t>(s.allocator.block_size(offset)));
+  std::lock_guard lock(s.mutex);
+  s.allocator.release(offset);
+}
+
+void* sym_realloc(void* ptr, size_t bytes, const char* api) {
+  if (ptr == nullptr) return sym_alloc(bytes, kHeapAlignment, false, api);
+  State& s = state(api);
+  if (bytes == 0) {
+    sym_free(ptr, api);
+    return nullptr;
+  }
+  const size_t old_offset = sym_offset(ptr, 0, api);
+  const size_t old_bytes = s.allocator.block_size(old_offset);
+  CM_CHECK(old_bytes != 0, "realloc only pointers returned by the symmetric allocator",
+           "{}: {} is not the start of a live symmetric block", api, ptr);
+  void* fresh = sym_alloc(bytes, kHeapAlignment, false, api);
+  std::memcpy(fresh, ptr, std::min(old_bytes, bytes));
+  {
+    std::lock_guard lock(s.mutex);
+    s.allocator.release(old_offset);
+  }
+  Group world = team_group(s.world, api);
+  group_sync(world, api);  // the copy is done everywhere before anyone writes
+  return fresh;
+}
+
+}  // namespace coremesh::shmem::internal

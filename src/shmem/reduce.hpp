@@ -1,0 +1,110 @@
+// Reductions as reduce-scatter + allgather, with peers reading each other's
+// buffers directly (the bandwidth-optimal scheme inside one machine):
+//
+//   barrier
+//   PE r reduces chunk r of every member's source into chunk r of its dest
+//        (in tiles held in a local accumulator, so dest == source is fine);
+//   barrier
+//   PE r copies chunk k != r from member k's dest         (allreduce only)
+//   barrier
+//
+// Each PE reads n elements and writes n; every chunk is reduced by one PE in
+// member order, so all PEs end with bit-identical results. bf16 accumulates
+// in f32 and rounds once.
+#pragma once
+
+#include <complex>
+#include <cstring>
+#include <type_traits>
+
+#include "coremesh/core/dtype.hpp"
+#include "coremesh/core/error.hpp"
+#include "internal.hpp"
+
+namespace coremesh::shmem::internal {
+
+enum class ReduceKind { sum, prod, min, max, band, bor, bxor };
+
+template <typename T>
+struct Accumulator {
+  using type = T;
+  static type load(T v) { return v; }
+  static T store(type v) { return v; }
+};
+template <>
+struct Accumulator<bf16> {
+  using type = float;
+  static float load(bf16 v) {
+    uint32_t bits = uint32_t{v.bits} << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  static bf16 store(float f) {  // round to nearest even; NaN stays NaN
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<uint16_t>((bits >> 16) | 0x40)};
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return bf16{static_cast<uint16_t>(bits >> 16)};
+  }
+};
+
+template <ReduceKind K, typename A>
+inline A combine(A a, A b) {
+  if constexpr (K == ReduceKind::sum) return a + b;
+  else if constexpr (K == ReduceKind::prod) return a * b;
+  else if constexpr (K == ReduceKind::min) return b < a ? b : a;
+  else if constexpr (K == ReduceKind::max) return a < b ? b : a;
+  else if constexpr (K == ReduceKind::band) return a & b;
+  else if constexpr (K == ReduceKind::bor) return a | b;
+  else return a ^ b;
+}
+
+// Reduces chunk [lo, hi) of every member's `src` (at segment offset
+// src_offset) into out[0 .. hi - lo).
+template <typename T, ReduceKind K>
+void reduce_chunk(const Group& g, size_t src_offset, size_t lo, size_t hi, T* out) {
+  using Acc = Accumulator<T>;
+  using A = typename Acc::type;
+  constexpr size_t kTile = 8192 / sizeof(A) > 0 ? 8192 / sizeof(A) : 1;
+  A acc[kTile];
+  for (size_t t = lo; t < hi; t += kTile) {
+    const size_t len = std::min(kTile, hi - t);
+    const T* first = reinterpret_cast<const T*>(peer_address(g.world_pe(0), src_offset)) + t;
+    for (size_t i = 0; i < len; ++i) acc[i] = Acc::load(first[i]);
+    for (int m = 1; m < g.size; ++m) {
+      const T* in = reinterpret_cast<const T*>(peer_address(g.world_pe(m), src_offset)) + t;
+      for (size_t i = 0; i < len; ++i) acc[i] = combine<K>(acc[i], Acc::load(in[i]));
+    }
+    T* o = out + (t - lo);
+    for (size_t i = 0; i < len; ++i) o[i] = Acc::store(acc[i]);
+  }
+}
+
+// allreduce: dest and src hold n elements. scatter (reduce_scatter): src
+// holds n = size * chunk elements and dest receives this PE's chunk.
+template <typename T, ReduceKind K>
+void reduce(const Group& g, T* dest, const T* src, size_t n, bool scatter, const char* api) {
+  const size_t src_offset = sym_offset(src, n * sizeof(T), api);
+  auto chunk_lo = [&](int r) { return n * static_cast<size_t>(r) / g.size; };
+  if (scatter) {
+    CM_CHECK(n % g.size == 0, "reduce_scatter takes count_per_pe * team size elements",
+             "{}: {} elements do not split evenly over {} PEs", api, n, g.size);
+  }
+  const size_t my_lo = chunk_lo(g.my_index), my_hi = chunk_lo(g.my_index + 1);
+  const size_t dest_offset = sym_offset(dest, (scatter ? my_hi - my_lo : n) * sizeof(T), api);
+  begin_call(g);
+  group_sync(g, api);
+  reduce_chunk<T, K>(g, src_offset, my_lo, my_hi, scatter ? dest : dest + my_lo);
+  group_sync(g, api);
+  if (scatter) return;
+  for (int k = 1; k < g.size; ++k) {
+    const int r = (g.my_index + k) % g.size;
+    const size_t lo = chunk_lo(r), hi = chunk_lo(r + 1);
+    std::memcpy(dest + lo, peer_address(g.world_pe(r), dest_offset + lo * sizeof(T)),
+                (hi - lo) * sizeof(T));
+  }
+  group_sync(g, api);
+}
+
+}  // namespace coremesh::shmem::internal

@@ -1,0 +1,41 @@
+# SHMEM tools (issue 4), included from the top-level CMakeLists.txt:
+# coremesh-cc, a C compiler wrapper for OpenSHMEM programs, in the build
+# tree (bin/coremesh-cc) and in the install tree, plus install rules for
+# the libraries and headers it needs.
+if(NOT TARGET coremesh_shmem)
+  return()
+endif()
+
+set(_cm_wrapper [=[#!/bin/sh
+# coremesh-cc: compile and link OpenSHMEM C programs against coremesh.
+#   coremesh-cc [compiler flags] prog.c -o prog ; coremesh run -n 4 ./prog
+# CC overrides the C compiler.
+link=yes
+for arg in "$@"; do
+  case "$arg" in -c|-S|-E|-M|-MM) link=no ;; esac
+done
+if [ "$link" = yes ]; then
+  exec ${CC:-@CC@} -I@INCLUDE@ "$@" @LIBS@ -lstdc++ -lm -lpthread -lrt
+else
+  exec ${CC:-@CC@} -I@INCLUDE@ "$@"
+fi
+]=])
+
+set(_cm_libs "$<TARGET_FILE:coremesh_shmem> $<TARGET_FILE:coremesh_runtime> $<TARGET_FILE:coremesh_core> $<TARGET_LINKER_FILE:fmt::fmt>")
+string(REPLACE "@CC@" "${CMAKE_C_COMPILER}" _cm_build "${_cm_wrapper}")
+string(REPLACE "@INCLUDE@" "${PROJECT_SOURCE_DIR}/include" _cm_build "${_cm_build}")
+string(REPLACE "@LIBS@" "${_cm_libs}" _cm_build "${_cm_build}")
+file(GENERATE OUTPUT ${CMAKE_BINARY_DIR}/bin/coremesh-cc CONTENT "${_cm_build}"
+     FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+
+include(GNUInstallDirs)
+set(_cm_libdir ${CMAKE_INSTALL_FULL_LIBDIR})
+set(_cm_install_libs "${_cm_libdir}/$<TARGET_FILE_NAME:coremesh_shmem> ${_cm_libdir}/$<TARGET_FILE_NAME:coremesh_runtime> ${_cm_libdir}/$<TARGET_FILE_NAME:coremesh_core> $<TARGET_LINKER_FILE:fmt::fmt>")
+string(REPLACE "@CC@" "${CMAKE_C_COMPILER}" _cm_install "${_cm_wrapper}")
+string(REPLACE "@INCLUDE@" "${CMAKE_INSTALL_FULL_INCLUDEDIR}" _cm_install "${_cm_install}")
+string(REPLACE "@LIBS@" "${_cm_install_libs}" _cm_install "${_cm_install}")
+file(GENERATE OUTPUT ${CMAKE_BINARY_DIR}/install-bin/coremesh-cc CONTENT "${_cm_install}")
+install(PROGRAMS ${CMAKE_BINARY_DIR}/install-bin/coremesh-cc DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS coremesh_shmem coremesh_runtime coremesh_core ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/include/shmem.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/coremesh DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

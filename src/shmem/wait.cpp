@@ -1,0 +1,59 @@
+#include "wait.hpp"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <ctime>
+
+#include "coremesh/core/error.hpp"
+
+namespace coremesh::shmem::internal {
+
+// Shared (not FUTEX_PRIVATE) futexes: the kernel keys them by the physical
+// page, so processes mapping the segment at different addresses meet.
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns) {
+  timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000),
+              static_cast<long>(timeout_ns % 1'000'000'000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+WaitPolicy& wait_policy() {
+  static WaitPolicy policy;
+  return policy;
+}
+
+void throw_wait_timeout(const Describe& describe, double timeout_s) {
+  CM_THROW(TimeoutError,
+           "a peer may have failed or skipped a matching call; raise COREMESH_WAIT_TIMEOUT_S if "
+           "the work is legitimately slow",
+           "watchdog: {} (still waiting after {:.1f} s)", describe(), timeout_s);
+}
+
+namespace {
+std::atomic<JobControl*> g_job{nullptr};
+std::atomic<int> g_pe{0};
+}  // namespace
+
+void set_wait_identity(int pe, JobControl* job) {
+  g_pe.store(pe);
+  g_job.store(job);
+}
+int wait_identity_pe() { return g_pe.load(); }
+
+void check_job_alive() {
+  JobControl* job = g_job.load(std::memory_order_relaxed);
+  if (job == nullptr || job->abort.seq.load(std::memory_order_acquire) == 0) return;
+  CM_THROW(Error, "see the failing PE's output above",
+           "PE {} stops: the job is being stopped because PE {} {} {}", g_pe.load(), job->abort_pe,
+           job->global_exit ? "called shmem_global_exit with status" : "exited with status",
+           job->abort_status);
+}
+
+}  // namespace coremesh::shmem::internal

@@ -1,0 +1,164 @@
+// Collectives on the world and on sub-teams from split_strided / split_2d.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "coremesh/core/dtype.hpp"
+#include "coremesh/core/error.hpp"
+#include "coremesh/shmem/shmem.hpp"
+
+namespace shmem = coremesh::shmem;
+using coremesh::bf16;
+
+namespace {
+int me() { return shmem::my_pe(); }
+int npes() { return shmem::n_pes(); }
+
+template <typename T>
+T* sym(size_t n) {
+  return static_cast<T*>(shmem::sym_calloc(n, sizeof(T)));
+}
+
+// Every team shape the tests run on: the world, the even PEs (odd PEs get
+// the odd ones), rows and columns of a 2D split.
+std::vector<shmem::Team> my_teams() {
+  shmem::Team world = shmem::Team::world();
+  std::vector<shmem::Team> teams{world};
+  shmem::Team even = world.split_strided(0, 2, (npes() + 1) / 2);
+  shmem::Team odd = npes() > 1 ? world.split_strided(1, 2, npes() / 2) : shmem::Team();
+  teams.push_back(even.valid() ? even : odd);
+  auto [row, column] = world.split_2d(npes() >= 4 ? 2 : 1);
+  teams.push_back(row);
+  teams.push_back(column);
+  return teams;
+}
+
+float value_f(int pe, size_t i) { return static_cast<float>((pe + 1) * 0.25 + (i % 13)); }
+
+template <typename T>
+T value(int pe, size_t i) {
+  if constexpr (std::is_same_v<T, bf16>) return coremesh::to_bf16(value_f(pe, i));
+  else return static_cast<T>(value_f(pe, i) * 4);  // exact in every type
+}
+template <typename T>
+double as_double(T v) {
+  if constexpr (std::is_same_v<T, bf16>) return coremesh::to_float(v);
+  else return static_cast<double>(v);
+}
+
+template <typename T>
+void check_allreduce(const shmem::Team& team, size_t n) {
+  T* src = sym<T>(n);
+  T* dst = sym<T>(n);
+  const int k = team.valid() ? team.n_pes() : 0;
+  for (size_t i = 0; i < n; ++i) src[i] = value<T>(me(), i);
+  for (shmem::ReduceOp op : {shmem::ReduceOp::sum, shmem::ReduceOp::max, shmem::ReduceOp::min}) {
+    if (!team.valid()) continue;
+    shmem::allreduce(team, dst, src, n, op);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      double want = as_double(value<T>(team.world_pe(0), i));
+      for (int m = 1; m < k; ++m) {
+        const double v = as_double(value<T>(team.world_pe(m), i));
+        want = op == shmem::ReduceOp::sum ? want + v : op == shmem::ReduceOp::max ? std::max(want, v) : std::min(want, v);
+      }
+      if constexpr (std::is_same_v<T, bf16>) want = coremesh::to_float(coremesh::to_bf16(static_cast<float>(want)));
+      bad += std::abs(as_double(dst[i]) - want) > 1e-6 * std::abs(want);
+    }
+    EXPECT_EQ(bad, 0u) << "op " << int(op) << " n " << n << " team of " << k;
+  }
+  shmem::barrier();
+  shmem::sym_free(dst);
+  shmem::sym_free(src);
+}
+}  // namespace
+
+TEST(Collectives, AllreduceAllTypesOnAllTeams) {
+  for (const shmem::Team& team : my_teams()) {
+    for (size_t n : {size_t{1}, size_t{7}, size_t{10007}}) {
+      check_allreduce<float>(team, n);
+      check_allreduce<bf16>(team, n);
+      check_allreduce<int32_t>(team, n);
+      check_allreduce<int64_t>(team, n);
+    }
+  }
+}
+
+TEST(Collectives, AllreduceInPlace) {
+  const size_t n = 4099;
+  float* buf = sym<float>(n);
+  for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(me() + i);
+  shmem::allreduce(shmem::Team::world(), buf, buf, n, shmem::ReduceOp::sum);
+  const double pes = npes();
+  for (size_t i = 0; i < n; i += 97) EXPECT_EQ(buf[i], static_cast<float>(pes * (pes - 1) / 2 + pes * i));
+  shmem::barrier();
+  shmem::sym_free(buf);
+}
+
+TEST(Collectives, BroadcastAllgatherAlltoallReduceScatterOnAllTeams) {
+  for (const shmem::Team& team : my_teams()) {
+    const size_t n = 301;
+    const int k = team.valid() ? team.n_pes() : 1;
+    // Sizes are collective: the same on every PE, whatever its team's size.
+    auto* src = sym<int32_t>(n * npes());
+    auto* dst = sym<int32_t>(n * npes());
+    for (size_t i = 0; i < n * k; ++i) src[i] = me() * 100000 + static_cast<int32_t>(i);
+    if (team.valid()) {
+      const int root = k - 1;
+      shmem::broadcast(team, dst, src, n, root);
+      for (size_t i = 0; i < n; i += 10) EXPECT_EQ(dst[i], team.world_pe(root) * 100000 + int32_t(i));
+      shmem::allgather(team, dst, src, n);
+      for (int m = 0; m < k; ++m) EXPECT_EQ(dst[m * n + 5], team.world_pe(m) * 100000 + 5);
+      shmem::alltoall(team, dst, src, n);
+      for (int m = 0; m < k; ++m)
+        EXPECT_EQ(dst[m * n + 3], team.world_pe(m) * 100000 + int32_t(team.my_pe() * n + 3));
+      shmem::reduce_scatter(team, dst, src, n, shmem::ReduceOp::sum);
+      int64_t pe_sum = 0;
+      for (int m = 0; m < k; ++m) pe_sum += team.world_pe(m);
+      EXPECT_EQ(dst[2], pe_sum * 100000 + k * int32_t(team.my_pe() * n + 2));
+    }
+    shmem::barrier();
+    shmem::sym_free(dst);
+    shmem::sym_free(src);
+  }
+}
+
+// MoE-style alltoallv: PE i sends (i + j) % 3 elements to PE j (some zero),
+// packed in peer order; receivers place them in peer order too.
+TEST(Collectives, AlltoallvWithZeroCounts) {
+  for (const shmem::Team& team : my_teams()) {
+    if (!team.valid()) {
+      shmem::barrier();
+      continue;
+    }
+    const int k = team.n_pes(), r = team.my_pe();
+    auto count = [](int from, int to) { return size_t((from + to) % 3); };
+    std::vector<size_t> send_counts(k), send_offsets(k), recv_counts(k), recv_offsets(k);
+    size_t s = 0, t = 0;
+    for (int j = 0; j < k; ++j) {
+      send_counts[j] = count(r, j), send_offsets[j] = s, s += send_counts[j];
+      recv_counts[j] = count(j, r), recv_offsets[j] = t, t += recv_counts[j];
+    }
+    auto* src = sym<int64_t>(3 * npes() + 1);
+    auto* dst = sym<int64_t>(3 * npes() + 1);
+    for (int j = 0; j < k; ++j)
+      for (size_t e = 0; e < send_counts[j]; ++e) src[send_offsets[j] + e] = r * 1000 + j * 10 + int64_t(e);
+    shmem::alltoallv<int64_t>(team, dst, recv_counts, recv_offsets, src, send_counts, send_offsets);
+    for (int j = 0; j < k; ++j)
+      for (size_t e = 0; e < recv_counts[j]; ++e)
+        EXPECT_EQ(dst[recv_offsets[j] + e], j * 1000 + r * 10 + int64_t(e));
+    // Mismatched counts fail on every member, naming the pair.
+    if (k > 1) {
+      std::vector<size_t> wrong = recv_counts;
+      wrong[(r + 1) % k] += 1;
+      EXPECT_THROW(shmem::alltoallv<int64_t>(team, dst, wrong, recv_offsets, src, send_counts, send_offsets),
+                   coremesh::InvalidArgument);
+      shmem::sync(team);
+    }
+    shmem::barrier();
+    shmem::sym_free(dst);
+    shmem::sym_free(src);
+  }
+}
