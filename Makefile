@@ -32,13 +32,13 @@ test-unit: build
 test-tsan: deps
 	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOREMESH_SANITIZE=thread \
 	  -DCOREMESH_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
-	@cmake --build build-tsan -j $(JOBS) --target test_runtime coremesh
+	@cmake --build build-tsan -j $(JOBS) --target test_runtime
 	@cd build-tsan && TSAN_OPTIONS="halt_on_error=1" ctest --output-on-failure -j $(JOBS) -L runtime
 
 test-asan: deps
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOREMESH_SANITIZE=address \
 	  -DCOREMESH_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
-	@cmake --build build-asan -j $(JOBS) --target test_core test_runtime test_ops coremesh
+	@cmake --build build-asan -j $(JOBS) --target test_core test_runtime test_ops
 	@cd build-asan && ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
 	  ctest --output-on-failure -j $(JOBS) -L "core|runtime|ops"
 

@@ -80,13 +80,10 @@ TEST(Profiler, ExportToAnUnwritablePlaceFailsClearly) {
 
 TEST(Profiler, EnvironmentVariableProfilesAWholeProcess) {
   const std::string dir = temp_dir("env_profile");
-  const std::string cmd = fmt::format(
-      "COREMESH_PROFILE={} {}/coremesh demo --size 64 --elements 100000 --rounds 1 --out {}/demo "
-      ">/dev/null",
-      dir, COREMESH_BINARY_DIR, dir);
+  const std::string cmd = fmt::format("COREMESH_PROFILE={} {}/tests/profiled_process 3", dir,
+                                      COREMESH_BINARY_DIR);
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto rows = read_csv(dir + "/kernel_details.csv");
-  // The demo runs matmul and mul serially twice and once concurrently.
   int matmuls = 0, muls = 0;
   for (auto& r : rows) {
     matmuls += r["name"] == "matmul";
