@@ -42,9 +42,15 @@ test-asan: deps
 	@cd build-asan && ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
 	  ctest --output-on-failure -j $(JOBS) -L "core|runtime|ops"
 
-# Benchmarks; results and the commands that made them go to docs/performance.md.
+# Benchmarks, each beside its peer in the same run; results and the commands
+# that made them go to docs/performance.md (one section per script).
 bench: build
 	@bash bench/run_runtime_bench.sh
+	@bash bench/run_ops_bench.sh --write
+	@out=$$(bash bench/run_shmem_bench.sh build) && echo "$$out" && \
+	  python3 scripts/update_perf_section.py SHMEM "bash bench/run_shmem_bench.sh build" "$$out"
+	@out=$$(bash bench/train_vs_torch.sh) && echo "$$out" && \
+	  python3 scripts/update_perf_section.py Training "bash bench/train_vs_torch.sh" "$$out"
 
 clean:
 	rm -rf build build-tsan build-asan out

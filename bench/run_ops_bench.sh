@@ -5,7 +5,7 @@
 #   bench/run_ops_bench.sh [--quick] [--write] [build-dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-quick="" write=0 build=build-ops
+quick="" write=0 build=build
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=--quick ;;

@@ -6,18 +6,16 @@
 #   colls  -- bench_shmem_collectives vs bench/shmem_mpi_bench.c: allreduce (f32
 #             sum), alltoall, alltoallv at 1 MiB and 64 MiB per PE, 2 and 4 PEs
 # Prints markdown tables on stdout.
-# usage: bench/run_shmem_bench.sh [BUILD_DIR]   (default: build-shmem, then build)
+# usage: bench/run_shmem_bench.sh [BUILD_DIR]   (default: build)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-}
 if [ -z "$build" ]; then
-  for d in "$root/build-shmem" "$root/build"; do [ -x "$d/bin/coremesh-cc" ] && build=$d && break; done
+  for d in "$root/build"; do [ -x "$d/bin/coremesh-cc" ] && build=$d && break; done
 fi
 [ -n "$build" ] || { echo "build coremesh first (cmake --build <dir>)" >&2; exit 1; }
-cmake --build "$build" --target cm_shmem_run bench_shmem_collectives coremesh_shmem >/dev/null
-# `coremesh run` when the CLI has it, else the launcher-only build of the same code.
-if "$build/coremesh" run --help >/dev/null 2>&1; then run=("$build/coremesh" run)
-else run=("$build/tests/shmem/cm_shmem_run" run); fi
+cmake --build "$build" --target coremesh bench_shmem_collectives coremesh_shmem >/dev/null
+run=("$build/coremesh" run)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun --allow-run-as-root --oversubscribe)
 work=$(mktemp -d)

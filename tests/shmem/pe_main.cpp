@@ -1,5 +1,5 @@
 // test_shmem_pe: gtests that every PE of a launched job runs together
-// (`cm_shmem_run run -n N test_shmem_pe`). Each test is collective: all PEs
+// (`coremesh run -n N test_shmem_pe`). Each test is collective: all PEs
 // run the same tests in the same order, so tests use EXPECT_* (never an
 // early return) around collective calls.
 #include <gtest/gtest.h>

@@ -23,7 +23,7 @@ struct RunResult {
   std::string job;
 };
 
-// Runs `cm_shmem_run run -n N fault_prog mode`; with `signal_on_ready`, sends
+// Runs `coremesh run -n N fault_prog mode`; with `signal_on_ready`, sends
 // that signal to the launcher once every PE has printed "ready".
 RunResult run_job(int n, const std::string& mode, int signal_on_ready = 0,
                   const std::vector<std::string>& env = {}) {
