@@ -278,15 +278,15 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
   m.optimizer = p.total * 8;
   const int64_t BT = int64_t(micro_batch) * seq_len, C = c.d_model, D = c.head_dim();
   int64_t per_layer_dense = 0, per_layer_moe = 0;
-  // Saved per token: residual in, 2 norms (+rstd), q k v, attention output,
-  // attention probabilities (H*T per token), projection output.
-  int64_t attn = 4 * C + (c.n_heads + 2 * c.n_kv_heads) * D + c.n_heads * D + c.n_heads * int64_t(seq_len) + 2;
+  // Saved per token: residual in, 2 norms (+rstd), q k v, attention output
+  // and its log-sum-exp (flash attention keeps no H*T probabilities), h.
+  int64_t attn = 4 * C + (c.n_heads + 2 * c.n_kv_heads) * D + c.n_heads * D + c.n_heads + 2;
   per_layer_dense = attn + 3 * int64_t(c.dense_hidden) + C;
   per_layer_moe = attn + 3 * int64_t(c.n_shared_experts) * c.expert_hidden +
-                  c.top_k * (3 * int64_t(c.expert_hidden) + 2 * C) + 2 * int64_t(c.n_routed_experts) + C;
+                  c.top_k * (4 * int64_t(c.expert_hidden) + 2 * C + 5) + 2 * int64_t(c.n_routed_experts) + C;
   int64_t per_token = 0;
   for (int l = 0; l < c.n_layers; ++l) per_token += c.is_moe_layer(l) ? per_layer_moe : per_layer_dense;
-  per_token += 2 * C + 2 * int64_t(c.vocab_size);  // final norm, logits + probabilities
+  per_token += 2 * C + 2 * int64_t(c.vocab_size) + 1;  // final norm, logits + their gradient, lse
   // fp8 quantizes GEMM inputs only; saved activations stay bf16 (DeepSeek-V3).
   const int64_t bytes = c.precision == Precision::f32 ? 4 : 2;
   m.activations = per_token * BT * bytes;

@@ -1,10 +1,16 @@
 #include "coremesh/model/model.hpp"
 
 #include <cmath>
-#include <cstring>
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/model/rng.hpp"
+#include "coremesh/ops/attention.hpp"
+#include "coremesh/ops/elementwise.hpp"
+#include "coremesh/ops/embedding.hpp"
+#include "coremesh/ops/loss.hpp"
+#include "coremesh/ops/norm.hpp"
+#include "coremesh/ops/rope.hpp"
+#include "coremesh/runtime/stream.hpp"
 #include "layers.hpp"
 #include "moe.hpp"
 
@@ -20,22 +26,26 @@ struct Model::Layer {
   int64_t sw1 = -1, sw3 = -1, sw2 = -1;                    // shared experts
 };
 
-// Activations of one micro-batch (sized for the last B, T).
+// Activations of one micro-batch (tensors held by value: kernels are async).
 struct Model::Acts {
   int64_t B = 0, T = 0;
-  std::vector<int32_t> tokens, targets;
+  Tensor ids, targets, positions;  // (N) i32, (N) i32, (T) i64
   struct PerLayer {
-    std::vector<float> an, arstd, q, k, v, att, ao, h, fn, frstd, a1, a3, g;
-    MoeActs moe;
+    Tensor x;                  // (N,C) layer input (the residual stream)
+    Tensor an, arstd;          // attention RMSNorm (N,C), (N)
+    Tensor q, k, v;            // (B,T,H,D), (B,T,Hkv,D) after RoPE
+    Tensor ao, lse;            // attention out (B,T,H,D), (B,H,T)
+    Tensor h, fn, frstd;       // h = x + ao Wo^T (N,C); FFN RMSNorm (N,C), (N)
+    MlpActs mlp;               // dense layers
+    MoeActs moe;               // MoE layers
   };
   std::vector<PerLayer> layer;
-  std::vector<std::vector<float>> res;  // res[l] = input of layer l (N,C); res[L] = last output
-  std::vector<float> xf, frstd, probs;  // final norm (N,C), (N); probabilities (N,V)
-  // backward scratch
-  std::vector<float> dres, dh, dfn, dan, dao, dq, dk, dv, dg, da1, da3, dlogits, dxf, att_scratch;
+  Tensor xL, xf, frstd;        // last residual (N,C), final norm (N,C), (N)
+  Tensor logits, lse;          // (N,V), (N)
 };
 
-int64_t Model::add_param(const std::string& name, const Shape& shape, bool decay, bool expert) {
+int64_t Model::add_param(const std::string& name, const Shape& shape, bool decay, bool expert,
+                         bool pad) {
   ParamInfo p;
   p.name = name;
   p.shape = shape;
@@ -43,7 +53,9 @@ int64_t Model::add_param(const std::string& name, const Shape& shape, bool decay
   p.offset = arena_size_;
   p.weight_decay = decay;
   p.expert = expert;
-  arena_size_ += (p.numel + 15) / 16 * 16;  // keep every parameter 64-byte aligned
+  // keep parameters 64-byte aligned, except that w1 is directly followed by w3
+  // so that [w1; w3] is one (2F, C) view: the fused gate/up GEMM
+  arena_size_ += pad ? (p.numel + 15) / 16 * 16 : p.numel;
   params_.push_back(p);
   return p.offset;
 }
@@ -69,7 +81,7 @@ Model::Model(const ModelConfig& config) : config_(config), acts_(std::make_uniqu
     L.ffn_norm = add_param(p + "ffn_norm", {C}, false, false);
     L.moe = c.is_moe_layer(l);
     if (!L.moe) {
-      L.w1 = add_param(p + "w1", {c.dense_hidden, C}, true, false);
+      L.w1 = add_param(p + "w1", {c.dense_hidden, C}, true, false, /*pad=*/false);
       L.w3 = add_param(p + "w3", {c.dense_hidden, C}, true, false);
       L.w2 = add_param(p + "w2", {C, c.dense_hidden}, true, false);
     } else {
@@ -78,7 +90,7 @@ Model::Model(const ModelConfig& config) : config_(config), acts_(std::make_uniqu
       L.ew3 = add_param(p + "experts.w3", {E, F, C}, true, true);
       L.ew2 = add_param(p + "experts.w2", {E, C, F}, true, true);
       if (SF > 0) {
-        L.sw1 = add_param(p + "shared.w1", {SF, C}, true, false);
+        L.sw1 = add_param(p + "shared.w1", {SF, C}, true, false, /*pad=*/false);
         L.sw3 = add_param(p + "shared.w3", {SF, C}, true, false);
         L.sw2 = add_param(p + "shared.w2", {C, SF}, true, false);
       }
@@ -167,8 +179,23 @@ void Model::update_router_bias() {
   }
 }
 
-static void ensure(std::vector<float>& v, int64_t n) {
-  if (int64_t(v.size()) != n) v.assign(size_t(n), 0.0f);
+Tensor Model::pw(int64_t offset, const Shape& shape) const {
+  return weights_.slice(0, offset, offset + shape_numel(shape)).view(shape);
+}
+Tensor Model::gw(int64_t offset, const Shape& shape) const {
+  return grads_.slice(0, offset, offset + shape_numel(shape)).view(shape);
+}
+
+MoeParams Model::moe_params(int64_t l, bool grads) const {
+  const ModelConfig& c = config_;
+  const Layer& Ly = layers_[size_t(l)];
+  const int64_t C = c.d_model, E = c.n_routed_experts, F = c.expert_hidden,
+                SF = int64_t(c.n_shared_experts) * F;
+  auto v = [&](int64_t off, const Shape& s) { return grads ? gw(off, s) : pw(off, s); };
+  MoeParams m{v(Ly.router, {E, C}), v(Ly.ew1, {E, F, C}), v(Ly.ew3, {E, F, C}), v(Ly.ew2, {E, C, F}),
+              {}, {}};
+  if (SF > 0) m.sw13 = v(Ly.sw1, {2 * SF, C}), m.sw2 = v(Ly.sw2, {C, SF});  // sw3 follows sw1
+  return m;
 }
 
 double Model::forward(const int32_t* tokens, const int32_t* targets, int Bi, int Ti) {
@@ -176,70 +203,67 @@ double Model::forward(const int32_t* tokens, const int32_t* targets, int Bi, int
   CM_CHECK(Ti <= c.max_seq_len, "lower seq_len or raise max_seq_len in the model config",
            "sequence length {} exceeds max_seq_len {}", Ti, c.max_seq_len);
   const int64_t B = Bi, T = Ti, N = B * T, C = c.d_model, D = c.head_dim(), H = c.n_heads,
-                Hkv = c.n_kv_heads, V = c.vocab_size, L = c.n_layers;
-  Acts& A = *acts_;
-  A.B = B, A.T = T;
-  A.tokens.assign(tokens, tokens + N);
-  A.targets.assign(targets, targets + N);
-  A.layer.resize(size_t(L));
-  A.res.resize(size_t(L + 1));
-  for (auto& r : A.res) ensure(r, N * C);
-  // x = wte[tokens]
-  for (int64_t n = 0; n < N; ++n) {
+                Hkv = c.n_kv_heads, V = c.vocab_size, L = c.n_layers, Fd = c.dense_hidden;
+  for (int64_t n = 0; n < N; ++n)
     CM_CHECK(tokens[n] >= 0 && tokens[n] < V && targets[n] >= 0 && targets[n] < V,
              "tokens must lie in [0, vocab_size)", "token {} at position {} is out of range", tokens[n], n);
-    std::memcpy(&A.res[0][size_t(n * C)], P(wte_) + tokens[n] * C, sizeof(float) * size_t(C));
-  }
-  aux_loss_ = 0;
-  size_t moe_index = 0;
+  Acts& A = *acts_;
+  A.B = B, A.T = T;
+  A.ids = Tensor::from_vector(std::vector<int32_t>(tokens, tokens + N), {N});
+  A.targets = Tensor::from_vector(std::vector<int32_t>(targets, targets + N), {N});
+  A.positions = ops::rope_positions(T);
+  A.layer.assign(size_t(L), {});
+  const ops::RopeConfig rope{c.rope_theta, /*interleaved=*/false};  // rotate-half pairs (i, i+D/2)
+  // x = wte[tokens]  (N,C)
+  Tensor x = ops::embedding(pw(wte_, {V, C}), A.ids);
   for (int64_t l = 0; l < L; ++l) {
     const Layer& Ly = layers_[size_t(l)];
     auto& a = A.layer[size_t(l)];
-    const float* x = A.res[size_t(l)].data();
-    ensure(a.an, N * C), ensure(a.arstd, N), ensure(a.q, N * H * D), ensure(a.k, N * Hkv * D);
-    ensure(a.v, N * Hkv * D), ensure(a.att, B * H * T * T), ensure(a.ao, N * H * D);
-    ensure(a.h, N * C), ensure(a.fn, N * C), ensure(a.frstd, N);
-    // an = RMSNorm(x); q, k, v projections; RoPE on q, k
-    rmsnorm_forward(a.an.data(), a.arstd.data(), x, P(Ly.attn_norm), N, C, c.norm_eps);
-    linear_forward(a.q.data(), a.an.data(), P(Ly.wq), N, C, H * D);
-    linear_forward(a.k.data(), a.an.data(), P(Ly.wk), N, C, Hkv * D);
-    linear_forward(a.v.data(), a.an.data(), P(Ly.wv), N, C, Hkv * D);
-    rope_apply(a.q.data(), B, T, H, D, c.rope_theta, false);
-    rope_apply(a.k.data(), B, T, Hkv, D, c.rope_theta, false);
-    // ao = softmax(q k^T / sqrt(D)) v;  h = x + ao Wo^T
-    attention_forward(a.ao.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, T, H, Hkv, D);
-    std::memcpy(a.h.data(), x, sizeof(float) * size_t(N * C));
-    linear_forward(a.h.data(), a.ao.data(), P(Ly.wo), N, H * D, C, 1.0f);
-    // fn = RMSNorm(h);  out = h + FFN(fn)
-    rmsnorm_forward(a.fn.data(), a.frstd.data(), a.h.data(), P(Ly.ffn_norm), N, C, c.norm_eps);
-    float* out = A.res[size_t(l + 1)].data();
+    a.x = x;
+    // an = RMSNorm(x); q, k, v projections (N,H*D) = (B,T,H,D); RoPE on q, k
+    auto an = ops::rmsnorm(x, pw(Ly.attn_norm, {C}), c.norm_eps);
+    a.an = an.y, a.arstd = an.rstd;
+    a.q = ops::rope(linear(a.an, pw(Ly.wq, {H * D, C})).view({B, T, H, D}), A.positions, rope);
+    a.k = ops::rope(linear(a.an, pw(Ly.wk, {Hkv * D, C})).view({B, T, Hkv, D}), A.positions, rope);
+    a.v = linear(a.an, pw(Ly.wv, {Hkv * D, C})).view({B, T, Hkv, D});
+    // ao = softmax(q k^T / sqrt(D)) v (causal, GQA: head h reads kv head h/(H/Hkv));  h = x + ao Wo^T
+    auto at = ops::flash_attention(a.q, a.k, a.v, /*causal=*/true);
+    a.ao = at.out, a.lse = at.lse;
+    a.h = ops::add(x, linear(a.ao.view({N, H * D}), pw(Ly.wo, {C, H * D})));
+    // fn = RMSNorm(h);  x' = h + FFN(fn)
+    auto fn = ops::rmsnorm(a.h, pw(Ly.ffn_norm, {C}), c.norm_eps);
+    a.fn = fn.y, a.frstd = fn.rstd;
     if (!Ly.moe) {
-      const int64_t Fd = c.dense_hidden;
-      ensure(a.a1, N * Fd), ensure(a.a3, N * Fd), ensure(a.g, N * Fd);
-      linear_forward(a.a1.data(), a.fn.data(), P(Ly.w1), N, C, Fd);
-      linear_forward(a.a3.data(), a.fn.data(), P(Ly.w3), N, C, Fd);
-      swiglu_forward(a.g.data(), a.a1.data(), a.a3.data(), N * Fd);
-      std::memcpy(out, a.h.data(), sizeof(float) * size_t(N * C));
-      linear_forward(out, a.g.data(), P(Ly.w2), N, Fd, C, 1.0f);
+      // [w1; w3] is one (2Fd, C) view (w3 follows w1 in the arena)
+      x = ops::add(a.h, mlp_forward(a.fn, pw(Ly.w1, {2 * Fd, C}), pw(Ly.w2, {C, Fd}), a.mlp));
     } else {
-      MoeWeights w{P(Ly.router), P(Ly.ew1), P(Ly.ew3), P(Ly.ew2),
-                   Ly.sw1 >= 0 ? P(Ly.sw1) : nullptr, Ly.sw3 >= 0 ? P(Ly.sw3) : nullptr,
-                   Ly.sw2 >= 0 ? P(Ly.sw2) : nullptr, router_bias_[size_t(l)].data<float>()};
-      moe_forward(out, a.fn.data(), w, c, B, T, a.moe);
-      for (int64_t i = 0; i < N * C; ++i) out[i] += a.h[size_t(i)];
-      aux_loss_ += a.moe.aux;
-      auto& counts = expert_counts_[moe_index++];
-      for (size_t e = 0; e < counts.size(); ++e) counts[e] += a.moe.counts[e];
-      dropped_ += a.moe.dropped;
+      x = ops::add(a.h, moe_forward(a.fn, moe_params(l, false), router_bias_[size_t(l)], c, B, T, a.moe));
     }
   }
-  // logits = RMSNorm(x) head^T; cross entropy
-  ensure(A.xf, N * C), ensure(A.frstd, N), ensure(A.probs, N * V);
-  rmsnorm_forward(A.xf.data(), A.frstd.data(), A.res[size_t(L)].data(), P(final_norm_), N, C, c.norm_eps);
-  const float* head = P(lm_head_ >= 0 ? lm_head_ : wte_);
-  linear_forward(A.probs.data(), A.xf.data(), head, N, C, V);
-  if (keep_logits_) logits_copy_ = A.probs;
-  return softmax_cross_entropy_forward(A.probs.data(), targets, N, V);
+  // logits = RMSNorm(x) head^T (N,V); cross entropy per row
+  A.xL = x;
+  auto xf = ops::rmsnorm(x, pw(final_norm_, {C}), c.norm_eps);
+  A.xf = xf.y, A.frstd = xf.rstd;
+  A.logits = linear(A.xf, pw(lm_head_ >= 0 ? lm_head_ : wte_, {V, C}));
+  auto ce = ops::cross_entropy(A.logits, A.targets);
+  A.lse = ce.lse;
+  runtime::current_stream().synchronize();  // the host reads the loss and the routing stats
+  aux_loss_ = 0;
+  size_t moe_index = 0;
+  for (int64_t l = 0; l < L; ++l) {
+    if (!layers_[size_t(l)].moe) continue;
+    MoeActs& m = A.layer[size_t(l)].moe;
+    moe_finish_forward(c, B, T, m);
+    aux_loss_ += m.aux;
+    auto& counts = expert_counts_[moe_index++];
+    for (size_t e = 0; e < counts.size(); ++e) counts[e] += m.host_counts[e];
+    dropped_ += m.dropped;
+  }
+  if (keep_logits_) logits_copy_ = A.logits.to_float_vector();
+  double loss = 0;
+  const float* lr = ce.loss.data<float>();
+  for (int64_t n = 0; n < N; ++n) loss += lr[n];
+  return loss / double(N);
 }
 
 void Model::backward(float loss_scale) {
@@ -247,64 +271,50 @@ void Model::backward(float loss_scale) {
   Acts& A = *acts_;
   CM_CHECK(A.B > 0, "call forward before backward", "backward without a forward");
   const int64_t B = A.B, T = A.T, N = B * T, C = c.d_model, D = c.head_dim(), H = c.n_heads,
-                Hkv = c.n_kv_heads, V = c.vocab_size, L = c.n_layers;
-  const int64_t Fd = c.dense_hidden;
-  ensure(A.dlogits, N * V), ensure(A.dxf, N * C), ensure(A.dres, N * C), ensure(A.dh, N * C);
-  ensure(A.dfn, N * C), ensure(A.dan, N * C), ensure(A.dao, N * H * D), ensure(A.dq, N * H * D);
-  ensure(A.dk, N * Hkv * D), ensure(A.dv, N * Hkv * D), ensure(A.att_scratch, T * T);
-  // loss = mean_n CE(probs_n, target_n)  =>  dlogits = (probs - onehot) * scale / N
-  softmax_cross_entropy_backward(A.dlogits.data(), A.probs.data(), A.targets.data(), N, V,
-                                 loss_scale / float(N));
+                Hkv = c.n_kv_heads, V = c.vocab_size, L = c.n_layers, Fd = c.dense_hidden;
+  const ops::RopeConfig rope{c.rope_theta, false};
+  // loss = mean_n CE_n  =>  dloss_n = scale / N
+  const Tensor dloss = Tensor::full({N}, loss_scale / float(N));
+  const Tensor dlogits = ops::cross_entropy_backward(dloss, A.logits, A.targets, A.lse);
   // logits = xf head^T  =>  dxf = dlogits head, dhead += dlogits^T xf
   const int64_t head = lm_head_ >= 0 ? lm_head_ : wte_;
-  linear_backward(A.dxf.data(), G(head), A.dlogits.data(), A.xf.data(), P(head), N, C, V, 0.0f);
-  // xf = RMSNorm(res[L])
-  rmsnorm_backward(A.dres.data(), G(final_norm_), A.dxf.data(), A.res[size_t(L)].data(),
-                   P(final_norm_), A.frstd.data(), N, C, false);
+  const Tensor dxf = linear_backward(dlogits, A.xf, pw(head, {V, C}), gw(head, {V, C}));
+  // xf = RMSNorm(xL)
+  auto nb = ops::rmsnorm_backward(dxf, A.xL, pw(final_norm_, {C}), A.frstd);
+  accumulate(gw(final_norm_, {C}), nb.dw);
+  Tensor dres = nb.dx;  // d of the residual stream (N,C)
   for (int64_t l = L - 1; l >= 0; --l) {
     const Layer& Ly = layers_[size_t(l)];
-    auto& a = A.layer[size_t(l)];
-    // out = h + FFN(fn)  =>  dh = dout + RMSNorm'(dfn), dfn = FFN'(dout)
-    std::fill(A.dfn.begin(), A.dfn.end(), 0.0f);
-    if (!Ly.moe) {
-      ensure(A.dg, N * Fd), ensure(A.da1, N * Fd), ensure(A.da3, N * Fd);
-      linear_backward(A.dg.data(), G(Ly.w2), A.dres.data(), a.g.data(), P(Ly.w2), N, Fd, C, 0.0f);
-      swiglu_backward(A.da1.data(), A.da3.data(), A.dg.data(), a.a1.data(), a.a3.data(), N * Fd);
-      linear_backward(A.dfn.data(), G(Ly.w1), A.da1.data(), a.fn.data(), P(Ly.w1), N, C, Fd, 0.0f);
-      linear_backward(A.dfn.data(), G(Ly.w3), A.da3.data(), a.fn.data(), P(Ly.w3), N, C, Fd, 1.0f);
-    } else {
-      MoeWeights w{P(Ly.router), P(Ly.ew1), P(Ly.ew3), P(Ly.ew2),
-                   Ly.sw1 >= 0 ? P(Ly.sw1) : nullptr, Ly.sw3 >= 0 ? P(Ly.sw3) : nullptr,
-                   Ly.sw2 >= 0 ? P(Ly.sw2) : nullptr, router_bias_[size_t(l)].data<float>()};
-      MoeGrads g{G(Ly.router), G(Ly.ew1), G(Ly.ew3), G(Ly.ew2), Ly.sw1 >= 0 ? G(Ly.sw1) : nullptr,
-                 Ly.sw3 >= 0 ? G(Ly.sw3) : nullptr, Ly.sw2 >= 0 ? G(Ly.sw2) : nullptr};
-      moe_backward(A.dfn.data(), A.dres.data(), a.fn.data(), w, g, c, B, T, a.moe, loss_scale);
-    }
-    A.dh = A.dres;
-    rmsnorm_backward(A.dh.data(), G(Ly.ffn_norm), A.dfn.data(), a.h.data(), P(Ly.ffn_norm),
-                     a.frstd.data(), N, C, true);
-    // h = x + ao Wo^T  =>  dao = dh Wo, dWo += dh^T ao, dx = dh + ...
-    linear_backward(A.dao.data(), G(Ly.wo), A.dh.data(), a.ao.data(), P(Ly.wo), N, H * D, C, 0.0f);
-    attention_backward(A.dq.data(), A.dk.data(), A.dv.data(), A.att_scratch.data(), A.dao.data(),
-                       a.att.data(), a.q.data(), a.k.data(), a.v.data(), B, T, H, Hkv, D);
+    const auto& a = A.layer[size_t(l)];
+    // x' = h + FFN(fn)  =>  dfn = FFN'(dres), dh = dres + RMSNorm'(dfn)
+    Tensor dfn;
+    if (!Ly.moe)
+      dfn = mlp_backward(dres, a.fn, pw(Ly.w1, {2 * Fd, C}), pw(Ly.w2, {C, Fd}), a.mlp,
+                         gw(Ly.w1, {2 * Fd, C}), gw(Ly.w2, {C, Fd}));
+    else
+      dfn = moe_backward(dres, a.fn, moe_params(l, false), moe_params(l, true), c, B, T, a.moe,
+                         loss_scale);
+    auto fb = ops::rmsnorm_backward(dfn, a.h, pw(Ly.ffn_norm, {C}), a.frstd);
+    accumulate(gw(Ly.ffn_norm, {C}), fb.dw);
+    const Tensor dh = ops::add(dres, fb.dx);
+    // h = x + ao Wo^T  =>  dao = dh Wo, dWo += dh^T ao
+    const Tensor dao = linear_backward(dh, a.ao.view({N, H * D}), pw(Ly.wo, {C, H * D}),
+                                       gw(Ly.wo, {C, H * D}));
+    auto ag = ops::flash_attention_backward(dao.view({B, T, H, D}), a.q, a.k, a.v, a.ao, a.lse, true);
     // q = RoPE(an Wq^T)  =>  d(an Wq^T) = RoPE^-1(dq)
-    rope_apply(A.dq.data(), B, T, H, D, c.rope_theta, true);
-    rope_apply(A.dk.data(), B, T, Hkv, D, c.rope_theta, true);
-    linear_backward(A.dan.data(), G(Ly.wq), A.dq.data(), a.an.data(), P(Ly.wq), N, C, H * D, 0.0f);
-    linear_backward(A.dan.data(), G(Ly.wk), A.dk.data(), a.an.data(), P(Ly.wk), N, C, Hkv * D, 1.0f);
-    linear_backward(A.dan.data(), G(Ly.wv), A.dv.data(), a.an.data(), P(Ly.wv), N, C, Hkv * D, 1.0f);
+    const Tensor dq = ops::rope_backward(ag.dq, A.positions, rope).view({N, H * D});
+    const Tensor dk = ops::rope_backward(ag.dk, A.positions, rope).view({N, Hkv * D});
+    Tensor dan = linear_backward(dq, a.an, pw(Ly.wq, {H * D, C}), gw(Ly.wq, {H * D, C}));
+    linear_backward(dk, a.an, pw(Ly.wk, {Hkv * D, C}), gw(Ly.wk, {Hkv * D, C}), &dan);
+    linear_backward(ag.dv.view({N, Hkv * D}), a.an, pw(Ly.wv, {Hkv * D, C}), gw(Ly.wv, {Hkv * D, C}), &dan);
     // an = RMSNorm(x)  =>  dx = dh + RMSNorm'(dan)
-    A.dres = A.dh;
-    rmsnorm_backward(A.dres.data(), G(Ly.attn_norm), A.dan.data(), A.res[size_t(l)].data(),
-                     P(Ly.attn_norm), a.arstd.data(), N, C, true);
+    auto ab = ops::rmsnorm_backward(dan, a.x, pw(Ly.attn_norm, {C}), a.arstd);
+    accumulate(gw(Ly.attn_norm, {C}), ab.dw);
+    dres = ops::add(dh, ab.dx);
   }
   // x = wte[tokens]  =>  dwte[token] += dx
-  float* dwte = G(wte_);
-  for (int64_t n = 0; n < N; ++n) {
-    float* row = dwte + A.tokens[size_t(n)] * C;
-    const float* d = &A.dres[size_t(n * C)];
-    for (int64_t i = 0; i < C; ++i) row[i] += d[i];
-  }
+  accumulate(gw(wte_, {V, C}), ops::embedding_backward(dres, A.ids, V));
+  runtime::current_stream().synchronize();  // gradients are read by the host (optimizer)
 }
 
 }  // namespace coremesh::model

@@ -1,6 +1,10 @@
 #include "coremesh/train/optimizer.hpp"
 
 #include <cmath>
+#include <vector>
+
+#include "coremesh/ops/optimizer.hpp"
+#include "coremesh/runtime/stream.hpp"
 
 namespace coremesh::train {
 
@@ -10,42 +14,44 @@ AdamW::AdamW(model::Model& model, const AdamWConfig& config)
       m_(Tensor::zeros({model.num_params()})),
       v_(Tensor::zeros({model.num_params()})) {}
 
+namespace {
+// Views of one parameter's slot in an arena-shaped tensor.
+Tensor slot(const Tensor& arena, const model::ParamInfo& p) {
+  return arena.slice(0, p.offset, p.offset + p.numel);
+}
+}  // namespace
+
 double AdamW::clip_gradients() {
-  float* g = model_.grad_data();
-  double ss = 0;
-  for (const auto& p : model_.params())
-    for (int64_t i = 0; i < p.numel; ++i) ss += double(g[p.offset + i]) * g[p.offset + i];
-  const double norm = std::sqrt(ss);
-  if (cfg_.grad_clip > 0) {
-    const double coef = cfg_.grad_clip / (norm + 1e-6);
-    if (coef < 1.0) {
-      const float cf = float(coef);
-      for (const auto& p : model_.params())
-        for (int64_t i = 0; i < p.numel; ++i) g[p.offset + i] *= cf;
-    }
-  }
-  return norm;
+  // sum of squares on the stream (ops::grad_sq_sum), the host reads the norm
+  std::vector<Tensor> grads;
+  const Tensor g = model_.grad_arena();
+  for (const auto& p : model_.params()) grads.push_back(slot(g, p));
+  const Tensor sq = ops::grad_sq_sum(grads);
+  // min(1, clip / (norm + 1e-6)), applied to the gradients inside step()
+  clip_scale_ = cfg_.grad_clip > 0 ? ops::clip_coefficient(sq, float(cfg_.grad_clip)) : Tensor();
+  runtime::current_stream().synchronize();
+  return std::sqrt(double(sq.data<float>()[0]));
 }
 
 void AdamW::step(double lr) {
   ++t_;
-  const float b1 = float(cfg_.beta1), b2 = float(cfg_.beta2), eps = float(cfg_.eps);
-  const double bc1 = 1.0 - std::pow(cfg_.beta1, double(t_));
-  const double bc2 = 1.0 - std::pow(cfg_.beta2, double(t_));
-  const float step_size = float(lr / bc1), bc2_sqrt = float(std::sqrt(bc2));
-  float* w = model_.param_data();
-  const float* g = model_.grad_data();
-  float* m = m_.data<float>();
-  float* v = v_.data<float>();
-  for (const auto& p : model_.params()) {
-    const float decay = p.weight_decay ? float(1.0 - lr * cfg_.weight_decay) : 1.0f;
-    for (int64_t i = p.offset; i < p.offset + p.numel; ++i) {
-      w[i] *= decay;
-      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-      w[i] -= step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
+  // Two fused ops::adamw_step launches: matrices decay, norms do not.
+  const Tensor w = model_.param_arena(), g = model_.grad_arena();
+  for (const bool decay : {true, false}) {
+    std::vector<Tensor> ps, gs, ms, vs;
+    for (const auto& p : model_.params()) {
+      if (p.weight_decay != decay) continue;
+      ps.push_back(slot(w, p)), gs.push_back(slot(g, p)), ms.push_back(slot(m_, p)),
+          vs.push_back(slot(v_, p));
     }
+    if (ps.empty()) continue;
+    ops::AdamWConfig c;
+    c.lr = float(lr), c.beta1 = float(cfg_.beta1), c.beta2 = float(cfg_.beta2), c.eps = float(cfg_.eps);
+    c.weight_decay = decay ? float(cfg_.weight_decay) : 0.0f;
+    ops::adamw_step(ps, gs, ms, vs, c, t_, clip_scale_);
   }
+  clip_scale_ = Tensor();
+  runtime::current_stream().synchronize();  // weights are host-visible for the next forward
 }
 
 }  // namespace coremesh::train

@@ -1,12 +1,13 @@
 #include "coremesh/train/trainer.hpp"
 
-#include <cblas.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
 #include "coremesh/core/error.hpp"
+#include "coremesh/runtime/device.hpp"
 
 namespace coremesh::train {
 namespace fs = std::filesystem;
@@ -94,7 +95,12 @@ static int resolve_threads(int threads) {
 
 Trainer::Trainer(const TrainConfig& config) : cfg_(config), rng_(config.seed) {
   cfg_.validate();
-  openblas_set_num_threads(resolve_threads(cfg_.threads));
+  {  // kernels tile over the runtime's cores: cap them at `threads` (device limit)
+    auto& dev = runtime::Device::default_device();
+    const runtime::CoreLimits spec = dev.spec();
+    const int n = resolve_threads(cfg_.threads);
+    dev.set_limit(std::min(n, spec.cube), std::min(n, spec.vector));
+  }
   data_ = std::make_unique<TextDataset>(cfg_.data, cfg_.val_fraction);
   train_loader_ = std::make_unique<DataLoader>(*data_, Split::train, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
   if (cfg_.val_fraction > 0)

@@ -12,7 +12,10 @@
 // same layout (one contiguous buffer for the optimizer and for reductions).
 // Gradients accumulate over micro-batches until zero_grad().
 //
-// Thread safety: one thread drives a Model; GEMMs use OpenBLAS threads.
+// Every layer runs on the kernel library (include/coremesh/ops) on the
+// calling thread's current stream; forward() and backward() synchronize that
+// stream before returning, so the arenas are host-readable afterwards.
+// Thread safety: one thread drives a Model.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,9 @@
 #include "coremesh/model/config.hpp"
 
 namespace coremesh::model {
+namespace detail {
+struct MoeParams;
+}
 
 struct ParamInfo {
   std::string name;
@@ -53,6 +59,8 @@ class Model {
   int64_t num_params() const { return arena_size_; }
   float* param_data() { return weights_.data<float>(); }
   float* grad_data() { return grads_.data<float>(); }
+  const Tensor& param_arena() const { return weights_; }  // (num_params) f32
+  const Tensor& grad_arena() const { return grads_; }
   Tensor param(const std::string& name) const;  // views into the arena
   Tensor grad(const std::string& name) const;
   std::vector<std::pair<std::string, Tensor>> named_params() const;
@@ -64,8 +72,8 @@ class Model {
   // entropy; the balance loss of this micro-batch is aux_loss().
   double forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   double aux_loss() const { return aux_loss_; }
-  // Logits of the last forward are replaced by probabilities there; this is
-  // a copy of the logits (N, V) kept only when keep_logits(true).
+  // A host copy of the last forward's logits (N, V), kept only when
+  // keep_logits(true).
   void keep_logits(bool keep) { keep_logits_ = keep; }
   const std::vector<float>& logits() const { return logits_copy_; }
   // Adds the gradient of loss_scale * (cross entropy + aux loss) of the last
@@ -84,9 +92,12 @@ class Model {
  private:
   struct Layer;
   struct Acts;
-  int64_t add_param(const std::string& name, const Shape& shape, bool decay, bool expert);
-  const float* P(int64_t offset) const { return weights_.data<float>() + offset; }
-  float* G(int64_t offset) { return grads_.data<float>() + offset; }
+  int64_t add_param(const std::string& name, const Shape& shape, bool decay, bool expert,
+                    bool pad = true);
+  // Views of one parameter (weights / gradients) with the given shape.
+  Tensor pw(int64_t offset, const Shape& shape) const;
+  Tensor gw(int64_t offset, const Shape& shape) const;
+  detail::MoeParams moe_params(int64_t layer, bool grads) const;
 
   ModelConfig config_;
   std::vector<ParamInfo> params_;

@@ -3,6 +3,8 @@
 //   m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
 //   p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // plus global-norm gradient clipping (torch.nn.utils.clip_grad_norm_).
+// Runs on the kernel library (ops::grad_sq_sum, clip_coefficient, adamw_step)
+// on the current stream; the clip coefficient is folded into the update.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +23,8 @@ class AdamW {
  public:
   AdamW(model::Model& model, const AdamWConfig& config);
 
-  // Clips the gradients in place; returns the norm before clipping.
+  // Computes the global gradient norm (returned, before clipping) and the
+  // clip coefficient that the next step() applies to the gradients.
   double clip_gradients();
   // One update with learning rate `lr` (increments the step count).
   void step(double lr);
@@ -35,6 +38,7 @@ class AdamW {
   model::Model& model_;
   AdamWConfig cfg_;
   Tensor m_, v_;
+  Tensor clip_scale_;  // (1) from clip_gradients(), consumed by step()
   int64_t t_ = 0;
 };
 

@@ -47,7 +47,7 @@ struct TrainConfig {
   std::string out_dir = "runs/coremesh";
   int ckpt_every = 0;   // 0: only at the end
   int keep_checkpoints = 3;
-  int threads = 0;      // OpenBLAS threads; 0: all CPUs
+  int threads = 0;      // runtime cores the kernels may use (device limit); 0: all CPUs
   bool report = true;
   bool progress = true;
 
