@@ -85,7 +85,10 @@ Device::Device(const DeviceOptions& options) : impl_(std::make_unique<Impl>()) {
             options.vector_cores ? options.vector_cores : cores};
   d.spin_us = options.spin_us >= 0 ? options.spin_us
                                    : static_cast<int>(env::get_int("COREMESH_SPIN_US", 50));
-  const bool pin = options.pin && static_cast<int>(cpus.size()) >= cores;
+  // COREMESH_PIN=0 leaves placement to the OS (better on machines shared
+  // with other busy processes).
+  const bool pin = options.pin && env::get_int("COREMESH_PIN", 1) != 0 &&
+                   static_cast<int>(cpus.size()) >= cores;
   for (int core = 0; core < cores; ++core) {
     d.workers.emplace_back([&d, core, pin, cpu = pin ? cpus[core] : -1] {
       if (pin) pin_current_thread(cpu);

@@ -37,7 +37,7 @@ struct DeviceOptions {
   int cores = 0;         // worker threads; 0: COREMESH_CORES, else the affinity mask size
   int cube_cores = 0;    // spec; 0: same as cores
   int vector_cores = 0;  // spec; 0: same as cores
-  bool pin = true;       // pin workers to CPUs when the affinity mask allows
+  bool pin = true;       // pin workers to CPUs when the affinity mask allows (COREMESH_PIN=0: never)
   // Spin this long before a worker or host wait sleeps; -1: COREMESH_SPIN_US
   // (default 50). 0 suits many processes sharing few CPUs.
   int spin_us = -1;
