@@ -35,7 +35,7 @@ def main():
             P[p + "w2"] = torch.randn(C, Fd) * 0.02
         else:
             P[p + "router"] = torch.randn(E, C) * 0.02
-            P[p + "experts.w1"], P[p + "experts.w3"] = torch.randn(E, F, C) * 0.02, torch.randn(E, F, C) * 0.02
+            P[p + "experts.w13"] = torch.randn(E, 2 * F, C) * 0.02  # [gate; up] rows per expert
             P[p + "experts.w2"] = torch.randn(E, C, F) * 0.02
             SF = cfg["n_shared_experts"] * F
             if SF:

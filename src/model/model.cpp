@@ -22,7 +22,7 @@ struct Model::Layer {
   bool moe = false;
   int64_t attn_norm, wq, wk, wv, wo, ffn_norm;
   int64_t w1 = -1, w3 = -1, w2 = -1;                       // dense SwiGLU
-  int64_t router = -1, ew1 = -1, ew3 = -1, ew2 = -1;       // routed experts
+  int64_t router = -1, ew13 = -1, ew2 = -1;                 // routed experts
   int64_t sw1 = -1, sw3 = -1, sw2 = -1;                    // shared experts
 };
 
@@ -54,7 +54,7 @@ int64_t Model::add_param(const std::string& name, const Shape& shape, bool decay
   p.weight_decay = decay;
   p.expert = expert;
   // keep parameters 64-byte aligned, except that w1 is directly followed by w3
-  // so that [w1; w3] is one (2F, C) view: the fused gate/up GEMM
+  // (and wq by wk by wv) so that [w1; w3] is one (2F, C) view: one fused GEMM
   arena_size_ += pad ? (p.numel + 15) / 16 * 16 : p.numel;
   params_.push_back(p);
   return p.offset;
@@ -74,8 +74,9 @@ Model::Model(const ModelConfig& config) : config_(config), acts_(std::make_uniqu
     Layer& L = layers_[size_t(l)];
     const std::string p = "layers." + std::to_string(l) + ".";
     L.attn_norm = add_param(p + "attn_norm", {C}, false, false);
-    L.wq = add_param(p + "wq", {c.n_heads * D, C}, true, false);
-    L.wk = add_param(p + "wk", {c.n_kv_heads * D, C}, true, false);
+    // wq, wk, wv adjacent: one (QKV, C) projection
+    L.wq = add_param(p + "wq", {c.n_heads * D, C}, true, false, /*pad=*/false);
+    L.wk = add_param(p + "wk", {c.n_kv_heads * D, C}, true, false, /*pad=*/false);
     L.wv = add_param(p + "wv", {c.n_kv_heads * D, C}, true, false);
     L.wo = add_param(p + "wo", {C, c.n_heads * D}, true, false);
     L.ffn_norm = add_param(p + "ffn_norm", {C}, false, false);
@@ -86,8 +87,7 @@ Model::Model(const ModelConfig& config) : config_(config), acts_(std::make_uniqu
       L.w2 = add_param(p + "w2", {C, c.dense_hidden}, true, false);
     } else {
       L.router = add_param(p + "router", {E, C}, true, false);
-      L.ew1 = add_param(p + "experts.w1", {E, F, C}, true, true);
-      L.ew3 = add_param(p + "experts.w3", {E, F, C}, true, true);
+      L.ew13 = add_param(p + "experts.w13", {E, 2 * F, C}, true, true);  // [w1_e; w3_e]
       L.ew2 = add_param(p + "experts.w2", {E, C, F}, true, true);
       if (SF > 0) {
         L.sw1 = add_param(p + "shared.w1", {SF, C}, true, false, /*pad=*/false);
@@ -192,8 +192,7 @@ MoeParams Model::moe_params(int64_t l, bool grads) const {
   const int64_t C = c.d_model, E = c.n_routed_experts, F = c.expert_hidden,
                 SF = int64_t(c.n_shared_experts) * F;
   auto v = [&](int64_t off, const Shape& s) { return grads ? gw(off, s) : pw(off, s); };
-  MoeParams m{v(Ly.router, {E, C}), v(Ly.ew1, {E, F, C}), v(Ly.ew3, {E, F, C}), v(Ly.ew2, {E, C, F}),
-              {}, {}};
+  MoeParams m{v(Ly.router, {E, C}), v(Ly.ew13, {E, 2 * F, C}), v(Ly.ew2, {E, C, F}), {}, {}};
   if (SF > 0) m.sw13 = v(Ly.sw1, {2 * SF, C}), m.sw2 = v(Ly.sw2, {C, SF});  // sw3 follows sw1
   return m;
 }
@@ -203,7 +202,8 @@ double Model::forward(const int32_t* tokens, const int32_t* targets, int Bi, int
   CM_CHECK(Ti <= c.max_seq_len, "lower seq_len or raise max_seq_len in the model config",
            "sequence length {} exceeds max_seq_len {}", Ti, c.max_seq_len);
   const int64_t B = Bi, T = Ti, N = B * T, C = c.d_model, D = c.head_dim(), H = c.n_heads,
-                Hkv = c.n_kv_heads, V = c.vocab_size, L = c.n_layers, Fd = c.dense_hidden;
+                Hkv = c.n_kv_heads, V = c.vocab_size, L = c.n_layers, Fd = c.dense_hidden,
+                QKV = (H + 2 * Hkv) * D;
   for (int64_t n = 0; n < N; ++n)
     CM_CHECK(tokens[n] >= 0 && tokens[n] < V && targets[n] >= 0 && targets[n] < V,
              "tokens must lie in [0, vocab_size)", "token {} at position {} is out of range", tokens[n], n);
@@ -223,9 +223,10 @@ double Model::forward(const int32_t* tokens, const int32_t* targets, int Bi, int
     // an = RMSNorm(x); q, k, v projections (N,H*D) = (B,T,H,D); RoPE on q, k
     auto an = ops::rmsnorm(x, pw(Ly.attn_norm, {C}), c.norm_eps);
     a.an = an.y, a.arstd = an.rstd;
-    a.q = ops::rope(linear(a.an, pw(Ly.wq, {H * D, C})).view({B, T, H, D}), A.positions, rope);
-    a.k = ops::rope(linear(a.an, pw(Ly.wk, {Hkv * D, C})).view({B, T, Hkv, D}), A.positions, rope);
-    a.v = linear(a.an, pw(Ly.wv, {Hkv * D, C})).view({B, T, Hkv, D});
+    // [wq; wk; wv] is one (QKV, C) view: one GEMM, then RoPE and the head split in one pass
+    const auto heads = ops::rope_qkv(linear(a.an, pw(Ly.wq, {QKV, C})).view({B, T, QKV}), H, Hkv,
+                                     A.positions, rope);
+    a.q = heads.q, a.k = heads.k, a.v = heads.v;
     // ao = softmax(q k^T / sqrt(D)) v (causal, GQA: head h reads kv head h/(H/Hkv));  h = x + ao Wo^T
     auto at = ops::flash_attention(a.q, a.k, a.v, /*causal=*/true);
     a.ao = at.out, a.lse = at.lse;
@@ -271,7 +272,8 @@ void Model::backward(float loss_scale) {
   Acts& A = *acts_;
   CM_CHECK(A.B > 0, "call forward before backward", "backward without a forward");
   const int64_t B = A.B, T = A.T, N = B * T, C = c.d_model, D = c.head_dim(), H = c.n_heads,
-                Hkv = c.n_kv_heads, V = c.vocab_size, L = c.n_layers, Fd = c.dense_hidden;
+                Hkv = c.n_kv_heads, V = c.vocab_size, L = c.n_layers, Fd = c.dense_hidden,
+                QKV = (H + 2 * Hkv) * D;
   const ops::RopeConfig rope{c.rope_theta, false};
   // loss = mean_n CE_n  =>  dloss_n = scale / N
   const Tensor dloss = Tensor::full({N}, loss_scale / float(N));
@@ -301,12 +303,9 @@ void Model::backward(float loss_scale) {
     const Tensor dao = linear_backward(dh, a.ao.view({N, H * D}), pw(Ly.wo, {C, H * D}),
                                        gw(Ly.wo, {C, H * D}));
     auto ag = ops::flash_attention_backward(dao.view({B, T, H, D}), a.q, a.k, a.v, a.ao, a.lse, true);
-    // q = RoPE(an Wq^T)  =>  d(an Wq^T) = RoPE^-1(dq)
-    const Tensor dq = ops::rope_backward(ag.dq, A.positions, rope).view({N, H * D});
-    const Tensor dk = ops::rope_backward(ag.dk, A.positions, rope).view({N, Hkv * D});
-    Tensor dan = linear_backward(dq, a.an, pw(Ly.wq, {H * D, C}), gw(Ly.wq, {H * D, C}));
-    linear_backward(dk, a.an, pw(Ly.wk, {Hkv * D, C}), gw(Ly.wk, {Hkv * D, C}), &dan);
-    linear_backward(ag.dv.view({N, Hkv * D}), a.an, pw(Ly.wv, {Hkv * D, C}), gw(Ly.wv, {Hkv * D, C}), &dan);
+    // [q|k|v] = RoPE(an Wqkv^T)  =>  d(an Wqkv^T) = [RoPE^-1(dq) | RoPE^-1(dk) | dv]
+    const Tensor dqkv = ops::rope_qkv_backward(ag.dq, ag.dk, ag.dv, A.positions, rope).view({N, QKV});
+    const Tensor dan = linear_backward(dqkv, a.an, pw(Ly.wq, {QKV, C}), gw(Ly.wq, {QKV, C}));
     // an = RMSNorm(x)  =>  dx = dh + RMSNorm'(dan)
     auto ab = ops::rmsnorm_backward(dan, a.x, pw(Ly.attn_norm, {C}), a.arstd);
     accumulate(gw(Ly.attn_norm, {C}), ab.dw);

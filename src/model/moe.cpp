@@ -22,27 +22,20 @@ ops::TopKConfig topk_config(const ModelConfig& cfg) {
 }
 
 // Grouped SwiGLU experts on permuted rows: y (R,C) from x (R,C) and offsets (E+1).
-// w1 and w3 are separate (E,F,C) stacks in the checkpoint layout, so the gate
-// and up GEMMs stay two grouped GEMMs joined by silu and mul.
+// Each expert's gate and up weights are one (2F,C) matrix [w1_e; w3_e], so the
+// gate/up product is one grouped GEMM and silu(a1) * a3 one fused swiglu.
 Tensor experts_forward(const Tensor& x, const MoeParams& w, const Tensor& offsets, MoeActs& a) {
-  a.a1 = ops::grouped_matmul(x, w.w1, offsets);  // (R,F)
-  a.a3 = ops::grouped_matmul(x, w.w3, offsets);  // (R,F)
-  a.s = ops::silu(a.a1);
-  a.g = ops::mul(a.s, a.a3);
+  a.gu = ops::grouped_matmul(x, w.w13, offsets);   // [a1 | a3] (R,2F)
+  a.g = ops::swiglu(a.gu);                         // silu(a1) * a3 (R,F)
   return ops::grouped_matmul(a.g, w.w2, offsets);  // (R,C)
 }
 
+// Weight gradients accumulate into the arena inside the grouped GEMMs.
 Tensor experts_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const MoeParams& g,
                         const Tensor& offsets, const MoeActs& a) {
-  const auto g2 = ops::grouped_matmul_backward(dy, a.g, w.w2, offsets);  // y = g W2_e^T
-  accumulate(g.w2, g2.dw);
-  const Tensor da3 = ops::mul(g2.dx, a.s);
-  const Tensor da1 = ops::silu_backward(ops::mul(g2.dx, a.a3), a.a1);
-  const auto g1 = ops::grouped_matmul_backward(da1, x, w.w1, offsets);
-  const auto g3 = ops::grouped_matmul_backward(da3, x, w.w3, offsets);
-  accumulate(g.w1, g1.dw);
-  accumulate(g.w3, g3.dw);
-  return ops::add(g1.dx, g3.dx);  // (R,C)
+  const Tensor dg = ops::grouped_matmul_backward(dy, a.g, w.w2, offsets, ops::WeightLayout::nk, g.w2).dx;
+  const Tensor dgu = ops::swiglu_backward(dg, a.gu);
+  return ops::grouped_matmul_backward(dgu, x, w.w13, offsets, ops::WeightLayout::nk, g.w13).dx;
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ namespace coremesh::model::detail {
 // Views into the weight (or gradient) arena.
 struct MoeParams {
   Tensor router;       // (E, C)
-  Tensor w1, w3, w2;   // (E, F, C), (E, F, C), (E, C, F)
+  Tensor w13, w2;      // (E, 2F, C) = [w1_e; w3_e] per expert, (E, C, F)
   Tensor sw13, sw2;    // (2*S*F, C) = [shared.w1; shared.w3], (C, S*F); undefined when S = 0
 };
 
@@ -27,7 +27,7 @@ struct MoeActs {
   Tensor sel_idx, sel_w;        // (N, K) routing before capacity (selections)
   Tensor idx, w;                // (N, K) routing after capacity (-1/0 = dropped)
   Tensor xp, offsets, row_of;   // permuted rows (N*K, C), (E+1), (N, K)
-  Tensor a1, a3, s, g;          // experts: W1 xp, W3 xp, silu(a1), s * a3 (N*K, F)
+  Tensor gu, g;                 // experts: [W1 xp | W3 xp] (N*K, 2F), silu(a1) * a3 (N*K, F)
   Tensor ye;                    // (N*K, C)
   MlpActs shared;               // (N, S*F)
   Tensor counts;                // (E) i64 selections before drops

@@ -275,8 +275,14 @@ Tensor grouped_matmul_fp8(const QuantizedTensor& x, const QuantizedTensor& w, co
 // y = x w^T per group:  dx = dy w   (the same grouped GEMM with the other layout)
 //                       dw[g] = dy_g^T x_g   (kn: dw[g] = x_g^T dy_g)
 GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
-                                           const Tensor& offsets, WeightLayout layout) {
+                                           const Tensor& offsets, WeightLayout layout,
+                                           const Tensor& dw_into) {
   for (auto* t : {&dy, &x, &w}) detail::check_dtype(*t, DType::f32, "dy/x/w");
+  if (dw_into.defined()) {
+    detail::check_contiguous(dw_into, "dw_into");
+    detail::check_dtype(dw_into, DType::f32, "dw_into");
+    detail::check_shape(dw_into, w.shape(), "dw_into");
+  }
   auto [N, K] = weight_nk(w, layout);
   const int64_t G = w.size(0), M = x.size(0);
   detail::check_shape(dy, {M, N}, "dy");
@@ -285,8 +291,9 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
   Tensor w_as = w.view({G, layout == WeightLayout::nk ? N : K, layout == WeightLayout::nk ? K : N});
   grads.dx = grouped_matmul(dy, w_as, offsets,
                             layout == WeightLayout::nk ? WeightLayout::kn : WeightLayout::nk);
-  grads.dw = Tensor::empty(w.shape());
+  grads.dw = dw_into.defined() ? dw_into : Tensor::empty(w.shape());
   const Tensor dw = grads.dw;
+  const float beta = dw_into.defined() ? 1.0f : 0.0f;
   // dw: one unit per (group, row block of dw); each unit reduces over the group's rows.
   const int64_t R = layout == WeightLayout::nk ? N : K, C = layout == WeightLayout::nk ? K : N;
   detail::Plan plan = detail::plan(
@@ -301,7 +308,7 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
   if (G == 0 || R == 0) return grads;
   const int64_t tr = plan.tiling.tile_m, nt = ceil_div(R, tr);
   detail::launch("grouped_matmul_dw", detail::KernelKind::cube, plan,
-                 [dy, x, dw, offsets, G, N, K, R, C, tr, nt, layout](const detail::BlockContext& ctx) {
+                 [dy, x, dw, offsets, G, N, K, R, C, tr, nt, layout, beta](const detail::BlockContext& ctx) {
                    const int64_t* off = offsets.data<int64_t>();
                    for (int64_t g = 0; g < G; ++g)
                      CM_CHECK(off[0] == 0 && off[g] <= off[g + 1] && off[G] <= x.size(0),
@@ -315,9 +322,9 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
                      const float* xg = x.data<float>() + m0 * K;
                      const float* dyg = dy.data<float>() + m0 * N;
                      if (layout == WeightLayout::nk)  // dw[n,k] = sum_m dy[m,n] x[m,k]
-                       detail::sgemm(true, false, rows, C, m, 1.0f, dyg + r0, N, xg, K, 0.0f, out, C);
+                       detail::sgemm(true, false, rows, C, m, 1.0f, dyg + r0, N, xg, K, beta, out, C);
                      else  // dw[k,n] = sum_m x[m,k] dy[m,n]
-                       detail::sgemm(true, false, rows, C, m, 1.0f, xg + r0, K, dyg, N, 0.0f, out, C);
+                       detail::sgemm(true, false, rows, C, m, 1.0f, xg + r0, K, dyg, N, beta, out, C);
                    }
                  });
   return grads;

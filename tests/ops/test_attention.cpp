@@ -115,5 +115,45 @@ TEST(OpsRope, ForwardBackward) {
   }
 }
 
+TEST(OpsRope, PackedQkvMatchesRopeOnEachPart) {
+  const int64_t B = 2, T = 7, H = 4, Hkv = 2, D = 6, W = (H + 2 * Hkv) * D;
+  for (bool interleaved : {false, true}) {
+    RopeConfig cfg{500.0f, interleaved};
+    Tensor qkv = randn({B, T, W}, 21);
+    Tensor pos = rope_positions(T, 3);
+    auto part = [&](const Tensor& t, int64_t h0, int64_t h) {
+      return t.slice(2, h0 * D, (h0 + h) * D).contiguous().view({B, T, h, D});
+    };
+    Tensor q_ref = reference::rope(part(qkv, 0, H), pos, cfg);
+    Tensor k_ref = reference::rope(part(qkv, H, Hkv), pos, cfg);
+    Tensor v_ref = part(qkv, H + Hkv, Hkv);
+    for_each_limit([&](const LimitCase&) {
+      QkvHeads o = rope_qkv(qkv, H, Hkv, pos, cfg);
+      Tensor back = rope_qkv_backward(o.q, o.k, o.v, pos, cfg);  // undoes the rotation
+      test_stream().synchronize();
+      EXPECT_NMSE(o.q, q_ref, 1e-12);
+      EXPECT_NMSE(o.k, k_ref, 1e-12);
+      EXPECT_TRUE(bitwise_equal(o.v, v_ref));
+      EXPECT_NMSE(back, qkv, 1e-12);
+    });
+    // the backward is the adjoint: <rope_qkv(x), (dq,dk,dv)> = <x, rope_qkv_backward(dq,dk,dv)>
+    Tensor dq = randn({B, T, H, D}, 22), dk = randn({B, T, Hkv, D}, 23), dv = randn({B, T, Hkv, D}, 24);
+    Tensor g;
+    run_on_stream([&] { g = rope_qkv_backward(dq, dk, dv, pos, cfg); });
+    EXPECT_LT(grad_check(qkv, g, [&] {
+                QkvHeads o;
+                run_on_stream([&] { o = rope_qkv(qkv, H, Hkv, pos, cfg); });
+                return dot(o.q, dq) + dot(o.k, dk) + dot(o.v, dv);
+              }), 1e-2);
+  }
+}
+
+TEST(OpsRope, PackedQkvRejectsBadShapes) {
+  Tensor pos = rope_positions(3);
+  EXPECT_THROW(rope_qkv(Tensor::zeros({1, 3, 30}), 4, 3, pos), InvalidArgument);  // 3 !| 4
+  EXPECT_THROW(rope_qkv(Tensor::zeros({1, 3, 30}), 4, 2, pos), InvalidArgument);  // 30 != 8*D
+  EXPECT_THROW(rope_qkv(Tensor::zeros({1, 4, 48}), 4, 2, pos), InvalidArgument);  // positions
+}
+
 }  // namespace
 }  // namespace coremesh::ops

@@ -121,6 +121,28 @@ TEST(OpsGroupedGemm, BackwardMatchesReference) {
   }
 }
 
+TEST(OpsGroupedGemm, BackwardAccumulatesIntoGivenWeightGradient) {
+  const std::vector<int64_t> off{0, 5, 5, 12, 19};  // an empty group keeps its old gradient
+  const int64_t M = 21, K = 9, N = 11;
+  Tensor x = randn({M, K}, 12), w = randn({4, N, K}, 13), dy = randn({M, N}, 14);
+  const Tensor before = randn({4, N, K}, 15);
+  GroupedMatmulGrads ref = reference::grouped_matmul_backward(dy, x, w, offsets_of(off));
+  Tensor expected = before.clone();
+  for (int64_t i = 0; i < expected.numel(); ++i)
+    expected.data<float>()[i] += ref.dw.data<float>()[i];
+  for_each_limit([&](const LimitCase&) {
+    Tensor acc = before.clone();
+    GroupedMatmulGrads g = grouped_matmul_backward(dy, x, w, offsets_of(off), WeightLayout::nk, acc);
+    test_stream().synchronize();
+    EXPECT_EQ(g.dw.raw_data(), acc.raw_data());
+    EXPECT_NMSE(acc, expected, 1e-12);
+    EXPECT_NMSE(g.dx, ref.dx, 1e-12);
+  });
+  Tensor wrong = Tensor::zeros({4, K, N});
+  EXPECT_THROW(grouped_matmul_backward(dy, x, w, offsets_of(off), WeightLayout::nk, wrong),
+               InvalidArgument);
+}
+
 TEST(OpsGroupedGemm, RejectsBadOffsets) {
   Tensor x = randn({4, 3}, 1), w = randn({2, 5, 3}, 2);
   EXPECT_THROW(grouped_matmul(x, w, offsets_of({0, 2})), InvalidArgument);  // wrong length

@@ -117,8 +117,8 @@ def moe(cfg, P, B_, l, x, stats):
         n, k = torch.nonzero((idx == e) & keep, as_tuple=True)
         if n.numel() == 0:
             continue
-        h = swiglu(xf[n], P[f"layers.{l}.experts.w1"][e], P[f"layers.{l}.experts.w3"][e],
-                   P[f"layers.{l}.experts.w2"][e])
+        w1, w3 = P[f"layers.{l}.experts.w13"][e].chunk(2)  # [gate; up] rows
+        h = swiglu(xf[n], w1, w3, P[f"layers.{l}.experts.w2"][e])
         y = y.index_add(0, n, h * w[n, k][:, None])
     if cfg["n_shared_experts"] > 0:
         y = y + swiglu(xf, P[f"layers.{l}.shared.w1"], P[f"layers.{l}.shared.w3"],

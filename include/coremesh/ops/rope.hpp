@@ -1,4 +1,5 @@
 // Rotary position embedding (RoPE), forward and backward.
+// Angles are evaluated once per position per kernel block (a small table).
 //
 // x (B,T,H,D) f32, D even; positions (T) i64 (shared by the batch; e.g. the
 // zig-zag chunks of context parallelism). Pair p of a head, frequency
@@ -19,6 +20,17 @@ struct RopeConfig {
 
 Tensor rope(const Tensor& x, const Tensor& positions, const RopeConfig& config = {});
 Tensor rope_backward(const Tensor& dy, const Tensor& positions, const RopeConfig& config = {});
+// Packed attention projections: qkv (B,T,(H+2Hkv)*D) = one x [Wq;Wk;Wv]^T
+// GEMM. Returns contiguous q (B,T,H,D) and k (B,T,Hkv,D) rotated and v
+// (B,T,Hkv,D) copied, ready for flash attention, in one pass.
+struct QkvHeads {
+  Tensor q, k, v;
+};
+QkvHeads rope_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& positions,
+                  const RopeConfig& config = {});
+// Its backward: dq (B,T,H,D), dk, dv (B,T,Hkv,D) -> dqkv (B,T,(H+2Hkv)*D).
+Tensor rope_qkv_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                         const Tensor& positions, const RopeConfig& config = {});
 // positions = start, start+1, ..., start+T-1
 Tensor rope_positions(int64_t T, int64_t start = 0);
 
