@@ -1,15 +1,15 @@
 #include "coremesh/core/tensor.hpp"
 
-#include <cstdlib>
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
+#include "coremesh/core/allocator.hpp"
 #include "coremesh/core/error.hpp"
 
 namespace coremesh {
 namespace {
-
-constexpr size_t kAlignment = 64;
 
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
@@ -74,19 +74,15 @@ void for_each_offset(const Shape& shape, const Shape& strides, int64_t base, Fn&
 
 }  // namespace
 
-Storage::Storage(size_t bytes) : bytes_(bytes) {
-  size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-  data_ = std::aligned_alloc(kAlignment, rounded);
-  CM_CHECK(data_ != nullptr, "reduce the tensor size or free memory",
-           "out of memory allocating {} bytes", bytes);
-}
+// alloc_host throws (with a hint) when out of memory.
+Storage::Storage(size_t bytes) : data_(alloc_host(bytes)), bytes_(bytes) {}
 
 Storage::Storage(void* data, size_t bytes, std::function<void(void*)> release)
     : data_(data), bytes_(bytes), release_(std::move(release)) {}
 
 Storage::~Storage() {
   if (release_) release_(data_);
-  else std::free(data_);
+  else free_host(data_, bytes_);
 }
 
 std::string shape_str(const Shape& shape) {
@@ -240,6 +236,10 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 void Tensor::fill(float value) {
+  if (is_contiguous()) {  // fast paths (zero_grad): +0 is all-zero bits in every dtype
+    if (value == 0.0f && !std::signbit(value)) return void(std::memset(raw_data(), 0, nbytes()));
+    if (dtype_ == DType::f32) return void(std::fill_n(static_cast<float*>(raw_data()), numel(), value));
+  }
   char* base = static_cast<char*>(storage_->data());
   const size_t esize = dtype_size(dtype_);
   for_each_offset(shape_, strides_, offset_, [&](int64_t, int64_t off) {

@@ -127,8 +127,10 @@ AttentionOut flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
 
 // With P = exp(S - lse) (S = scale q k^T), dP = dO V^T, Dv_i = sum_e dO[i,e] O[i,e]:
 //   dV = P^T dO,  dS = P * (dP - Dv),  dQ = scale dS K,  dK = scale dS^T Q
-// Pass 1: Dv. Pass 2: dK, dV per (b, hkv, key tile) over all heads of the
-// group and all query tiles. Pass 3: dQ per (b, h, query tile).
+// Pass 1: Dv. Pass 2: one unit per (b, h) walks its (key tile, query tile)
+// pairs once, recomputing P a single time and accumulating dQ, dK and dV
+// (five small GEMMs per pair). A unit owns its head's rows of dq, and of dk/dv
+// for MHA; with GQA the heads of a group write per-head dK/dV that pass 3 sums.
 AttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                         const Tensor& v, const Tensor& out, const Tensor& lse,
                                         bool causal, float scale) {
@@ -150,79 +152,66 @@ AttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, con
                               detail::dot(dout.data<float>() + r * d.D, out.data<float>() + r * d.D, d.D);
                         }
                       });
+  const bool gqa = d.group() > 1;
+  // Per-head dK/dV (B,S,H,D) for GQA; the outputs themselves for MHA.
+  Tensor dk_h = gqa ? Tensor::empty({d.B, d.S, d.H, d.D}) : g.dk;
+  Tensor dv_h = gqa ? Tensor::empty({d.B, d.S, d.H, d.D}) : g.dv;
   const int64_t ldq = d.H * d.D, ldk = d.Hkv * d.D;
-  // Pass 2: dK, dV.
-  const int64_t nk = detail::ceil_div(d.S, Bc), kv_units = d.B * d.Hkv * nk;
-  detail::Plan p2 = plan_units("flash_attention_bwd_dkdv", d, kv_units);
-  Tensor dk = g.dk, dv = g.dv;
-  if (kv_units > 0)
-    detail::launch("flash_attention_bwd_dkdv", detail::KernelKind::cube, p2,
-                   [q, k, v, dout, lse, Dv, dk, dv, d, nk, kv_units, ldq, ldk](const detail::BlockContext& ctx) {
-      std::vector<float> P(Br * Bc), dP(Br * Bc), dK(Bc * d.D), dV(Bc * d.D);
-      for (int64_t u = ctx.block_idx; u < kv_units; u += ctx.block_dim) {
-        const int64_t b = u / (d.Hkv * nk), hk = u / nk % d.Hkv, j0 = u % nk * Bc, bc = std::min(Bc, d.S - j0);
+  const int64_t nk = detail::ceil_div(d.S, Bc), units = d.B * d.H;
+  detail::Plan plan = plan_units("flash_attention_bwd", d, units);
+  Tensor dq = g.dq;
+  detail::launch("flash_attention_bwd", detail::KernelKind::cube, plan,
+                 [q, k, v, dout, lse, Dv, dq, dk_h, dv_h, d, nk, units, ldq, ldk](const detail::BlockContext& ctx) {
+    std::vector<float> P(Br * Bc), dP(Br * Bc);
+    for (int64_t u = ctx.block_idx; u < units; u += ctx.block_dim) {
+      const int64_t b = u / d.H, h = u % d.H, hk = h / d.group();
+      const int64_t ldkh = ldq;  // dk_h/dv_h have H heads (GQA scratch, or MHA's dk/dv)
+      const float* L = lse.data<float>() + (b * d.H + h) * d.T;
+      const float* Dr = Dv.data<float>() + (b * d.H + h) * d.T;
+      float* dQ = dq.data<float>() + (b * d.T * d.H + h) * d.D;
+      float* dK = dk_h.data<float>() + (b * d.S * d.H + h) * d.D;
+      float* dV = dv_h.data<float>() + (b * d.S * d.H + h) * d.D;
+      for (int64_t t = 0; t < d.T; ++t) std::fill(dQ + t * ldq, dQ + t * ldq + d.D, 0.0f);
+      for (int64_t s = 0; s < d.S; ++s) {
+        std::fill(dK + s * ldkh, dK + s * ldkh + d.D, 0.0f);
+        std::fill(dV + s * ldkh, dV + s * ldkh + d.D, 0.0f);
+      }
+      for (int64_t jt = 0; jt < nk; ++jt) {
+        const int64_t j0 = jt * Bc, bc = std::min(Bc, d.S - j0);
         const float* K = k.data<float>() + ((b * d.S + j0) * d.Hkv + hk) * d.D;
         const float* V = v.data<float>() + ((b * d.S + j0) * d.Hkv + hk) * d.D;
-        std::fill(dK.begin(), dK.end(), 0.0f);
-        std::fill(dV.begin(), dV.end(), 0.0f);
-        for (int64_t h = hk * d.group(); h < (hk + 1) * d.group(); ++h) {
-          const float* L = lse.data<float>() + (b * d.H + h) * d.T;
-          const float* Dr = Dv.data<float>() + (b * d.H + h) * d.T;
-          for (int64_t i0 = d.causal ? j0 / Br * Br : 0; i0 < d.T; i0 += Br) {
-            const int64_t br = std::min(Br, d.T - i0);
-            const float* Q = q.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
-            const float* dO = dout.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
-            detail::sgemm(false, true, br, bc, d.D, d.scale, Q, ldq, K, ldk, 0.0f, P.data(), Bc);
-            probabilities(d, P.data(), i0, br, j0, bc, L);
-            detail::sgemm(true, false, bc, d.D, br, 1.0f, P.data(), Bc, dO, ldq, 1.0f, dV.data(), d.D);
-            detail::sgemm(false, true, br, bc, d.D, 1.0f, dO, ldq, V, ldk, 0.0f, dP.data(), Bc);
-            for (int64_t r = 0; r < br; ++r)
-              for (int64_t c = 0; c < bc; ++c) dP[r * Bc + c] = P[r * Bc + c] * (dP[r * Bc + c] - Dr[i0 + r]);
-            detail::sgemm(true, false, bc, d.D, br, d.scale, dP.data(), Bc, Q, ldq, 1.0f, dK.data(), d.D);
-          }
-        }
-        float* dKo = dk.data<float>() + ((b * d.S + j0) * d.Hkv + hk) * d.D;
-        float* dVo = dv.data<float>() + ((b * d.S + j0) * d.Hkv + hk) * d.D;
-        for (int64_t c = 0; c < bc; ++c)
-          for (int64_t e = 0; e < d.D; ++e) {
-            dKo[c * ldk + e] = dK[c * d.D + e];
-            dVo[c * ldk + e] = dV[c * d.D + e];
-          }
-      }
-    });
-  // Pass 3: dQ.
-  const int64_t nq = detail::ceil_div(d.T, Br), q_units = d.B * d.H * nq;
-  detail::Plan p3 = plan_units("flash_attention_bwd_dq", d, q_units);
-  Tensor dq = g.dq;
-  if (q_units > 0)
-    detail::launch("flash_attention_bwd_dq", detail::KernelKind::cube, p3,
-                   [q, k, v, dout, lse, Dv, dq, d, nq, q_units, ldq, ldk](const detail::BlockContext& ctx) {
-      std::vector<float> P(Br * Bc), dP(Br * Bc), dQ(Br * d.D);
-      for (int64_t u = ctx.block_idx; u < q_units; u += ctx.block_dim) {
-        const int64_t b = u / (d.H * nq), h = u / nq % d.H, i0 = u % nq * Br, br = std::min(Br, d.T - i0);
-        const int64_t hk = h / d.group();
-        const float* Q = q.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
-        const float* dO = dout.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
-        const float* L = lse.data<float>() + (b * d.H + h) * d.T;
-        const float* Dr = Dv.data<float>() + (b * d.H + h) * d.T;
-        std::fill(dQ.begin(), dQ.end(), 0.0f);
-        const int64_t kv_end = d.causal ? i0 + br : d.S;
-        for (int64_t j0 = 0; j0 < kv_end; j0 += Bc) {
-          const int64_t bc = std::min(Bc, kv_end - j0);
-          const float* K = k.data<float>() + ((b * d.S + j0) * d.Hkv + hk) * d.D;
-          const float* V = v.data<float>() + ((b * d.S + j0) * d.Hkv + hk) * d.D;
+        for (int64_t i0 = d.causal ? j0 / Br * Br : 0; i0 < d.T; i0 += Br) {
+          const int64_t br = std::min(Br, d.T - i0);
+          const float* Q = q.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
+          const float* dO = dout.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
           detail::sgemm(false, true, br, bc, d.D, d.scale, Q, ldq, K, ldk, 0.0f, P.data(), Bc);
           probabilities(d, P.data(), i0, br, j0, bc, L);
+          detail::sgemm(true, false, bc, d.D, br, 1.0f, P.data(), Bc, dO, ldq, 1.0f, dV + j0 * ldkh, ldkh);
           detail::sgemm(false, true, br, bc, d.D, 1.0f, dO, ldq, V, ldk, 0.0f, dP.data(), Bc);
           for (int64_t r = 0; r < br; ++r)
             for (int64_t c = 0; c < bc; ++c) dP[r * Bc + c] = P[r * Bc + c] * (dP[r * Bc + c] - Dr[i0 + r]);
-          detail::sgemm(false, false, br, d.D, bc, d.scale, dP.data(), Bc, K, ldk, 1.0f, dQ.data(), d.D);
+          detail::sgemm(true, false, bc, d.D, br, d.scale, dP.data(), Bc, Q, ldq, 1.0f, dK + j0 * ldkh, ldkh);
+          detail::sgemm(false, false, br, d.D, bc, d.scale, dP.data(), Bc, K, ldk, 1.0f, dQ + i0 * ldq, ldq);
         }
-        float* dQo = dq.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
-        for (int64_t r = 0; r < br; ++r)
-          for (int64_t e = 0; e < d.D; ++e) dQo[r * ldq + e] = dQ[r * d.D + e];
       }
-    });
+    }
+  });
+  if (gqa) {  // Pass 3: dk[b,s,hk] = sum of dk_h[b,s,h] over the heads h of group hk (same for dv)
+    Tensor dk = g.dk, dv = g.dv;
+    detail::launch_rows("flash_attention_bwd_gqa_sum", detail::KernelKind::vector, {k.shape()},
+                        {DType::f32}, "", d.B * d.S * d.Hkv, 2 * d.group() * d.D,
+                        [dk_h, dv_h, dk, dv, d](int64_t r0, int64_t r1) {
+                          for (int64_t r = r0; r < r1; ++r) {  // r = (b*S + s)*Hkv + hk
+                            for (auto [from, to] : {std::pair{&dk_h, &dk}, std::pair{&dv_h, &dv}}) {
+                              const float* in = from->data<float>() + r * d.group() * d.D;
+                              float* o = to->data<float>() + r * d.D;
+                              std::copy(in, in + d.D, o);
+                              for (int64_t j = 1; j < d.group(); ++j)
+                                for (int64_t e = 0; e < d.D; ++e) o[e] += in[j * d.D + e];
+                            }
+                          }
+                        });
+  }
   return g;
 }
 

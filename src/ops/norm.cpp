@@ -104,13 +104,21 @@ RMSNormFP8Out rmsnorm_fp8(const Tensor& x, const Tensor& w, float eps) {
 //   dw[c] = sum_r dy[r,c] x[r,c] rstd[r]
 // dw: each block sums its rows into partial (block_dim, C); a second kernel
 // adds the partials (deterministic for a given block_dim).
-RMSNormGrads rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd) {
+RMSNormGrads rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                              const Tensor& dx_plus, const Tensor& dw_into) {
   check_norm_inputs(x, w);
   detail::check_shape(dy, x.shape(), "dy");
   detail::check_contiguous(dy, "dy");
   const int64_t R = detail::rows_of(x), C = x.size(-1);
   detail::check_shape(rstd, {R}, "rstd");
-  RMSNormGrads g{Tensor::empty(x.shape()), Tensor::empty({C})};
+  for (const Tensor* t : {&dx_plus, &dw_into}) {
+    if (!t->defined()) continue;
+    detail::check_contiguous(*t, "dx_plus/dw_into");
+    detail::check_dtype(*t, DType::f32, "dx_plus/dw_into");
+  }
+  if (dx_plus.defined()) detail::check_shape(dx_plus, x.shape(), "dx_plus");
+  if (dw_into.defined()) detail::check_shape(dw_into, {C}, "dw_into");
+  RMSNormGrads g{Tensor::empty(x.shape()), dw_into.defined() ? dw_into : Tensor::empty({C})};
   detail::Plan plan = detail::plan_rows("rmsnorm_backward", detail::KernelKind::vector, {x.shape()},
                                         {DType::f32}, "", R, C);
   const int bd = plan.tiling.block_dim;
@@ -119,7 +127,7 @@ RMSNormGrads rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w
   Tensor dx = g.dx;
   if (R > 0)
     detail::launch("rmsnorm_backward", detail::KernelKind::vector, plan,
-                   [dy, x, w, rstd, dx, partial, R, C, align](const detail::BlockContext& ctx) {
+                   [dy, x, w, rstd, dx, dx_plus, partial, R, C, align](const detail::BlockContext& ctx) {
                      auto [r0, r1] = detail::split_range(R, ctx.block_idx, ctx.block_dim, align);
                      const float* wp = w.data<float>();
                      float* dw = partial.data<float>() + ctx.block_idx * C;
@@ -127,23 +135,24 @@ RMSNormGrads rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w
                        const float* xr = x.data<float>() + r * C;
                        const float* dyr = dy.data<float>() + r * C;
                        float* dxr = dx.data<float>() + r * C;
+                       const float* plus = dx_plus.defined() ? dx_plus.data<float>() + r * C : nullptr;
                        const float s = rstd.data<float>()[r];
                        float dot = 0.0f;  // sum_j dy[j] w[j] x[j]
                        for (int64_t c = 0; c < C; ++c) dot += dyr[c] * wp[c] * xr[c];
                        const float k = s * s * s * dot / static_cast<float>(C);
                        for (int64_t c = 0; c < C; ++c) {
-                         dxr[c] = s * dyr[c] * wp[c] - xr[c] * k;
+                         dxr[c] = s * dyr[c] * wp[c] - xr[c] * k + (plus ? plus[c] : 0.0f);
                          dw[c] += dyr[c] * xr[c] * s;
                        }
                      }
                    });
   Tensor dw = g.dw;
   detail::launch_rows("rmsnorm_backward_dw", detail::KernelKind::vector, {x.shape()}, {DType::f32},
-                      "", C, bd, [partial, dw, bd, C](int64_t c0, int64_t c1) {
+                      "", C, bd, [partial, dw, bd, C, accumulate = dw_into.defined()](int64_t c0, int64_t c1) {
                         const float* p = partial.data<float>();
                         float* out = dw.data<float>();
                         for (int64_t c = c0; c < c1; ++c) {
-                          float s = 0.0f;
+                          float s = accumulate ? out[c] : 0.0f;
                           for (int b = 0; b < bd; ++b) s += p[b * C + c];
                           out[c] = s;
                         }

@@ -1,6 +1,7 @@
 // Tensor, storage, errors, logging and environment parsing.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 
@@ -46,6 +47,25 @@ TEST(Tensor, ContiguousCopiesStridedViewsInOrder) {
   EXPECT_TRUE(c.is_contiguous());
   EXPECT_EQ(c.to_float_vector(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
   EXPECT_NE(c.storage(), t.storage());
+}
+
+TEST(Tensor, FillWritesEveryDtypeAndOnlyTheView) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f8e4m3, DType::i32, DType::i64}) {
+    for (float value : {0.0f, -0.0f, 1.5f}) {
+      Tensor t = Tensor::full({4, 5}, 3.0f, dt);
+      t.fill(value);
+      const bool integer = dt == DType::i32 || dt == DType::i64;
+      for (float x : t.to_float_vector()) {
+        EXPECT_EQ(x, integer ? std::trunc(value) : value);
+        EXPECT_TRUE(integer || std::signbit(x) == std::signbit(value));
+      }
+    }
+    Tensor t = Tensor::full({4, 5}, 3.0f, dt);
+    t.slice(1, 1, 3).fill(0.0f);  // strided view: columns 1 and 2 only
+    for (int64_t r = 0; r < 4; ++r) {
+      for (int64_t c = 0; c < 5; ++c) EXPECT_EQ(t.item({r, c}), c == 1 || c == 2 ? 0.0f : 3.0f);
+    }
+  }
 }
 
 TEST(Tensor, ViewInfersOneDimension) {

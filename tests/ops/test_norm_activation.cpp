@@ -39,6 +39,25 @@ TEST(OpsNorm, RMSNormForwardBackward) {
   EXPECT_LT(grad_check(w, g.dw, loss), 1e-2);
 }
 
+TEST(OpsNorm, BackwardAddsIncomingGradientAndAccumulatesDw) {
+  Tensor x = randn({23, 70}, 31), w = randn({70}, 32), dy = randn({23, 70}, 33);
+  Tensor plus = randn({23, 70}, 34), dw0 = randn({70}, 35);
+  RMSNormGrads gref = reference::rmsnorm_backward(dy, x, w, reference::rmsnorm(x, w).rstd);
+  Tensor dx_want = gref.dx.clone(), dw_want = gref.dw.clone();
+  for (int64_t i = 0; i < dx_want.numel(); ++i) dx_want.data<float>()[i] += plus.data<float>()[i];
+  for (int64_t i = 0; i < dw_want.numel(); ++i) dw_want.data<float>()[i] += dw0.data<float>()[i];
+  for_each_limit([&](const LimitCase&) {
+    Tensor dw = dw0.clone();
+    RMSNormGrads g = rmsnorm_backward(dy, x, w, reference::rmsnorm(x, w).rstd, plus, dw);
+    test_stream().synchronize();
+    EXPECT_EQ(g.dw.raw_data(), dw.raw_data());
+    EXPECT_NMSE(g.dx, dx_want, 1e-11);
+    EXPECT_NMSE(dw, dw_want, 1e-11);
+  });
+  EXPECT_THROW(rmsnorm_backward(dy, x, w, reference::rmsnorm(x, w).rstd, Tensor::zeros({23, 7})),
+               InvalidArgument);
+}
+
 TEST(OpsNorm, ResidualAndFP8) {
   Tensor x = randn({19, 300}, 7), res = randn({19, 300}, 8), w = randn({300}, 9);
   Tensor h = x.clone();

@@ -33,11 +33,14 @@ struct RMSNormFP8Out {
 RMSNormFP8Out rmsnorm_fp8(const Tensor& x, const Tensor& w, float eps = 1e-6f);
 
 // dy (..., C), x, w, rstd from the forward -> dx (..., C), dw (C). For the
-// residual form, the gradient of h is dx plus the gradient flowing into h.
+// residual form, the gradient of h is dx plus the gradient flowing into h:
+// pass that as `dx_plus` (x's shape) and dx includes it. With `dw_into` (C,
+// e.g. a gradient-arena view) dw is added into it and returned as g.dw.
 struct RMSNormGrads {
   Tensor dx, dw;
 };
-RMSNormGrads rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd);
+RMSNormGrads rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                              const Tensor& dx_plus = {}, const Tensor& dw_into = {});
 
 namespace reference {
 RMSNormOut rmsnorm(const Tensor& x, const Tensor& w, float eps = 1e-6f);
