@@ -4,7 +4,8 @@
 //  - grouped GEMM vs a loop of cblas_sgemm calls;
 //  - flash attention fwd+bwd vs the naive reference (small shape) and timings
 //    for the PyTorch comparison shape (bench/ops_attention_torch.py);
-//  - RMSNorm and SwiGLU bandwidth as a share of measured memcpy bandwidth.
+//  - RMSNorm, SwiGLU and optimizer (AdamW over an arena, grad_sq_sum)
+//    bandwidth as a share of measured memcpy bandwidth.
 // Usage: bench_ops_kernels [--quick]
 #include <cblas.h>
 
@@ -23,6 +24,7 @@
 #include "coremesh/ops/gemm.hpp"
 #include "coremesh/ops/grouped_gemm.hpp"
 #include "coremesh/ops/norm.hpp"
+#include "coremesh/ops/optimizer.hpp"
 #include "coremesh/runtime/stream.hpp"
 
 using namespace coremesh;
@@ -222,11 +224,19 @@ double memcpy_bandwidth(int threads, size_t bytes) {
 }
 
 void bandwidth_section(int max_cores) {
-  std::printf("### RMSNorm and SwiGLU bandwidth vs memcpy (read + write bytes)\n\n");
+  std::printf("### RMSNorm, SwiGLU and optimizer bandwidth vs memcpy (read + write bytes)\n\n");
   std::printf("| op | shape | cores | GB/s | memcpy GB/s | share |\n|---|---|---|---|---|---|\n");
   const int64_t R = 4096, C = 4096;  // 64 MiB in, 64 MiB out: beyond the caches
   Tensor x = randn({R, C}, 9), w = randn({C}, 10), y = Tensor::empty({R, C}), rstd = Tensor::empty({R});
   Tensor gu = randn({R, 2 * 2048}, 11), out = Tensor::empty({R, 2048});
+  // AdamW over a 10M-element arena in one launch: 10 segments of 1M, every
+  // other one with weight decay (read p, g, m, v; write p, m, v).
+  const int64_t N = 10 * (int64_t(1) << 20);
+  std::vector<ops::ParamSegment> segments;
+  for (int64_t s = 0; s < 10; ++s) segments.push_back({s * (N / 10), N / 10, s % 2 == 0});
+  Tensor p = randn({N}, 12), g = randn({N}, 13), m = Tensor::zeros({N}), v = Tensor::zeros({N});
+  const ops::AdamWConfig adam{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  int64_t adam_step = 0;
   for (int cores = 1; cores <= max_cores; ++cores) {
     const double mem = memcpy_bandwidth(cores, static_cast<size_t>(R * C) * 4);
     const double rms = time_ours(cores, [&] { ops::rmsnorm_out(x, w, 1e-6f, y, rstd); });
@@ -237,6 +247,14 @@ void bandwidth_section(int max_cores) {
                 mem * 1e-9, 100.0 * rms_bytes / rms / mem);
     std::printf("| swiglu | %ldx%d -> %ldx%d | %d | %.1f | %.1f | %.0f%% |\n", R, 4096, R, 2048, cores,
                 sw_bytes / sw * 1e-9, mem * 1e-9, 100.0 * sw_bytes / sw / mem);
+    const double adamw = time_ours(cores, [&] { ops::adamw_step(p, g, m, v, segments, adam, ++adam_step); });
+    const double adamw_bytes = 7.0 * N * 4;  // read p, g, m, v; write p, m, v
+    const double sq = time_ours(cores, [&] { ops::grad_sq_sum(g, segments); });
+    const double sq_bytes = 1.0 * N * 4;  // read g
+    std::printf("| adamw (one launch, 10 segments) | %ld | %d | %.1f | %.1f | %.0f%% |\n", N, cores,
+                adamw_bytes / adamw * 1e-9, mem * 1e-9, 100.0 * adamw_bytes / adamw / mem);
+    std::printf("| grad_sq_sum (one launch, 10 segments) | %ld | %d | %.1f | %.1f | %.0f%% |\n", N, cores,
+                sq_bytes / sq * 1e-9, mem * 1e-9, 100.0 * sq_bytes / sq / mem);
   }
   std::printf("\n");
 }

@@ -1,45 +1,93 @@
 // AdamW (fused, in place) and global-norm clipping from partial sums.
+//
+// Both kernels work on fixed chunks of kOptimizerChunk elements of a flat
+// tensor; a per-tensor call is the flat call with one segment covering the
+// tensor, so every variant runs the same kernel body.
 #include "coremesh/ops/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "detail.hpp"
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define CM_OPTIMIZER_AVX2 1
+#endif
+
 namespace coremesh::ops {
 namespace {
 
-constexpr int64_t kChunk = 4096;  // elements per work unit and per partial sum
+constexpr int64_t kChunk = kOptimizerChunk;
 
 void check_f32(const Tensor& t, const char* what) {
   detail::check_contiguous(t, what);
   detail::check_dtype(t, DType::f32, what);
 }
 
-}  // namespace
+// `segments` sorted by offset, empty ones dropped, after checking that each
+// lies inside [0, n) and that no two overlap.
+std::vector<ParamSegment> checked_segments(const std::vector<ParamSegment>& segments, int64_t n) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const ParamSegment& s = segments[i];
+    CM_CHECK(s.offset >= 0 && s.numel >= 0 && s.offset <= n && s.numel <= n - s.offset,
+             "a segment is [offset, offset + numel) inside the flat tensor",
+             "segment {} [{}, {}) lies outside the tensor of {} elements", i, s.offset,
+             s.offset + s.numel, n);
+    if (s.numel > 0) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return segments[a].offset < segments[b].offset; });
+  std::vector<ParamSegment> sorted;
+  sorted.reserve(order.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    const ParamSegment& s = segments[order[k]];
+    if (k > 0) {
+      const ParamSegment& prev = segments[order[k - 1]];
+      CM_CHECK(prev.offset + prev.numel <= s.offset, "give each element to at most one segment",
+               "segment {} [{}, {}) overlaps segment {} [{}, {})", order[k - 1], prev.offset,
+               prev.offset + prev.numel, order[k], s.offset, s.offset + s.numel);
+    }
+    sorted.push_back(s);
+  }
+  return sorted;
+}
 
-// Pass 1 (per gradient): partial[chunk] = sum of squares of one chunk, in double.
-// Pass 2 (one block): out = sum of all partials in a fixed order.
-Tensor grad_sq_sum(const std::vector<Tensor>& grads) {
-  int64_t chunks = 0;
-  for (const Tensor& g : grads) {
-    check_f32(g, "grad");
-    chunks += detail::ceil_div(g.numel(), kChunk);
-  }
-  Tensor partial = Tensor::empty({std::max<int64_t>(chunks, 1)});
+// Calls fn(begin, end, segment) for the part of each segment inside
+// [begin, end), in offset order (`segments` sorted and disjoint).
+template <typename Fn>
+void for_each_piece(const std::vector<ParamSegment>& segments, int64_t begin, int64_t end, Fn&& fn) {
+  auto it = std::upper_bound(segments.begin(), segments.end(), begin,
+                             [](int64_t x, const ParamSegment& s) { return x < s.offset + s.numel; });
+  for (; it != segments.end() && it->offset < end; ++it)
+    fn(std::max(begin, it->offset), std::min(end, it->offset + it->numel), *it);
+}
+
+// Launches "grad_sq_sum" over the chunks of `grad` (n elements):
+// partial[first + c] = sum of squares of the segment elements of chunk c.
+void launch_chunk_sums(const Tensor& grad, std::vector<ParamSegment> segments, const Tensor& partial,
+                       int64_t first) {
+  const int64_t n = grad.numel();
+  detail::launch_rows("grad_sq_sum", detail::KernelKind::vector, {grad.shape()}, {DType::f32}, "",
+                      detail::ceil_div(n, kChunk), kChunk,
+                      [grad, segments = std::move(segments), partial, first, n](int64_t c0, int64_t c1) {
+                        const float* x = grad.data<float>();
+                        float* out = partial.data<float>() + first;
+                        for (int64_t c = c0; c < c1; ++c) {
+                          double s = 0;
+                          for_each_piece(segments, c * kChunk, std::min(n, (c + 1) * kChunk),
+                                         [&](int64_t b, int64_t e, const ParamSegment&) {
+                                           s += detail::dot(x + b, x + b, e - b);
+                                         });
+                          out[c] = static_cast<float>(s);
+                        }
+                      });
+}
+
+// Launches "grad_sq_sum_total": (1) sum of partial[0, chunks) in index order.
+Tensor launch_total(const Tensor& partial, int64_t chunks) {
   Tensor out = Tensor::empty({1});
-  int64_t first = 0;
-  for (const Tensor& g : grads) {
-    const int64_t n = g.numel(), nc = detail::ceil_div(n, kChunk);
-    detail::launch_rows("grad_sq_sum", detail::KernelKind::vector, {g.shape()}, {DType::f32}, "", nc,
-                        kChunk, [g, partial, first, n](int64_t c0, int64_t c1) {
-                          const float* x = g.data<float>();
-                          for (int64_t c = c0; c < c1; ++c) {
-                            const int64_t i0 = c * kChunk, len = std::min(kChunk, n - i0);
-                            partial.data<float>()[first + c] = detail::dot(x + i0, x + i0, len);
-                          }
-                        });
-    first += nc;
-  }
   detail::Plan plan = detail::plan("grad_sq_sum_total", detail::KernelKind::vector, {{chunks}},
                                    {DType::f32}, "", [](int) { return detail::Tiling{}; });
   detail::launch("grad_sq_sum_total", detail::KernelKind::vector, plan,
@@ -49,6 +97,82 @@ Tensor grad_sq_sum(const std::vector<Tensor>& grads) {
                    out.data<float>()[0] = static_cast<float>(s);
                  });
   return out;
+}
+
+// The per-step constants of the update (see adamw_run).
+struct AdamWScalars {
+  float grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float step_size;     // lr / (1 - b1^step)
+  float inv_sqrt_bc2;  // 1 / sqrt(1 - b2^step)
+  float eps;
+  float decay;  // 1 - lr wd, or 1
+};
+
+// The AdamW update of n elements (pointers at the run's first element):
+//   g = grad * grad_scale
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+//   p = p decay - step_size m / (sqrt(v) inv_sqrt_bc2 + eps)
+// The AVX2 loop and the scalar loop use the same roundings (every multiply-add
+// is an explicit fma, no other product meets an addition), so an element gets
+// the same bits whether a vector or the tail handles it.
+void adamw_run(float* __restrict p, const float* __restrict g, float* __restrict m,
+               float* __restrict v, int64_t n, const AdamWScalars& k) {
+  int64_t i = 0;
+#if CM_OPTIMIZER_AVX2
+  const __m256 gs = _mm256_set1_ps(k.grad_scale), b1 = _mm256_set1_ps(k.beta1),
+               c1 = _mm256_set1_ps(k.one_minus_beta1), b2 = _mm256_set1_ps(k.beta2),
+               c2 = _mm256_set1_ps(k.one_minus_beta2), ss = _mm256_set1_ps(k.step_size),
+               isb = _mm256_set1_ps(k.inv_sqrt_bc2), eps = _mm256_set1_ps(k.eps),
+               decay = _mm256_set1_ps(k.decay);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 gi = _mm256_mul_ps(_mm256_loadu_ps(g + i), gs);
+    const __m256 mi = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), _mm256_mul_ps(c1, gi));
+    const __m256 vi = _mm256_fmadd_ps(b2, _mm256_loadu_ps(v + i), _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
+    const __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vi), isb, eps);
+    const __m256 update = _mm256_div_ps(_mm256_mul_ps(ss, mi), denom);
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+    _mm256_storeu_ps(p + i, _mm256_fmsub_ps(_mm256_loadu_ps(p + i), decay, update));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float gi = g[i] * k.grad_scale;
+    const float mi = std::fma(k.beta1, m[i], k.one_minus_beta1 * gi);
+    const float vi = std::fma(k.beta2, v[i], (k.one_minus_beta2 * gi) * gi);
+    const float denom = std::fma(std::sqrt(vi), k.inv_sqrt_bc2, k.eps);
+    const float update = (k.step_size * mi) / denom;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = std::fma(p[i], k.decay, -update);
+  }
+}
+
+}  // namespace
+
+// Pass 1 (per gradient): partial[chunk] = sum of squares of one chunk.
+// Pass 2 (one block): out = sum of all partials in a fixed order.
+Tensor grad_sq_sum(const std::vector<Tensor>& grads) {
+  int64_t chunks = 0;
+  for (const Tensor& g : grads) {
+    check_f32(g, "grad");
+    chunks += detail::ceil_div(g.numel(), kChunk);
+  }
+  Tensor partial = Tensor::empty({std::max<int64_t>(chunks, 1)});
+  int64_t first = 0;
+  for (const Tensor& g : grads) {
+    launch_chunk_sums(g, {ParamSegment{0, g.numel(), false}}, partial, first);
+    first += detail::ceil_div(g.numel(), kChunk);
+  }
+  return launch_total(partial, chunks);
+}
+
+// The same two passes, pass 1 in one launch over the chunks of the flat grad.
+Tensor grad_sq_sum(const Tensor& grad, const std::vector<ParamSegment>& segments) {
+  check_f32(grad, "grad");
+  const int64_t chunks = detail::ceil_div(grad.numel(), kChunk);
+  Tensor partial = Tensor::empty({std::max<int64_t>(chunks, 1)});
+  launch_chunk_sums(grad, checked_segments(segments, grad.numel()), partial, 0);
+  return launch_total(partial, chunks);
 }
 
 Tensor clip_coefficient(const Tensor& sq_sum, float max_norm) {
@@ -66,33 +190,52 @@ Tensor clip_coefficient(const Tensor& sq_sum, float max_norm) {
   return out;
 }
 
+// One launch over the chunks of the flat tensors; block b of the launch
+// updates the segment pieces inside its chunk range.
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                const AdamWConfig& c, int64_t step, const Tensor& grad_scale) {
+                const std::vector<ParamSegment>& segments, const AdamWConfig& c, int64_t step,
+                const Tensor& grad_scale) {
   for (const Tensor* t : {&param, &grad, &m, &v}) {
     check_f32(*t, "adamw tensor");
     detail::check_shape(*t, param.shape(), "grad/m/v");
   }
   CM_CHECK(step >= 1, "count steps from 1", "adamw step {}", step);
-  if (grad_scale.defined()) detail::check_shape(grad_scale, {1}, "grad_scale");
-  const float bc1 = 1.0f - static_cast<float>(std::pow(double(c.beta1), double(step)));
-  const float bc2 = 1.0f - static_cast<float>(std::pow(double(c.beta2), double(step)));
+  if (grad_scale.defined()) {
+    check_f32(grad_scale, "grad_scale");
+    detail::check_shape(grad_scale, {1}, "grad_scale");
+  }
   const int64_t n = param.numel();
+  std::vector<ParamSegment> pieces = checked_segments(segments, n);
+  const double bc1 = 1.0 - std::pow(double(c.beta1), double(step));
+  const double bc2 = 1.0 - std::pow(double(c.beta2), double(step));
+  AdamWScalars k{};
+  k.beta1 = c.beta1, k.one_minus_beta1 = 1.0f - c.beta1;
+  k.beta2 = c.beta2, k.one_minus_beta2 = 1.0f - c.beta2;
+  k.step_size = static_cast<float>(double(c.lr) / bc1);
+  k.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  k.eps = c.eps;
+  const float decay = 1.0f - c.lr * c.weight_decay;
   detail::launch_rows("adamw", detail::KernelKind::vector, {param.shape()}, {DType::f32}, "",
                       detail::ceil_div(n, kChunk), kChunk,
-                      [param, grad, m, v, c, bc1, bc2, grad_scale, n](int64_t c0, int64_t c1) {
-                        const float gs = grad_scale.defined() ? grad_scale.data<float>()[0] : 1.0f;
+                      [param, grad, m, v, pieces = std::move(pieces), k, decay, grad_scale, n](
+                          int64_t c0, int64_t c1) {
+                        AdamWScalars ks = k;
+                        ks.grad_scale = grad_scale.defined() ? grad_scale.data<float>()[0] : 1.0f;
                         float* p = param.data<float>();
                         const float* g = grad.data<float>();
                         float* mm = m.data<float>();
                         float* vv = v.data<float>();
-                        const float decay = 1.0f - c.lr * c.weight_decay;
-                        for (int64_t i = c0 * kChunk, end = std::min(n, c1 * kChunk); i < end; ++i) {
-                          const float gi = g[i] * gs;
-                          mm[i] = c.beta1 * mm[i] + (1.0f - c.beta1) * gi;
-                          vv[i] = c.beta2 * vv[i] + (1.0f - c.beta2) * gi * gi;
-                          p[i] = p[i] * decay - c.lr * (mm[i] / bc1) / (std::sqrt(vv[i] / bc2) + c.eps);
-                        }
+                        for_each_piece(pieces, c0 * kChunk, std::min(n, c1 * kChunk),
+                                       [&](int64_t b, int64_t e, const ParamSegment& s) {
+                                         ks.decay = s.decay ? decay : 1.0f;
+                                         adamw_run(p + b, g + b, mm + b, vv + b, e - b, ks);
+                                       });
                       });
+}
+
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                const AdamWConfig& config, int64_t step, const Tensor& grad_scale) {
+  adamw_step(param, grad, m, v, {ParamSegment{0, param.numel(), true}}, config, step, grad_scale);
 }
 
 void adamw_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,

@@ -4,13 +4,16 @@
 //   p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // plus global-norm gradient clipping (torch.nn.utils.clip_grad_norm_).
 // Runs on the kernel library (ops::grad_sq_sum, clip_coefficient, adamw_step)
-// on the current stream; the clip coefficient is folded into the update.
+// on the current stream, one launch each over the whole arena (a segment per
+// parameter); the clip coefficient is folded into the update.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "coremesh/core/tensor.hpp"
 #include "coremesh/model/model.hpp"
+#include "coremesh/ops/optimizer.hpp"
 
 namespace coremesh::train {
 
@@ -38,6 +41,7 @@ class AdamW {
   model::Model& model_;
   AdamWConfig cfg_;
   Tensor m_, v_;
+  std::vector<ops::ParamSegment> segments_;  // one per parameter slot of the arena
   Tensor clip_scale_;  // (1) from clip_gradients(), consumed by step()
   int64_t t_ = 0;
 };
