@@ -46,10 +46,13 @@ void print_dry_run(const train::TrainConfig& c) {
   fmt::print("FLOPs per token (train, seq_len {}): {}\n", c.seq_len, train::format_count(fpt));
   fmt::print("FLOPs per step ({} tokens): {}\n", c.tokens_per_step(),
              train::format_count(fpt * double(c.tokens_per_step())));
-  fmt::print("memory: weights {}, gradients {}, AdamW {}, activations {} (micro-batch {}x{}), total {}\n",
+  const std::string copies = mem.weight_copies > 0
+      ? fmt::format(", {} weight copies", train::format_bytes(double(mem.weight_copies))) : "";
+  fmt::print("memory: weights {}, gradients {}, AdamW {}, activations {} (micro-batch {}x{}, {}){}, total {}\n",
              train::format_bytes(double(mem.weights)), train::format_bytes(double(mem.gradients)),
              train::format_bytes(double(mem.optimizer)), train::format_bytes(double(mem.activations)),
-             c.batch_size, c.seq_len, train::format_bytes(double(mem.total())));
+             c.batch_size, c.seq_len, model::precision_name(m.precision), copies,
+             train::format_bytes(double(mem.total())));
 }
 
 void run_train(TrainFlags& f, CLI::App* cmd) {
@@ -200,7 +203,7 @@ void register_train_command(CLI::App& app) {
   cmd->add_option("--max-seq-len", c.model.max_seq_len, "longest sequence the model accepts");
   cmd->add_option("--gating", f->gating, "softmax | sigmoid");
   cmd->add_option("--drop-policy", f->drop_policy, "token_order | low_score");
-  cmd->add_option("--precision", f->precision, "f32 (bf16, fp8: not yet)");
+  cmd->add_option("--precision", f->precision, "GEMM precision of the transformer blocks: f32, bf16 or fp8 (DeepSeek-V3 block scaling); master weights stay f32");
   cmd->callback([f, cmd] { run_train(*f, cmd); });
 }
 

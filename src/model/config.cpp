@@ -276,20 +276,51 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
   m.weights = p.total * 4;
   m.gradients = p.total * 4;
   m.optimizer = p.total * 8;
-  const int64_t BT = int64_t(micro_batch) * seq_len, C = c.d_model, D = c.head_dim();
-  int64_t per_layer_dense = 0, per_layer_moe = 0;
-  // Saved per token: residual in, 2 norms (+rstd), q k v, attention output
-  // and its log-sum-exp (flash attention keeps no H*T probabilities), h.
-  int64_t attn = 4 * C + (c.n_heads + 2 * c.n_kv_heads) * D + c.n_heads * D + c.n_heads + 2;
-  per_layer_dense = attn + 3 * int64_t(c.dense_hidden) + C;
-  per_layer_moe = attn + 3 * int64_t(c.n_shared_experts) * c.expert_hidden +
-                  c.top_k * (4 * int64_t(c.expert_hidden) + 2 * C + 5) + 2 * int64_t(c.n_routed_experts) + C;
-  int64_t per_token = 0;
-  for (int l = 0; l < c.n_layers; ++l) per_token += c.is_moe_layer(l) ? per_layer_moe : per_layer_dense;
-  per_token += 2 * C + 2 * int64_t(c.vocab_size) + 1;  // final norm, logits + their gradient, lse
-  // fp8 quantizes GEMM inputs only; saved activations stay bf16 (DeepSeek-V3).
-  const int64_t bytes = c.precision == Precision::f32 ? 4 : 2;
-  m.activations = per_token * BT * bytes;
+  const int64_t N = int64_t(micro_batch) * seq_len, C = c.d_model, D = c.head_dim(),
+                H = c.n_heads, Hkv = c.n_kv_heads, V = c.vocab_size, E = c.n_routed_experts,
+                K = c.top_k, F = c.expert_hidden, SF = int64_t(c.n_shared_experts) * F,
+                Fd = c.dense_hidden;
+  // One saved row of `width` elements that only a block GEMM reads (its
+  // input, kept for the wgrad): f32, bf16, or fp8 codes + one f32 scale per 128.
+  auto gemm_row = [&](int64_t width) -> int64_t {
+    switch (c.precision) {
+      case Precision::f32: return 4 * width;
+      case Precision::bf16: return 2 * width;
+      case Precision::fp8: return width + 4 * ((width + 127) / 128);
+    }
+    return 4 * width;
+  };
+  // Per token and layer, f32: residual x and h, q k v after RoPE, the
+  // attention output (its backward reads it) and log-sum-exp, two rstd;
+  // as a GEMM input: RMSNorm(x) for qkv (wo casts the f32 attention output again).
+  const int64_t attn = 4 * (2 * C + (H + 2 * Hkv) * D + H * D + H + 2) + gemm_row(C);
+  // Dense FFN: gu = [a1 | a3] f32 (the swiglu backward); RMSNorm(h) and g as GEMM inputs.
+  const int64_t dense = 4 * 2 * Fd + gemm_row(C) + gemm_row(Fd);
+  // MoE: RMSNorm(h) f32 (the router is f32; the shared experts cast it again),
+  // scores (E), the (N,K) routing: selections (i32 + f32), after capacity a
+  // second pair when a capacity applies, row_of (i64); per routed row (K per
+  // token) gu and ye f32, xp and g as GEMM inputs; shared experts gu f32, g.
+  const bool capacity = c.expert_capacity(N) >= 0;
+  const int64_t routing = K * (8 + (capacity ? 8 : 0) + 8);
+  const int64_t moe = 4 * (C + E) + routing + K * (4 * (2 * F + C) + gemm_row(C) + gemm_row(F)) +
+                      (SF > 0 ? 4 * 2 * SF + gemm_row(SF) : 0);
+  int64_t per_token = 0, per_batch = 8 * int64_t(seq_len);  // RoPE positions (i64)
+  for (int l = 0; l < c.n_layers; ++l) {
+    per_token += attn + (c.is_moe_layer(l) ? moe : dense);
+    if (c.is_moe_layer(l)) per_batch += 8 * (2 * E + 1);  // counts, group offsets (i64)
+  }
+  // Final residual and RMSNorm (C each) and rstd, logits and their gradient
+  // (V each), log-sum-exp; token ids and targets (i32).
+  per_token += 4 * (2 * C + 1 + 2 * V + 1) + 8;
+  m.activations = per_token * N + per_batch;
+  // bf16 keeps each block-GEMM weight's bf16 copy from the forward to the
+  // backward (the forward and the dgrad read it); fp8 quantizes W in the
+  // forward and W^T in the backward where they are used.
+  if (c.precision == Precision::bf16) {
+    const int64_t attn_w = C * (H * D) + 2 * C * (Hkv * D) + (H * D) * C;
+    for (int l = 0; l < c.n_layers; ++l)
+      m.weight_copies += 2 * (attn_w + (c.is_moe_layer(l) ? 3 * C * (SF + E * F) : 3 * C * Fd));
+  }
   return m;
 }
 

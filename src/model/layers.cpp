@@ -20,17 +20,19 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tenso
 
 void accumulate(Tensor acc, const Tensor& g) { ops::add_out(acc, g, acc); }
 
-Tensor mlp_forward(const Tensor& x, const Tensor& w13, const Tensor& w2, MlpActs& a) {
-  a.gu = linear(x, w13);        // [a1 | a3] (N,2F)
-  a.g = ops::swiglu(a.gu);      // silu(a1) * a3 (N,F)
-  return linear(a.g, w2);       // (N,C)
+Tensor mlp_forward(const GemmInput& x, const Tensor& w13, const Tensor& w2, MlpActs& a) {
+  a.w13 = gemm_weight(w13, x.precision);
+  a.w2 = gemm_weight(w2, x.precision);
+  a.gu = linear(x, a.w13);                                // [a1 | a3] (N,2F)
+  a.g = gemm_input(ops::swiglu(a.gu), x.precision);       // silu(a1) * a3 (N,F)
+  return linear(a.g, a.w2);                               // (N,C)
 }
 
-Tensor mlp_backward(const Tensor& dy, const Tensor& x, const Tensor& w13, const Tensor& w2,
-                    const MlpActs& a, Tensor dw13, Tensor dw2) {
-  const Tensor dg = linear_backward(dy, a.g, w2, dw2);   // y = g W2^T
-  const Tensor dgu = ops::swiglu_backward(dg, a.gu);     // g = silu(a1) * a3
-  return linear_backward(dgu, x, w13, dw13);             // gu = x W13^T
+Tensor mlp_backward(const Tensor& dy, const GemmInput& x, const MlpActs& a, Tensor dw13,
+                    Tensor dw2) {
+  const Tensor dg = linear_backward(dy, a.g, a.w2, dw2);  // y = g W2^T
+  const Tensor dgu = ops::swiglu_backward(dg, a.gu);      // g = silu(a1) * a3
+  return linear_backward(dgu, x, a.w13, dw13);            // gu = x W13^T
 }
 
 }  // namespace coremesh::model::detail

@@ -6,10 +6,12 @@
 #pragma once
 
 #include "coremesh/core/tensor.hpp"
+#include "precision.hpp"
 
 namespace coremesh::model::detail {
 
-// y (N,out) = x (N,in) W^T, W (out,in).
+// y (N,out) = x (N,in) W^T, W (out,in), in f32 (the LM head and the router; the
+// block GEMMs take the model's precision through precision.hpp).
 Tensor linear(const Tensor& x, const Tensor& w);
 // y = x W^T  =>  dW (out,in) += dy^T x (dw is a view into the gradient arena);
 // returns dx (N,in) = dy W, or adds it into *dx_acc when given (then returns it).
@@ -19,14 +21,18 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tenso
 void accumulate(Tensor acc, const Tensor& g);
 
 // SwiGLU MLP on a fused gate/up weight W13 (2F,C) = [W1; W3] (the model
-// keeps w1 and w3 adjacent in the arena, so this is a view):
+// keeps w1 and w3 adjacent in the arena, so this is a view), in the
+// precision of its input x:
 //   gu = x W13^T = [a1 | a3] (N,2F);  g = silu(a1) * a3 (N,F);  y = g W2^T (N,C)
 struct MlpActs {
-  Tensor gu, g;
+  GemmWeight w13, w2;  // this pass's casts of the masters
+  Tensor gu;           // (N,2F) f32 (the swiglu backward reads it)
+  GemmInput g;         // (N,F) as the W2 GEMM read it
 };
-Tensor mlp_forward(const Tensor& x, const Tensor& w13, const Tensor& w2, MlpActs& a);
-// dy (N,C) -> dx (N,C); dW13, dW2 accumulate into the given arena views.
-Tensor mlp_backward(const Tensor& dy, const Tensor& x, const Tensor& w13, const Tensor& w2,
-                    const MlpActs& a, Tensor dw13, Tensor dw2);
+Tensor mlp_forward(const GemmInput& x, const Tensor& w13, const Tensor& w2, MlpActs& a);
+// dy (N,C) -> dx (N,C); x as in the forward; dW13, dW2 accumulate into the
+// given arena views.
+Tensor mlp_backward(const Tensor& dy, const GemmInput& x, const MlpActs& a, Tensor dw13,
+                    Tensor dw2);
 
 }  // namespace coremesh::model::detail

@@ -1,6 +1,7 @@
 #include "coremesh/model/model.hpp"
 
 #include <cmath>
+#include <set>
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/model/rng.hpp"
@@ -32,10 +33,14 @@ struct Model::Acts {
   Tensor ids, targets, positions;  // (N) i32, (N) i32, (T) i64
   struct PerLayer {
     Tensor x;                  // (N,C) layer input (the residual stream)
-    Tensor an, arstd;          // attention RMSNorm (N,C), (N)
+    Tensor arstd;              // (N) attention RMSNorm
+    GemmInput an;              // (N,C) RMSNorm(x) as the qkv GEMM read it
+    GemmWeight wqkv, wo;       // this pass's casts of [wq; wk; wv] and wo
     Tensor q, k, v;            // (B,T,H,D), (B,T,Hkv,D) after RoPE
-    Tensor ao, lse;            // attention out (B,T,H,D), (B,H,T)
-    Tensor h, fn, frstd;       // h = x + ao Wo^T (N,C); FFN RMSNorm (N,C), (N)
+    Tensor ao, lse;            // attention out (B,T,H,D) f32 (its backward reads it), (B,H,T)
+    Tensor h, frstd;           // h = x + ao Wo^T (N,C); FFN RMSNorm (N)
+    GemmInput ffn_in;          // dense layers: fn = RMSNorm(h) (N,C) as the MLP read it
+    Tensor fn;                 // MoE layers: fn (N,C) f32 (the router is f32)
     MlpActs mlp;               // dense layers
     MoeActs moe;               // MoE layers
   };
@@ -62,9 +67,6 @@ int64_t Model::add_param(const std::string& name, const Shape& shape, bool decay
 
 Model::Model(const ModelConfig& config) : config_(config), acts_(std::make_unique<Acts>()) {
   config_.validate();
-  CM_CHECK(config_.precision == Precision::f32,
-           "use precision f32; bf16/fp8 GEMM inputs are not implemented in the model yet",
-           "precision {} is not supported by the model", precision_name(config_.precision));
   const ModelConfig& c = config_;
   const int64_t C = c.d_model, D = c.head_dim(), V = c.vocab_size, E = c.n_routed_experts,
                 F = c.expert_hidden, SF = int64_t(c.n_shared_experts) * F;
@@ -222,22 +224,25 @@ double Model::forward(const int32_t* tokens, const int32_t* targets, int Bi, int
     a.x = x;
     // an = RMSNorm(x); q, k, v projections (N,H*D) = (B,T,H,D); RoPE on q, k
     auto an = ops::rmsnorm(x, pw(Ly.attn_norm, {C}), c.norm_eps);
-    a.an = an.y, a.arstd = an.rstd;
+    a.an = gemm_input(an.y, c.precision), a.arstd = an.rstd;
     // [wq; wk; wv] is one (QKV, C) view: one GEMM, then RoPE and the head split in one pass
-    const auto heads = ops::rope_qkv(linear(a.an, pw(Ly.wq, {QKV, C})).view({B, T, QKV}), H, Hkv,
-                                     A.positions, rope);
+    a.wqkv = gemm_weight(pw(Ly.wq, {QKV, C}), c.precision);
+    const auto heads = ops::rope_qkv(linear(a.an, a.wqkv).view({B, T, QKV}), H, Hkv, A.positions, rope);
     a.q = heads.q, a.k = heads.k, a.v = heads.v;
     // ao = softmax(q k^T / sqrt(D)) v (causal, GQA: head h reads kv head h/(H/Hkv));  h = x + ao Wo^T
     auto at = ops::flash_attention(a.q, a.k, a.v, /*causal=*/true);
     a.ao = at.out, a.lse = at.lse;
-    a.h = ops::add(x, linear(a.ao.view({N, H * D}), pw(Ly.wo, {C, H * D})));
+    a.wo = gemm_weight(pw(Ly.wo, {C, H * D}), c.precision);
+    a.h = ops::add(x, linear(gemm_input(a.ao.view({N, H * D}), c.precision), a.wo));
     // fn = RMSNorm(h);  x' = h + FFN(fn)
     auto fn = ops::rmsnorm(a.h, pw(Ly.ffn_norm, {C}), c.norm_eps);
-    a.fn = fn.y, a.frstd = fn.rstd;
+    a.frstd = fn.rstd;
     if (!Ly.moe) {
       // [w1; w3] is one (2Fd, C) view (w3 follows w1 in the arena)
-      x = ops::add(a.h, mlp_forward(a.fn, pw(Ly.w1, {2 * Fd, C}), pw(Ly.w2, {C, Fd}), a.mlp));
+      a.ffn_in = gemm_input(fn.y, c.precision);
+      x = ops::add(a.h, mlp_forward(a.ffn_in, pw(Ly.w1, {2 * Fd, C}), pw(Ly.w2, {C, Fd}), a.mlp));
     } else {
+      a.fn = fn.y;
       x = ops::add(a.h, moe_forward(a.fn, moe_params(l, false), router_bias_[size_t(l)], c, B, T, a.moe));
     }
   }
@@ -267,6 +272,35 @@ double Model::forward(const int32_t* tokens, const int32_t* targets, int Bi, int
   return loss / double(N);
 }
 
+Model::SavedBytes Model::saved_bytes() const {
+  // Each storage once (views share storage, e.g. the next layer's x is this
+  // layer's output); weight copies apart from the activations.
+  std::set<const Storage*> seen;
+  auto bytes = [&](const Tensor& t) -> int64_t {
+    if (!t.defined() || !seen.insert(t.storage().get()).second) return 0;
+    return int64_t(t.storage()->bytes());
+  };
+  auto input = [&](const GemmInput& in) { return bytes(in.x) + bytes(in.fp8.data) + bytes(in.fp8.scale); };
+  auto mlp = [&](const MlpActs& m) { return bytes(m.gu) + input(m.g); };
+  const Acts& A = *acts_;
+  SavedBytes out;
+  for (const auto& a : A.layer) {
+    out.weight_copies += bytes(a.wqkv.bf16) + bytes(a.wo.bf16) + bytes(a.mlp.w13.bf16) +
+                         bytes(a.mlp.w2.bf16) + bytes(a.moe.w13.bf16) + bytes(a.moe.w2.bf16) +
+                         bytes(a.moe.shared.w13.bf16) + bytes(a.moe.shared.w2.bf16);
+    out.activations += bytes(a.x) + bytes(a.arstd) + input(a.an) + bytes(a.q) + bytes(a.k) +
+                       bytes(a.v) + bytes(a.ao) + bytes(a.lse) + bytes(a.h) + bytes(a.frstd) +
+                       input(a.ffn_in) + bytes(a.fn) + mlp(a.mlp);
+    const MoeActs& m = a.moe;
+    out.activations += bytes(m.scores) + bytes(m.sel_idx) + bytes(m.sel_w) + bytes(m.idx) +
+                       bytes(m.w) + bytes(m.offsets) + bytes(m.row_of) + input(m.xp) +
+                       bytes(m.gu) + input(m.g) + bytes(m.ye) + mlp(m.shared) + bytes(m.counts);
+  }
+  out.activations += bytes(A.ids) + bytes(A.targets) + bytes(A.positions) + bytes(A.xL) +
+                     bytes(A.xf) + bytes(A.frstd) + bytes(A.logits) + bytes(A.lse);
+  return out;
+}
+
 void Model::backward(float loss_scale) {
   const ModelConfig& c = config_;
   Acts& A = *acts_;
@@ -291,21 +325,20 @@ void Model::backward(float loss_scale) {
     // x' = h + FFN(fn)  =>  dfn = FFN'(dres), dh = dres + RMSNorm'(dfn)
     Tensor dfn;
     if (!Ly.moe)
-      dfn = mlp_backward(dres, a.fn, pw(Ly.w1, {2 * Fd, C}), pw(Ly.w2, {C, Fd}), a.mlp,
-                         gw(Ly.w1, {2 * Fd, C}), gw(Ly.w2, {C, Fd}));
+      dfn = mlp_backward(dres, a.ffn_in, a.mlp, gw(Ly.w1, {2 * Fd, C}), gw(Ly.w2, {C, Fd}));
     else
       dfn = moe_backward(dres, a.fn, moe_params(l, false), moe_params(l, true), c, B, T, a.moe,
                          loss_scale);
     auto fb = ops::rmsnorm_backward(dfn, a.h, pw(Ly.ffn_norm, {C}), a.frstd);
     accumulate(gw(Ly.ffn_norm, {C}), fb.dw);
     const Tensor dh = ops::add(dres, fb.dx);
-    // h = x + ao Wo^T  =>  dao = dh Wo, dWo += dh^T ao
-    const Tensor dao = linear_backward(dh, a.ao.view({N, H * D}), pw(Ly.wo, {C, H * D}),
+    // h = x + ao Wo^T  =>  dao = dh Wo, dWo += dh^T ao (ao is cast again, as the forward did)
+    const Tensor dao = linear_backward(dh, gemm_input(a.ao.view({N, H * D}), c.precision), a.wo,
                                        gw(Ly.wo, {C, H * D}));
     auto ag = ops::flash_attention_backward(dao.view({B, T, H, D}), a.q, a.k, a.v, a.ao, a.lse, true);
     // [q|k|v] = RoPE(an Wqkv^T)  =>  d(an Wqkv^T) = [RoPE^-1(dq) | RoPE^-1(dk) | dv]
     const Tensor dqkv = ops::rope_qkv_backward(ag.dq, ag.dk, ag.dv, A.positions, rope).view({N, QKV});
-    const Tensor dan = linear_backward(dqkv, a.an, pw(Ly.wq, {QKV, C}), gw(Ly.wq, {QKV, C}));
+    const Tensor dan = linear_backward(dqkv, a.an, a.wqkv, gw(Ly.wq, {QKV, C}));
     // an = RMSNorm(x)  =>  dx = dh + RMSNorm'(dan)
     auto ab = ops::rmsnorm_backward(dan, a.x, pw(Ly.attn_norm, {C}), a.arstd);
     accumulate(gw(Ly.attn_norm, {C}), ab.dw);

@@ -2,7 +2,6 @@
 
 #include "coremesh/ops/activation.hpp"
 #include "coremesh/ops/elementwise.hpp"
-#include "coremesh/ops/grouped_gemm.hpp"
 #include "coremesh/ops/moe_routing.hpp"
 
 namespace coremesh::model::detail {
@@ -24,18 +23,17 @@ ops::TopKConfig topk_config(const ModelConfig& cfg) {
 // Grouped SwiGLU experts on permuted rows: y (R,C) from x (R,C) and offsets (E+1).
 // Each expert's gate and up weights are one (2F,C) matrix [w1_e; w3_e], so the
 // gate/up product is one grouped GEMM and silu(a1) * a3 one fused swiglu.
-Tensor experts_forward(const Tensor& x, const MoeParams& w, const Tensor& offsets, MoeActs& a) {
-  a.gu = ops::grouped_matmul(x, w.w13, offsets);   // [a1 | a3] (R,2F)
-  a.g = ops::swiglu(a.gu);                         // silu(a1) * a3 (R,F)
-  return ops::grouped_matmul(a.g, w.w2, offsets);  // (R,C)
+Tensor experts_forward(MoeActs& a) {
+  a.gu = grouped_linear(a.xp, a.w13, a.offsets);             // [a1 | a3] (R,2F)
+  a.g = gemm_input(ops::swiglu(a.gu), a.xp.precision);       // silu(a1) * a3 (R,F)
+  return grouped_linear(a.g, a.w2, a.offsets);               // (R,C)
 }
 
 // Weight gradients accumulate into the arena inside the grouped GEMMs.
-Tensor experts_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const MoeParams& g,
-                        const Tensor& offsets, const MoeActs& a) {
-  const Tensor dg = ops::grouped_matmul_backward(dy, a.g, w.w2, offsets, ops::WeightLayout::nk, g.w2).dx;
+Tensor experts_backward(const Tensor& dy, const MoeParams& g, const MoeActs& a) {
+  const Tensor dg = grouped_linear_backward(dy, a.g, a.w2, a.offsets, g.w2);
   const Tensor dgu = ops::swiglu_backward(dg, a.gu);
-  return ops::grouped_matmul_backward(dgu, x, w.w13, offsets, ops::WeightLayout::nk, g.w13).dx;
+  return grouped_linear_backward(dgu, a.xp, a.w13, a.offsets, g.w13);
 }
 
 }  // namespace
@@ -58,11 +56,14 @@ Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, cons
   a.idx = kept.indices, a.w = kept.weights;
   // --- permute rows by expert, grouped-GEMM experts, weighted combine
   const ops::Permutation perm = ops::permute(x, a.idx, E);  // xp (N*K, C)
-  a.xp = perm.x, a.offsets = perm.offsets, a.row_of = perm.row_of;
-  a.ye = experts_forward(a.xp, w, a.offsets, a);
+  a.xp = gemm_input(perm.x, cfg.precision), a.offsets = perm.offsets, a.row_of = perm.row_of;
+  a.w13 = gemm_weight(w.w13, cfg.precision), a.w2 = gemm_weight(w.w2, cfg.precision);
+  a.ye = experts_forward(a);
   Tensor y = ops::unpermute(a.ye, a.row_of, a.w);  // (N,C) = sum_k w_k ye[row(n,k)]
-  // --- shared experts: y += SwiGLU_shared(x)
-  if (w.sw13.defined()) y = ops::add(y, mlp_forward(x, w.sw13, w.sw2, a.shared));
+  // --- shared experts: y += SwiGLU_shared(x); their input is cast again in the
+  // backward rather than kept next to the f32 x
+  if (w.sw13.defined())
+    y = ops::add(y, mlp_forward(gemm_input(x, cfg.precision), w.sw13, w.sw2, a.shared));
   return y;
 }
 
@@ -128,11 +129,11 @@ Tensor moe_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const
                     float aux_scale) {
   // --- shared experts
   Tensor dx;
-  if (w.sw13.defined()) dx = mlp_backward(dy, x, w.sw13, w.sw2, a.shared, g.sw13, g.sw2);
+  if (w.sw13.defined()) dx = mlp_backward(dy, gemm_input(x, cfg.precision), a.shared, g.sw13, g.sw2);
   // --- combine: y_n += w_k ye_r  =>  dye_r = w_k dy_n,  dw_k = dy_n . ye_r
   const ops::UnpermuteGrads ug = ops::unpermute_backward(dy, a.ye, a.row_of, a.w);
   // --- experts, then xp_r = x_n  =>  dx_n += dxp_r
-  const Tensor dxp = experts_backward(ug.dyp, a.xp, w, g, a.offsets, a);
+  const Tensor dxp = experts_backward(ug.dyp, g, a);
   const Tensor dx_routed = ops::permute_backward(dxp, a.row_of);
   dx = dx.defined() ? ops::add(dx, dx_routed) : dx_routed;
   // --- gate weights -> affinities (through the pre-capacity selection: the

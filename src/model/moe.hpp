@@ -26,8 +26,11 @@ struct MoeActs {
   Tensor scores;                // (N, E) affinities p
   Tensor sel_idx, sel_w;        // (N, K) routing before capacity (selections)
   Tensor idx, w;                // (N, K) routing after capacity (-1/0 = dropped)
-  Tensor xp, offsets, row_of;   // permuted rows (N*K, C), (E+1), (N, K)
-  Tensor gu, g;                 // experts: [W1 xp | W3 xp] (N*K, 2F), silu(a1) * a3 (N*K, F)
+  Tensor offsets, row_of;       // (E+1), (N, K)
+  GemmWeight w13, w2;           // this pass's casts of the expert weights
+  GemmInput xp;                 // permuted rows (N*K, C) as the W13 GEMM read them
+  Tensor gu;                    // experts: [W1 xp | W3 xp] (N*K, 2F) f32
+  GemmInput g;                  // silu(a1) * a3 (N*K, F) as the W2 GEMM read it
   Tensor ye;                    // (N*K, C)
   MlpActs shared;               // (N, S*F)
   Tensor counts;                // (E) i64 selections before drops
@@ -37,7 +40,8 @@ struct MoeActs {
   double aux = 0;               // balance loss (already times alpha)
 };
 
-// y (N,C) = MoE(x (N,C)); x holds B sequences of T tokens. Launches only.
+// y (N,C) = MoE(x (N,C)); x holds B sequences of T tokens. The router runs
+// in f32, the shared and routed experts in cfg.precision. Launches only.
 Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, const ModelConfig& cfg,
                    int64_t B, int64_t T, MoeActs& acts);
 // After the stream is synchronized: counts, drops and the balance loss.

@@ -22,11 +22,132 @@ Semantics (the contract coremesh's src/model implements by hand):
     summed over MoE layers.
   final RMSNorm, logits = x head^T (head = wte when tied), loss = mean CE + aux.
   Bias update after each optimizer step: b_i += rate * sign(mean load - load_i).
+
+Precision (cfg["precision"], coremesh docs/architecture.md "Precision"): the
+block GEMMs (packed [wq; wk; wv], wo, packed [w1; w3] and w2 of the dense and
+shared SwiGLU, the routed experts) take rounded inputs in the forward
+(y = x W^T), the dgrad (dx = dy W) and the wgrad (dW = dy^T x), all with f32
+accumulation; embedding, LM head, router, norms, attention and loss stay f32.
+  bf16: both operands rounded to bf16 (nearest even).
+  fp8:  e4m3 (nearest even, saturating at 448) with scale = amax / 448 (1 for
+        a zero tile) per tile along the product's reduction: forward x in 1x128
+        tiles, W in 128x128 blocks (over the packed matrix); dgrad dy in 1x128
+        tiles, W^T in 128x128 blocks (the transposed blocks of W); wgrad dy^T
+        and x^T in 1x128 tiles along tokens, where x is the forward's rounded x.
+        Routed experts run on the permuted rows (expert order, token order
+        inside an expert, zero rows for dropped slots at the end), and their
+        wgrad tiles count from row 0 of that buffer.
+Implemented here with torch only (no coremesh code): BlockLinear and
+GroupedLinear are autograd Functions that spell out the three products.
 """
 import math
 
 import torch
 import torch.nn.functional as F
+
+
+QB = 128          # fp8 tile / block edge
+F8_MAX = 448.0    # largest finite e4m3
+
+
+def round_bf16(t):
+    return t.to(torch.bfloat16).float()
+
+
+def round_e4m3(v):
+    """f32 -> nearest e4m3 value (ties to even), saturating at +-448."""
+    v = v.clamp(-F8_MAX, F8_MAX)
+    _, e = torch.frexp(v)  # |v| = m 2^e, m in [0.5, 1): v lies in binade 2^(e-1)
+    # 3 mantissa bits; below the smallest normal 2^-6 the step stays 2^-9
+    step = torch.ldexp(torch.ones_like(v), torch.clamp(e - 1, min=-6) - 3)
+    return torch.round(v / step) * step
+
+
+def _fp8_scale(amax):
+    return torch.where(amax > 0, amax / F8_MAX, torch.ones_like(amax))
+
+
+def fp8_act(x):
+    """x (M,K) -> its fp8 values with one scale per 1x128 tile along K."""
+    M, K = x.shape
+    Kb = -(-K // QB)
+    t = F.pad(x, (0, Kb * QB - K)).reshape(M, Kb, QB)
+    s = _fp8_scale(t.abs().amax(-1, keepdim=True))
+    return (round_e4m3(t / s) * s).reshape(M, Kb * QB)[:, :K]
+
+
+def fp8_weight(w):
+    """w (N,K) -> its fp8 values with one scale per 128x128 block."""
+    N, K = w.shape
+    Nb, Kb = -(-N // QB), -(-K // QB)
+    t = F.pad(w, (0, Kb * QB - K, 0, Nb * QB - N)).reshape(Nb, QB, Kb, QB)
+    s = _fp8_scale(t.abs().amax(dim=(1, 3), keepdim=True))
+    return (round_e4m3(t / s) * s).reshape(Nb * QB, Kb * QB)[:N, :K]
+
+
+def _round_inputs(x, w, precision):
+    if precision == "f32":
+        return x, w
+    if precision == "bf16":
+        return round_bf16(x), round_bf16(w)
+    if w.dim() == 3:
+        return fp8_act(x), torch.stack([fp8_weight(we) for we in w])
+    return fp8_act(x), fp8_weight(w)
+
+
+def _round_backward(dy, xs, precision):
+    """-> (dy for the dgrad, dy^T and x^T for the wgrad)."""
+    if precision == "f32":
+        return dy, dy.t(), xs.t()
+    if precision == "bf16":
+        d = round_bf16(dy)
+        return d, d.t(), xs.t()
+    return fp8_act(dy), fp8_act(dy.t()), fp8_act(xs.t())
+
+
+class BlockLinear(torch.autograd.Function):
+    """y (M,N) = x (M,K) W^T (N,K) with the GEMM inputs of `precision`."""
+
+    @staticmethod
+    def forward(ctx, x, w, precision):
+        xs, ws = _round_inputs(x, w, precision)
+        ctx.precision = precision
+        ctx.save_for_backward(xs, ws)
+        return xs @ ws.t()
+
+    @staticmethod
+    def backward(ctx, dy):
+        xs, ws = ctx.saved_tensors
+        d, dyt, xt = _round_backward(dy, xs, ctx.precision)
+        # fp8: W^T's 128x128 blocks are W's blocks transposed, so ws serves the dgrad
+        return d @ ws, dyt @ xt.t(), None
+
+
+class GroupedLinear(torch.autograd.Function):
+    """Rows [offsets[e], offsets[e+1]) of x (R,K) belong to expert e:
+    y_e = x_e W_e^T with W (E,N,K); rows past offsets[E] give zeros."""
+
+    @staticmethod
+    def forward(ctx, x, w, offsets, precision):
+        xs, ws = _round_inputs(x, w, precision)
+        ctx.precision, ctx.offsets = precision, offsets
+        ctx.save_for_backward(xs, ws)
+        y = x.new_zeros(x.shape[0], w.shape[1])
+        for e in range(w.shape[0]):
+            a, b = offsets[e], offsets[e + 1]
+            y[a:b] = xs[a:b] @ ws[e].t()
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        xs, ws = ctx.saved_tensors
+        d, dyt, xt = _round_backward(dy, xs, ctx.precision)
+        dx, dw = torch.zeros_like(xs), torch.zeros_like(ws)
+        for e in range(ws.shape[0]):
+            a, b = ctx.offsets[e], ctx.offsets[e + 1]
+            dx[a:b] = d[a:b] @ ws[e]
+            dw[e] = dyt[:, a:b] @ xt[:, a:b].t()
+        return dx, dw, None, None
 
 
 def rms_norm(x, w, eps):
@@ -46,11 +167,28 @@ def rope(x, theta):
 
 def attention(cfg, P, l, x):
     B, T, C = x.shape
+    precision = cfg.get("precision", "f32")
+    if precision != "f32":  # one packed qkv GEMM: the fp8 blocks run over [wq; wk; wv]
+        wqkv = torch.cat([P[f"layers.{l}.wq"], P[f"layers.{l}.wk"], P[f"layers.{l}.wv"]])
+        qkv = BlockLinear.apply(x.reshape(B * T, C), wqkv, precision).view(B, T, -1)
+        Hq, Hk = P[f"layers.{l}.wq"].shape[0], P[f"layers.{l}.wk"].shape[0]
+        q, k, v = qkv.split([Hq, Hk, Hk], dim=-1)
+    else:
+        q, k, v = (x @ P[f"layers.{l}.{n}"].t() for n in ("wq", "wk", "wv"))
+    y = attend(cfg, q, k, v)
+    if precision != "f32":
+        return BlockLinear.apply(y.reshape(B * T, -1), P[f"layers.{l}.wo"], precision).view(B, T, C)
+    return y @ P[f"layers.{l}.wo"].t()
+
+
+def attend(cfg, q, k, v):
+    """q (B,T,H*D), k v (B,T,Hkv*D) -> causal GQA attention with RoPE (B,T,H*D)."""
+    B, T, _ = q.shape
     H, Hkv = cfg["n_heads"], cfg["n_kv_heads"]
-    D = C // H
-    q = (x @ P[f"layers.{l}.wq"].t()).view(B, T, H, D).transpose(1, 2)
-    k = (x @ P[f"layers.{l}.wk"].t()).view(B, T, Hkv, D).transpose(1, 2)
-    v = (x @ P[f"layers.{l}.wv"].t()).view(B, T, Hkv, D).transpose(1, 2)
+    D = cfg["d_model"] // H
+    q = q.reshape(B, T, H, D).transpose(1, 2)
+    k = k.reshape(B, T, Hkv, D).transpose(1, 2)
+    v = v.reshape(B, T, Hkv, D).transpose(1, 2)
     q, k = rope(q, cfg["rope_theta"]), rope(k, cfg["rope_theta"])
     rep = H // Hkv
     k = k.repeat_interleave(rep, dim=1)
@@ -58,12 +196,17 @@ def attention(cfg, P, l, x):
     att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
     att = att.masked_fill(mask, float("-inf")).softmax(-1)
-    y = (att @ v).transpose(1, 2).reshape(B, T, H * D)
-    return y @ P[f"layers.{l}.wo"].t()
+    return (att @ v).transpose(1, 2).reshape(B, T, H * D)
 
 
-def swiglu(x, w1, w3, w2):
-    return (F.silu(x @ w1.t()) * (x @ w3.t())) @ w2.t()
+def swiglu(x, w1, w3, w2, precision="f32"):
+    if precision == "f32":
+        return (F.silu(x @ w1.t()) * (x @ w3.t())) @ w2.t()
+    # one packed [w1; w3] GEMM, as coremesh runs it (the fp8 blocks span both)
+    shape = x.shape
+    gu = BlockLinear.apply(x.reshape(-1, shape[-1]), torch.cat([w1, w3]), precision)
+    g = F.silu(gu[:, : w1.shape[0]]) * gu[:, w1.shape[0]:]
+    return BlockLinear.apply(g, w2, precision).view(*shape[:-1], w2.shape[0])
 
 
 def route(cfg, scores, bias):
@@ -112,17 +255,34 @@ def moe(cfg, P, B_, l, x, stats):
     scores = xf @ P[f"layers.{l}.router"].t()
     p, idx, w = route(cfg, scores, B_[f"layers.{l}.router_bias"])
     keep = capacity_keep(cfg, idx, w)
-    y = torch.zeros_like(xf)
-    for e in range(E):
-        n, k = torch.nonzero((idx == e) & keep, as_tuple=True)
-        if n.numel() == 0:
-            continue
-        w1, w3 = P[f"layers.{l}.experts.w13"][e].chunk(2)  # [gate; up] rows
-        h = swiglu(xf[n], w1, w3, P[f"layers.{l}.experts.w2"][e])
-        y = y.index_add(0, n, h * w[n, k][:, None])
+    precision = cfg.get("precision", "f32")
+    if precision == "f32":
+        y = torch.zeros_like(xf)
+        for e in range(E):
+            n, k = torch.nonzero((idx == e) & keep, as_tuple=True)
+            if n.numel() == 0:
+                continue
+            w1, w3 = P[f"layers.{l}.experts.w13"][e].chunk(2)  # [gate; up] rows
+            h = swiglu(xf[n], w1, w3, P[f"layers.{l}.experts.w2"][e])
+            y = y.index_add(0, n, h * w[n, k][:, None])
+    else:
+        # permuted rows: expert order, token order inside an expert, zero rows
+        # for the dropped slots at the end
+        picks = [torch.nonzero((idx == e) & keep, as_tuple=True) for e in range(E)]
+        n = torch.cat([p[0] for p in picks])
+        k = torch.cat([p[1] for p in picks])
+        offsets = [0]
+        for p_ in picks:
+            offsets.append(offsets[-1] + p_[0].numel())
+        xp = torch.cat([xf[n], xf.new_zeros(B * T * K - n.numel(), C)])
+        gu = GroupedLinear.apply(xp, P[f"layers.{l}.experts.w13"], offsets, precision)
+        Fh = gu.shape[1] // 2
+        g = F.silu(gu[:, :Fh]) * gu[:, Fh:]
+        ye = GroupedLinear.apply(g, P[f"layers.{l}.experts.w2"], offsets, precision)
+        y = torch.zeros_like(xf).index_add(0, n, ye[: n.numel()] * w[n, k][:, None])
     if cfg["n_shared_experts"] > 0:
         y = y + swiglu(xf, P[f"layers.{l}.shared.w1"], P[f"layers.{l}.shared.w3"],
-                       P[f"layers.{l}.shared.w2"])
+                       P[f"layers.{l}.shared.w2"], precision)
     counts = torch.zeros(E).index_add_(0, idx.reshape(-1), torch.ones(idx.numel()))
     stats.setdefault(l, torch.zeros(E))
     stats[l] += counts
@@ -149,7 +309,8 @@ def forward(cfg, P, Bufs, tokens, targets, stats=None):
             y, a = moe(cfg, P, Bufs, l, hn, stats)
             aux = aux + a
         else:
-            y = swiglu(hn, P[f"layers.{l}.w1"], P[f"layers.{l}.w3"], P[f"layers.{l}.w2"])
+            y = swiglu(hn, P[f"layers.{l}.w1"], P[f"layers.{l}.w3"], P[f"layers.{l}.w2"],
+                       cfg.get("precision", "f32"))
         x = x + y
     x = rms_norm(x, P["final_norm"], eps)
     head = P["wte"] if cfg["tied_embeddings"] else P["lm_head"]

@@ -20,8 +20,11 @@ enum class Gating { softmax, sigmoid };
 // token_order drops the latest tokens of the micro-batch; low_score drops the
 // assignments with the lowest gate weights.
 enum class DropPolicy { token_order, low_score };
-// Storage/compute precision of activations and GEMM inputs; master weights
-// and optimizer state are always fp32.
+// Inputs of the transformer blocks' GEMMs (forward, dgrad and wgrad) and the
+// form their saved inputs take: f32, bf16, or fp8 e4m3 with DeepSeek-V3
+// fine-grained scales. Master weights, gradients, optimizer state, the
+// embedding, LM head, router, norms, attention and loss stay f32
+// (docs/architecture.md, "Precision").
 enum class Precision { f32, bf16, fp8 };
 
 struct ModelConfig {
@@ -91,12 +94,17 @@ ParamCount count_params(const ModelConfig& config);
 // (6 * n_layers * T * C, the causal half of 12*L*T*C), as in PaLM/Chinchilla.
 double flops_per_token(const ModelConfig& config, int seq_len);
 
+// Bytes of one training micro-batch on one PE. Precision changes the saved
+// inputs of the block GEMMs (bf16: 2 bytes, fp8: 1 byte + an f32 scale per
+// 128) and, for bf16, adds the weights' bf16 copies; everything else is f32.
+// Model::saved_bytes() measures the same storages after a forward.
 struct MemoryEstimate {
-  int64_t weights = 0;      // fp32 master weights
-  int64_t gradients = 0;    // fp32
-  int64_t optimizer = 0;    // AdamW m and v, fp32
-  int64_t activations = 0;  // saved for backward, one micro-batch
-  int64_t total() const { return weights + gradients + optimizer + activations; }
+  int64_t weights = 0;        // fp32 master weights
+  int64_t gradients = 0;      // fp32
+  int64_t optimizer = 0;      // AdamW m and v, fp32
+  int64_t weight_copies = 0;  // bf16 copies of the block-GEMM weights, kept from forward to backward
+  int64_t activations = 0;    // saved for backward, one micro-batch, + the logits' gradient
+  int64_t total() const { return weights + gradients + optimizer + weight_copies + activations; }
 };
 MemoryEstimate estimate_memory(const ModelConfig& config, int micro_batch, int seq_len);
 

@@ -12,6 +12,12 @@
 // same layout (one contiguous buffer for the optimizer and for reductions).
 // Gradients accumulate over micro-batches until zero_grad().
 //
+// config.precision (f32, bf16, fp8) sets the inputs of the transformer
+// blocks' GEMMs (qkv, wo, dense and shared SwiGLU, routed experts) in the
+// forward, dgrad and wgrad; the embedding, the LM head, the router, norms,
+// attention and the loss stay f32, and so do the arenas and the optimizer
+// state. See docs/architecture.md, "Precision".
+//
 // Every layer runs on the kernel library (include/coremesh/ops) on the
 // calling thread's current stream; forward() and backward() synchronize that
 // stream before returning, so the arenas are host-readable afterwards.
@@ -80,6 +86,15 @@ class Model {
   // forward to the gradient arena.
   void backward(float loss_scale);
   void zero_grad();
+
+  // Bytes of the storages the last forward keeps for the backward: the
+  // saved activations, and the bf16 copies of the block-GEMM weights (0 for
+  // f32 and fp8). The measured side of estimate_memory().
+  struct SavedBytes {
+    int64_t activations = 0;
+    int64_t weight_copies = 0;
+  };
+  SavedBytes saved_bytes() const;
 
   // Routed selections per MoE layer and expert since reset_expert_counts().
   const std::vector<std::vector<double>>& expert_counts() const { return expert_counts_; }

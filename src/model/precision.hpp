@@ -1,0 +1,72 @@
+// The block GEMMs in the model's precision (docs/architecture.md, "Precision").
+//
+// A block GEMM is one of the transformer block's linear layers: the packed
+// qkv projection, wo, the dense and shared SwiGLU ([w1; w3], w2) and the
+// routed experts (grouped). The embedding, the LM head and the router stay
+// f32 and use layers.hpp's plain linear(). Each block GEMM y = x W^T runs
+// three products, all with f32 accumulation and f32 outputs:
+//
+//   forward  y  = x W^T     reduction over in
+//   dgrad    dx = dy W      reduction over out
+//   wgrad    dW += dy^T x   reduction over tokens
+//
+//   f32   the operands as they are (the path of the f32 cross-check).
+//   bf16  both operands rounded to bf16 (nearest even).
+//   fp8   e4m3 with DeepSeek-V3 scales along each product's reduction:
+//         forward x in 1x128 tiles along in, W in 128x128 blocks; dgrad dy
+//         in 1x128 tiles along out, W^T in 128x128 blocks; wgrad dy^T and
+//         x^T in 1x128 tiles along tokens (x is the forward's fp8 x,
+//         re-tiled: dequantized, transposed, quantized again, as DeepSeek-V3
+//         turns 1x128 tiles into 128x1 ones for the backward).
+//
+// Notation: N rows (tokens, or permuted rows R = N*K of the experts), E
+// experts, out/in the weight's (out,in) shape. Everything launches on the
+// current stream; nothing here synchronizes with the host.
+#pragma once
+
+#include "coremesh/core/tensor.hpp"
+#include "coremesh/model/config.hpp"
+#include "coremesh/ops/quant.hpp"
+
+namespace coremesh::model::detail {
+
+// A block-GEMM weight: its f32 master (a view into the arena) and, for bf16,
+// the bf16 copy that the forward and the dgrad both read. It is made when the
+// forward reaches the layer and kept with the activations until the next
+// forward: one cast per forward/backward pass. fp8 keeps no copy: the forward
+// quantizes W, the backward W^T, each once per pass where it is used.
+struct GemmWeight {
+  Precision precision = Precision::f32;
+  Tensor master;  // (out,in) or stacked (E,out,in) f32
+  Tensor bf16;    // bf16: the same shape in bf16
+};
+GemmWeight gemm_weight(const Tensor& master, Precision precision);
+
+// A block GEMM's input in the form its GEMMs read it; the backward's wgrad
+// reads the same form, so this is what a layer saves (the "bf16 activations"
+// memory saving; fp8 saves 1 byte plus a scale per 128 elements).
+struct GemmInput {
+  Precision precision = Precision::f32;
+  Tensor x;                  // (N,in): the f32 input itself (f32) or its bf16 copy (bf16)
+  ops::QuantizedTensor fp8;  // fp8: data (N,in) + scale (N, ceil(in/128))
+};
+GemmInput gemm_input(const Tensor& x, Precision precision);
+
+// y (N,out) = x (N,in) W^T.
+Tensor linear(const GemmInput& x, const GemmWeight& w);
+// y = x W^T  =>  dW (out,in) += dy^T x (dw: an arena view); returns dx (N,in) = dy W.
+Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w, Tensor dw);
+
+// Routed experts on permuted rows: y (R,out) = x_e W_e^T for the rows
+// [offsets[e], offsets[e+1]) of expert e; W (E,out,in), offsets (E+1) i64 (read
+// on the stream). Rows from offsets[E] on give zeros.
+Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& offsets);
+// dW_e += dy_e^T x_e (dw: (E,out,in) arena view); returns dx (R,in) = dy_e W_e.
+Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w,
+                               const Tensor& offsets, Tensor dw);
+
+// x (G,R,C) or (R,C) f32 -> its transpose (G,C,R) / (C,R), contiguous, on the
+// stream (a gather through ops::embedding until ops has a transpose kernel).
+Tensor transpose_last2(const Tensor& x);
+
+}  // namespace coremesh::model::detail
