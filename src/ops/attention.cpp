@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "detail.hpp"
+#include "small_gemm.hpp"
 
 namespace coremesh::ops {
 namespace {
@@ -55,7 +56,7 @@ detail::Plan plan_units(const char* op, const Dims& d, int64_t units) {
                       });
 }
 
-// P[r,c] = exp(scale q_i.k_j - lse_i) for allowed keys, else 0; S holds scale q.k.
+// P[r,c] = exp(scale q_i.k_j - lse_i) for allowed keys, else 0; S holds q.k.
 void probabilities(const Dims& d, float* S, int64_t i0, int64_t br, int64_t j0, int64_t bc,
                    const float* lse) {
   for (int64_t r = 0; r < br; ++r) {
@@ -63,9 +64,27 @@ void probabilities(const Dims& d, float* S, int64_t i0, int64_t br, int64_t j0, 
     const float l = lse[i0 + r];
     float* row = S + r * Bc;
     const int64_t live = std::isfinite(l) ? n : 0;
+    for (int64_t c = 0; c < live; ++c) row[c] *= d.scale;
     detail::exp_sub_sum(row, row, live, l);
     std::fill(row + live, row + bc, 0.0f);
   }
+}
+
+// x (B,S,Hkv,D) -> (B,Hkv,D,S): the right-hand operands of q k^T and dO v^T
+// read row-major without a transpose (see small_gemm.hpp).
+Tensor heads_transposed(const char* op, const Tensor& x, const Dims& d) {
+  Tensor t = Tensor::empty({d.B, d.Hkv, d.D, d.S});
+  detail::launch_rows(op, detail::KernelKind::vector, {x.shape()}, {DType::f32}, "", d.B * d.Hkv,
+                      d.S * d.D, [x, t, d](int64_t r0, int64_t r1) {
+                        for (int64_t r = r0; r < r1; ++r) {  // r = b*Hkv + hk
+                          const float* in = x.data<float>() + (r / d.Hkv * d.S * d.Hkv + r % d.Hkv) * d.D;
+                          float* out = t.data<float>() + r * d.D * d.S;
+                          const int64_t ld = d.Hkv * d.D;
+                          for (int64_t e = 0; e < d.D; ++e)  // contiguous writes; the S rows read stay in L1
+                            for (int64_t s = 0; s < d.S; ++s) out[e * d.S + s] = in[s * ld + e];
+                        }
+                      });
+  return t;
 }
 
 }  // namespace
@@ -78,14 +97,15 @@ AttentionOut flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
   detail::Plan plan = plan_units("flash_attention", d, units);
   if (units == 0 || d.D == 0) return res;
   Tensor out = res.out, lse = res.lse;
-  detail::launch("flash_attention", detail::KernelKind::cube, plan, [q, k, v, out, lse, d, nq, units](const detail::BlockContext& ctx) {
+  const Tensor kt = heads_transposed("flash_attention_kt", k, d);
+  detail::launch("flash_attention", detail::KernelKind::cube, plan, [q, kt, v, out, lse, d, nq, units](const detail::BlockContext& ctx) {
     std::vector<float> S(Br * Bc), O(Br * d.D), m(Br), l(Br);
     const int64_t ldq = d.H * d.D, ldk = d.Hkv * d.D;
     for (int64_t u = ctx.block_idx; u < units; u += ctx.block_dim) {  // round-robin: causal balance
       const int64_t b = u / (d.H * nq), h = u / nq % d.H, i0 = u % nq * Br, br = std::min(Br, d.T - i0);
       const int64_t hk = h / d.group();
       const float* Q = q.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
-      const float* K = k.data<float>() + (b * d.S * d.Hkv + hk) * d.D;
+      const float* Kt = kt.data<float>() + (b * d.Hkv + hk) * d.D * d.S;  // (D,S)
       const float* V = v.data<float>() + (b * d.S * d.Hkv + hk) * d.D;
       std::fill(m.begin(), m.end(), -INFINITY);
       std::fill(l.begin(), l.end(), 0.0f);
@@ -93,15 +113,16 @@ AttentionOut flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
       const int64_t kv_end = d.causal ? i0 + br : d.S;
       for (int64_t j0 = 0; j0 < kv_end; j0 += Bc) {
         const int64_t bc = std::min(Bc, kv_end - j0);
-        // S (br,bc) = scale * Q K^T
-        detail::sgemm(false, true, br, bc, d.D, d.scale, Q, ldq, K + j0 * ldk, ldk, 0.0f, S.data(), Bc);
-        for (int64_t r = 0; r < br; ++r) {  // online softmax, row by row
+        // S (br,bc) = Q K^T
+        detail::small_gemm(false, br, bc, d.D, Q, ldq, Kt + j0, d.S, false, S.data(), Bc);
+        for (int64_t r = 0; r < br; ++r) {  // online softmax of scale * S, row by row
           float* row = S.data() + r * Bc;
           const int64_t n = allowed(d, i0 + r, j0, bc);
           if (n == 0) {
             std::fill(row, row + bc, 0.0f);
             continue;
           }
+          for (int64_t c = 0; c < n; ++c) row[c] *= d.scale;
           const float mx = std::fmax(m[r], detail::max_of(row, n));
           const float rowsum = detail::exp_sub_sum(row, row, n, mx);
           std::fill(row + n, row + bc, 0.0f);
@@ -111,7 +132,7 @@ AttentionOut flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
           for (int64_t e = 0; e < d.D; ++e) O[r * d.D + e] *= alpha;
         }
         // O (br,D) += P (br,bc) V (bc,D)
-        detail::sgemm(false, false, br, d.D, bc, 1.0f, S.data(), Bc, V + j0 * ldk, ldk, 1.0f, O.data(), d.D);
+        detail::small_gemm(false, br, d.D, bc, S.data(), Bc, V + j0 * ldk, ldk, true, O.data(), d.D);
       }
       float* out_rows = out.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
       float* lse_row = lse.data<float>() + (b * d.H + h) * d.T + i0;
@@ -127,7 +148,8 @@ AttentionOut flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
 
 // With P = exp(S - lse) (S = scale q k^T), dP = dO V^T, Dv_i = sum_e dO[i,e] O[i,e]:
 //   dV = P^T dO,  dS = P * (dP - Dv),  dQ = scale dS K,  dK = scale dS^T Q
-// Pass 1: Dv. Pass 2: one unit per (b, h) walks its (key tile, query tile)
+// Pass 1: Dv (and k, v transposed per head for the small GEMMs). Pass 2: one
+// unit per (b, h) walks its (key tile, query tile)
 // pairs once, recomputing P a single time and accumulating dQ, dK and dV
 // (five small GEMMs per pair). A unit owns its head's rows of dq, and of dk/dv
 // for MHA; with GQA the heads of a group write per-head dK/dV that pass 3 sums.
@@ -160,14 +182,18 @@ AttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, con
   const int64_t nk = detail::ceil_div(d.S, Bc), units = d.B * d.H;
   detail::Plan plan = plan_units("flash_attention_bwd", d, units);
   Tensor dq = g.dq;
+  const Tensor kt = heads_transposed("flash_attention_kt", k, d);
+  const Tensor vt = heads_transposed("flash_attention_vt", v, d);
   detail::launch("flash_attention_bwd", detail::KernelKind::cube, plan,
-                 [q, k, v, dout, lse, Dv, dq, dk_h, dv_h, d, nk, units, ldq, ldk](const detail::BlockContext& ctx) {
-    std::vector<float> P(Br * Bc), dP(Br * Bc);
+                 [q, k, kt, vt, dout, lse, Dv, dq, dk_h, dv_h, d, nk, units, ldq, ldk](const detail::BlockContext& ctx) {
+    std::vector<float> P(Br * Bc), dS(Br * Bc);
     for (int64_t u = ctx.block_idx; u < units; u += ctx.block_dim) {
       const int64_t b = u / d.H, h = u % d.H, hk = h / d.group();
       const int64_t ldkh = ldq;  // dk_h/dv_h have H heads (GQA scratch, or MHA's dk/dv)
       const float* L = lse.data<float>() + (b * d.H + h) * d.T;
       const float* Dr = Dv.data<float>() + (b * d.H + h) * d.T;
+      const float* Kt = kt.data<float>() + (b * d.Hkv + hk) * d.D * d.S;  // (D,S)
+      const float* Vt = vt.data<float>() + (b * d.Hkv + hk) * d.D * d.S;
       float* dQ = dq.data<float>() + (b * d.T * d.H + h) * d.D;
       float* dK = dk_h.data<float>() + (b * d.S * d.H + h) * d.D;
       float* dV = dv_h.data<float>() + (b * d.S * d.H + h) * d.D;
@@ -179,19 +205,20 @@ AttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, con
       for (int64_t jt = 0; jt < nk; ++jt) {
         const int64_t j0 = jt * Bc, bc = std::min(Bc, d.S - j0);
         const float* K = k.data<float>() + ((b * d.S + j0) * d.Hkv + hk) * d.D;
-        const float* V = v.data<float>() + ((b * d.S + j0) * d.Hkv + hk) * d.D;
         for (int64_t i0 = d.causal ? j0 / Br * Br : 0; i0 < d.T; i0 += Br) {
           const int64_t br = std::min(Br, d.T - i0);
           const float* Q = q.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
           const float* dO = dout.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
-          detail::sgemm(false, true, br, bc, d.D, d.scale, Q, ldq, K, ldk, 0.0f, P.data(), Bc);
+          detail::small_gemm(false, br, bc, d.D, Q, ldq, Kt + j0, d.S, false, P.data(), Bc);
           probabilities(d, P.data(), i0, br, j0, bc, L);
-          detail::sgemm(true, false, bc, d.D, br, 1.0f, P.data(), Bc, dO, ldq, 1.0f, dV + j0 * ldkh, ldkh);
-          detail::sgemm(false, true, br, bc, d.D, 1.0f, dO, ldq, V, ldk, 0.0f, dP.data(), Bc);
+          // dV += P^T dO;  dP = dO V^T;  dS = scale P (dP - Dv);  dK += dS^T Q;  dQ += dS K
+          detail::small_gemm(true, bc, d.D, br, P.data(), Bc, dO, ldq, true, dV + j0 * ldkh, ldkh);
+          detail::small_gemm(false, br, bc, d.D, dO, ldq, Vt + j0, d.S, false, dS.data(), Bc);
           for (int64_t r = 0; r < br; ++r)
-            for (int64_t c = 0; c < bc; ++c) dP[r * Bc + c] = P[r * Bc + c] * (dP[r * Bc + c] - Dr[i0 + r]);
-          detail::sgemm(true, false, bc, d.D, br, d.scale, dP.data(), Bc, Q, ldq, 1.0f, dK + j0 * ldkh, ldkh);
-          detail::sgemm(false, false, br, d.D, bc, d.scale, dP.data(), Bc, K, ldk, 1.0f, dQ + i0 * ldq, ldq);
+            for (int64_t c = 0; c < bc; ++c)
+              dS[r * Bc + c] = d.scale * P[r * Bc + c] * (dS[r * Bc + c] - Dr[i0 + r]);
+          detail::small_gemm(true, bc, d.D, br, dS.data(), Bc, Q, ldq, true, dK + j0 * ldkh, ldkh);
+          detail::small_gemm(false, br, d.D, bc, dS.data(), Bc, K, ldk, true, dQ + i0 * ldq, ldq);
         }
       }
     }
