@@ -216,14 +216,22 @@ double Model::forward(const int32_t* tokens, const int32_t* targets, int Bi, int
   A.positions = ops::rope_positions(T);
   A.layer.assign(size_t(L), {});
   const ops::RopeConfig rope{c.rope_theta, /*interleaved=*/false};  // rotate-half pairs (i, i+D/2)
-  // x = wte[tokens]  (N,C)
-  Tensor x = ops::embedding(pw(wte_, {V, C}), A.ids);
+  // x = wte[tokens]  (N,C). The residual stream is x + delta: each residual
+  // add is fused into the RMSNorm that reads its result.
+  Tensor x = ops::embedding(pw(wte_, {V, C}), A.ids), delta;
+  auto add_norm = [&](const Tensor& base, const Tensor& add, int64_t w) {
+    if (!add.defined()) {
+      auto n = ops::rmsnorm(base, pw(w, {C}), c.norm_eps);
+      return ops::RMSNormResidualOut{base, n.y, n.rstd};
+    }
+    return ops::rmsnorm_residual(add, base, pw(w, {C}), c.norm_eps);
+  };
   for (int64_t l = 0; l < L; ++l) {
     const Layer& Ly = layers_[size_t(l)];
     auto& a = A.layer[size_t(l)];
-    a.x = x;
-    // an = RMSNorm(x); q, k, v projections (N,H*D) = (B,T,H,D); RoPE on q, k
-    auto an = ops::rmsnorm(x, pw(Ly.attn_norm, {C}), c.norm_eps);
+    // x = x + delta; an = RMSNorm(x); q, k, v projections (N,H*D) = (B,T,H,D); RoPE on q, k
+    auto an = add_norm(x, delta, Ly.attn_norm);
+    a.x = an.h;
     a.an = gemm_input(an.y, c.precision), a.arstd = an.rstd;
     // [wq; wk; wv] is one (QKV, C) view: one GEMM, then RoPE and the head split in one pass
     a.wqkv = gemm_weight(pw(Ly.wq, {QKV, C}), c.precision);
@@ -233,23 +241,22 @@ double Model::forward(const int32_t* tokens, const int32_t* targets, int Bi, int
     auto at = ops::flash_attention(a.q, a.k, a.v, /*causal=*/true);
     a.ao = at.out, a.lse = at.lse;
     a.wo = gemm_weight(pw(Ly.wo, {C, H * D}), c.precision);
-    a.h = ops::add(x, linear(gemm_input(a.ao.view({N, H * D}), c.precision), a.wo));
-    // fn = RMSNorm(h);  x' = h + FFN(fn)
-    auto fn = ops::rmsnorm(a.h, pw(Ly.ffn_norm, {C}), c.norm_eps);
-    a.frstd = fn.rstd;
+    // fn = RMSNorm(h), h = x + ao Wo^T;  x' = h + FFN(fn)
+    auto fn = add_norm(a.x, linear(gemm_input(a.ao.view({N, H * D}), c.precision), a.wo), Ly.ffn_norm);
+    a.h = fn.h, a.frstd = fn.rstd;
     if (!Ly.moe) {
       // [w1; w3] is one (2Fd, C) view (w3 follows w1 in the arena)
       a.ffn_in = gemm_input(fn.y, c.precision);
-      x = ops::add(a.h, mlp_forward(a.ffn_in, pw(Ly.w1, {2 * Fd, C}), pw(Ly.w2, {C, Fd}), a.mlp));
+      delta = mlp_forward(a.ffn_in, pw(Ly.w1, {2 * Fd, C}), pw(Ly.w2, {C, Fd}), a.mlp);
     } else {
       a.fn = fn.y;
-      x = ops::add(a.h, moe_forward(a.fn, moe_params(l, false), router_bias_[size_t(l)], c, B, T, a.moe));
+      delta = moe_forward(a.fn, moe_params(l, false), router_bias_[size_t(l)], c, B, T, a.moe);
     }
+    x = a.h;
   }
-  // logits = RMSNorm(x) head^T (N,V); cross entropy per row
-  A.xL = x;
-  auto xf = ops::rmsnorm(x, pw(final_norm_, {C}), c.norm_eps);
-  A.xf = xf.y, A.frstd = xf.rstd;
+  // logits = RMSNorm(x + delta) head^T (N,V); cross entropy per row
+  auto xf = add_norm(x, delta, final_norm_);
+  A.xL = xf.h, A.xf = xf.y, A.frstd = xf.rstd;
   A.logits = linear(A.xf, pw(lm_head_ >= 0 ? lm_head_ : wte_, {V, C}));
   auto ce = ops::cross_entropy(A.logits, A.targets);
   A.lse = ce.lse;
@@ -315,10 +322,9 @@ void Model::backward(float loss_scale) {
   // logits = xf head^T  =>  dxf = dlogits head, dhead += dlogits^T xf
   const int64_t head = lm_head_ >= 0 ? lm_head_ : wte_;
   const Tensor dxf = linear_backward(dlogits, A.xf, pw(head, {V, C}), gw(head, {V, C}));
-  // xf = RMSNorm(xL)
-  auto nb = ops::rmsnorm_backward(dxf, A.xL, pw(final_norm_, {C}), A.frstd);
-  accumulate(gw(final_norm_, {C}), nb.dw);
-  Tensor dres = nb.dx;  // d of the residual stream (N,C)
+  // xf = RMSNorm(xL); norm weight gradients accumulate into the arena
+  Tensor dres = ops::rmsnorm_backward(dxf, A.xL, pw(final_norm_, {C}), A.frstd, {},
+                                      gw(final_norm_, {C})).dx;  // d of the residual stream (N,C)
   for (int64_t l = L - 1; l >= 0; --l) {
     const Layer& Ly = layers_[size_t(l)];
     const auto& a = A.layer[size_t(l)];
@@ -329,9 +335,8 @@ void Model::backward(float loss_scale) {
     else
       dfn = moe_backward(dres, a.fn, moe_params(l, false), moe_params(l, true), c, B, T, a.moe,
                          loss_scale);
-    auto fb = ops::rmsnorm_backward(dfn, a.h, pw(Ly.ffn_norm, {C}), a.frstd);
-    accumulate(gw(Ly.ffn_norm, {C}), fb.dw);
-    const Tensor dh = ops::add(dres, fb.dx);
+    const Tensor dh =
+        ops::rmsnorm_backward(dfn, a.h, pw(Ly.ffn_norm, {C}), a.frstd, dres, gw(Ly.ffn_norm, {C})).dx;
     // h = x + ao Wo^T  =>  dao = dh Wo, dWo += dh^T ao (ao is cast again, as the forward did)
     const Tensor dao = linear_backward(dh, gemm_input(a.ao.view({N, H * D}), c.precision), a.wo,
                                        gw(Ly.wo, {C, H * D}));
@@ -340,9 +345,7 @@ void Model::backward(float loss_scale) {
     const Tensor dqkv = ops::rope_qkv_backward(ag.dq, ag.dk, ag.dv, A.positions, rope).view({N, QKV});
     const Tensor dan = linear_backward(dqkv, a.an, a.wqkv, gw(Ly.wq, {QKV, C}));
     // an = RMSNorm(x)  =>  dx = dh + RMSNorm'(dan)
-    auto ab = ops::rmsnorm_backward(dan, a.x, pw(Ly.attn_norm, {C}), a.arstd);
-    accumulate(gw(Ly.attn_norm, {C}), ab.dw);
-    dres = ops::add(dh, ab.dx);
+    dres = ops::rmsnorm_backward(dan, a.x, pw(Ly.attn_norm, {C}), a.arstd, dh, gw(Ly.attn_norm, {C})).dx;
   }
   // x = wte[tokens]  =>  dwte[token] += dx
   accumulate(gw(wte_, {V, C}), ops::embedding_backward(dres, A.ids, V));

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "detail.hpp"
+#include "fp8_codec.hpp"
 
 namespace coremesh::ops {
 namespace {
@@ -69,13 +70,19 @@ const float* x_rows(const Problem& p, const Span& s, int64_t r0, int64_t m,
   if (s.x->dtype() == DType::f32) return s.x->data<float>() + row * K;
   scratch.resize(static_cast<size_t>(m * K));
   const char* base = static_cast<const char*>(s.x->raw_data()) + row * K * dtype_size(s.x->dtype());
-  detail::load_float(base, s.x->dtype(), m * K, scratch.data());
-  if (p.x_scale.defined()) {
-    const int64_t Kb = ceil_div(K, QB);
-    const float* sc = p.x_scale.data<float>() + row * Kb;
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t k = 0; k < K; ++k) scratch[r * K + k] *= sc[r * Kb + k / QB];
+  if (!p.x_scale.defined()) {
+    detail::load_float(base, s.x->dtype(), m * K, scratch.data());
+    return scratch.data();
   }
+  // fp8 with 1xQB tiles: code * scale, one run per tile.
+  const uint8_t* code = reinterpret_cast<const uint8_t*>(base);
+  const int64_t Kb = ceil_div(K, QB);
+  const float* sc = p.x_scale.data<float>() + row * Kb;
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t kb = 0; kb < Kb; ++kb) {
+      const int64_t at = r * K + kb * QB;
+      fp8::decode_scaled(code + at, std::min(QB, K - kb * QB), sc[r * Kb + kb], scratch.data() + at);
+    }
   return scratch.data();
 }
 
@@ -86,13 +93,19 @@ const float* w_group(const Problem& p, const Span& s, std::vector<float>& scratc
   scratch.resize(static_cast<size_t>(NK));
   const char* base =
       static_cast<const char*>(s.w->raw_data()) + s.w_index * NK * dtype_size(s.w->dtype());
-  detail::load_float(base, s.w->dtype(), NK, scratch.data());
-  if (p.w_scale.defined()) {  // (N,K) data, (Nb,Kb) scales
-    const int64_t Nb = ceil_div(p.N, QB), Kb = ceil_div(p.K, QB);
-    const float* sc = p.w_scale.data<float>() + s.w_index * Nb * Kb;
-    for (int64_t n = 0; n < p.N; ++n)
-      for (int64_t k = 0; k < p.K; ++k) scratch[n * p.K + k] *= sc[n / QB * Kb + k / QB];
+  if (!p.w_scale.defined()) {
+    detail::load_float(base, s.w->dtype(), NK, scratch.data());
+    return scratch.data();
   }
+  // fp8 (N,K) codes with (Nb,Kb) block scales: code * scale, one run per row of a block.
+  const uint8_t* code = reinterpret_cast<const uint8_t*>(base);
+  const int64_t Nb = ceil_div(p.N, QB), Kb = ceil_div(p.K, QB);
+  const float* sc = p.w_scale.data<float>() + s.w_index * Nb * Kb;
+  for (int64_t n = 0; n < p.N; ++n)
+    for (int64_t kb = 0; kb < Kb; ++kb) {
+      const int64_t at = n * p.K + kb * QB;
+      fp8::decode_scaled(code + at, std::min(QB, p.K - kb * QB), sc[n / QB * Kb + kb], scratch.data() + at);
+    }
   return scratch.data();
 }
 
@@ -108,8 +121,9 @@ void run_forward(const Problem& p) {
       fmt::format("G={};layout={};offsets={}", p.G, static_cast<int>(p.layout), p.offsets.defined()),
       [&](int max_blocks) {
         detail::Tiling t;
-        // Rows per tile: enough units to balance max_blocks blocks, 16..256 rows.
-        t.tile_m = std::clamp<int64_t>(ceil_div(std::max<int64_t>(M, 1), 4 * max_blocks), 16, 256);
+        // Rows per tile: enough units to balance max_blocks blocks, 16..1024
+        // rows (a group is one sgemm where that balances: split ones get thin tails).
+        t.tile_m = std::clamp<int64_t>(ceil_div(std::max<int64_t>(M, 1), 4 * max_blocks), 16, 1024);
         t.tile_m = ceil_div(t.tile_m, 16) * 16;
         const int64_t row_units = ceil_div(M, t.tile_m) + p.G;
         t.tile_n = row_units >= 2 * max_blocks ? N : std::max<int64_t>(64, ceil_div(N, 2 * max_blocks));
