@@ -16,6 +16,7 @@
 #include "coremesh/model/rng.hpp"
 #include "coremesh/train/optimizer.hpp"
 #include "coremesh/train/safetensors.hpp"
+#include "reference_fixture.hpp"
 
 using namespace coremesh;
 using namespace coremesh::model;
@@ -23,18 +24,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string repo_root() {
-  return fs::path(__FILE__).parent_path().parent_path().parent_path().string();
-}
-
-double rel_err(const float* a, const float* b, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    num += double(a[i] - b[i]) * double(a[i] - b[i]);
-    den += double(b[i]) * double(b[i]);
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
+using xcheck::rel_err;
 
 struct Case {
   const char* name;
@@ -53,20 +43,12 @@ void cross_check(const ModelConfig& cfg, const std::string& label) {
   char tmpl[] = "/tmp/coremesh_xcheck_XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
   Model model(cfg);
-  model.init_weights(1234);
-  // Router biases start non-zero so that the selection path with bias is exercised.
-  Rng rng(99);
-  for (auto& [n, b] : model.named_buffers())
-    for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = 0.02f * rng.normal();
-  // weights, batches, config
-  std::vector<std::pair<std::string, Tensor>> w;
-  for (auto& [n, t] : model.named_params()) w.emplace_back("param/" + n, t);
-  for (auto& [n, t] : model.named_buffers()) w.emplace_back("buffer/" + n, t.clone());
-  train::write_safetensors(dir + "/weights.safetensors", w);
+  xcheck::write_reference_weights(model, dir);  // weights; then batches, config
   const Shape bshape{run.steps, run.micro, run.B, run.T};
   Tensor tokens = Tensor::empty(bshape, DType::i32), targets = Tensor::empty(bshape, DType::i32);
   // Every step sees the same micro-batches, so the loss must fall.
   const int64_t per_step = tokens.numel() / run.steps;
+  Rng rng(7);
   for (int64_t i = 0; i < tokens.numel(); ++i) {
     if (i >= per_step) {
       tokens.data<int32_t>()[i] = tokens.data<int32_t>()[i % per_step];
@@ -82,9 +64,7 @@ void cross_check(const ModelConfig& cfg, const std::string& label) {
                 {"eps", run.opt.eps}, {"weight_decay", run.opt.weight_decay},
                 {"grad_clip", run.opt.grad_clip}};
   std::ofstream(dir + "/config.json") << j.dump(2);
-  const std::string cmd = "OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive /usr/bin/python3 " +
-                          repo_root() + "/tests/reference/crosscheck.py " + dir;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_EQ(xcheck::run_reference("crosscheck.py", dir), 0) << "tests/reference/crosscheck.py failed";
   train::SafetensorsFile ref = train::read_safetensors(dir + "/reference.safetensors");
 
   // ---- step 0: logits, losses, gradients of the accumulated loss
@@ -152,13 +132,7 @@ void cross_check(const ModelConfig& cfg, const std::string& label) {
   fs::remove_all(dir);
 }
 
-ModelConfig base() {
-  ModelConfig c;
-  c.vocab_size = 96, c.d_model = 32, c.n_layers = 3, c.n_heads = 4, c.n_kv_heads = 2;
-  c.max_seq_len = 16, c.first_k_dense = 1, c.dense_hidden = 64, c.n_routed_experts = 8;
-  c.n_shared_experts = 1, c.top_k = 2, c.expert_hidden = 16, c.init_std = 0.1f;
-  return c;
-}
+ModelConfig base() { return xcheck::small_reference_config(); }
 
 }  // namespace
 

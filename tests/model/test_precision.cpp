@@ -36,6 +36,7 @@
 #include "coremesh/runtime/stream.hpp"
 #include "coremesh/train/optimizer.hpp"
 #include "coremesh/train/safetensors.hpp"
+#include "reference_fixture.hpp"
 
 using namespace coremesh;
 using namespace coremesh::model;
@@ -43,24 +44,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string repo_root() {
-  return fs::path(__FILE__).parent_path().parent_path().parent_path().string();
-}
-
+using xcheck::rel_err;
 int run_python(const std::string& script, const std::string& dir) {
-  const std::string cmd = "OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive /usr/bin/python3 " +
-                          repo_root() + "/tests/reference/" + script + " " + dir;
-  return std::system(cmd.c_str());
+  return xcheck::run_reference(script, dir);
 }
 
-double rel_err(const float* a, const float* b, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    num += double(a[i] - b[i]) * double(a[i] - b[i]);
-    den += double(b[i]) * double(b[i]);
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
 double rel_err(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(a.shape(), b.shape());
   return rel_err(a.data<float>(), b.data<float>(), std::min(a.numel(), b.numel()));
@@ -265,14 +253,7 @@ void cross_check(ModelConfig cfg, Precision precision, const RunSpec& run, const
   char tmpl[] = "/tmp/coremesh_precision_XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
   Model model(cfg);
-  model.init_weights(1234);
-  Rng rng(99);
-  for (auto& [n, b] : model.named_buffers())
-    for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = 0.02f * rng.normal();
-  std::vector<std::pair<std::string, Tensor>> w;
-  for (auto& [n, t] : model.named_params()) w.emplace_back("param/" + n, t);
-  for (auto& [n, t] : model.named_buffers()) w.emplace_back("buffer/" + n, t.clone());
-  train::write_safetensors(dir + "/weights.safetensors", w);
+  xcheck::write_reference_weights(model, dir);
   const Batches batch = make_batches(run.steps, run.micro, run.B, run.T, cfg.vocab_size, 5);
   train::write_safetensors(dir + "/batch.safetensors",
                            {{"tokens", batch.tokens}, {"targets", batch.targets}});
@@ -369,13 +350,7 @@ void cross_check(ModelConfig cfg, Precision precision, const RunSpec& run, const
 // The f32 cross-check's sizes (d_model 32, 32 tokens): so few rounded values
 // that flips are rare, and the whole tensors agree closely. QKV 64 and
 // [w1; w3] rows sit in one fp8 block that spans the packed matrices.
-ModelConfig small() {
-  ModelConfig c;
-  c.vocab_size = 96, c.d_model = 32, c.n_layers = 3, c.n_heads = 4, c.n_kv_heads = 2;
-  c.max_seq_len = 16, c.first_k_dense = 1, c.dense_hidden = 64, c.n_routed_experts = 8;
-  c.n_shared_experts = 1, c.top_k = 2, c.expert_hidden = 16, c.init_std = 0.1f;
-  return c;
-}
+ModelConfig small() { return xcheck::small_reference_config(); }
 
 // d_model 160, QKV 320, dense 192, 2F 160, 160 tokens: partial 128-tiles,
 // blocks that span the packed boundaries, wgrad tiles that span sequences
