@@ -1,11 +1,12 @@
 // Kernel benchmarks against their peers in the same run (plain main; prints
 // the markdown of docs/performance.md's "## Kernels" section):
 //  - f32 GEMM vs cblas_sgemm at the same core count (1024^3 and MoE shapes);
-//  - grouped GEMM vs a loop of cblas_sgemm calls;
+//  - grouped GEMM (f32 and fp8 operands) vs a loop of cblas_sgemm calls;
 //  - flash attention fwd+bwd vs the naive reference (small shape) and timings
 //    for the PyTorch comparison shape (bench/ops_attention_torch.py);
-//  - RMSNorm, SwiGLU and optimizer (AdamW over an arena, grad_sq_sum)
-//    bandwidth as a share of measured memcpy bandwidth.
+//  - RMSNorm, SwiGLU, optimizer (AdamW over an arena, grad_sq_sum), fp8
+//    quantization and transpose bandwidth as a share of measured memcpy
+//    bandwidth.
 // Usage: bench_ops_kernels [--quick]
 #include <cblas.h>
 
@@ -25,6 +26,8 @@
 #include "coremesh/ops/grouped_gemm.hpp"
 #include "coremesh/ops/norm.hpp"
 #include "coremesh/ops/optimizer.hpp"
+#include "coremesh/ops/quant.hpp"
+#include "coremesh/ops/transpose.hpp"
 #include "coremesh/runtime/stream.hpp"
 
 using namespace coremesh;
@@ -170,6 +173,17 @@ void grouped_section(int cores) {
     else for (int64_t r : s.rows) rows += (rows.empty() ? "" : ",") + std::to_string(r);
     std::printf("| %ld | %s | %ld | %ld | %.1f | %.1f | %.3f |\n", G, rows.c_str(), s.k, s.n,
                 flops / ours * 1e-9, flops / peer * 1e-9, peer / ours);
+    // The same product on fp8 operands (dequantized per tile to f32, then sgemm).
+    const ops::QuantizedTensor x8 = ops::quantize_fp8_act(x), w8 = ops::quantize_fp8_weight(w);
+    auto [ours8, peer8] = compare(cores, [&] { ops::grouped_matmul_fp8(x8, w8, offsets); }, [&] {
+      for (int64_t g = 0; g < G; ++g)
+        if (s.rows[g] > 0)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.rows[g], s.n, s.k, 1.0f,
+                      x.data<float>() + off[g] * s.k, s.k, w.data<float>() + g * s.n * s.k, s.k, 0.0f,
+                      yref.data() + off[g] * s.n, s.n);
+    });
+    std::printf("| %ld (fp8) | %s | %ld | %ld | %.1f | %.1f | %.3f |\n", G, rows.c_str(), s.k, s.n,
+                flops / ours8 * 1e-9, flops / peer8 * 1e-9, peer8 / ours8);
   }
   std::printf("\n");
 }
@@ -224,7 +238,7 @@ double memcpy_bandwidth(int threads, size_t bytes) {
 }
 
 void bandwidth_section(int max_cores) {
-  std::printf("### RMSNorm, SwiGLU and optimizer bandwidth vs memcpy (read + write bytes)\n\n");
+  std::printf("### RMSNorm, SwiGLU, optimizer, fp8 quantization and transpose bandwidth vs memcpy (read + write bytes)\n\n");
   std::printf("| op | shape | cores | GB/s | memcpy GB/s | share |\n|---|---|---|---|---|---|\n");
   const int64_t R = 4096, C = 4096;  // 64 MiB in, 64 MiB out: beyond the caches
   Tensor x = randn({R, C}, 9), w = randn({C}, 10), y = Tensor::empty({R, C}), rstd = Tensor::empty({R});
@@ -235,6 +249,7 @@ void bandwidth_section(int max_cores) {
   std::vector<ops::ParamSegment> segments;
   for (int64_t s = 0; s < 10; ++s) segments.push_back({s * (N / 10), N / 10, s % 2 == 0});
   Tensor p = randn({N}, 12), g = randn({N}, 13), m = Tensor::zeros({N}), v = Tensor::zeros({N});
+  const ops::QuantizedTensor q8 = ops::quantize_fp8_act(x);  // fp8 output, input of the byte transpose
   const ops::AdamWConfig adam{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
   int64_t adam_step = 0;
   for (int cores = 1; cores <= max_cores; ++cores) {
@@ -255,6 +270,22 @@ void bandwidth_section(int max_cores) {
                 adamw_bytes / adamw * 1e-9, mem * 1e-9, 100.0 * adamw_bytes / adamw / mem);
     std::printf("| grad_sq_sum (one launch, 10 segments) | %ld | %d | %.1f | %.1f | %.0f%% |\n", N, cores,
                 sq_bytes / sq * 1e-9, mem * 1e-9, 100.0 * sq_bytes / sq / mem);
+    // fp8 quantization: read f32, write 1 byte per element plus the f32 scales.
+    const double qa = time_ours(cores, [&] { ops::quantize_fp8_act_out(x, q8.data, q8.scale); });
+    const double qa_bytes = (4.0 + 1.0) * R * C + 4.0 * R * (C / ops::kQuantBlock);
+    std::printf("| quantize_fp8_act (1x128 tiles) | %ldx%ld | %d | %.1f | %.1f | %.0f%% |\n", R, C, cores,
+                qa_bytes / qa * 1e-9, mem * 1e-9, 100.0 * qa_bytes / qa / mem);
+    const double qw = time_ours(cores, [&] { ops::quantize_fp8_weight(x); });
+    const double qw_bytes = (4.0 + 1.0) * R * C + 4.0 * (R / ops::kQuantBlock) * (C / ops::kQuantBlock);
+    std::printf("| quantize_fp8_weight (128x128 blocks) | %ldx%ld | %d | %.1f | %.1f | %.0f%% |\n", R, C,
+                cores, qw_bytes / qw * 1e-9, mem * 1e-9, 100.0 * qw_bytes / qw / mem);
+    for (DType dtype : {DType::f32, DType::f8e4m3}) {
+      const Tensor src = dtype == DType::f32 ? x : q8.data, dst = Tensor::empty({C, R}, dtype);
+      const double tr = time_ours(cores, [&] { ops::transpose_out(src, dst); });
+      const double tr_bytes = 2.0 * src.nbytes();  // read x, write x^T
+      std::printf("| transpose %s | %ldx%ld | %d | %.1f | %.1f | %.0f%% |\n", dtype_name(dtype).data(), R, C,
+                  cores, tr_bytes / tr * 1e-9, mem * 1e-9, 100.0 * tr_bytes / tr / mem);
+    }
   }
   std::printf("\n");
 }

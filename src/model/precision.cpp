@@ -1,50 +1,23 @@
 #include "precision.hpp"
 
-#include <limits>
-
-#include "coremesh/core/error.hpp"
-#include "coremesh/ops/embedding.hpp"
 #include "coremesh/ops/gemm.hpp"
 #include "coremesh/ops/grouped_gemm.hpp"
+#include "coremesh/ops/transpose.hpp"
 #include "layers.hpp"
 
 namespace coremesh::model::detail {
 namespace {
-
-// ids[g][c][r] = (g, r, c) flat: the gather that reads x (G,R,C) as its
-// transpose. Built on the host from the shape alone (no data is read, nothing
-// waits) for each call and freed with the kernel: a cache would hold 4 bytes
-// per element of every transposed shape.
-Tensor transpose_ids(int64_t G, int64_t R, int64_t C) {
-  const int64_t n = G * R * C;
-  CM_CHECK(n <= std::numeric_limits<int32_t>::max(), "split the tensor before transposing it",
-           "transpose of {} elements needs 64-bit ids", n);
-  Tensor ids = Tensor::empty({n}, DType::i32);
-  int32_t* out = ids.data<int32_t>();
-  for (int64_t g = 0; g < G; ++g)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t r = 0; r < R; ++r) *out++ = int32_t((g * R + r) * C + c);
-  return ids;
-}
 
 // x (M,K) f32 -> its values after fp8 quantization in 1x128 tiles along K.
 Tensor fp8_round_rows(const Tensor& x) { return ops::dequantize_fp8_act(ops::quantize_fp8_act(x)); }
 
 // For the wgrad dW += dy^T x, whose reduction runs over the M tokens: t (M,K)
 // -> t^T (K,M) with the values of its fp8 quantization in 1x128 tiles along M.
-Tensor fp8_round_along_tokens_t(const Tensor& t) { return fp8_round_rows(transpose_last2(t)); }
+Tensor fp8_round_along_tokens_t(const Tensor& t) { return fp8_round_rows(ops::transpose(t)); }
 
 Tensor round_bf16(const Tensor& t) { return ops::cast(ops::cast(t, DType::bf16), DType::f32); }
 
 }  // namespace
-
-Tensor transpose_last2(const Tensor& x) {
-  CM_CHECK((x.dim() == 2 || x.dim() == 3) && x.dtype() == DType::f32 && x.is_contiguous(),
-           "pass a contiguous f32 (R,C) or (G,R,C) tensor", "cannot transpose {}", x.describe());
-  const int64_t G = x.dim() == 3 ? x.size(0) : 1, R = x.size(-2), C = x.size(-1);
-  const Tensor t = ops::embedding(x.view({G * R * C, 1}), transpose_ids(G, R, C));
-  return x.dim() == 3 ? t.view({G, C, R}) : t.view({C, R});
-}
 
 GemmWeight gemm_weight(const Tensor& master, Precision p) {
   GemmWeight w{p, master, {}};
@@ -89,7 +62,7 @@ Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w
   // blocks. The blocks are square, so W^T's blocks hold the elements of W's
   // blocks transposed: the same scales and codes as reusing W's quantization.
   const Tensor dx = ops::matmul_fp8(ops::quantize_fp8_act(dy),
-                                    ops::quantize_fp8_weight(transpose_last2(w.master)));
+                                    ops::quantize_fp8_weight(ops::transpose(w.master)));
   // wgrad dW += dy^T x over tokens: dy^T (out,N) and x^T (in,N) in 1x128 tiles
   // along N; x is the forward's fp8 x re-tiled. ops has no fp8 GEMM with
   // 1x128 scales on both operands, so the product runs in f32 on the
@@ -128,13 +101,13 @@ Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmW
   }
   // dgrad as in linear_backward, per expert: W_e^T in 128x128 blocks.
   const Tensor dx = ops::grouped_matmul_fp8(
-      ops::quantize_fp8_act(dy), ops::quantize_fp8_weight(transpose_last2(w.master)), offsets);
+      ops::quantize_fp8_act(dy), ops::quantize_fp8_weight(ops::transpose(w.master)), offsets);
   // wgrad: 1x128 tiles along the permuted rows, counted from row 0 (the group
   // list is only known on the stream, so a tile may span two experts; its
   // scale then covers both). The rounded values go back to row-major for the
   // f32 grouped backward, whose own dgrad product is not needed.
-  const Tensor dy8 = transpose_last2(fp8_round_along_tokens_t(dy));
-  const Tensor x8 = transpose_last2(fp8_round_along_tokens_t(ops::dequantize_fp8_act(x.fp8)));
+  const Tensor dy8 = ops::transpose(fp8_round_along_tokens_t(dy));
+  const Tensor x8 = ops::transpose(fp8_round_along_tokens_t(ops::dequantize_fp8_act(x.fp8)));
   ops::grouped_matmul_backward(dy8, x8, w.master, offsets, WeightLayout::nk, dw);
   return dx;
 }

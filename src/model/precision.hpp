@@ -65,8 +65,4 @@ Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& off
 Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w,
                                const Tensor& offsets, Tensor dw);
 
-// x (G,R,C) or (R,C) f32 -> its transpose (G,C,R) / (C,R), contiguous, on the
-// stream (a gather through ops::embedding until ops has a transpose kernel).
-Tensor transpose_last2(const Tensor& x);
-
 }  // namespace coremesh::model::detail

@@ -1,10 +1,15 @@
 // FP8 fine-grained quantization (DeepSeek-V3) and casts.
 // Notation: M rows, K columns, B = kQuantBlock = 128, Kb = ceil(K/B).
+// A tile's work is two passes over its (at most B) contiguous runs: fp8::amax,
+// then fp8::encode_scaled (x / scale, then e4m3); dequantization is
+// fp8::decode_scaled per run. fp8_codec.hpp's runs are AVX2 and bit-identical
+// to core/dtype.hpp's element conversions and to reference::quantize_fp8_*.
 #include "coremesh/ops/quant.hpp"
 
 #include <cmath>
 
 #include "detail.hpp"
+#include "fp8_codec.hpp"
 
 namespace coremesh::ops {
 namespace {
@@ -23,6 +28,19 @@ void check_float_matrix(const Tensor& x, const char* what) {
            "{} must be f32 or bf16, got {}", what, dtype_name(x.dtype()));
 }
 
+// Rows [r0, r1) of x (M,K): per 1xB tile, its amax, its scale, its codes.
+template <typename Src>
+void quantize_rows(const Src* x, int64_t r0, int64_t r1, int64_t K, int64_t Kb, uint8_t* q, float* s) {
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t kb = 0; kb < Kb; ++kb) {
+      const int64_t at = r * K + kb * B, n = std::min(B, K - kb * B);
+      const float sc = scale_of(fp8::amax(x + at, n));
+      s[r * Kb + kb] = sc;
+      fp8::encode_scaled(x + at, n, sc, q + at);
+    }
+  }
+}
+
 }  // namespace
 
 // x (M,K) -> data (M,K) f8, scale (M,Kb): one scale per 1xB tile of a row.
@@ -36,22 +54,12 @@ void quantize_fp8_act_out(const Tensor& x, const Tensor& data, const Tensor& sca
   detail::launch_rows(
       "quantize_fp8_act", detail::KernelKind::vector, {x.shape()}, {x.dtype()}, "", M, K,
       [x, data, scale, K, Kb](int64_t r0, int64_t r1) {
-        const size_t esize = dtype_size(x.dtype());
-        const char* xs = static_cast<const char*>(x.raw_data());
-        f8e4m3* q = data.data<f8e4m3>();
+        uint8_t* q = reinterpret_cast<uint8_t*>(data.data<f8e4m3>());
         float* s = scale.data<float>();
-        float tile[B];
-        for (int64_t r = r0; r < r1; ++r) {
-          for (int64_t kb = 0; kb < Kb; ++kb) {
-            const int64_t k0 = kb * B, n = std::min(B, K - k0);
-            detail::load_float(xs + (r * K + k0) * esize, x.dtype(), n, tile);
-            float amax = 0.0f;
-            for (int64_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(tile[i]));
-            const float sc = scale_of(amax);
-            s[r * Kb + kb] = sc;
-            for (int64_t i = 0; i < n; ++i) q[r * K + k0 + i] = to_f8e4m3(tile[i] / sc);
-          }
-        }
+        if (x.dtype() == DType::f32)
+          quantize_rows(x.data<float>(), r0, r1, K, Kb, q, s);
+        else
+          quantize_rows(reinterpret_cast<const uint16_t*>(x.data<bf16>()), r0, r1, K, Kb, q, s);
       });
 }
 
@@ -74,11 +82,12 @@ Tensor dequantize_fp8_act(const QuantizedTensor& q) {
                       {DType::f8e4m3}, "", M, K, [q, y, K, Kb](int64_t r0, int64_t r1) {
                         const uint8_t* d = reinterpret_cast<const uint8_t*>(q.data.raw_data());
                         const float* s = q.scale.data<float>();
-                        const float* table = detail::f8e4m3_table();
                         float* out = y.data<float>();
                         for (int64_t r = r0; r < r1; ++r)
-                          for (int64_t k = 0; k < K; ++k)
-                            out[r * K + k] = table[d[r * K + k]] * s[r * Kb + k / B];
+                          for (int64_t kb = 0; kb < Kb; ++kb) {
+                            const int64_t at = r * K + kb * B;
+                            fp8::decode_scaled(d + at, std::min(B, K - kb * B), s[r * Kb + kb], out + at);
+                          }
                       });
   return y;
 }
@@ -97,6 +106,22 @@ WeightDims weight_dims(const Tensor& w) {
 Shape scale_shape(const Tensor& w, const WeightDims& d) {
   return w.dim() == 3 ? Shape{d.G, d.Nb, d.Kb} : Shape{d.Nb, d.Kb};
 }
+
+// Blocks [b0, b1) of w, numbered (g, nb, kb) row-major: amax over the block's
+// rows, then each row's codes.
+template <typename Src>
+void quantize_blocks(const Src* w, int64_t b0, int64_t b1, const WeightDims& d, uint8_t* q, float* s) {
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t g = b / (d.Nb * d.Kb), n0 = b / d.Kb % d.Nb * B, k0 = b % d.Kb * B;
+    const int64_t rows = std::min(B, d.N - n0), cols = std::min(B, d.K - k0);
+    const int64_t base = g * d.N * d.K + n0 * d.K + k0;
+    float amax = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) amax = std::max(amax, fp8::amax(w + base + r * d.K, cols));
+    const float sc = scale_of(amax);
+    s[b] = sc;
+    for (int64_t r = 0; r < rows; ++r) fp8::encode_scaled(w + base + r * d.K, cols, sc, q + base + r * d.K);
+  }
+}
 }  // namespace
 
 QuantizedTensor quantize_fp8_weight(const Tensor& w) {
@@ -110,26 +135,12 @@ QuantizedTensor quantize_fp8_weight(const Tensor& w) {
   detail::launch_rows(
       "quantize_fp8_weight", detail::KernelKind::vector, {w.shape()}, {w.dtype()}, "",
       d.G * d.Nb * d.Kb, B * B, [w, data, scale, d](int64_t b0, int64_t b1) {
-        const size_t esize = dtype_size(w.dtype());
-        const char* ws = static_cast<const char*>(w.raw_data());
-        f8e4m3* q = data.data<f8e4m3>();
+        uint8_t* q = reinterpret_cast<uint8_t*>(data.data<f8e4m3>());
         float* s = scale.data<float>();
-        std::vector<float> block(static_cast<size_t>(B * B));
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t g = b / (d.Nb * d.Kb), n0 = b / d.Kb % d.Nb * B, k0 = b % d.Kb * B;
-          const int64_t rows = std::min(B, d.N - n0), cols = std::min(B, d.K - k0);
-          const int64_t base = g * d.N * d.K + n0 * d.K + k0;
-          float amax = 0.0f;
-          for (int64_t r = 0; r < rows; ++r) {
-            float* dst = block.data() + r * B;
-            detail::load_float(ws + (base + r * d.K) * esize, w.dtype(), cols, dst);
-            for (int64_t c = 0; c < cols; ++c) amax = std::fmax(amax, std::fabs(dst[c]));
-          }
-          const float sc = scale_of(amax);
-          s[b] = sc;
-          for (int64_t r = 0; r < rows; ++r)
-            for (int64_t c = 0; c < cols; ++c) q[base + r * d.K + c] = to_f8e4m3(block[r * B + c] / sc);
-        }
+        if (w.dtype() == DType::f32)
+          quantize_blocks(w.data<float>(), b0, b1, d, q, s);
+        else
+          quantize_blocks(reinterpret_cast<const uint16_t*>(w.data<bf16>()), b0, b1, d, q, s);
       });
   return out;
 }
@@ -144,12 +155,13 @@ Tensor dequantize_fp8_weight(const QuantizedTensor& q) {
                       {DType::f8e4m3}, "", d.G * d.N, d.K, [q, y, d](int64_t r0, int64_t r1) {
                         const uint8_t* data = reinterpret_cast<const uint8_t*>(q.data.raw_data());
                         const float* s = q.scale.data<float>();
-                        const float* table = detail::f8e4m3_table();
                         float* out = y.data<float>();
                         for (int64_t r = r0; r < r1; ++r) {
                           const float* srow = s + (r / d.N * d.Nb + r % d.N / B) * d.Kb;
-                          for (int64_t k = 0; k < d.K; ++k)
-                            out[r * d.K + k] = table[data[r * d.K + k]] * srow[k / B];
+                          for (int64_t kb = 0; kb < d.Kb; ++kb) {
+                            const int64_t at = r * d.K + kb * B;
+                            fp8::decode_scaled(data + at, std::min(B, d.K - kb * B), srow[kb], out + at);
+                          }
                         }
                       });
   return y;
