@@ -46,6 +46,19 @@ inline ModelConfig small_reference_config() {
   return c;
 }
 
+// The sigmoid-gating variant: MHA, untied head, 2 shared experts, capacity 1
+// with low-score drops (zero rows at the end of the permuted buffer), aux loss.
+inline ModelConfig sigmoid_capacity_config(ModelConfig c) {
+  c.n_kv_heads = 4;
+  c.tied_embeddings = false;
+  c.gating = Gating::sigmoid;
+  c.n_shared_experts = 2;
+  c.capacity_factor = 1.0f;
+  c.drop_policy = DropPolicy::low_score;
+  c.aux_loss_alpha = 0.003f;
+  return c;
+}
+
 // Initializes `model` (seed 1234; router biases N(0, 0.02) so that the biased
 // selection is exercised) and writes its parameters and buffers to
 // <dir>/weights.safetensors as "param/<name>" and "buffer/<name>".

@@ -146,15 +146,7 @@ TEST(PyTorchCrossCheck, SoftmaxGqaTiedGroupsAuxLossBias) {
 }
 
 TEST(PyTorchCrossCheck, SigmoidMhaUntiedCapacityLowScore) {
-  ModelConfig c = base();
-  c.n_kv_heads = 4;
-  c.tied_embeddings = false;
-  c.gating = Gating::sigmoid;
-  c.n_shared_experts = 2;
-  c.capacity_factor = 1.0f;
-  c.drop_policy = DropPolicy::low_score;
-  c.aux_loss_alpha = 0.003f;
-  cross_check(c, "sigmoid");
+  cross_check(xcheck::sigmoid_capacity_config(base()), "sigmoid");
 }
 
 TEST(PyTorchCrossCheck, TokenOrderDropsNoSharedExpert) {

@@ -369,16 +369,7 @@ ModelConfig softmax_config(ModelConfig c) {
   return c;
 }
 
-ModelConfig sigmoid_config(ModelConfig c) {  // drops: zero rows at the end of the permuted buffer
-  c.n_kv_heads = 4;
-  c.tied_embeddings = false;
-  c.gating = Gating::sigmoid;
-  c.n_shared_experts = 2;
-  c.capacity_factor = 1.0f;
-  c.drop_policy = DropPolicy::low_score;
-  c.aux_loss_alpha = 0.003f;
-  return c;
-}
+ModelConfig sigmoid_config(ModelConfig c) { return xcheck::sigmoid_capacity_config(c); }
 
 const Tolerance kSmall{1e-5, 0.01, 1e-5, 0.1, 1e-2};
 const Tolerance kLarge{1e-5, -1, 1e-3, -1, -1};
