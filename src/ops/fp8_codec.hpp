@@ -94,7 +94,7 @@ inline void store32(__m256i c0, __m256i c1, __m256i c2, __m256i c3, uint8_t* dst
 }
 #endif
 
-// max_i |x[i]| over n elements, NaNs skipped (as std::fmax does); 0 for n = 0.
+// max_i |x[i]| over n elements, NaNs skipped; 0 for n = 0.
 template <typename Src>
 inline float amax(const Src* x, int64_t n) {
   int64_t i = 0;
@@ -114,7 +114,12 @@ inline float amax(const Src* x, int64_t n) {
   h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
   m = _mm_cvtss_f32(h);
 #endif
-  for (; i < n; ++i) m = std::fmax(m, std::fabs(load(x + i)));
+  // A comparison skips NaNs of every kind; std::fmax may return NaN for a
+  // signalling one (glibc), which would drop the maximum seen so far.
+  for (; i < n; ++i) {
+    const float a = std::fabs(load(x + i));
+    if (a > m) m = a;
+  }
   return m;
 }
 
