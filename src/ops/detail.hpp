@@ -41,6 +41,24 @@ inline std::pair<int64_t, int64_t> split_range(int64_t n, int part, int parts, i
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Block `part` of `parts` over units of unequal cost, given their prefix sums
+// (prefix[0] = 0, prefix[u+1] = cost of units 0..u): each boundary is the unit
+// edge nearest to an equal share of the total cost.
+inline std::pair<int64_t, int64_t> split_by_cost(const std::vector<int64_t>& prefix, int part, int parts) {
+  const int64_t units = static_cast<int64_t>(prefix.size()) - 1;
+  auto edge = [&](int p) -> int64_t {
+    if (p <= 0) return 0;
+    if (p >= parts) return units;
+    const double target = static_cast<double>(prefix.back()) * p / parts;
+    auto it = std::lower_bound(prefix.begin(), prefix.end(), target,
+                               [](int64_t v, double t) { return static_cast<double>(v) < t; });
+    int64_t u = it - prefix.begin();
+    if (u > 0 && target - static_cast<double>(prefix[u - 1]) < static_cast<double>(prefix[u]) - target) --u;
+    return std::min(u, units);
+  };
+  return {edge(part), std::max(edge(part), edge(part + 1))};
+}
+
 // Tiling of a kernel whose work is `items` independent units (rows, tiles,
 // heads): block_dim blocks, each gets a range aligned to `align` units.
 struct Tiling {

@@ -133,8 +133,8 @@ void run_forward(const Problem& p) {
         return t;
       });
   if (N == 0) return;
-  const int64_t tm = plan.tiling.tile_m, tn = plan.tiling.tile_n, nt_n = ceil_div(N, tn);
-  detail::launch("grouped_matmul", detail::KernelKind::cube, plan, [p, tm, tn, nt_n](const detail::BlockContext& ctx) {
+  const int64_t tm = plan.tiling.tile_m, tn = plan.tiling.tile_n;
+  detail::launch("grouped_matmul", detail::KernelKind::cube, plan, [p, tm, tn](const detail::BlockContext& ctx) {
     const std::vector<Span> spans = resolve(p);
     const int64_t N = p.N, K = p.K;
     if (ctx.block_idx == 0 && p.offsets.defined()) {  // rows past the last group: zeros
@@ -142,31 +142,31 @@ void run_forward(const Problem& p) {
       float* y = p.ys[0].data<float>();
       std::memset(y + end * N, 0, static_cast<size_t>((p.M - end) * N) * sizeof(float));
     }
-    int64_t total = 0;
-    for (const Span& s : spans) total += ceil_div(s.m, tm) * nt_n;
-    auto [u0, u1] = detail::split_range(total, ctx.block_idx, ctx.block_dim);
+    // Units (group, row tile, column tile), split by cost: groups differ in size.
+    struct Unit { int64_t g, r0, m, n0, n; };
+    std::vector<Unit> units;
+    std::vector<int64_t> prefix{0};
+    for (int64_t g = 0; g < p.G; ++g)
+      for (int64_t r0 = 0; r0 < spans[static_cast<size_t>(g)].m; r0 += tm)
+        for (int64_t n0 = 0; n0 < N; n0 += tn) {
+          const Unit u{g, r0, std::min(tm, spans[static_cast<size_t>(g)].m - r0), n0, std::min(tn, N - n0)};
+          units.push_back(u);
+          prefix.push_back(prefix.back() + u.m * u.n);
+        }
+    auto [u0, u1] = detail::split_by_cost(prefix, ctx.block_idx, ctx.block_dim);
     std::vector<float> xbuf, wbuf;
-    int64_t w_cached = -1, unit = 0;
+    int64_t w_cached = -1;
     const float* w = nullptr;
-    for (int64_t g = 0; g < p.G && unit < u1; ++g) {
-      const Span& s = spans[static_cast<size_t>(g)];
-      const int64_t units = ceil_div(s.m, tm) * nt_n;
-      if (unit + units <= u0) {
-        unit += units;
-        continue;
-      }
-      for (int64_t u = std::max(u0 - unit, int64_t{0}); u < units && unit + u < u1; ++u) {
-        const int64_t r0 = u / nt_n * tm, m = std::min(tm, s.m - r0);
-        const int64_t n0 = u % nt_n * tn, n = std::min(tn, N - n0);
-        if (w_cached != g) w = w_group(p, s, wbuf), w_cached = g;
-        const float* x = x_rows(p, s, r0, m, xbuf);
-        float* y = s.y->data<float>() + (s.yr + r0) * N + n0;
-        if (p.layout == WeightLayout::nk)
-          detail::sgemm(false, true, m, n, K, 1.0f, x, K, w + n0 * K, K, 0.0f, y, N);
-        else
-          detail::sgemm(false, false, m, n, K, 1.0f, x, K, w + n0, N, 0.0f, y, N);
-      }
-      unit += units;
+    for (int64_t i = u0; i < u1; ++i) {
+      const Unit& u = units[static_cast<size_t>(i)];
+      const Span& s = spans[static_cast<size_t>(u.g)];
+      if (w_cached != u.g) w = w_group(p, s, wbuf), w_cached = u.g;
+      const float* x = x_rows(p, s, u.r0, u.m, xbuf);
+      float* y = s.y->data<float>() + (s.yr + u.r0) * N + u.n0;
+      if (p.layout == WeightLayout::nk)
+        detail::sgemm(false, true, u.m, u.n, K, 1.0f, x, K, w + u.n0 * K, K, 0.0f, y, N);
+      else
+        detail::sgemm(false, false, u.m, u.n, K, 1.0f, x, K, w + u.n0, N, 0.0f, y, N);
     }
   });
 }
@@ -314,7 +314,9 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
       "grouped_matmul_dw", detail::KernelKind::cube, {x.shape(), w.shape()}, {DType::f32},
       fmt::format("layout={}", static_cast<int>(layout)), [&](int max_blocks) {
         detail::Tiling t;
-        t.tile_m = std::max<int64_t>(16, ceil_div(ceil_div(R, 16), std::max<int64_t>(1, 2 * max_blocks / std::max<int64_t>(G, 1))) * 16);
+        // ~8 units per block (split by cost: groups differ in rows), tiles of >= 64 rows.
+        const int64_t per_group = ceil_div(8 * max_blocks, std::max<int64_t>(G, 1));
+        t.tile_m = std::max<int64_t>(64, ceil_div(ceil_div(R, per_group), 16) * 16);
         t.tile_m = std::min(t.tile_m, std::max<int64_t>(R, 1));
         t.block_dim = static_cast<int>(std::min<int64_t>(max_blocks, std::max<int64_t>(1, G * ceil_div(R, t.tile_m))));
         return t;
@@ -328,7 +330,10 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
                      CM_CHECK(off[0] == 0 && off[g] <= off[g + 1] && off[G] <= x.size(0),
                               "offsets must start at 0, not decrease and end at most at M",
                               "bad group offsets at group {}", g);
-                   auto [u0, u1] = detail::split_range(G * nt, ctx.block_idx, ctx.block_dim);
+                   std::vector<int64_t> prefix{0};  // unit u = (group u / nt, row tile u % nt)
+                   for (int64_t u = 0; u < G * nt; ++u)
+                     prefix.push_back(prefix.back() + (off[u / nt + 1] - off[u / nt]) * std::min(tr, R - u % nt * tr));
+                   auto [u0, u1] = detail::split_by_cost(prefix, ctx.block_idx, ctx.block_dim);
                    for (int64_t u = u0; u < u1; ++u) {
                      const int64_t g = u / nt, r0 = u % nt * tr, rows = std::min(tr, R - r0);
                      const int64_t m0 = off[g], m = off[g + 1] - off[g];
