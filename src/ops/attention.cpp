@@ -3,6 +3,7 @@
 #include "coremesh/ops/attention.hpp"
 
 #include <cmath>
+#include <cstring>
 
 #include "detail.hpp"
 #include "small_gemm.hpp"
@@ -10,14 +11,19 @@
 namespace coremesh::ops {
 namespace {
 
-constexpr int64_t Br = 64;   // query rows per tile
 constexpr int64_t Bc = 128;  // key rows per tile
+
+// The query heads of a GQA group share every K/V tile, so a tile stacks all of
+// them (row g*br + r is head hk*G + g at query i0 + r) into about this many
+// rows: the group reads K and V once, and the GEMMs get a taller M.
+constexpr int64_t kTileRows = 32;
 
 struct Dims {
   int64_t B, T, S, H, Hkv, D;
   float scale;
   bool causal;
   int64_t group() const { return H / Hkv; }
+  int64_t query_rows() const { return std::max<int64_t>(8, kTileRows / group()); }  // br per tile
 };
 
 Dims check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale) {
@@ -44,115 +50,287 @@ inline int64_t allowed(const Dims& d, int64_t i, int64_t j0, int64_t bc) {
   return d.causal ? std::clamp<int64_t>(i - j0 + 1, 0, bc) : bc;
 }
 
+// Keys [0, kv_end) that some query of [i0, i0+br) sees: causal skips the rest.
+inline int64_t keys_seen(const Dims& d, int64_t i0, int64_t br) { return d.causal ? i0 + br : d.S; }
+
 detail::Plan plan_units(const char* op, const Dims& d, int64_t units) {
   return detail::plan(op, detail::KernelKind::cube, {{d.B, d.T, d.H, d.D}, {d.B, d.S, d.Hkv, d.D}},
                       {DType::f32}, fmt::format("causal={};scale={}", d.causal, d.scale),
                       [&](int max_blocks) {
                         detail::Tiling t;
-                        t.tile_m = Br;
+                        t.tile_m = d.query_rows();
                         t.tile_n = Bc;
                         t.block_dim = static_cast<int>(std::min<int64_t>(max_blocks, std::max<int64_t>(units, 1)));
                         return t;
                       });
 }
 
-// P[r,c] = exp(scale q_i.k_j - lse_i) for allowed keys, else 0; S holds q.k.
-void probabilities(const Dims& d, float* S, int64_t i0, int64_t br, int64_t j0, int64_t bc,
-                   const float* lse) {
-  for (int64_t r = 0; r < br; ++r) {
-    const int64_t n = allowed(d, i0 + r, j0, bc);
-    const float l = lse[i0 + r];
-    float* row = S + r * Bc;
-    const int64_t live = std::isfinite(l) ? n : 0;
-    for (int64_t c = 0; c < live; ++c) row[c] *= d.scale;
-    detail::exp_sub_sum(row, row, live, l);
-    std::fill(row + live, row + bc, 0.0f);
+// Row (b, t, h) of a (B,T,H,D) tensor, and kv head hk's row 0 of a (B,S,Hkv,D) one.
+template <typename F>
+F* head_row(F* x, const Dims& d, int64_t b, int64_t t, int64_t h) {
+  return x + ((b * d.T + t) * d.H + h) * d.D;
+}
+template <typename F>
+F* kv_rows(F* x, const Dims& d, int64_t b, int64_t hk) {
+  return x + (b * d.S * d.Hkv + hk) * d.D;
+}
+
+// dst (G*br, D) = scale * the stacked rows of group hk at queries [i0, i0+br).
+void gather_group(const float* x, const Dims& d, int64_t b, int64_t hk, int64_t i0, int64_t br, float scale,
+                  float* __restrict dst) {
+  for (int64_t r = 0; r < br; ++r) {  // the group's heads of one query are adjacent in x
+    const float* __restrict in = head_row(x, d, b, i0 + r, hk * d.group());
+    for (int64_t g = 0; g < d.group(); ++g)
+      for (int64_t e = 0; e < d.D; ++e) dst[(g * br + r) * d.D + e] = scale * in[g * d.D + e];
   }
 }
 
-// x (B,S,Hkv,D) -> (B,Hkv,D,S): the right-hand operands of q k^T and dO v^T
-// read row-major without a transpose (see small_gemm.hpp).
-Tensor heads_transposed(const char* op, const Tensor& x, const Dims& d) {
-  Tensor t = Tensor::empty({d.B, d.Hkv, d.D, d.S});
-  detail::launch_rows(op, detail::KernelKind::vector, {x.shape()}, {DType::f32}, "", d.B * d.Hkv,
-                      d.S * d.D, [x, t, d](int64_t r0, int64_t r1) {
-                        for (int64_t r = r0; r < r1; ++r) {  // r = b*Hkv + hk
-                          const float* in = x.data<float>() + (r / d.Hkv * d.S * d.Hkv + r % d.Hkv) * d.D;
-                          float* out = t.data<float>() + r * d.D * d.S;
-                          const int64_t ld = d.Hkv * d.D;
-                          for (int64_t e = 0; e < d.D; ++e)  // contiguous writes; the S rows read stay in L1
-                            for (int64_t s = 0; s < d.S; ++s) out[e * d.S + s] = in[s * ld + e];
-                        }
-                      });
-  return t;
+// The stacked rows back into x: x[b, i0 + r, hk*G + g] = factor(R) * src row R = g*br + r.
+template <typename Factor>
+void scatter_group(const float* __restrict src, const Dims& d, int64_t b, int64_t hk, int64_t i0, int64_t br,
+                   Factor factor, float* x) {
+  for (int64_t r = 0; r < br; ++r) {
+    float* __restrict o = head_row(x, d, b, i0 + r, hk * d.group());
+    for (int64_t g = 0; g < d.group(); ++g) {
+      const int64_t R = g * br + r;
+      const float f = factor(R);
+      for (int64_t e = 0; e < d.D; ++e) o[g * d.D + e] = f * src[R * d.D + e];
+    }
+  }
+}
+
+// Starts loading n rows of `width` floats, ld apart, into the cache ahead of
+// use: the operands come from L3 in strided rows that the hardware
+// prefetcher does not fetch ahead.
+void prefetch_rows(const float* p, int64_t n, int64_t ld, int64_t width) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t e = 0; e < width; e += 16) __builtin_prefetch(p + i * ld + e);
+}
+
+// prefetch_rows for the group's rows of x (B,T,H,D) at queries [i0, i1).
+void prefetch_group(const float* x, const Dims& d, int64_t b, int64_t hk, int64_t i0, int64_t i1) {
+  if (i1 > i0) prefetch_rows(head_row(x, d, b, i0, hk * d.group()), i1 - i0, d.H * d.D, d.group() * d.D);
+}
+
+// prefetch_rows for kv head hk's rows [0, n) of x (B,S,Hkv,D).
+void prefetch_kv(const float* x, const Dims& d, int64_t b, int64_t hk, int64_t n) {
+  prefetch_rows(kv_rows(x, d, b, hk), n, d.Hkv * d.D, d.D);
+}
+
+// dst (D, n), leading dimension S: kv head hk's rows [0, n) of x (B,S,Hkv,D)
+// transposed, so that q k^T and dO v^T read their right operand row-major
+// (see small_gemm.hpp). Done once per unit, where the rows are hot anyway.
+void transpose_kv(const float* x, const Dims& d, int64_t b, int64_t hk, int64_t n, float* __restrict dst) {
+  const float* __restrict in = kv_rows(x, d, b, hk);
+  const int64_t ld = d.Hkv * d.D;
+  for (int64_t s0 = 0; s0 < n; s0 += 8) {  // 8 key rows at a time: reads stay in a few lines
+    const int64_t s1 = std::min(n, s0 + 8);
+    for (int64_t e = 0; e < d.D; ++e)
+      for (int64_t s = s0; s < s1; ++s) dst[e * d.S + s] = in[s * ld + e];
+  }
+}
+
+// Scores of row `s` past its n allowed keys become -inf up to a multiple of
+// 8 (within bc); returns that length. row_max and exp_sub_sum then run
+// without scalar tails: exp(-inf) gives ~1e-38, which cannot change a row sum
+// of at least one, and masked entries are zeroed afterwards.
+int64_t mask_row(float* s, int64_t n, int64_t bc) {
+  const int64_t padded = std::min(bc, (n + 7) / 8 * 8);
+  std::fill(s + n, s + padded, -INFINITY);
+  return padded;
+}
+
+// Max of n scores. detail::max_of's 16 scalar partial maxima do not
+// vectorize with GCC 12; a GCC vector type gets vmaxps.
+float row_max(const float* s, int64_t n) {
+  using v8 = float __attribute__((vector_size(32)));
+  v8 acc = v8{} - INFINITY;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v8 x;
+    std::memcpy(&x, s + i, sizeof x);
+    acc = x > acc ? x : acc;
+  }
+  float m = -INFINITY;
+  for (int j = 0; j < 8; ++j) m = acc[j] > m ? acc[j] : m;
+  for (; i < n; ++i) m = s[i] > m ? s[i] : m;
+  return m;
+}
+
+// Forward scratch: K^T of the group, and one stacked tile of q (pre-scaled),
+// scores, output and softmax state (running max m, sum l).
+struct ForwardScratch {
+  std::vector<float> kt, q, s, o, m, l;
+  explicit ForwardScratch(const Dims& d)
+      : kt(d.D * d.S), q(d.group() * d.query_rows() * d.D), s(d.group() * d.query_rows() * Bc), o(q.size()),
+        m(d.group() * d.query_rows()), l(m.size()) {}
+};
+
+// Online softmax of one row of scores s against its n allowed keys (then
+// zero up to bc): s becomes exp(s - max) and the running max m, sum l and
+// the row's output o (D values) are rescaled to the new max. `first`: o
+// holds nothing yet (the tile's P V overwrites it).
+void softmax_row(float* s, int64_t n, int64_t bc, bool first, float& m, float& l, float* o, int64_t D) {
+  if (n == 0) {
+    std::fill(s, s + bc, 0.0f);
+    return;
+  }
+  const int64_t padded = mask_row(s, n, bc);
+  const float mx = std::max(m, row_max(s, padded));
+  const float rowsum = detail::exp_sub_sum(s, s, padded, mx);
+  std::fill(s + n, s + bc, 0.0f);
+  const float alpha = m == -INFINITY ? 0.0f : detail::fast_exp(m - mx);
+  l = l * alpha + rowsum;
+  m = mx;
+  if (!first)
+    for (int64_t e = 0; e < D; ++e) o[e] *= alpha;
+}
+
+// Raw pointers of the forward's operands, taken once per block
+// (Tensor::data checks the dtype on every call).
+struct ForwardArgs {
+  const float *q, *k, *v;
+  float *out, *lse;
+};
+
+// Forward of kv group (b, hk) for queries [t0, t1): q is pre-scaled, so the
+// scores need no extra pass before the exponentials.
+void forward_unit(const Dims& d, const ForwardArgs& a, int64_t b, int64_t hk, int64_t t0, int64_t t1,
+                  ForwardScratch& w) {
+  const int64_t G = d.group(), ldk = d.Hkv * d.D;
+  transpose_kv(a.k, d, b, hk, d.causal ? t1 : d.S, w.kt.data());
+  const float* V = kv_rows(a.v, d, b, hk);
+  for (int64_t i0 = t0; i0 < t1; i0 += d.query_rows()) {
+    const int64_t br = std::min(d.query_rows(), t1 - i0), rows = G * br, kv_end = keys_seen(d, i0, br);
+    gather_group(a.q, d, b, hk, i0, br, d.scale, w.q.data());
+    prefetch_group(a.q, d, b, hk, i0 + br, std::min(t1, i0 + 2 * br));
+    std::fill(w.m.begin(), w.m.end(), -INFINITY);
+    std::fill(w.l.begin(), w.l.end(), 0.0f);
+    for (int64_t j0 = 0; j0 < kv_end; j0 += Bc) {
+      const int64_t bc = std::min(Bc, kv_end - j0);
+      detail::small_gemm(false, rows, bc, d.D, w.q.data(), d.D, w.kt.data() + j0, d.S, false, w.s.data(), Bc);
+      for (int64_t R = 0; R < rows; ++R)
+        softmax_row(w.s.data() + R * Bc, allowed(d, i0 + R % br, j0, bc), bc, j0 == 0, w.m[R], w.l[R],
+                    w.o.data() + R * d.D, d.D);
+      // O (rows,D) (+)= P (rows,bc) V (bc,D)
+      detail::small_gemm(false, rows, d.D, bc, w.s.data(), Bc, V + j0 * ldk, ldk, j0 > 0, w.o.data(), d.D);
+    }
+    if (kv_end == 0) std::fill(w.o.begin(), w.o.end(), 0.0f);
+    scatter_group(w.o.data(), d, b, hk, i0, br, [&](int64_t R) { return w.l[R] > 0.0f ? 1.0f / w.l[R] : 0.0f; },
+                  a.out);
+    for (int64_t R = 0; R < rows; ++R)
+      a.lse[(b * d.H + hk * G + R / br) * d.T + i0 + R % br] =
+          w.l[R] > 0.0f ? w.m[R] + std::log(w.l[R]) : -INFINITY;
+  }
+}
+
+// Backward scratch: K^T and V^T of the group, and one stacked tile of q
+// (pre-scaled), dO, lse, delta = Dv = rowsum(dO * O), P, dS and dQ.
+struct BackwardScratch {
+  std::vector<float> kt, vt, q, dout, lse, delta, p, ds, dq;
+  explicit BackwardScratch(const Dims& d)
+      : kt(d.D * d.S), vt(kt.size()), q(d.group() * d.query_rows() * d.D), dout(q.size()),
+        lse(d.group() * d.query_rows()), delta(lse.size()), p(lse.size() * Bc), ds(p.size()), dq(q.size()) {}
+};
+
+// P[R,c] = exp(s - lse_R) for allowed keys, else 0 (all 0 for lse = -inf),
+// then dS = P * (dP - delta_R) while the row is in L1: P and dP (in dS)
+// hold the tile's two score GEMMs.
+void probabilities_and_ds(const Dims& d, float* P, float* dS, int64_t rows, int64_t br, int64_t i0, int64_t j0,
+                          int64_t bc, const float* lse, const float* delta) {
+  for (int64_t R = 0; R < rows; ++R) {
+    float *p = P + R * Bc, *ds = dS + R * Bc;
+    const int64_t live = std::isfinite(lse[R]) ? allowed(d, i0 + R % br, j0, bc) : 0;
+    detail::exp_sub_sum(p, p, mask_row(p, live, bc), lse[R]);
+    std::fill(p + live, p + bc, 0.0f);
+    for (int64_t c = 0; c < bc; ++c) ds[c] = p[c] * (ds[c] - delta[R]);
+  }
+}
+
+struct BackwardArgs {
+  const float *dout, *q, *k, *v, *out, *lse;
+  float *dq, *dk, *dv;
+};
+
+// With P = exp(S - lse) (S = scale q k^T), dP = dO V^T, Dv_i = sum_e dO[i,e] O[i,e]:
+//   dV = P^T dO,  dS = P * (dP - Dv),  dQ = scale dS K,  dK = scale dS^T Q
+// Kv group (b, hk), all heads of the group stacked per query tile: the dK and
+// dV GEMMs sum over the group's heads as part of their inner dimension.
+void backward_unit(const Dims& d, const BackwardArgs& a, int64_t b, int64_t hk, BackwardScratch& w) {
+  const int64_t G = d.group(), ldk = d.Hkv * d.D;
+  const float* K = kv_rows(a.k, d, b, hk);
+  float *dK = kv_rows(a.dk, d, b, hk), *dV = kv_rows(a.dv, d, b, hk);
+  for (int64_t s = 0; s < d.S; ++s) {
+    std::fill(dK + s * ldk, dK + s * ldk + d.D, 0.0f);
+    std::fill(dV + s * ldk, dV + s * ldk + d.D, 0.0f);
+  }
+  transpose_kv(a.k, d, b, hk, d.S, w.kt.data());
+  transpose_kv(a.v, d, b, hk, d.S, w.vt.data());
+  for (int64_t i0 = 0; i0 < d.T; i0 += d.query_rows()) {
+    const int64_t br = std::min(d.query_rows(), d.T - i0), rows = G * br, kv_end = keys_seen(d, i0, br);
+    gather_group(a.q, d, b, hk, i0, br, d.scale, w.q.data());
+    gather_group(a.dout, d, b, hk, i0, br, 1.0f, w.dout.data());
+    for (int64_t R = 0; R < rows; ++R) {
+      const int64_t t = i0 + R % br, h = hk * G + R / br;
+      w.lse[R] = a.lse[(b * d.H + h) * d.T + t];
+      w.delta[R] = detail::dot(w.dout.data() + R * d.D, head_row(a.out, d, b, t, h), d.D);
+    }
+    for (const float* x : {a.q, a.dout, a.out}) prefetch_group(x, d, b, hk, i0 + br, std::min(d.T, i0 + 2 * br));
+    for (int64_t j0 = 0; j0 < kv_end; j0 += Bc) {
+      const int64_t bc = std::min(Bc, kv_end - j0);
+      float *P = w.p.data(), *dS = w.ds.data();
+      // P = q k^T and dP = dO V^T, then P and dS = P (dP - Dv) in one pass;
+      // dV += P^T dO;  dK += dS^T (scale Q);  dQ (+)= dS K
+      detail::small_gemm(false, rows, bc, d.D, w.q.data(), d.D, w.kt.data() + j0, d.S, false, P, Bc);
+      detail::small_gemm(false, rows, bc, d.D, w.dout.data(), d.D, w.vt.data() + j0, d.S, false, dS, Bc);
+      probabilities_and_ds(d, P, dS, rows, br, i0, j0, bc, w.lse.data(), w.delta.data());
+      detail::small_gemm(true, bc, d.D, rows, P, Bc, w.dout.data(), d.D, true, dV + j0 * ldk, ldk);
+      detail::small_gemm(true, bc, d.D, rows, dS, Bc, w.q.data(), d.D, true, dK + j0 * ldk, ldk);
+      detail::small_gemm(false, rows, d.D, bc, dS, Bc, K + j0 * ldk, ldk, j0 > 0, w.dq.data(), d.D);
+    }
+    if (kv_end == 0) std::fill(w.dq.begin(), w.dq.end(), 0.0f);
+    scatter_group(w.dq.data(), d, b, hk, i0, br, [&](int64_t) { return d.scale; }, a.dq);
+  }
 }
 
 }  // namespace
 
+// Units are (b, hk, chunk of query tiles): one chunk per group when there
+// are at least as many groups as blocks (the demo model), else enough chunks
+// to give every block work. K^T is built once per unit.
 AttentionOut flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale) {
   const Dims d = check_qkv(q, k, v, causal, scale);
   detail::blas_single_thread();
   AttentionOut res{Tensor::empty(q.shape()), Tensor::empty({d.B, d.H, d.T})};
-  const int64_t nq = detail::ceil_div(d.T, Br), units = d.B * d.H * nq;
-  detail::Plan plan = plan_units("flash_attention", d, units);
-  if (units == 0 || d.D == 0) return res;
+  const int64_t groups = d.B * d.Hkv, nq = detail::ceil_div(d.T, d.query_rows());
+  detail::Plan plan = plan_units("flash_attention", d, groups * nq);
+  if (groups * nq == 0 || d.D == 0) return res;
+  const int64_t chunks = std::min(nq, detail::ceil_div(plan.tiling.block_dim, groups)), units = groups * chunks;
   Tensor out = res.out, lse = res.lse;
-  const Tensor kt = heads_transposed("flash_attention_kt", k, d);
-  detail::launch("flash_attention", detail::KernelKind::cube, plan, [q, kt, v, out, lse, d, nq, units](const detail::BlockContext& ctx) {
-    std::vector<float> S(Br * Bc), O(Br * d.D), m(Br), l(Br);
-    const int64_t ldq = d.H * d.D, ldk = d.Hkv * d.D;
-    for (int64_t u = ctx.block_idx; u < units; u += ctx.block_dim) {  // round-robin: causal balance
-      const int64_t b = u / (d.H * nq), h = u / nq % d.H, i0 = u % nq * Br, br = std::min(Br, d.T - i0);
-      const int64_t hk = h / d.group();
-      const float* Q = q.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
-      const float* Kt = kt.data<float>() + (b * d.Hkv + hk) * d.D * d.S;  // (D,S)
-      const float* V = v.data<float>() + (b * d.S * d.Hkv + hk) * d.D;
-      std::fill(m.begin(), m.end(), -INFINITY);
-      std::fill(l.begin(), l.end(), 0.0f);
-      std::fill(O.begin(), O.end(), 0.0f);
-      const int64_t kv_end = d.causal ? i0 + br : d.S;
-      for (int64_t j0 = 0; j0 < kv_end; j0 += Bc) {
-        const int64_t bc = std::min(Bc, kv_end - j0);
-        // S (br,bc) = Q K^T
-        detail::small_gemm(false, br, bc, d.D, Q, ldq, Kt + j0, d.S, false, S.data(), Bc);
-        for (int64_t r = 0; r < br; ++r) {  // online softmax of scale * S, row by row
-          float* row = S.data() + r * Bc;
-          const int64_t n = allowed(d, i0 + r, j0, bc);
-          if (n == 0) {
-            std::fill(row, row + bc, 0.0f);
-            continue;
-          }
-          for (int64_t c = 0; c < n; ++c) row[c] *= d.scale;
-          const float mx = std::fmax(m[r], detail::max_of(row, n));
-          const float rowsum = detail::exp_sub_sum(row, row, n, mx);
-          std::fill(row + n, row + bc, 0.0f);
-          const float alpha = m[r] == -INFINITY ? 0.0f : detail::fast_exp(m[r] - mx);
-          l[r] = l[r] * alpha + rowsum;
-          m[r] = mx;
-          for (int64_t e = 0; e < d.D; ++e) O[r * d.D + e] *= alpha;
-        }
-        // O (br,D) += P (br,bc) V (bc,D)
-        detail::small_gemm(false, br, d.D, bc, S.data(), Bc, V + j0 * ldk, ldk, true, O.data(), d.D);
+  auto queries = [d, nq, chunks](int64_t u) {  // [t0, t1) of unit u
+    const int64_t c = u % chunks;
+    return std::pair{nq * c / chunks * d.query_rows(), std::min(d.T, nq * (c + 1) / chunks * d.query_rows())};
+  };
+  detail::launch("flash_attention", detail::KernelKind::cube, plan, [q, k, v, out, lse, d, chunks, units,
+                                                                     queries](const detail::BlockContext& ctx) {
+    const ForwardArgs a{q.data<float>(), k.data<float>(), v.data<float>(), out.data<float>(), lse.data<float>()};
+    ForwardScratch w(d);
+    for (int64_t u = ctx.block_idx; u < units; u += ctx.block_dim) {
+      if (const int64_t next = u + ctx.block_dim; next < units) {  // its inputs arrive during this unit
+        const int64_t b = next / chunks / d.Hkv, hk = next / chunks % d.Hkv;
+        const auto [t0, t1] = queries(next);
+        for (const float* x : {a.k, a.v}) prefetch_kv(x, d, b, hk, d.causal ? t1 : d.S);
+        prefetch_group(a.q, d, b, hk, t0, std::min(t1, t0 + d.query_rows()));
       }
-      float* out_rows = out.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
-      float* lse_row = lse.data<float>() + (b * d.H + h) * d.T + i0;
-      for (int64_t r = 0; r < br; ++r) {
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-        for (int64_t e = 0; e < d.D; ++e) out_rows[r * ldq + e] = O[r * d.D + e] * inv;
-        lse_row[r] = l[r] > 0.0f ? m[r] + std::log(l[r]) : -INFINITY;
-      }
+      const auto [t0, t1] = queries(u);
+      forward_unit(d, a, u / chunks / d.Hkv, u / chunks % d.Hkv, t0, t1, w);
     }
   });
   return res;
 }
 
-// With P = exp(S - lse) (S = scale q k^T), dP = dO V^T, Dv_i = sum_e dO[i,e] O[i,e]:
-//   dV = P^T dO,  dS = P * (dP - Dv),  dQ = scale dS K,  dK = scale dS^T Q
-// Pass 1: Dv (and k, v transposed per head for the small GEMMs). Pass 2: one
-// unit per (b, h) walks its (key tile, query tile)
-// pairs once, recomputing P a single time and accumulating dQ, dK and dV
-// (five small GEMMs per pair). A unit owns its head's rows of dq, and of dk/dv
-// for MHA; with GQA the heads of a group write per-head dK/dV that pass 3 sums.
+// One unit per kv group (b, hk): it owns that group's dk/dv rows and its
+// heads' dq rows, so nothing is reduced afterwards and no helper passes run.
 AttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                         const Tensor& v, const Tensor& out, const Tensor& lse,
                                         bool causal, float scale) {
@@ -165,80 +343,22 @@ AttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, con
   detail::blas_single_thread();
   AttentionGrads g{Tensor::empty(q.shape()), Tensor::empty(k.shape()), Tensor::empty(v.shape())};
   if (q.numel() == 0 && k.numel() == 0) return g;
-  Tensor Dv = Tensor::empty({d.B, d.H, d.T});
-  detail::launch_rows("flash_attention_bwd_dot", detail::KernelKind::vector, {q.shape()}, {DType::f32},
-                      "", d.B * d.T * d.H, 2 * d.D, [dout, out, Dv, d](int64_t r0, int64_t r1) {
-                        for (int64_t r = r0; r < r1; ++r) {  // r = (b*T + t)*H + h
-                          const int64_t b = r / (d.T * d.H), t = r / d.H % d.T, h = r % d.H;
-                          Dv.data<float>()[(b * d.H + h) * d.T + t] =
-                              detail::dot(dout.data<float>() + r * d.D, out.data<float>() + r * d.D, d.D);
-                        }
-                      });
-  const bool gqa = d.group() > 1;
-  // Per-head dK/dV (B,S,H,D) for GQA; the outputs themselves for MHA.
-  Tensor dk_h = gqa ? Tensor::empty({d.B, d.S, d.H, d.D}) : g.dk;
-  Tensor dv_h = gqa ? Tensor::empty({d.B, d.S, d.H, d.D}) : g.dv;
-  const int64_t ldq = d.H * d.D, ldk = d.Hkv * d.D;
-  const int64_t nk = detail::ceil_div(d.S, Bc), units = d.B * d.H;
+  const int64_t units = d.B * d.Hkv;
   detail::Plan plan = plan_units("flash_attention_bwd", d, units);
-  Tensor dq = g.dq;
-  const Tensor kt = heads_transposed("flash_attention_kt", k, d);
-  const Tensor vt = heads_transposed("flash_attention_vt", v, d);
   detail::launch("flash_attention_bwd", detail::KernelKind::cube, plan,
-                 [q, k, kt, vt, dout, lse, Dv, dq, dk_h, dv_h, d, nk, units, ldq, ldk](const detail::BlockContext& ctx) {
-    std::vector<float> P(Br * Bc), dS(Br * Bc);
+                 [dout, q, k, v, out, lse, g, d, units](const detail::BlockContext& ctx) {
+    const BackwardArgs a{dout.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), out.data<float>(),
+                         lse.data<float>(), g.dq.data<float>(), g.dk.data<float>(), g.dv.data<float>()};
+    BackwardScratch w(d);
     for (int64_t u = ctx.block_idx; u < units; u += ctx.block_dim) {
-      const int64_t b = u / d.H, h = u % d.H, hk = h / d.group();
-      const int64_t ldkh = ldq;  // dk_h/dv_h have H heads (GQA scratch, or MHA's dk/dv)
-      const float* L = lse.data<float>() + (b * d.H + h) * d.T;
-      const float* Dr = Dv.data<float>() + (b * d.H + h) * d.T;
-      const float* Kt = kt.data<float>() + (b * d.Hkv + hk) * d.D * d.S;  // (D,S)
-      const float* Vt = vt.data<float>() + (b * d.Hkv + hk) * d.D * d.S;
-      float* dQ = dq.data<float>() + (b * d.T * d.H + h) * d.D;
-      float* dK = dk_h.data<float>() + (b * d.S * d.H + h) * d.D;
-      float* dV = dv_h.data<float>() + (b * d.S * d.H + h) * d.D;
-      for (int64_t t = 0; t < d.T; ++t) std::fill(dQ + t * ldq, dQ + t * ldq + d.D, 0.0f);
-      for (int64_t s = 0; s < d.S; ++s) {
-        std::fill(dK + s * ldkh, dK + s * ldkh + d.D, 0.0f);
-        std::fill(dV + s * ldkh, dV + s * ldkh + d.D, 0.0f);
+      if (const int64_t next = u + ctx.block_dim; next < units) {  // its inputs arrive during this unit
+        const int64_t b = next / d.Hkv, hk = next % d.Hkv;
+        for (const float* x : {a.k, a.v}) prefetch_kv(x, d, b, hk, d.S);
+        for (const float* x : {a.q, a.dout, a.out}) prefetch_group(x, d, b, hk, 0, std::min(d.T, d.query_rows()));
       }
-      for (int64_t jt = 0; jt < nk; ++jt) {
-        const int64_t j0 = jt * Bc, bc = std::min(Bc, d.S - j0);
-        const float* K = k.data<float>() + ((b * d.S + j0) * d.Hkv + hk) * d.D;
-        for (int64_t i0 = d.causal ? j0 / Br * Br : 0; i0 < d.T; i0 += Br) {
-          const int64_t br = std::min(Br, d.T - i0);
-          const float* Q = q.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
-          const float* dO = dout.data<float>() + ((b * d.T + i0) * d.H + h) * d.D;
-          detail::small_gemm(false, br, bc, d.D, Q, ldq, Kt + j0, d.S, false, P.data(), Bc);
-          probabilities(d, P.data(), i0, br, j0, bc, L);
-          // dV += P^T dO;  dP = dO V^T;  dS = scale P (dP - Dv);  dK += dS^T Q;  dQ += dS K
-          detail::small_gemm(true, bc, d.D, br, P.data(), Bc, dO, ldq, true, dV + j0 * ldkh, ldkh);
-          detail::small_gemm(false, br, bc, d.D, dO, ldq, Vt + j0, d.S, false, dS.data(), Bc);
-          for (int64_t r = 0; r < br; ++r)
-            for (int64_t c = 0; c < bc; ++c)
-              dS[r * Bc + c] = d.scale * P[r * Bc + c] * (dS[r * Bc + c] - Dr[i0 + r]);
-          detail::small_gemm(true, bc, d.D, br, dS.data(), Bc, Q, ldq, true, dK + j0 * ldkh, ldkh);
-          detail::small_gemm(false, br, d.D, bc, dS.data(), Bc, K, ldk, true, dQ + i0 * ldq, ldq);
-        }
-      }
+      backward_unit(d, a, u / d.Hkv, u % d.Hkv, w);
     }
   });
-  if (gqa) {  // Pass 3: dk[b,s,hk] = sum of dk_h[b,s,h] over the heads h of group hk (same for dv)
-    Tensor dk = g.dk, dv = g.dv;
-    detail::launch_rows("flash_attention_bwd_gqa_sum", detail::KernelKind::vector, {k.shape()},
-                        {DType::f32}, "", d.B * d.S * d.Hkv, 2 * d.group() * d.D,
-                        [dk_h, dv_h, dk, dv, d](int64_t r0, int64_t r1) {
-                          for (int64_t r = r0; r < r1; ++r) {  // r = (b*S + s)*Hkv + hk
-                            for (auto [from, to] : {std::pair{&dk_h, &dk}, std::pair{&dv_h, &dv}}) {
-                              const float* in = from->data<float>() + r * d.group() * d.D;
-                              float* o = to->data<float>() + r * d.D;
-                              std::copy(in, in + d.D, o);
-                              for (int64_t j = 1; j < d.group(); ++j)
-                                for (int64_t e = 0; e < d.D; ++e) o[e] += in[j * d.D + e];
-                            }
-                          }
-                        });
-  }
   return g;
 }
 

@@ -20,6 +20,7 @@ TEST(OpsAttention, ForwardBackwardMatchReference) {
       {2, 150, 150, 4, 4, 16, true},   // MHA, 3 query tiles, 2 key tiles
       {1, 137, 137, 6, 2, 8, true},    // GQA 3:1
       {2, 33, 70, 2, 1, 12, false},    // cross attention, MQA
+      {1, 40, 300, 8, 2, 20, false},   // GQA 4:1 over 3 key tiles (online softmax), D % 8 != 0
       {1, 1, 1, 1, 1, 4, true},
   };
   for (const AttnCase& c : cases) {

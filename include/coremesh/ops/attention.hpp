@@ -8,10 +8,13 @@
 // causal: query t sees keys s <= t (needs T == S). Rows that see no key get
 // out = 0 and lse = -inf. scale <= 0 means 1/sqrt(D).
 //
-// Tiling: the forward and the dq pass run one unit per (b, h, 64-row query
-// tile), the dk/dv pass one per (b, hkv, 128-row key tile); units are dealt
-// round-robin to block_dim <= the cube limit blocks. Tiles are multiplied with
-// single-threaded sgemm; softmax is online (running max and sum).
+// Tiling: one unit per (b, kv head); its query tiles stack all query heads of
+// the GQA group (~32 rows) so they share each K/V tile, and causal tiles stop
+// at their last query. The forward splits a unit's queries into chunks when
+// there are fewer groups than blocks; units are dealt round-robin to
+// block_dim <= the cube limit blocks. The backward's unit owns its dk/dv rows
+// and its heads' dq rows, so nothing is reduced afterwards. Tiles run on
+// small_gemm (libxsmm); softmax is online (running max and sum).
 #pragma once
 
 #include "coremesh/core/tensor.hpp"
