@@ -1,0 +1,134 @@
+// sgemm_avx2 against a naive double-precision reference: all transpose
+// combinations, beta 0 / 1 / other, sizes around the 6x16 tile and the
+// KC = 256 / NC = 1536 block edges, leading dimensions above the minimum,
+// and C's padding columns left untouched.
+#include "../../src/ops/sgemm_avx2.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#ifdef COREMESH_HAS_SGEMM_AVX2
+namespace coremesh::ops::detail {
+namespace {
+
+constexpr float kSentinel = -12345.0f;
+
+struct Case {
+  bool ta, tb;
+  int64_t m, n, k;
+  float beta;
+  int64_t pad = 0;  // added to every leading dimension
+};
+
+std::vector<float> random_matrix(int64_t rows, int64_t ld, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(rows * ld));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+void check(const Case& t) {
+  SCOPED_TRACE(::testing::Message() << "ta=" << t.ta << " tb=" << t.tb << " m=" << t.m
+                                    << " n=" << t.n << " k=" << t.k << " beta=" << t.beta
+                                    << " pad=" << t.pad);
+  // Stored shapes: A (m,k) or (k,m); B (k,n) or (n,k).
+  const int64_t a_rows = t.ta ? t.k : t.m, a_cols = t.ta ? t.m : t.k;
+  const int64_t b_rows = t.tb ? t.n : t.k, b_cols = t.tb ? t.k : t.n;
+  const int64_t lda = a_cols + t.pad, ldb = b_cols + t.pad, ldc = t.n + t.pad;
+  const std::vector<float> a = random_matrix(a_rows, lda, 1);
+  const std::vector<float> b = random_matrix(b_rows, ldb, 2);
+  std::vector<float> c = random_matrix(t.m, ldc, 3);
+  for (int64_t i = 0; i < t.m; ++i) {
+    for (int64_t j = t.n; j < ldc; ++j) c[i * ldc + j] = kSentinel;
+    // beta == 0 must not read C: a NaN there must not reach the result.
+    if (t.beta == 0.0f && t.n > 0) c[i * ldc] = std::numeric_limits<float>::quiet_NaN();
+  }
+  const std::vector<float> c0 = c;
+
+  sgemm_avx2(t.ta, t.tb, t.m, t.n, t.k, a.data(), lda, b.data(), ldb, t.beta, c.data(), ldc);
+
+  auto at = [&](int64_t i, int64_t p) { return double(t.ta ? a[p * lda + i] : a[i * lda + p]); };
+  auto bt = [&](int64_t p, int64_t j) { return double(t.tb ? b[j * ldb + p] : b[p * ldb + j]); };
+  int64_t bad = 0;
+  for (int64_t i = 0; i < t.m; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      const float got = c[i * ldc + j];
+      if (j >= t.n) {
+        bad += got != kSentinel;
+        continue;
+      }
+      double ref = 0.0, mag = 0.0;
+      for (int64_t p = 0; p < t.k; ++p) {
+        ref += at(i, p) * bt(p, j);
+        mag += std::fabs(at(i, p) * bt(p, j));
+      }
+      if (t.beta != 0.0f) {
+        ref += double(t.beta) * c0[i * ldc + j];
+        mag += std::fabs(double(t.beta) * c0[i * ldc + j]);
+      }
+      // Worst-case float summation error of k FMAs plus the beta term.
+      const double tol = double(t.k + 2) * 6e-8 * mag + 1e-30;
+      if (!(std::fabs(got - ref) <= tol)) {
+        if (++bad <= 5) ADD_FAILURE() << "c(" << i << "," << j << ") = " << got << ", want " << ref;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(OpsSgemmAvx2, SmallSizesAllTransposes) {
+  const int64_t sizes[] = {1, 5, 7, 16, 17, 33};
+  for (int tr = 0; tr < 4; ++tr) {
+    for (int64_t m : sizes) {
+      for (int64_t n : sizes) {
+        for (int64_t k : sizes) {
+          for (float beta : {0.0f, 1.0f}) check({bool(tr & 1), bool(tr & 2), m, n, k, beta, tr});
+        }
+      }
+    }
+  }
+}
+
+TEST(OpsSgemmAvx2, BlockEdges) {
+  // (m, n, k): around 256 (KC, also a multiple of 16), M blocks of 96, K
+  // spanning several KC steps with a ragged last one.
+  const int64_t shapes[][3] = {{255, 256, 257}, {257, 255, 256}, {256, 257, 255}, {97, 40, 513},
+                               {193, 17, 300}, {6, 16, 256}, {1, 300, 1}, {300, 1, 300}};
+  for (int tr = 0; tr < 4; ++tr) {
+    for (const auto& s : shapes) {
+      for (float beta : {0.0f, 1.0f}) {
+        for (int64_t pad : {0, 3}) check({bool(tr & 1), bool(tr & 2), s[0], s[1], s[2], beta, pad});
+      }
+    }
+  }
+}
+
+TEST(OpsSgemmAvx2, WiderThanOnePanel) {
+  // n > NC = 1536: two B panels.
+  for (int tr = 0; tr < 4; ++tr) check({bool(tr & 1), bool(tr & 2), 13, 1600, 40, 1.0f, 5});
+}
+
+TEST(OpsSgemmAvx2, TrainingShapes) {
+  check({false, true, 250, 768, 256, 0.0f});    // per-expert forward
+  check({false, false, 250, 256, 384, 0.0f});   // per-expert dgrad
+  check({true, false, 256, 384, 250, 1.0f});    // per-expert wgrad, accumulating
+  check({true, false, 768, 256, 1024, 0.0f});   // wgrad
+}
+
+TEST(OpsSgemmAvx2, OtherBetaAndEmptyK) {
+  check({false, false, 37, 45, 70, 0.5f, 2});
+  check({true, true, 37, 45, 70, -2.0f, 2});
+  check({false, true, 9, 20, 0, 0.0f, 1});   // k == 0: C = 0
+  check({false, true, 9, 20, 0, 1.0f, 1});   // k == 0, beta 1: C unchanged
+  check({false, true, 9, 20, 0, 3.0f, 1});   // k == 0: C scaled
+}
+
+}  // namespace
+}  // namespace coremesh::ops::detail
+#endif
