@@ -31,9 +31,14 @@ struct ValRecord {
 // perfectly balanced, E means everything went to one expert; 0 when empty.
 double expert_balance(const std::vector<double>& counts);
 
-// Measured fp32 peak of one core's GEMM (OpenBLAS sgemm, 1 thread, 512^3),
-// FLOP/s, multiplied by `threads`; measured once and cached.
+// Measured fp32 GEMM peak of one core (512^3, the faster of OpenBLAS sgemm
+// and coremesh's kernel, best over >= 0.3 s), FLOP/s, times `threads`;
+// measured on first use and cached.
 double measured_peak_flops(int threads);
+
+// Measures again and keeps the higher peak: a shared core's speed drifts by
+// 20% over seconds, so a run measures at its start and at its end.
+double remeasure_peak_flops(int threads);
 
 // Human-readable numbers: 1.23M, 4.5 GiB, 01:02:03.
 std::string format_count(double n);
