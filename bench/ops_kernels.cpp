@@ -1,6 +1,7 @@
 // Kernel benchmarks against their peers in the same run (plain main; prints
 // the markdown of docs/performance.md's "## Kernels" section):
-//  - f32 GEMM vs cblas_sgemm at the same core count (1024^3 and MoE shapes);
+//  - f32 GEMM vs cblas_sgemm at the same core count (1024^3 and MoE shapes),
+//    and on one core with cold operands at the training step's shapes;
 //  - grouped GEMM (f32 and fp8 operands) vs a loop of cblas_sgemm calls;
 //  - flash attention fwd+bwd vs the naive reference (small shape) and timings
 //    for the PyTorch comparison shape (bench/ops_attention_torch.py);
@@ -136,6 +137,59 @@ void gemm_section(int max_cores) {
                   flops / ours * 1e-9, flops / peer * 1e-9, peer / ours,
                   100.0 * flops / ours * 1e-9 / (kPeakPerCore * cores));
     }
+  }
+  std::printf("\n");
+}
+
+// The GEMMs of one training step of the demo model find their operands
+// evicted by the kernels before them; this section flushes the caches
+// (64 MiB written) before every call, ours and OpenBLAS's alternately.
+void cold_gemm_section() {
+  std::printf("### f32 GEMM with cold operands (the demo model's training shapes), 1 core\n\n");
+  std::printf("| M | K | N | op | beta | coremesh GFLOP/s | sgemm GFLOP/s | ratio |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  struct S {
+    int64_t m, k, n;
+    bool ta, tb;
+    float beta;
+  };
+  std::vector<S> shapes{{1024, 256, 768, false, true, 0},  {1024, 256, 256, false, true, 0},
+                        {250, 256, 768, false, true, 0},   {250, 384, 256, false, true, 0},
+                        {1024, 768, 256, false, false, 0}, {256, 768, 256, false, false, 0},
+                        {768, 1024, 256, true, false, 0},  {512, 1024, 256, true, false, 1}};
+  if (quick) shapes.resize(2);
+  std::vector<char> junk(64 << 20);
+  runtime::Stream stream = runtime::Device::default_device().default_stream();
+  runtime::StreamLimitGuard guard(stream, 1, 1);
+  openblas_set_num_threads(1);
+  for (const S& s : shapes) {
+    Tensor a = s.ta ? randn({s.k, s.m}, 1) : randn({s.m, s.k}, 1);
+    Tensor b = s.tb ? randn({s.n, s.k}, 2) : randn({s.k, s.n}, 2);
+    Tensor c = Tensor::zeros({s.m, s.n});
+    std::vector<float> cref(static_cast<size_t>(s.m * s.n));
+    auto timed_cold = [&](const std::function<void()>& fn) {
+      for (size_t i = 0; i < junk.size(); i += 64) junk[i] = static_cast<char>(junk[i] + 1);
+      auto t0 = Clock::now();
+      fn();
+      return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    auto ours = [&] {
+      ops::matmul_out(a, b, c, s.ta, s.tb, s.beta);
+      stream.synchronize();
+    };
+    auto peer = [&] {
+      cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, s.m,
+                  s.n, s.k, 1.0f, a.data<float>(), s.ta ? s.m : s.k, b.data<float>(), s.tb ? s.k : s.n,
+                  s.beta, cref.data(), s.n);
+    };
+    std::vector<double> to, tp;
+    for (int i = 0; i < (quick ? 5 : 31); ++i) to.push_back(timed_cold(ours)), tp.push_back(timed_cold(peer));
+    std::sort(to.begin(), to.end());
+    std::sort(tp.begin(), tp.end());
+    const double flops = 2.0 * s.m * s.n * s.k, o = to[to.size() / 2], p = tp[tp.size() / 2];
+    const char* op = s.ta ? "x^T dy (wgrad)" : s.tb ? "x W^T (fwd)" : "dy W (dgrad)";
+    std::printf("| %ld | %ld | %ld | %s | %.0f | %.1f | %.1f | %.3f |\n", s.m, s.k, s.n, op, s.beta,
+                flops / o * 1e-9, flops / p * 1e-9, p / o);
   }
   std::printf("\n");
 }
@@ -297,6 +351,7 @@ int main(int argc, char** argv) {
   const int cores = runtime::Device::default_device().num_cores();
   std::printf("Device: %d cores; peak assumed %.0f GFLOP/s per core.\n\n", cores, kPeakPerCore);
   gemm_section(cores);
+  cold_gemm_section();
   grouped_section(cores);
   attention_section(cores);
   bandwidth_section(cores);
