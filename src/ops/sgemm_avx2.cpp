@@ -111,6 +111,13 @@ class RegionPrefetcher {
   int64_t rows_ = 0, row_bytes_ = 0, stride_ = 0, per_call_ = 0;
 };
 
+// One row of the micro-tile: (lo, hi) += a[0] * (b0, b1).
+[[gnu::always_inline]] inline void row_update(const float* a, __m256 b0, __m256 b1, __m256& lo, __m256& hi) {
+  const __m256 x = _mm256_broadcast_ss(a);
+  lo = _mm256_fmadd_ps(x, b0, lo);
+  hi = _mm256_fmadd_ps(x, b1, hi);
+}
+
 // c (6x16, row stride ldc) = A B + beta c, beta == 0 never reading c.
 // Row i of A is a_i[p * kAStep] for p < kc (kAStep 1: rows of A in place,
 // 6: a packed sliver); bp is a packed KC x 16 sliver. Accumulators are named
@@ -133,24 +140,12 @@ template <int64_t kAStep>
     const __m256 b0 = _mm256_load_ps(bp + p * kNr);
     const __m256 b1 = _mm256_load_ps(bp + p * kNr + 8);
     const int64_t o = p * kAStep;
-    __m256 x = _mm256_broadcast_ss(a0 + o);
-    c00 = _mm256_fmadd_ps(x, b0, c00);
-    c01 = _mm256_fmadd_ps(x, b1, c01);
-    x = _mm256_broadcast_ss(a1 + o);
-    c10 = _mm256_fmadd_ps(x, b0, c10);
-    c11 = _mm256_fmadd_ps(x, b1, c11);
-    x = _mm256_broadcast_ss(a2 + o);
-    c20 = _mm256_fmadd_ps(x, b0, c20);
-    c21 = _mm256_fmadd_ps(x, b1, c21);
-    x = _mm256_broadcast_ss(a3 + o);
-    c30 = _mm256_fmadd_ps(x, b0, c30);
-    c31 = _mm256_fmadd_ps(x, b1, c31);
-    x = _mm256_broadcast_ss(a4 + o);
-    c40 = _mm256_fmadd_ps(x, b0, c40);
-    c41 = _mm256_fmadd_ps(x, b1, c41);
-    x = _mm256_broadcast_ss(a5 + o);
-    c50 = _mm256_fmadd_ps(x, b0, c50);
-    c51 = _mm256_fmadd_ps(x, b1, c51);
+    row_update(a0 + o, b0, b1, c00, c01);
+    row_update(a1 + o, b0, b1, c10, c11);
+    row_update(a2 + o, b0, b1, c20, c21);
+    row_update(a3 + o, b0, b1, c30, c31);
+    row_update(a4 + o, b0, b1, c40, c41);
+    row_update(a5 + o, b0, b1, c50, c51);
   }
   const __m256 vb = _mm256_set1_ps(beta);
   auto store = [&](float* row, __m256 v0, __m256 v1) {
