@@ -1,6 +1,9 @@
 // Dense GEMM vs the naive reference: transposes, batching (also a shared 2-D
 // operand), bf16 inputs, accumulation, FP8 block-scaled, backward + FD check.
 #include "coremesh/ops/gemm.hpp"
+
+#include <cstring>
+
 #include "harness.hpp"
 
 namespace coremesh::ops {
@@ -39,6 +42,28 @@ TEST(OpsGemm, LargeEnoughToTile) {
     test_stream().synchronize();
     EXPECT_NMSE(c, ref, 1e-12);
   });
+}
+
+// Large enough to tile over blocks, K over several of the GEMM kernel's
+// 256-deep blocks, ragged M and N, every transpose, and beta 1 accumulating
+// into what c held (c is guarded: nothing outside it may change).
+TEST(OpsGemm, AccumulatesOverSeveralKBlocksUnderEveryLimit) {
+  const int64_t M = 389, K = 531, N = 83;
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    SCOPED_TRACE(::testing::Message() << "ta=" << ta << " tb=" << tb);
+    Tensor a = operand(0, M, K, ta, 21), b = operand(0, K, N, tb, 22), c0 = randn({M, N}, 23);
+    Tensor ref = reference::matmul(a, b, ta, tb);
+    for (int64_t i = 0; i < ref.numel(); ++i) ref.data<float>()[i] += c0.data<float>()[i];
+    for_each_limit([&](const LimitCase&) {
+      Guarded c({M, N});
+      std::memcpy(c.tensor.raw_data(), c0.raw_data(), static_cast<size_t>(M * N) * sizeof(float));
+      matmul_out(a, b, c.tensor, ta, tb, 1.0f);
+      test_stream().synchronize();
+      EXPECT_NMSE(c.tensor, ref, 1e-12);
+      EXPECT_TRUE(c.intact());
+    });
+  }
 }
 
 TEST(OpsGemm, BatchedAndShared) {
