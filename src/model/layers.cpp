@@ -9,16 +9,14 @@ namespace coremesh::model::detail {
 Tensor linear(const Tensor& x, const Tensor& w) { return ops::matmul(x, w, false, true); }
 
 Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor dw,
-                       const Tensor* dx_acc) {
-  // y = x W^T  =>  dW += dy^T x,  dx = dy W
-  ops::matmul_out(dy, x, dw, /*trans_a=*/true, /*trans_b=*/false, /*beta=*/1.0f);
+                       float dw_beta, const Tensor* dx_acc) {
+  // y = x W^T  =>  dW = dy^T x + dw_beta dW,  dx = dy W
+  ops::matmul_out(dy, x, dw, /*trans_a=*/true, /*trans_b=*/false, dw_beta);
   if (!dx_acc) return ops::matmul(dy, w);
   Tensor dx = *dx_acc;
   ops::matmul_out(dy, w, dx, false, false, 1.0f);
   return dx;
 }
-
-void accumulate(Tensor acc, const Tensor& g) { ops::add_out(acc, g, acc); }
 
 Tensor mlp_forward(const GemmInput& x, const Tensor& w13, const Tensor& w2, MlpActs& a) {
   a.w13 = gemm_weight(w13, x.precision);
@@ -29,10 +27,10 @@ Tensor mlp_forward(const GemmInput& x, const Tensor& w13, const Tensor& w2, MlpA
 }
 
 Tensor mlp_backward(const Tensor& dy, const GemmInput& x, const MlpActs& a, Tensor dw13,
-                    Tensor dw2) {
-  const Tensor dg = linear_backward(dy, a.g, a.w2, dw2);  // y = g W2^T
-  const Tensor dgu = ops::swiglu_backward(dg, a.gu);      // g = silu(a1) * a3
-  return linear_backward(dgu, x, a.w13, dw13);            // gu = x W13^T
+                    Tensor dw2, float dw_beta) {
+  const Tensor dg = linear_backward(dy, a.g, a.w2, dw2, dw_beta);  // y = g W2^T
+  const Tensor dgu = ops::swiglu_backward(dg, a.gu);               // g = silu(a1) * a3
+  return linear_backward(dgu, x, a.w13, dw13, dw_beta);            // gu = x W13^T
 }
 
 }  // namespace coremesh::model::detail

@@ -13,13 +13,11 @@ namespace coremesh::model::detail {
 // y (N,out) = x (N,in) W^T, W (out,in), in f32 (the LM head and the router; the
 // block GEMMs take the model's precision through precision.hpp).
 Tensor linear(const Tensor& x, const Tensor& w);
-// y = x W^T  =>  dW (out,in) += dy^T x (dw is a view into the gradient arena);
-// returns dx (N,in) = dy W, or adds it into *dx_acc when given (then returns it).
+// y = x W^T  =>  dW (out,in) = dy^T x + dw_beta dW (dw is a view into the
+// gradient arena: dw_beta 1 accumulates, 0 overwrites); returns dx (N,in) =
+// dy W, or adds it into *dx_acc when given (then returns it).
 Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor dw,
-                       const Tensor* dx_acc = nullptr);
-// acc += g (same shape), on the stream; acc is usually a gradient-arena view.
-void accumulate(Tensor acc, const Tensor& g);
-
+                       float dw_beta, const Tensor* dx_acc = nullptr);
 // SwiGLU MLP on a fused gate/up weight W13 (2F,C) = [W1; W3] (the model
 // keeps w1 and w3 adjacent in the arena, so this is a view), in the
 // precision of its input x:
@@ -30,9 +28,9 @@ struct MlpActs {
   GemmInput g;         // (N,F) as the W2 GEMM read it
 };
 Tensor mlp_forward(const GemmInput& x, const Tensor& w13, const Tensor& w2, MlpActs& a);
-// dy (N,C) -> dx (N,C); x as in the forward; dW13, dW2 accumulate into the
-// given arena views.
+// dy (N,C) -> dx (N,C); x as in the forward; dW13, dW2 go into the given
+// arena views as in linear_backward.
 Tensor mlp_backward(const Tensor& dy, const GemmInput& x, const MlpActs& a, Tensor dw13,
-                    Tensor dw2);
+                    Tensor dw2, float dw_beta);
 
 }  // namespace coremesh::model::detail

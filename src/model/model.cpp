@@ -308,7 +308,7 @@ Model::SavedBytes Model::saved_bytes() const {
   return out;
 }
 
-void Model::backward(float loss_scale) {
+void Model::backward(float loss_scale, bool accumulate) {
   const ModelConfig& c = config_;
   Acts& A = *acts_;
   CM_CHECK(A.B > 0, "call forward before backward", "backward without a forward");
@@ -316,39 +316,45 @@ void Model::backward(float loss_scale) {
                 Hkv = c.n_kv_heads, V = c.vocab_size, L = c.n_layers, Fd = c.dense_hidden,
                 QKV = (H + 2 * Hkv) * D;
   const ops::RopeConfig rope{c.rope_theta, false};
+  // Every parameter's gradient is written exactly once below (the tied
+  // embedding twice: head, then table), so beta 0 on that first write replaces
+  // zeroing the arena beforehand (the padding between parameters stays zero).
+  const float beta = accumulate ? 1.0f : 0.0f;
   // loss = mean_n CE_n  =>  dloss_n = scale / N
   const Tensor dloss = Tensor::full({N}, loss_scale / float(N));
   const Tensor dlogits = ops::cross_entropy_backward(dloss, A.logits, A.targets, A.lse);
   // logits = xf head^T  =>  dxf = dlogits head, dhead += dlogits^T xf
   const int64_t head = lm_head_ >= 0 ? lm_head_ : wte_;
-  const Tensor dxf = linear_backward(dlogits, A.xf, pw(head, {V, C}), gw(head, {V, C}));
-  // xf = RMSNorm(xL); norm weight gradients accumulate into the arena
+  const Tensor dxf = linear_backward(dlogits, A.xf, pw(head, {V, C}), gw(head, {V, C}), beta);
+  // xf = RMSNorm(xL); the norm weight gradient goes into the arena
   Tensor dres = ops::rmsnorm_backward(dxf, A.xL, pw(final_norm_, {C}), A.frstd, {},
-                                      gw(final_norm_, {C})).dx;  // d of the residual stream (N,C)
+                                      gw(final_norm_, {C}), beta).dx;  // d of the residual stream (N,C)
   for (int64_t l = L - 1; l >= 0; --l) {
     const Layer& Ly = layers_[size_t(l)];
     const auto& a = A.layer[size_t(l)];
     // x' = h + FFN(fn)  =>  dfn = FFN'(dres), dh = dres + RMSNorm'(dfn)
     Tensor dfn;
     if (!Ly.moe)
-      dfn = mlp_backward(dres, a.ffn_in, a.mlp, gw(Ly.w1, {2 * Fd, C}), gw(Ly.w2, {C, Fd}));
+      dfn = mlp_backward(dres, a.ffn_in, a.mlp, gw(Ly.w1, {2 * Fd, C}), gw(Ly.w2, {C, Fd}), beta);
     else
-      dfn = moe_backward(dres, a.fn, moe_params(l, false), moe_params(l, true), c, B, T, a.moe,
-                         loss_scale);
+      dfn = moe_backward(dres, a.fn, moe_params(l, false), moe_params(l, true), beta, c, B, T,
+                         a.moe, loss_scale);
     const Tensor dh =
-        ops::rmsnorm_backward(dfn, a.h, pw(Ly.ffn_norm, {C}), a.frstd, dres, gw(Ly.ffn_norm, {C})).dx;
+        ops::rmsnorm_backward(dfn, a.h, pw(Ly.ffn_norm, {C}), a.frstd, dres, gw(Ly.ffn_norm, {C}),
+                              beta).dx;
     // h = x + ao Wo^T  =>  dao = dh Wo, dWo += dh^T ao (ao is cast again, as the forward did)
     const Tensor dao = linear_backward(dh, gemm_input(a.ao.view({N, H * D}), c.precision), a.wo,
-                                       gw(Ly.wo, {C, H * D}));
+                                       gw(Ly.wo, {C, H * D}), beta);
     auto ag = ops::flash_attention_backward(dao.view({B, T, H, D}), a.q, a.k, a.v, a.ao, a.lse, true);
     // [q|k|v] = RoPE(an Wqkv^T)  =>  d(an Wqkv^T) = [RoPE^-1(dq) | RoPE^-1(dk) | dv]
     const Tensor dqkv = ops::rope_qkv_backward(ag.dq, ag.dk, ag.dv, A.positions, rope).view({N, QKV});
-    const Tensor dan = linear_backward(dqkv, a.an, a.wqkv, gw(Ly.wq, {QKV, C}));
+    const Tensor dan = linear_backward(dqkv, a.an, a.wqkv, gw(Ly.wq, {QKV, C}), beta);
     // an = RMSNorm(x)  =>  dx = dh + RMSNorm'(dan)
-    dres = ops::rmsnorm_backward(dan, a.x, pw(Ly.attn_norm, {C}), a.arstd, dh, gw(Ly.attn_norm, {C})).dx;
+    dres = ops::rmsnorm_backward(dan, a.x, pw(Ly.attn_norm, {C}), a.arstd, dh,
+                                 gw(Ly.attn_norm, {C}), beta).dx;
   }
-  // x = wte[tokens]  =>  dwte[token] += dx
-  accumulate(gw(wte_, {V, C}), ops::embedding_backward(dres, A.ids, V));
+  // x = wte[tokens]  =>  dwte[token] += dx (onto the head's gradient when tied)
+  ops::embedding_backward_into(dres, A.ids, gw(wte_, {V, C}), lm_head_ < 0 ? 1.0f : beta);
   runtime::current_stream().synchronize();  // gradients are read by the host (optimizer)
 }
 

@@ -29,11 +29,11 @@ Tensor experts_forward(MoeActs& a) {
   return grouped_linear(a.g, a.w2, a.offsets);               // (R,C)
 }
 
-// Weight gradients accumulate into the arena inside the grouped GEMMs.
-Tensor experts_backward(const Tensor& dy, const MoeParams& g, const MoeActs& a) {
-  const Tensor dg = grouped_linear_backward(dy, a.g, a.w2, a.offsets, g.w2);
+// Weight gradients go into the arena inside the grouped GEMMs.
+Tensor experts_backward(const Tensor& dy, const MoeParams& g, float dw_beta, const MoeActs& a) {
+  const Tensor dg = grouped_linear_backward(dy, a.g, a.w2, a.offsets, g.w2, dw_beta);
   const Tensor dgu = ops::swiglu_backward(dg, a.gu);
-  return grouped_linear_backward(dgu, a.xp, a.w13, a.offsets, g.w13);
+  return grouped_linear_backward(dgu, a.xp, a.w13, a.offsets, g.w13, dw_beta);
 }
 
 }  // namespace
@@ -125,15 +125,16 @@ Tensor aux_loss_backward(const ModelConfig& cfg, int64_t B, int64_t T, const Moe
 }  // namespace
 
 Tensor moe_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const MoeParams& g,
-                    const ModelConfig& cfg, int64_t B, int64_t T, const MoeActs& a,
-                    float aux_scale) {
+                    float dw_beta, const ModelConfig& cfg, int64_t B, int64_t T,
+                    const MoeActs& a, float aux_scale) {
   // --- shared experts
   Tensor dx;
-  if (w.sw13.defined()) dx = mlp_backward(dy, gemm_input(x, cfg.precision), a.shared, g.sw13, g.sw2);
+  if (w.sw13.defined())
+    dx = mlp_backward(dy, gemm_input(x, cfg.precision), a.shared, g.sw13, g.sw2, dw_beta);
   // --- combine: y_n += w_k ye_r  =>  dye_r = w_k dy_n,  dw_k = dy_n . ye_r
   const ops::UnpermuteGrads ug = ops::unpermute_backward(dy, a.ye, a.row_of, a.w);
   // --- experts, then xp_r = x_n  =>  dx_n += dxp_r
-  const Tensor dxp = experts_backward(ug.dyp, g, a);
+  const Tensor dxp = experts_backward(ug.dyp, g, dw_beta, a);
   const Tensor dx_routed = ops::permute_backward(dxp, a.row_of);
   dx = dx.defined() ? ops::add(dx, dx_routed) : dx_routed;
   // --- gate weights -> affinities (through the pre-capacity selection: the
@@ -143,7 +144,7 @@ Tensor moe_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const
   if (cfg.aux_loss_alpha > 0) dscores = ops::add(dscores, aux_loss_backward(cfg, B, T, a, aux_scale));
   // --- affinities -> router logits;  s = x R^T  =>  dx += ds R,  dR += ds^T x
   const Tensor ds = ops::router_scores_backward(dscores, a.scores, score_func(cfg));
-  return linear_backward(ds, x, w.router, g.router, &dx);
+  return linear_backward(ds, x, w.router, g.router, dw_beta, &dx);
 }
 
 }  // namespace coremesh::model::detail

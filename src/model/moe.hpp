@@ -46,9 +46,10 @@ Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, cons
                    int64_t B, int64_t T, MoeActs& acts);
 // After the stream is synchronized: counts, drops and the balance loss.
 void moe_finish_forward(const ModelConfig& cfg, int64_t B, int64_t T, MoeActs& acts);
-// dy (N,C) -> dx (N,C) of (dy . y + aux_scale * aux); weight grads accumulate in g.
+// dy (N,C) -> dx (N,C) of (dy . y + aux_scale * aux); weight grads go into g
+// (dw_beta 1 accumulates, 0 overwrites).
 Tensor moe_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const MoeParams& g,
-                    const ModelConfig& cfg, int64_t B, int64_t T, const MoeActs& acts,
-                    float aux_scale);
+                    float dw_beta, const ModelConfig& cfg, int64_t B, int64_t T,
+                    const MoeActs& acts, float aux_scale);
 
 }  // namespace coremesh::model::detail

@@ -47,13 +47,14 @@ Tensor linear(const GemmInput& x, const GemmWeight& w) {
   return ops::matmul_fp8(x.fp8, ops::quantize_fp8_weight(w.master));
 }
 
-Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w, Tensor dw) {
+Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w, Tensor dw,
+                       float dw_beta) {
   switch (x.precision) {
-    case Precision::f32: return linear_backward(dy, x.x, w.master, dw);
+    case Precision::f32: return linear_backward(dy, x.x, w.master, dw, dw_beta);
     case Precision::bf16: {
-      // dW += bf16(dy)^T bf16(x),  dx = bf16(dy) bf16(W)
+      // dW = bf16(dy)^T bf16(x) + dw_beta dW,  dx = bf16(dy) bf16(W)
       const Tensor dyb = ops::cast(dy, DType::bf16);
-      ops::matmul_out(dyb, x.x, dw, /*trans_a=*/true, /*trans_b=*/false, /*beta=*/1.0f);
+      ops::matmul_out(dyb, x.x, dw, /*trans_a=*/true, /*trans_b=*/false, dw_beta);
       return ops::matmul(dyb, w.bf16);
     }
     case Precision::fp8: break;
@@ -63,13 +64,13 @@ Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w
   // blocks transposed: the same scales and codes as reusing W's quantization.
   const Tensor dx = ops::matmul_fp8(ops::quantize_fp8_act(dy),
                                     ops::quantize_fp8_weight(ops::transpose(w.master)));
-  // wgrad dW += dy^T x over tokens: dy^T (out,N) and x^T (in,N) in 1x128 tiles
+  // wgrad dW = dy^T x + dw_beta dW over tokens: dy^T (out,N) and x^T (in,N) in 1x128 tiles
   // along N; x is the forward's fp8 x re-tiled. ops has no fp8 GEMM with
   // 1x128 scales on both operands, so the product runs in f32 on the
   // dequantized values (the same sums an fp8 kernel with f32 accumulation makes).
   const Tensor dyt = fp8_round_along_tokens_t(dy);
   const Tensor xt = fp8_round_along_tokens_t(ops::dequantize_fp8_act(x.fp8));
-  ops::matmul_out(dyt, xt, dw, /*trans_a=*/false, /*trans_b=*/true, /*beta=*/1.0f);
+  ops::matmul_out(dyt, xt, dw, /*trans_a=*/false, /*trans_b=*/true, dw_beta);
   return dx;
 }
 
@@ -85,17 +86,18 @@ Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& off
 }
 
 Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w,
-                               const Tensor& offsets, Tensor dw) {
+                               const Tensor& offsets, Tensor dw, float dw_beta) {
   using ops::WeightLayout;
   switch (x.precision) {
     case Precision::f32:
-      return ops::grouped_matmul_backward(dy, x.x, w.master, offsets, WeightLayout::nk, dw).dx;
+      return ops::grouped_matmul_backward(dy, x.x, w.master, offsets, WeightLayout::nk, dw, dw_beta)
+          .dx;
     case Precision::bf16:
       // The grouped backward takes f32 only: f32 copies of the bf16 values
       // give exactly the bf16 products (one call: dgrad and wgrad).
       return ops::grouped_matmul_backward(round_bf16(dy), ops::cast(x.x, DType::f32),
                                           ops::cast(w.bf16, DType::f32), offsets,
-                                          WeightLayout::nk, dw)
+                                          WeightLayout::nk, dw, dw_beta)
           .dx;
     case Precision::fp8: break;
   }
@@ -108,7 +110,7 @@ Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmW
   // f32 grouped backward, whose own dgrad product is not needed.
   const Tensor dy8 = ops::transpose(fp8_round_along_tokens_t(dy));
   const Tensor x8 = ops::transpose(fp8_round_along_tokens_t(ops::dequantize_fp8_act(x.fp8)));
-  ops::grouped_matmul_backward(dy8, x8, w.master, offsets, WeightLayout::nk, dw);
+  ops::grouped_matmul_backward(dy8, x8, w.master, offsets, WeightLayout::nk, dw, dw_beta);
   return dx;
 }
 

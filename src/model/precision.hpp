@@ -54,15 +54,18 @@ GemmInput gemm_input(const Tensor& x, Precision precision);
 
 // y (N,out) = x (N,in) W^T.
 Tensor linear(const GemmInput& x, const GemmWeight& w);
-// y = x W^T  =>  dW (out,in) += dy^T x (dw: an arena view); returns dx (N,in) = dy W.
-Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w, Tensor dw);
+// y = x W^T  =>  dW (out,in) = dy^T x + dw_beta dW (dw: an arena view; dw_beta
+// 1 accumulates, 0 overwrites); returns dx (N,in) = dy W.
+Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w, Tensor dw,
+                       float dw_beta);
 
 // Routed experts on permuted rows: y (R,out) = x_e W_e^T for the rows
 // [offsets[e], offsets[e+1]) of expert e; W (E,out,in), offsets (E+1) i64 (read
 // on the stream). Rows from offsets[E] on give zeros.
 Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& offsets);
-// dW_e += dy_e^T x_e (dw: (E,out,in) arena view); returns dx (R,in) = dy_e W_e.
+// dW_e = dy_e^T x_e + dw_beta dW_e (dw: (E,out,in) arena view); returns dx
+// (R,in) = dy_e W_e.
 Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w,
-                               const Tensor& offsets, Tensor dw);
+                               const Tensor& offsets, Tensor dw, float dw_beta);
 
 }  // namespace coremesh::model::detail

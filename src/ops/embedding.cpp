@@ -45,6 +45,13 @@ Tensor embedding(const Tensor& table, const Tensor& ids) {
 
 // dtable[v,c] = sum_{i: ids[i]=v} dy[i,c]; block b owns columns split_range(C, b, n).
 Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t V) {
+  CM_CHECK(dy.dim() >= 1, "dy must be (..., C) with one row per id", "dy is a scalar");
+  Tensor dtable = Tensor::empty({V, dy.size(-1)});
+  embedding_backward_into(dy, ids, dtable, 0.0f);
+  return dtable;
+}
+
+void embedding_backward_into(const Tensor& dy, const Tensor& ids, Tensor dtable, float beta) {
   detail::check_contiguous(dy, "dy");
   detail::check_dtype(dy, DType::f32, "dy");
   check_ids(ids);
@@ -52,11 +59,15 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t V) {
   CM_CHECK(dy.dim() >= 1 && dy.numel() == N * dy.size(-1), "dy must be (..., C) with one row per id",
            "dy {} does not match {} ids", dy.describe(), N);
   const int64_t C = dy.size(-1);
-  Tensor dtable = Tensor::empty({V, C});
-  if (V * C == 0) return dtable;
+  CM_CHECK(dtable.dim() == 2, "pass dtable as (vocab, C)", "dtable {} is not 2-D", dtable.describe());
+  const int64_t V = dtable.size(0);
+  detail::check_shape(dtable, {V, C}, "dtable");
+  detail::check_contiguous(dtable, "dtable");
+  detail::check_dtype(dtable, DType::f32, "dtable");
+  if (V * C == 0) return;
   detail::Plan plan = detail::plan("embedding_backward", detail::KernelKind::vector,
-                                   {dy.shape(), {V, C}}, {DType::f32, ids.dtype()}, "",
-                                   [&](int max_blocks) {
+                                   {dy.shape(), {V, C}}, {DType::f32, ids.dtype()},
+                                   "", [&](int max_blocks) {
                                      detail::Tiling t;
                                      t.align = 16;  // whole cache lines of columns per block
                                      t.block_dim = static_cast<int>(std::min<int64_t>(
@@ -64,17 +75,20 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t V) {
                                      return t;
                                    });
   detail::launch("embedding_backward", detail::KernelKind::vector, plan,
-                 [dy, ids, dtable, N, V, C](const detail::BlockContext& ctx) {
+                 [dy, ids, dtable, N, V, C, beta](const detail::BlockContext& ctx) {
                    auto [c0, c1] = detail::split_range(C, ctx.block_idx, ctx.block_dim, 16);
                    float* out = dtable.data<float>();
-                   for (int64_t v = 0; v < V; ++v) std::fill(out + v * C + c0, out + v * C + c1, 0.0f);
+                   if (beta != 1.0f) {
+                     for (int64_t v = 0; v < V; ++v)
+                       for (int64_t c = c0; c < c1; ++c)
+                         out[v * C + c] = beta == 0.0f ? 0.0f : beta * out[v * C + c];
+                   }
                    for (int64_t i = 0; i < N; ++i) {
                      const float* g = dy.data<float>() + i * C;
                      float* row = out + id_at(ids, i, V) * C;
                      for (int64_t c = c0; c < c1; ++c) row[c] += g[c];
                    }
                  });
-  return dtable;
 }
 
 }  // namespace coremesh::ops

@@ -15,6 +15,8 @@ namespace {
 
 using detail::ceil_div;
 constexpr int64_t QB = kQuantBlock;
+// Blocks split a unit between them at multiples of this many rows.
+constexpr int64_t kPieceRows = 16;
 
 // G groups over shared or per-group tensors; see the header for layouts.
 struct Problem {
@@ -142,31 +144,34 @@ void run_forward(const Problem& p) {
       float* y = p.ys[0].data<float>();
       std::memset(y + end * N, 0, static_cast<size_t>((p.M - end) * N) * sizeof(float));
     }
-    // Units (group, row tile, column tile), split by cost: groups differ in size.
+    // Units (group, row tile, column tile), split by cost (groups differ in
+    // size), a block's first and last unit possibly in part (by rows).
     struct Unit { int64_t g, r0, m, n0, n; };
     std::vector<Unit> units;
-    std::vector<int64_t> prefix{0};
+    std::vector<int64_t> prefix{0}, rows;
     for (int64_t g = 0; g < p.G; ++g)
       for (int64_t r0 = 0; r0 < spans[static_cast<size_t>(g)].m; r0 += tm)
         for (int64_t n0 = 0; n0 < N; n0 += tn) {
           const Unit u{g, r0, std::min(tm, spans[static_cast<size_t>(g)].m - r0), n0, std::min(tn, N - n0)};
           units.push_back(u);
           prefix.push_back(prefix.back() + u.m * u.n);
+          rows.push_back(u.m);
         }
-    auto [u0, u1] = detail::split_by_cost(prefix, ctx.block_idx, ctx.block_dim);
     std::vector<float> xbuf, wbuf;
     int64_t w_cached = -1;
     const float* w = nullptr;
-    for (int64_t i = u0; i < u1; ++i) {
-      const Unit& u = units[static_cast<size_t>(i)];
+    for (const detail::UnitRows& piece :
+         detail::split_rows_by_cost(prefix, rows, ctx.block_idx, ctx.block_dim, kPieceRows)) {
+      const Unit& u = units[static_cast<size_t>(piece.unit)];
       const Span& s = spans[static_cast<size_t>(u.g)];
+      const int64_t r0 = u.r0 + piece.r0, m = piece.r1 - piece.r0;
       if (w_cached != u.g) w = w_group(p, s, wbuf), w_cached = u.g;
-      const float* x = x_rows(p, s, u.r0, u.m, xbuf);
-      float* y = s.y->data<float>() + (s.yr + u.r0) * N + u.n0;
+      const float* x = x_rows(p, s, r0, m, xbuf);
+      float* y = s.y->data<float>() + (s.yr + r0) * N + u.n0;
       if (p.layout == WeightLayout::nk)
-        detail::sgemm(false, true, u.m, u.n, K, 1.0f, x, K, w + u.n0 * K, K, 0.0f, y, N);
+        detail::sgemm(false, true, m, u.n, K, 1.0f, x, K, w + u.n0 * K, K, 0.0f, y, N);
       else
-        detail::sgemm(false, false, u.m, u.n, K, 1.0f, x, K, w + u.n0, N, 0.0f, y, N);
+        detail::sgemm(false, false, m, u.n, K, 1.0f, x, K, w + u.n0, N, 0.0f, y, N);
     }
   });
 }
@@ -290,7 +295,7 @@ Tensor grouped_matmul_fp8(const QuantizedTensor& x, const QuantizedTensor& w, co
 //                       dw[g] = dy_g^T x_g   (kn: dw[g] = x_g^T dy_g)
 GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
                                            const Tensor& offsets, WeightLayout layout,
-                                           const Tensor& dw_into) {
+                                           const Tensor& dw_into, float dw_beta) {
   for (auto* t : {&dy, &x, &w}) detail::check_dtype(*t, DType::f32, "dy/x/w");
   if (dw_into.defined()) {
     detail::check_contiguous(dw_into, "dw_into");
@@ -307,7 +312,7 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
                             layout == WeightLayout::nk ? WeightLayout::kn : WeightLayout::nk);
   grads.dw = dw_into.defined() ? dw_into : Tensor::empty(w.shape());
   const Tensor dw = grads.dw;
-  const float beta = dw_into.defined() ? 1.0f : 0.0f;
+  const float beta = dw_into.defined() ? dw_beta : 0.0f;
   // dw: one unit per (group, row block of dw); each unit reduces over the group's rows.
   const int64_t R = layout == WeightLayout::nk ? N : K, C = layout == WeightLayout::nk ? K : N;
   detail::Plan plan = detail::plan(
@@ -330,12 +335,16 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
                      CM_CHECK(off[0] == 0 && off[g] <= off[g + 1] && off[G] <= x.size(0),
                               "offsets must start at 0, not decrease and end at most at M",
                               "bad group offsets at group {}", g);
-                   std::vector<int64_t> prefix{0};  // unit u = (group u / nt, row tile u % nt)
-                   for (int64_t u = 0; u < G * nt; ++u)
-                     prefix.push_back(prefix.back() + (off[u / nt + 1] - off[u / nt]) * std::min(tr, R - u % nt * tr));
-                   auto [u0, u1] = detail::split_by_cost(prefix, ctx.block_idx, ctx.block_dim);
-                   for (int64_t u = u0; u < u1; ++u) {
-                     const int64_t g = u / nt, r0 = u % nt * tr, rows = std::min(tr, R - r0);
+                   // unit u = (group u / nt, row tile u % nt of dw), cost ~ group rows
+                   std::vector<int64_t> prefix{0}, tile_rows;
+                   for (int64_t u = 0; u < G * nt; ++u) {
+                     tile_rows.push_back(std::min(tr, R - u % nt * tr));
+                     prefix.push_back(prefix.back() + (off[u / nt + 1] - off[u / nt]) * tile_rows.back());
+                   }
+                   for (const detail::UnitRows& piece : detail::split_rows_by_cost(
+                            prefix, tile_rows, ctx.block_idx, ctx.block_dim, kPieceRows)) {
+                     const int64_t u = piece.unit, g = u / nt, r0 = u % nt * tr + piece.r0;
+                     const int64_t rows = piece.r1 - piece.r0;
                      const int64_t m0 = off[g], m = off[g + 1] - off[g];
                      float* out = dw.data<float>() + g * R * C + r0 * C;
                      const float* xg = x.data<float>() + m0 * K;

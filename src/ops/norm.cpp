@@ -105,7 +105,7 @@ RMSNormFP8Out rmsnorm_fp8(const Tensor& x, const Tensor& w, float eps) {
 // dw: each block sums its rows into partial (block_dim, C); a second kernel
 // adds the partials (deterministic for a given block_dim).
 RMSNormGrads rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                              const Tensor& dx_plus, const Tensor& dw_into) {
+                              const Tensor& dx_plus, const Tensor& dw_into, float dw_beta) {
   check_norm_inputs(x, w);
   detail::check_shape(dy, x.shape(), "dy");
   detail::check_contiguous(dy, "dy");
@@ -147,12 +147,13 @@ RMSNormGrads rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w
                      }
                    });
   Tensor dw = g.dw;
+  const float beta = dw_into.defined() ? dw_beta : 0.0f;
   detail::launch_rows("rmsnorm_backward_dw", detail::KernelKind::vector, {x.shape()}, {DType::f32},
-                      "", C, bd, [partial, dw, bd, C, accumulate = dw_into.defined()](int64_t c0, int64_t c1) {
+                      "", C, bd, [partial, dw, bd, C, beta](int64_t c0, int64_t c1) {
                         const float* p = partial.data<float>();
                         float* out = dw.data<float>();
                         for (int64_t c = c0; c < c1; ++c) {
-                          float s = accumulate ? out[c] : 0.0f;
+                          float s = beta == 0.0f ? 0.0f : beta * out[c];
                           for (int b = 0; b < bd; ++b) s += p[b * C + c];
                           out[c] = s;
                         }

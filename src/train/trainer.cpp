@@ -202,14 +202,13 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   double val = -1;
   for (; step_ < end; ++step_) {
     const double t0 = now_seconds();
-    model_->zero_grad();
     model_->reset_expert_counts();
     double loss = 0, aux = 0;
     for (int m = 0; m < cfg_.grad_accum; ++m) {
       train_loader_->next_batch(x, y);
       loss += model_->forward(x.data(), y.data(), cfg_.batch_size, cfg_.seq_len) / cfg_.grad_accum;
       aux += model_->aux_loss() / cfg_.grad_accum;
-      model_->backward(1.0f / float(cfg_.grad_accum));
+      model_->backward(1.0f / float(cfg_.grad_accum), /*accumulate=*/m > 0);
     }
     CM_CHECK(std::isfinite(loss), "lower the learning rate or enable gradient clipping",
              "loss became {} at step {}", loss, step_ + 1);

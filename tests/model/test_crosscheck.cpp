@@ -6,10 +6,12 @@
 // Error measure per tensor: ||ours - torch||_2 / ||torch||_2.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "coremesh/model/model.hpp"
@@ -76,7 +78,10 @@ void cross_check(const ModelConfig& cfg, const std::string& label) {
   double worst_grad = 0;
   std::string worst_name;
   for (int s = 0; s < run.steps; ++s) {
-    model.zero_grad();
+    // As the trainer: no zero_grad, the first micro-batch overwrites. NaN in
+    // every parameter's gradient shows any gradient it fails to write.
+    for (const auto& p : model.params())
+      std::fill_n(model.grad_data() + p.offset, p.numel, std::numeric_limits<float>::quiet_NaN());
     model.reset_expert_counts();
     double loss = 0;
     for (int m = 0; m < run.micro; ++m) {
@@ -92,7 +97,7 @@ void cross_check(const ModelConfig& cfg, const std::string& label) {
         std::printf("[%s] logits rel err %.2e, ce %.7f vs %.7f, aux %.3e vs %.3e\n", label.c_str(), e, ce,
                     ref.at("ce").item({0}), model.aux_loss(), ref.at("aux").item({0}));
       }
-      model.backward(1.0f / float(run.micro));
+      model.backward(1.0f / float(run.micro), /*accumulate=*/m > 0);
       loss += ce / run.micro;
     }
     losses.push_back(loss);

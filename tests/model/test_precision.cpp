@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "../../src/model/precision.hpp"  // the block GEMMs (private to src/model)
@@ -131,10 +132,10 @@ GemmResult run_gemm(const GemmCase& c, const GemmData& d) {
   GemmResult r{{}, {}, d.dw0.clone()};
   if (c.offsets.empty()) {
     r.y = mp::linear(in, w);
-    r.dx = mp::linear_backward(d.dy, in, w, r.dw);
+    r.dx = mp::linear_backward(d.dy, in, w, r.dw, 1.0f);
   } else {
     r.y = mp::grouped_linear(in, w, d.offsets);
-    r.dx = mp::grouped_linear_backward(d.dy, in, w, d.offsets, r.dw);
+    r.dx = mp::grouped_linear_backward(d.dy, in, w, d.offsets, r.dw, 1.0f);
   }
   runtime::current_stream().synchronize();
   float* dw = r.dw.data<float>();
@@ -286,7 +287,10 @@ void cross_check(ModelConfig cfg, Precision precision, const RunSpec& run, const
   std::vector<double> losses;
   double worst_step = 0;
   for (int s = 0; s < run.steps; ++s) {
-    model.zero_grad();
+    // As the trainer: no zero_grad, the first micro-batch overwrites (NaN
+    // shows any parameter gradient left unwritten).
+    for (const auto& p : model.params())
+      std::fill_n(model.grad_data() + p.offset, p.numel, std::numeric_limits<float>::quiet_NaN());
     model.reset_expert_counts();
     double loss = 0;
     for (int m = 0; m < run.micro; ++m) {
@@ -310,7 +314,7 @@ void cross_check(ModelConfig cfg, Precision precision, const RunSpec& run, const
         expect_le(std::fabs(ce - rce) / rce, tol.ce, label + " ce");
         expect_le(std::fabs(model.aux_loss() - raux) / raux, tol.ce, label + " aux");
       }
-      model.backward(1.0f / float(run.micro));
+      model.backward(1.0f / float(run.micro), /*accumulate=*/m > 0);
       loss += ce / run.micro;
     }
     losses.push_back(loss);

@@ -3,6 +3,8 @@
 #include "coremesh/ops/grouped_gemm.hpp"
 #include "harness.hpp"
 
+#include <limits>
+
 namespace coremesh::ops {
 namespace {
 
@@ -137,6 +139,18 @@ TEST(OpsGroupedGemm, BackwardAccumulatesIntoGivenWeightGradient) {
     EXPECT_EQ(g.dw.raw_data(), acc.raw_data());
     EXPECT_NMSE(acc, expected, 1e-12);
     EXPECT_NMSE(g.dx, ref.dx, 1e-12);
+    // dw_beta 0 only writes (NaN never read; the empty group gets zeros);
+    // other betas scale the old gradient.
+    Tensor fresh = Tensor::full({4, N, K}, std::numeric_limits<float>::quiet_NaN());
+    grouped_matmul_backward(dy, x, w, offsets_of(off), WeightLayout::nk, fresh, 0.0f);
+    Tensor half = before.clone();
+    grouped_matmul_backward(dy, x, w, offsets_of(off), WeightLayout::nk, half, 0.5f);
+    test_stream().synchronize();
+    EXPECT_NMSE(fresh, ref.dw, 1e-12);
+    Tensor want_half = ref.dw.clone();
+    for (int64_t i = 0; i < want_half.numel(); ++i)
+      want_half.data<float>()[i] += 0.5f * before.data<float>()[i];
+    EXPECT_NMSE(half, want_half, 1e-12);
   });
   Tensor wrong = Tensor::zeros({4, K, N});
   EXPECT_THROW(grouped_matmul_backward(dy, x, w, offsets_of(off), WeightLayout::nk, wrong),

@@ -3,6 +3,8 @@
 #include "coremesh/ops/loss.hpp"
 #include "harness.hpp"
 
+#include <limits>
+
 namespace coremesh::ops {
 namespace {
 
@@ -64,7 +66,17 @@ TEST(OpsEmbedding, LookupAndBackward) {
     EXPECT_TRUE(bitwise_equal(out, ref));
     EXPECT_NMSE(d, dref, 1e-12);
     EXPECT_TRUE(bitwise_equal(d32, d));
+    // In place: beta 1 adds onto the table gradient, beta 0 only writes it.
+    Tensor acc = table.clone(), fresh = Tensor::full({V, C}, std::numeric_limits<float>::quiet_NaN());
+    embedding_backward_into(dy, ids, acc, 1.0f);
+    embedding_backward_into(dy, ids, fresh, 0.0f);
+    test_stream().synchronize();
+    Tensor want = dref.clone();
+    for (int64_t i = 0; i < want.numel(); ++i) want.data<float>()[i] += table.data<float>()[i];
+    EXPECT_NMSE(acc, want, 1e-12);
+    EXPECT_NMSE(fresh, dref, 1e-12);
   });
+  EXPECT_THROW(embedding_backward_into(dy, ids, Tensor::zeros({V, C + 1})), InvalidArgument);
   Tensor g;
   run_on_stream([&] { g = embedding_backward(dy, ids, V); });
   EXPECT_LT(grad_check(table, g, [&] {

@@ -4,6 +4,8 @@
 #include "coremesh/ops/norm.hpp"
 #include "harness.hpp"
 
+#include <limits>
+
 namespace coremesh::ops {
 namespace {
 
@@ -53,6 +55,10 @@ TEST(OpsNorm, BackwardAddsIncomingGradientAndAccumulatesDw) {
     EXPECT_EQ(g.dw.raw_data(), dw.raw_data());
     EXPECT_NMSE(g.dx, dx_want, 1e-11);
     EXPECT_NMSE(dw, dw_want, 1e-11);
+    Tensor fresh = Tensor::full({70}, std::numeric_limits<float>::quiet_NaN());  // dw_beta 0: never read
+    rmsnorm_backward(dy, x, w, reference::rmsnorm(x, w).rstd, plus, fresh, 0.0f);
+    test_stream().synchronize();
+    EXPECT_NMSE(fresh, gref.dw, 1e-11);
   });
   EXPECT_THROW(rmsnorm_backward(dy, x, w, reference::rmsnorm(x, w).rstd, Tensor::zeros({23, 7})),
                InvalidArgument);

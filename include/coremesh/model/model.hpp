@@ -83,8 +83,9 @@ class Model {
   void keep_logits(bool keep) { keep_logits_ = keep; }
   const std::vector<float>& logits() const { return logits_copy_; }
   // Adds the gradient of loss_scale * (cross entropy + aux loss) of the last
-  // forward to the gradient arena.
-  void backward(float loss_scale);
+  // forward to the gradient arena, or with accumulate = false writes it there
+  // (the first micro-batch of a step: no zero_grad() needed, nor its memset).
+  void backward(float loss_scale, bool accumulate = true);
   void zero_grad();
 
   // Bytes of the storages the last forward keeps for the backward: the

@@ -11,6 +11,9 @@ Tensor embedding(const Tensor& table, const Tensor& ids);
 // dy (..., C), ids (...) -> dtable (V,C) = sum of dy rows per id. Blocks own
 // column ranges, so the sum is deterministic and needs no atomics.
 Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t vocab);
+// dtable (vocab, C) = d table + beta * dtable, in place (beta 0: dtable is
+// only written, e.g. the first backward into a gradient arena).
+void embedding_backward_into(const Tensor& dy, const Tensor& ids, Tensor dtable, float beta = 1.0f);
 
 namespace reference {
 Tensor embedding(const Tensor& table, const Tensor& ids);

@@ -43,15 +43,16 @@ Tensor grouped_matmul_stacked(const std::vector<Tensor>& xs, const std::vector<T
 
 // Backward of layout B (f32). dy (M,N) -> dx (M,K) (zeros past offsets[G]),
 // dw (G,N,K) [nk] or (G,K,N) [kn] (zeros for empty groups). With `dw_into`
-// (w's shape, e.g. a view into a gradient arena) dw is added into it in the
-// GEMM itself (beta = 1) and returned as grads.dw: no separate accumulation.
+// (w's shape, e.g. a view into a gradient arena) it becomes dw + dw_beta *
+// dw_into in the GEMM itself (dw_beta 0: only written) and is returned as
+// grads.dw: no separate accumulation.
 struct GroupedMatmulGrads {
   Tensor dx, dw;
 };
 GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
                                            const Tensor& offsets,
                                            WeightLayout layout = WeightLayout::nk,
-                                           const Tensor& dw_into = {});
+                                           const Tensor& dw_into = {}, float dw_beta = 1.0f);
 
 // FP8 layout B with DeepSeek-V3 scales: x data (M,K) + scale (M,ceil(K/128)),
 // w data (G,N,K) + scale (G,ceil(N/128),ceil(K/128)) -> y (M,N) f32.

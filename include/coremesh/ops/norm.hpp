@@ -35,12 +35,14 @@ RMSNormFP8Out rmsnorm_fp8(const Tensor& x, const Tensor& w, float eps = 1e-6f);
 // dy (..., C), x, w, rstd from the forward -> dx (..., C), dw (C). For the
 // residual form, the gradient of h is dx plus the gradient flowing into h:
 // pass that as `dx_plus` (x's shape) and dx includes it. With `dw_into` (C,
-// e.g. a gradient-arena view) dw is added into it and returned as g.dw.
+// e.g. a gradient-arena view) it becomes dw + dw_beta * dw_into (dw_beta 0:
+// only written) and is returned as g.dw.
 struct RMSNormGrads {
   Tensor dx, dw;
 };
 RMSNormGrads rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                              const Tensor& dx_plus = {}, const Tensor& dw_into = {});
+                              const Tensor& dx_plus = {}, const Tensor& dw_into = {},
+                              float dw_beta = 1.0f);
 
 namespace reference {
 RMSNormOut rmsnorm(const Tensor& x, const Tensor& w, float eps = 1e-6f);
