@@ -145,6 +145,18 @@ inline void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
+// Block `part`'s GEMM pieces, balanced with the other blocks' through
+// `share` (row_share.hpp); each block runs its own without a share (or
+// without the AVX2 kernel).
+inline void sgemm_pieces(RowShare* share, int part, const GemmShape& shape, std::vector<GemmPiece> pieces) {
+#ifdef COREMESH_HAS_SGEMM_AVX2
+  if (share) return sgemm_avx2_shared(*share, part, shape, std::move(pieces));
+#endif
+  for (const GemmPiece& p : pieces)
+    sgemm(shape.trans_a, shape.trans_b, p.m, shape.n, p.k, 1.0f, p.a, shape.lda, p.b, shape.ldb, shape.beta, p.c,
+          shape.ldc);
+}
+
 // Exact decode table of all 256 f8e4m3 codes.
 const float* f8e4m3_table();
 

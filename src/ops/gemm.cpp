@@ -97,8 +97,15 @@ void matmul_out(const Tensor& a, const Tensor& b, Tensor& c, bool ta, bool tb, f
   if (d.batch * d.m * d.n == 0) return;
   const int64_t gm = ceil_div(d.m, plan.tiling.tile_m), gn = ceil_div(d.n, plan.tiling.tile_n);
   const int64_t sa = a.dim() == 3 ? d.m * d.k : 0, sb = b.dim() == 3 ? d.k * d.n : 0;
+  // One row tile per block: the blocks balance their ends through a
+  // RowShare. Only with f32 operands: another block reads them in place, and
+  // a converted copy would die with its block.
+  std::shared_ptr<detail::RowShare> share;
+  if (d.batch == 1 && gn == 1 && gm > 1 && gm == plan.tiling.block_dim && a.dtype() == DType::f32 &&
+      b.dtype() == DType::f32)
+    share = std::make_shared<detail::RowShare>(static_cast<int>(gm));
   detail::launch("matmul", detail::KernelKind::cube, plan,
-                 [a, b, c, d, ta, tb, beta, gm, gn, sa, sb](const detail::BlockContext& ctx) {
+                 [a, b, c, d, ta, tb, beta, gm, gn, sa, sb, share](const detail::BlockContext& ctx) {
                    auto [u0, u1] = detail::split_range(d.batch * gm * gn, ctx.block_idx, ctx.block_dim);
                    std::vector<float> abuf, bbuf;
                    const int64_t lda = ta ? d.m : d.k, ldb = tb ? d.k : d.n;
@@ -122,7 +129,8 @@ void matmul_out(const Tensor& a, const Tensor& b, Tensor& c, bool ta, bool tb, f
                        bp = f32_elems(b, bt * sb, d.k * d.n, bbuf), b_cached = bt * sb;
                      const float* bq = tb ? bp + c0 * d.k : bp + c0;
                      float* cp = c.data<float>() + bt * d.m * d.n + r0 * d.n + c0;
-                     detail::sgemm(ta, tb, r1 - r0, c1 - c0, d.k, 1.0f, ap, lda, bq, ldb, beta, cp, d.n);
+                     detail::sgemm_pieces(share.get(), static_cast<int>(tile), {ta, tb, c1 - c0, lda, ldb, d.n, beta},
+                                          {{ap, bq, cp, r1 - r0, d.k}});
                    }
                  });
 }

@@ -136,7 +136,13 @@ void run_forward(const Problem& p) {
       });
   if (N == 0) return;
   const int64_t tm = plan.tiling.tile_m, tn = plan.tiling.tile_n;
-  detail::launch("grouped_matmul", detail::KernelKind::cube, plan, [p, tm, tn](const detail::BlockContext& ctx) {
+  // The blocks balance their ends through a RowShare (whole rows only; f32
+  // operands, which another block reads in place).
+  bool in_place = tn == N && plan.tiling.block_dim > 1;
+  for (auto* list : {&p.xs, &p.ws})
+    for (const Tensor& t : *list) in_place = in_place && t.dtype() == DType::f32;
+  auto share = in_place ? std::make_shared<detail::RowShare>(plan.tiling.block_dim) : nullptr;
+  detail::launch("grouped_matmul", detail::KernelKind::cube, plan, [p, tm, tn, share](const detail::BlockContext& ctx) {
     const std::vector<Span> spans = resolve(p);
     const int64_t N = p.N, K = p.K;
     if (ctx.block_idx == 0 && p.offsets.defined()) {  // rows past the last group: zeros
@@ -160,6 +166,9 @@ void run_forward(const Problem& p) {
     std::vector<float> xbuf, wbuf;
     int64_t w_cached = -1;
     const float* w = nullptr;
+    const bool nk = p.layout == WeightLayout::nk;
+    const int64_t ldw = nk ? K : N;
+    std::vector<detail::GemmPiece> shared;
     for (const detail::UnitRows& piece :
          detail::split_rows_by_cost(prefix, rows, ctx.block_idx, ctx.block_dim, kPieceRows)) {
       const Unit& u = units[static_cast<size_t>(piece.unit)];
@@ -167,12 +176,14 @@ void run_forward(const Problem& p) {
       const int64_t r0 = u.r0 + piece.r0, m = piece.r1 - piece.r0;
       if (w_cached != u.g) w = w_group(p, s, wbuf), w_cached = u.g;
       const float* x = x_rows(p, s, r0, m, xbuf);
+      const float* wn = nk ? w + u.n0 * K : w + u.n0;
       float* y = s.y->data<float>() + (s.yr + r0) * N + u.n0;
-      if (p.layout == WeightLayout::nk)
-        detail::sgemm(false, true, m, u.n, K, 1.0f, x, K, w + u.n0 * K, K, 0.0f, y, N);
+      if (share)
+        shared.push_back({x, wn, y, m, K});
       else
-        detail::sgemm(false, false, m, u.n, K, 1.0f, x, K, w + u.n0, N, 0.0f, y, N);
+        detail::sgemm(false, nk, m, u.n, K, 1.0f, x, K, wn, ldw, 0.0f, y, N);
     }
+    if (share) detail::sgemm_pieces(share.get(), ctx.block_idx, {false, nk, N, K, ldw, N, 0.0f}, std::move(shared));
   });
 }
 
@@ -328,8 +339,10 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
       });
   if (G == 0 || R == 0) return grads;
   const int64_t tr = plan.tiling.tile_m, nt = ceil_div(R, tr);
+  // The blocks balance their ends through a RowShare (all operands are f32).
+  auto share = plan.tiling.block_dim > 1 ? std::make_shared<detail::RowShare>(plan.tiling.block_dim) : nullptr;
   detail::launch("grouped_matmul_dw", detail::KernelKind::cube, plan,
-                 [dy, x, dw, offsets, G, N, K, R, C, tr, nt, layout, beta](const detail::BlockContext& ctx) {
+                 [dy, x, dw, offsets, G, N, K, R, C, tr, nt, layout, beta, share](const detail::BlockContext& ctx) {
                    const int64_t* off = offsets.data<int64_t>();
                    for (int64_t g = 0; g < G; ++g)
                      CM_CHECK(off[0] == 0 && off[g] <= off[g + 1] && off[G] <= x.size(0),
@@ -341,6 +354,10 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
                      tile_rows.push_back(std::min(tr, R - u % nt * tr));
                      prefix.push_back(prefix.back() + (off[u / nt + 1] - off[u / nt]) * tile_rows.back());
                    }
+                   // nk: dw[n,k] = sum_m dy[m,n] x[m,k];  kn: dw[k,n] = sum_m x[m,k] dy[m,n]
+                   const bool nk = layout == WeightLayout::nk;
+                   const int64_t lda = nk ? N : K, ldb = nk ? K : N;
+                   std::vector<detail::GemmPiece> pieces;
                    for (const detail::UnitRows& piece : detail::split_rows_by_cost(
                             prefix, tile_rows, ctx.block_idx, ctx.block_dim, kPieceRows)) {
                      const int64_t u = piece.unit, g = u / nt, r0 = u % nt * tr + piece.r0;
@@ -349,11 +366,10 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
                      float* out = dw.data<float>() + g * R * C + r0 * C;
                      const float* xg = x.data<float>() + m0 * K;
                      const float* dyg = dy.data<float>() + m0 * N;
-                     if (layout == WeightLayout::nk)  // dw[n,k] = sum_m dy[m,n] x[m,k]
-                       detail::sgemm(true, false, rows, C, m, 1.0f, dyg + r0, N, xg, K, beta, out, C);
-                     else  // dw[k,n] = sum_m x[m,k] dy[m,n]
-                       detail::sgemm(true, false, rows, C, m, 1.0f, xg + r0, K, dyg, N, beta, out, C);
+                     pieces.push_back({nk ? dyg + r0 : xg + r0, nk ? xg : dyg, out, rows, m});
                    }
+                   detail::sgemm_pieces(share.get(), ctx.block_idx, {true, false, C, lda, ldb, C, beta},
+                                        std::move(pieces));
                  });
   return grads;
 }

@@ -33,6 +33,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -293,9 +294,23 @@ struct Gemm {
     return trans_b ? b + j * ldb + p : b + p * ldb + j;
   }
 
-  void run() const;
+  // Rows per MC block: equal blocks, a multiple of 6 rows, rather than a
+  // thin remainder block.
+  int64_t block_rows() const { return m > 0 ? round_up(ceil_div(m, ceil_div(m, kMc)), kMr) : kMr; }
+  // The last KC step of the last NC panel, which RowShare splits into items
+  // (row block, sliver).
+  int64_t last_pc() const { return (k - 1) / kKc * kKc; }
+  int64_t last_jc() const { return (n - 1) / kNc * kNc; }
+  int64_t last_slivers() const { return ceil_div(n - last_jc(), kNr); }
+  int64_t items() const { return m > 0 && n > 0 && k > 0 ? ceil_div(m, block_rows()) * last_slivers() : 0; }
+
+  // All steps, or all but the last one (left to items).
+  void run(bool last_step = true) const;
   void block(int64_t ic, int64_t mc, int64_t mc_next, int64_t pc, int64_t kc, int64_t jc,
              int64_t nc, bool pack_b, float* bpack, float* apack) const;
+  void micro_tiles(int64_t ic, int64_t mc, int64_t pc, int64_t kc, int64_t jc, int64_t jr, int64_t nr,
+                   const float* bp, const float* apack, float beta_now, RegionPrefetcher& next_a,
+                   RegionPrefetcher& next_b) const;
   void scale_c() const;
 };
 
@@ -315,28 +330,36 @@ void Gemm::block(int64_t ic, int64_t mc, int64_t mc_next, int64_t pc, int64_t kc
       pack_b_sliver(kc, nr, b_at(pc, jc + jr), ldb, trans_b, bp);
       next_b = b_prefetcher(pc, kc, jc + jr + kNr, std::min(kNr, nc - jr - kNr), tiles);
     }
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t ir = t * kMr, mr = std::min(kMr, mc - ir);
-      next_a.step();
-      next_b.step();
-      float* ct = c + (ic + ir) * ldc + jc + jr;
-      const float* r[kMr];
-      if (trans_a) {
-        const float* sl = apack + ir * kc;
-        for (int64_t i = 0; i < kMr; ++i) r[i] = sl + i;
-        if (mr == kMr && nr == kNr) {
-          kernel_6x16<kMr>(kc, r[0], r[1], r[2], r[3], r[4], r[5], bp, ct, ldc, beta_now);
-        } else {
-          edge_tile<kMr>(mr, nr, kc, r, bp, ct, ldc, beta_now);
-        }
+    micro_tiles(ic, mc, pc, kc, jc, jr, nr, bp, apack, beta_now, next_a, next_b);
+  }
+}
+
+// Rows [ic, ic+mc) x columns [jc+jr, jc+jr+nr) of C for the KC step at pc, from
+// a packed B sliver (and A block, if transposed).
+void Gemm::micro_tiles(int64_t ic, int64_t mc, int64_t pc, int64_t kc, int64_t jc, int64_t jr, int64_t nr,
+                       const float* bp, const float* apack, float beta_now, RegionPrefetcher& next_a,
+                       RegionPrefetcher& next_b) const {
+  for (int64_t ir = 0; ir < mc; ir += kMr) {
+    const int64_t mr = std::min(kMr, mc - ir);
+    next_a.step();
+    next_b.step();
+    float* ct = c + (ic + ir) * ldc + jc + jr;
+    const float* r[kMr];
+    if (trans_a) {
+      const float* sl = apack + ir * kc;
+      for (int64_t i = 0; i < kMr; ++i) r[i] = sl + i;
+      if (mr == kMr && nr == kNr) {
+        kernel_6x16<kMr>(kc, r[0], r[1], r[2], r[3], r[4], r[5], bp, ct, ldc, beta_now);
       } else {
-        const float* rows = a + (ic + ir) * lda + pc;
-        for (int64_t i = 0; i < kMr; ++i) r[i] = rows + std::min(i, mr - 1) * lda;
-        if (mr == kMr && nr == kNr) {
-          kernel_6x16<1>(kc, r[0], r[1], r[2], r[3], r[4], r[5], bp, ct, ldc, beta_now);
-        } else {
-          edge_tile<1>(mr, nr, kc, r, bp, ct, ldc, beta_now);
-        }
+        edge_tile<kMr>(mr, nr, kc, r, bp, ct, ldc, beta_now);
+      }
+    } else {
+      const float* rows = a + (ic + ir) * lda + pc;
+      for (int64_t i = 0; i < kMr; ++i) r[i] = rows + std::min(i, mr - 1) * lda;
+      if (mr == kMr && nr == kNr) {
+        kernel_6x16<1>(kc, r[0], r[1], r[2], r[3], r[4], r[5], bp, ct, ldc, beta_now);
+      } else {
+        edge_tile<1>(mr, nr, kc, r, bp, ct, ldc, beta_now);
       }
     }
   }
@@ -349,16 +372,13 @@ void Gemm::scale_c() const {
   }
 }
 
-void Gemm::run() const {
+void Gemm::run(bool last_step) const {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     if (beta != 1.0f) scale_c();
     return;
   }
-  // Split M into equal blocks (a multiple of 6 rows) rather than leaving a
-  // thin remainder block.
-  const int64_t mblocks = ceil_div(m, kMc);
-  const int64_t mc_even = round_up(ceil_div(m, mblocks), kMr);
+  const int64_t mc_even = block_rows();
   static thread_local Scratch bscratch, ascratch;
   float* bpack = bscratch.get(kKc * round_up(std::min(n, kNc), kNr));
   float* apack = trans_a ? ascratch.get(kKc * mc_even) : nullptr;
@@ -367,6 +387,7 @@ void Gemm::run() const {
     const int64_t nc = std::min(kNc, n - jc);
     for (int64_t pc = 0; pc < k; pc += kKc) {
       const int64_t kc = std::min(kKc, k - pc);
+      if (!last_step && jc == last_jc() && pc == last_pc()) return;
       for (int64_t ic = 0; ic < m; ic += mc_even) {
         const int64_t mc = std::min(mc_even, m - ic);
         const int64_t mc_next = std::min(mc_even, m - ic - mc);
@@ -376,11 +397,94 @@ void Gemm::run() const {
   }
 }
 
+// Runs items of pieces' last steps on this thread, keeping the packed B
+// slivers and A block between items of the same piece.
+class ItemRunner {
+ public:
+  ItemRunner(int64_t n, bool trans_a) {
+    static thread_local Scratch bscratch, ascratch;  // apart from Gemm::run's
+    bpack_ = bscratch.get(kKc * round_up(std::min(n, kNc), kNr));
+    apack_ = trans_a ? ascratch.get(kKc * kMc) : nullptr;
+  }
+
+  // Item `item` of g; `own`: g's items come in order, so the next A block is
+  // worth prefetching.
+  void run(const Gemm& g, int64_t item, bool own) {
+    const int64_t pc = g.last_pc(), kc = g.k - pc, jc = g.last_jc(), nc = g.n - jc;
+    const int64_t slivers = ceil_div(nc, kNr), mc_even = g.block_rows();
+    const int64_t blk = item / slivers, s = item % slivers, ic = blk * mc_even, mc = std::min(mc_even, g.m - ic);
+    const float* src = g.trans_a ? g.a + pc * g.lda + ic : g.a + ic * g.lda + pc;
+    if (src != a_src_ || mc != a_mc_ || kc != a_kc_) {  // a new row block
+      a_src_ = src, a_mc_ = mc, a_kc_ = kc;
+      if (g.trans_a) pack_a_block_trans(mc, kc, src, g.lda, apack_);
+      next_a_ = own ? g.a_prefetcher(ic + mc, std::min(mc_even, g.m - ic - mc), pc, kc,
+                                     (slivers - s) * ceil_div(mc, kMr))
+                    : RegionPrefetcher{};
+    }
+    if (g.b != b_ || g.k != b_k_) packed_.fill(false), b_ = g.b, b_k_ = g.k;
+    const int64_t jr = s * kNr, nr = std::min(kNr, nc - jr);
+    float* bp = bpack_ + jr * kc;
+    RegionPrefetcher next_b;
+    if (!packed_[static_cast<size_t>(s)]) {
+      pack_b_sliver(kc, nr, g.b_at(pc, jc + jr), g.ldb, g.trans_b, bp);
+      packed_[static_cast<size_t>(s)] = true;
+      if (s + 1 < slivers && !packed_[static_cast<size_t>(s + 1)])
+        next_b = g.b_prefetcher(pc, kc, jc + jr + kNr, std::min(kNr, nc - jr - kNr), ceil_div(mc, kMr));
+    }
+    g.micro_tiles(ic, mc, pc, kc, jc, jr, nr, bp, apack_, pc == 0 ? g.beta : 1.0f, next_a_, next_b);
+  }
+
+ private:
+  float *bpack_, *apack_;
+  std::array<bool, kNc / kNr> packed_{};  // slivers of (b_, b_k_)'s last step in bpack_
+  const float* b_ = nullptr;
+  int64_t b_k_ = -1;
+  const float* a_src_ = nullptr;  // the row block in apack_ (or being prefetched)
+  int64_t a_mc_ = -1, a_kc_ = -1;
+  RegionPrefetcher next_a_;
+};
+
+Gemm gemm_of(const GemmShape& s, const GemmPiece& p) {
+  return Gemm{s.trans_a, s.trans_b, p.m, s.n, p.k, p.a, s.lda, p.b, s.ldb, s.beta, p.c, s.ldc};
+}
+
 }  // namespace
 
 void sgemm_avx2(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   Gemm{trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc}.run();
+}
+
+void sgemm_avx2_shared(RowShare& share, int part, const GemmShape& shape, std::vector<GemmPiece> pieces) {
+  if (shape.n <= 0) return;
+  ItemRunner runner(shape.n, shape.trans_a);
+  bool shareable = !pieces.empty() && static_cast<int64_t>(pieces.size()) <= RowShare::kMaxPieces;
+  for (const GemmPiece& p : pieces) shareable = shareable && gemm_of(shape, p).items() <= RowShare::kMaxItems;
+  if (!shareable) {  // nothing, or too much to describe: run it alone
+    for (const GemmPiece& p : pieces) gemm_of(shape, p).run();
+  } else {
+    share.publish(part, std::move(pieces));
+    for (int64_t i = 0; i >= 0; i = share.advance(part)) {
+      const Gemm g = gemm_of(shape, share.piece(part, i));
+      g.run(/*last_step=*/false);
+      share.open(part, g.items());
+      for (int64_t item; (item = share.take_front(part)) >= 0;) runner.run(g, item, true);
+    }
+  }
+  // Then the others' pieces and items, until a pass finds none.
+  for (bool took = true; took;) {
+    took = false;
+    for (int q = 1; q < share.parts(); ++q) {
+      const int p = (part + q) % share.parts();
+      for (RowShare::Take t; (t = share.take_back(p)).piece >= 0; took = true) {
+        const Gemm g = gemm_of(shape, share.piece(p, t.piece));
+        if (t.item < 0)
+          g.run();
+        else
+          runner.run(g, t.item, false);
+      }
+    }
+  }
 }
 
 }  // namespace coremesh::ops::detail

@@ -4,8 +4,18 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "row_share.hpp"
 
 namespace coremesh::ops::detail {
+
+// What the pieces of a shared launch (row_share.hpp) have in common.
+struct GemmShape {
+  bool trans_a = false, trans_b = false;
+  int64_t n = 0, lda = 0, ldb = 0, ldc = 0;
+  float beta = 0.0f;
+};
 
 #if defined(__AVX2__) && defined(__FMA__)
 #define COREMESH_HAS_SGEMM_AVX2 1
@@ -16,6 +26,12 @@ namespace coremesh::ops::detail {
 // never read (NaNs in it do not propagate).
 void sgemm_avx2(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// Runs part `part`'s pieces through `share` (row_share.hpp), then helps the
+// other parts until nothing is left to take. Every micro-tile is computed
+// exactly as sgemm_avx2 computes it on its piece, so C is bit-identical
+// whichever core runs it.
+void sgemm_avx2_shared(RowShare& share, int part, const GemmShape& shape, std::vector<GemmPiece> pieces);
 
 #endif
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #ifdef COREMESH_HAS_SGEMM_AVX2
@@ -127,6 +128,69 @@ TEST(OpsSgemmAvx2, OtherBetaAndEmptyK) {
   check({false, true, 9, 20, 0, 0.0f, 1});   // k == 0: C = 0
   check({false, true, 9, 20, 0, 1.0f, 1});   // k == 0, beta 1: C unchanged
   check({false, true, 9, 20, 0, 3.0f, 1});   // k == 0: C scaled
+}
+
+// Blocks running their GEMM pieces concurrently through a RowShare give, bit
+// for bit, what each piece gives alone; and they do take each other's work
+// (in at least one of up to 200 rounds: in a round where the threads happen
+// to run one after the other nobody takes anything). parts[p] lists block
+// p's pieces (m, k); same_b: every piece has the same B (and K).
+struct PieceSize {
+  int64_t m, k;
+};
+void check_shared(bool ta, bool tb, int64_t n, float beta, const std::vector<std::vector<PieceSize>>& parts,
+                  bool same_b = false) {
+  SCOPED_TRACE(::testing::Message() << "ta=" << ta << " tb=" << tb << " n=" << n << " beta=" << beta
+                                    << " parts=" << parts.size() << " same_b=" << same_b);
+  int64_t m_all = 0, k_max = 1;
+  for (const auto& list : parts)
+    for (const PieceSize& p : list) m_all += p.m, k_max = std::max(k_max, p.k);
+  const GemmShape shape{ta, tb, n, (ta ? m_all : k_max) + 3, (tb ? k_max : n) + 1, n + 2, beta};
+  const std::vector<float> a = random_matrix(ta ? k_max : m_all, shape.lda, 1);
+  std::vector<std::vector<float>> bs;
+  const std::vector<float> c0 = random_matrix(m_all, shape.ldc, 3);
+  std::vector<float> c = c0, want = c0;
+  // Piece lists pointing into c; the expected result computed piece by piece into want.
+  std::vector<std::vector<GemmPiece>> lists(parts.size());
+  int64_t row = 0;
+  for (size_t p = 0; p < parts.size(); ++p)
+    for (const PieceSize& ps : parts[p]) {
+      if (bs.empty() || !same_b) bs.push_back(random_matrix(tb ? n : ps.k, shape.ldb, 10 + bs.size()));
+      const float* ap = a.data() + (ta ? row : row * shape.lda);
+      lists[p].push_back({ap, bs.back().data(), c.data() + row * shape.ldc, ps.m, ps.k});
+      sgemm_avx2(ta, tb, ps.m, n, ps.k, ap, shape.lda, bs.back().data(), shape.ldb, beta,
+                 want.data() + row * shape.ldc, shape.ldc);
+      row += ps.m;
+    }
+  int stealing_rounds = 0;
+  for (int round = 0; round < 200 && stealing_rounds == 0; ++round) {
+    c = c0;
+    RowShare share(static_cast<int>(parts.size()));
+    std::vector<std::thread> threads;
+    for (size_t p = 0; p < parts.size(); ++p)  // the small parts, listed last, start last
+      threads.emplace_back([&, p] { sgemm_avx2_shared(share, static_cast<int>(p), shape, lists[p]); });
+    for (std::thread& t : threads) t.join();
+    ASSERT_EQ(c, want) << "round " << round;
+    stealing_rounds += share.stolen() > 0;
+  }
+  EXPECT_GT(stealing_rounds, 0);
+}
+
+TEST(OpsSgemmAvx2, SharedRowsAreBitIdenticalAndBalance) {
+  // Row ranges of one GEMM (a dense matmul over 2 or 3 cores).
+  check_shared(false, true, 768, 0.0f, {{{600, 256}}, {{6, 256}}}, true);                    // one K step
+  check_shared(false, false, 256, 1.0f, {{{300, 700}}, {{301, 700}}}, true);                 // several K steps
+  check_shared(true, false, 256, 0.0f, {{{256, 1024}}, {{250, 1024}}, {{5, 1024}}}, true);   // transposed A
+  check_shared(true, true, 3000, 0.5f, {{{97, 40}}, {{60, 40}}}, true);                      // two B panels
+  check_shared(false, true, 256, 0.0f, {{{200, 256}}, {}}, true);                            // nothing of its own
+}
+
+TEST(OpsSgemmAvx2, SharedPiecesWithOwnOperands) {
+  // Grouped GEMM: pieces with their own A, B and K; thieves take whole
+  // pieces and items, packing the others' B.
+  check_shared(false, true, 768, 0.0f, {{{250, 256}, {40, 256}, {130, 256}, {90, 256}}, {{60, 256}}});
+  check_shared(true, false, 256, 1.0f, {{{128, 300}, {64, 0}, {128, 280}}, {{128, 280}, {0, 100}}});
+  check_shared(false, false, 384, 0.0f, {{{100, 384}, {100, 384}}, {{100, 384}, {100, 384}}, {{30, 384}}});
 }
 
 }  // namespace
