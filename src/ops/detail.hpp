@@ -148,7 +148,8 @@ inline void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
 // Block `part`'s GEMM pieces, balanced with the other blocks' through
 // `share` (row_share.hpp); each block runs its own without a share (or
 // without the AVX2 kernel).
-inline void sgemm_pieces(RowShare* share, int part, const GemmShape& shape, std::vector<GemmPiece> pieces) {
+inline void sgemm_pieces([[maybe_unused]] RowShare* share, [[maybe_unused]] int part, const GemmShape& shape,
+                         std::vector<GemmPiece> pieces) {
 #ifdef COREMESH_HAS_SGEMM_AVX2
   if (share) return sgemm_avx2_shared(*share, part, shape, std::move(pieces));
 #endif
