@@ -16,6 +16,10 @@ namespace {
 
 std::atomic<int> g_next_device_id{0};
 
+// Set while a worker of this device completes a kernel: it claims a block
+// right after (see Device::Impl::submit).
+thread_local const Device::Impl* t_completing_on = nullptr;
+
 std::vector<int> affinity_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -179,8 +183,13 @@ std::shared_ptr<StreamImpl> Device::Impl::make_stream(int priority) {
   return s;
 }
 
+// Wakes only the sleepers that will find a block: a worker submitting (from
+// its finished kernel's completion) claims a block itself right after, so it
+// wakes none for a 1-block kernel. Waking one anyway costs the submitter a
+// futex call per kernel and lets the woken worker take the kernel to a core
+// whose caches hold none of its inputs.
 void Device::Impl::submit(std::shared_ptr<KernelRun> run) {
-  const int blocks = run->info.block_dim;
+  int wake = 0;
   {
     std::lock_guard lock(ready_mutex);
     // Higher priority first; FIFO among equal priorities.
@@ -190,9 +199,12 @@ void Device::Impl::submit(std::shared_ptr<KernelRun> run) {
     ready.insert(pos, std::move(run));
     ready_count.fetch_add(1, std::memory_order_release);
     if (sleepers == 0) return;
+    int unclaimed = 0;
+    for (const auto& r : ready) unclaimed += r->info.block_dim - r->next_block;
+    wake = std::min(sleepers, unclaimed - (t_completing_on == this ? 1 : 0));
   }
-  if (blocks == 1) ready_cv.notify_one();
-  else ready_cv.notify_all();
+  if (wake == 1) ready_cv.notify_one();
+  else if (wake > 1) ready_cv.notify_all();
 }
 
 void Device::Impl::worker_loop(int core) {
@@ -268,7 +280,9 @@ void Device::Impl::run_block(KernelRun& run, int block, int core) {
     }
   }
   auto stream = std::move(run.stream);  // `run` may be freed once the stream moves on
+  t_completing_on = this;
   stream->item_done(error);
+  t_completing_on = nullptr;
 }
 
 void Device::Impl::shutdown() {

@@ -202,5 +202,51 @@ TEST(Stream, ManyStreamsManyKernelsFromSeveralThreads) {
   EXPECT_EQ(sum.load(), 3 * expected);
 }
 
+// A 1-block kernel queued behind another is submitted by the worker that
+// completes the first, which runs it next: waking an idle worker for it would
+// only cost a futex call and move the kernel away from the core whose caches
+// hold its inputs.
+TEST(Stream, ChainOfOneBlockKernelsStaysOnTheCompletingCore) {
+  Device device(two_cores());
+  Stream s(device);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // both workers asleep
+  // The chain waits behind a gate until it is all queued: otherwise the
+  // worker may drain the queue and the host submit the next link itself.
+  std::atomic<bool> queued{false};
+  s.launch({"gate", KernelKind::vector, 1, 0}, [&queued](const BlockContext&) {
+    while (!queued.load()) std::this_thread::yield();
+  });
+  constexpr int kKernels = 300;
+  std::vector<int> core(kKernels, -1);
+  for (int i = 0; i < kKernels; ++i)
+    s.launch({"link", KernelKind::vector, 1, 0}, [&core, i](const BlockContext& ctx) { core[i] = ctx.core_id; });
+  queued = true;
+  s.synchronize();
+  for (int i = 1; i < kKernels; ++i) ASSERT_EQ(core[i], core[0]) << "kernel " << i << " moved to another core";
+}
+
+// ...but the other blocks of a wider kernel still wake idle workers: both
+// blocks of each 2-block kernel must run at the same time (each waits for the
+// other), between 1-block kernels that leave the second worker asleep.
+TEST(Stream, WiderKernelsQueuedBehindOthersWakeIdleWorkers) {
+  Device device(two_cores());
+  Stream s(device);
+  std::atomic<int> arrived{0}, lonely{0};
+  for (int i = 0; i < 10; ++i) {
+    launch_busy(s, "narrow", 0.2);
+    s.launch({"pair", KernelKind::vector, 2, 0}, [&, i](const BlockContext&) {
+      arrived++;
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      while (arrived.load() < 2 * (i + 1))
+        if (std::chrono::steady_clock::now() > give_up) {
+          lonely++;
+          return;
+        }
+    });
+  }
+  s.synchronize();
+  EXPECT_EQ(lonely.load(), 0) << "a block waited alone: its kernel's second block found no awake worker";
+}
+
 }  // namespace
 }  // namespace coremesh::runtime
