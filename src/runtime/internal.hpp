@@ -125,11 +125,18 @@ struct Device::Impl {
   std::atomic<int> vector_limit{0};
   int spin_us = 50;
 
+  // A worker's sleep: submit() wakes chosen workers, not any of them.
+  struct Sleep {
+    int cpu = -1;  // pinned CPU, -1 if not pinned
+    std::condition_variable cv;
+    bool asleep = false;  // guarded by ready_mutex
+  };
+
   std::mutex ready_mutex;
-  std::condition_variable ready_cv;
   std::deque<std::shared_ptr<KernelRun>> ready;  // kernels with unclaimed blocks
   std::atomic<int> ready_count{0};
-  int sleepers = 0;
+  std::vector<std::unique_ptr<Sleep>> sleeps;  // one per worker, made before they start
+  int sleepers = 0;                            // workers asleep; guarded by ready_mutex
   bool stopping = false;
   std::vector<std::thread> workers;
 

@@ -4,6 +4,8 @@
 #include <mutex>
 #include <thread>
 
+#include <sched.h>
+
 #include "coremesh/core/error.hpp"
 #include "helpers.hpp"
 
@@ -246,6 +248,31 @@ TEST(Stream, WiderKernelsQueuedBehindOthersWakeIdleWorkers) {
   }
   s.synchronize();
   EXPECT_EQ(lonely.load(), 0) << "a block waited alone: its kernel's second block found no awake worker";
+}
+
+// A host thread submitting to sleeping workers wakes one that is not pinned
+// to its own CPU: that one would wait for the host to leave the core.
+TEST(Stream, HostSubmitWakesAWorkerOffItsOwnCpu) {
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &saved)) cpus.push_back(c);
+  if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs to pin 2 workers";
+  Device device({.cores = 2});
+  Stream s(device);
+  for (int host_cpu : {0, 1, 0, 1, 1, 0}) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[host_cpu], &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // both workers asleep
+    int core = -1;
+    s.launch({"probe", KernelKind::vector, 1, 0}, [&core](const BlockContext& ctx) { core = ctx.core_id; });
+    s.synchronize();
+    EXPECT_EQ(core, 1 - host_cpu) << "the worker pinned to the host's CPU " << cpus[host_cpu] << " ran the kernel";
+  }
+  sched_setaffinity(0, sizeof(saved), &saved);
 }
 
 }  // namespace
