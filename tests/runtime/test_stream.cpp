@@ -204,12 +204,13 @@ TEST(Stream, ManyStreamsManyKernelsFromSeveralThreads) {
   EXPECT_EQ(sum.load(), 3 * expected);
 }
 
-// A 1-block kernel queued behind another is submitted by the worker that
-// completes the first, which runs it next: waking an idle worker for it would
-// only cost a futex call and move the kernel away from the core whose caches
-// hold its inputs.
+// Under a device core limit of 1, a kernel queued behind another is
+// submitted by the worker that completes the first, which runs it next:
+// waking an idle worker for it would only cost a futex call and move the
+// kernel away from the core whose caches hold its inputs.
 TEST(Stream, ChainOfOneBlockKernelsStaysOnTheCompletingCore) {
   Device device(two_cores());
+  device.set_limit(1, 1);
   Stream s(device);
   std::this_thread::sleep_for(std::chrono::milliseconds(5));  // both workers asleep
   // The chain waits behind a gate until it is all queued: otherwise the
