@@ -1,7 +1,9 @@
 // Streams: ordering, asynchrony, errors, watchdog.
 #include <atomic>
+#include <cstdlib>
 #include <latch>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include <sched.h>
@@ -260,6 +262,8 @@ TEST(Stream, HostSubmitWakesAWorkerOffItsOwnCpu) {
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &saved)) cpus.push_back(c);
   if (cpus.size() < 2) GTEST_SKIP() << "needs 2 CPUs to pin 2 workers";
+  if (const char* pin = std::getenv("COREMESH_PIN"); pin && std::string(pin) == "0")
+    GTEST_SKIP() << "workers are not pinned (COREMESH_PIN=0)";
   Device device({.cores = 2});
   Stream s(device);
   for (int host_cpu : {0, 1, 0, 1, 1, 0}) {
