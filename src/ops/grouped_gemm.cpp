@@ -308,11 +308,7 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
                                            const Tensor& offsets, WeightLayout layout,
                                            const Tensor& dw_into, float dw_beta) {
   for (auto* t : {&dy, &x, &w}) detail::check_dtype(*t, DType::f32, "dy/x/w");
-  if (dw_into.defined()) {
-    detail::check_contiguous(dw_into, "dw_into");
-    detail::check_dtype(dw_into, DType::f32, "dw_into");
-    detail::check_shape(dw_into, w.shape(), "dw_into");
-  }
+  if (dw_into.defined()) detail::check_shape(dw_into, w.shape(), "dw_into");
   auto [N, K] = weight_nk(w, layout);
   const int64_t G = w.size(0), M = x.size(0);
   detail::check_shape(dy, {M, N}, "dy");
@@ -322,12 +318,25 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
   grads.dx = grouped_matmul(dy, w_as, offsets,
                             layout == WeightLayout::nk ? WeightLayout::kn : WeightLayout::nk);
   grads.dw = dw_into.defined() ? dw_into : Tensor::empty(w.shape());
-  const Tensor dw = grads.dw;
-  const float beta = dw_into.defined() ? dw_beta : 0.0f;
+  grouped_matmul_dw(dy, x, offsets, grads.dw, layout, dw_into.defined() ? dw_beta : 0.0f);
+  return grads;
+}
+
+void grouped_matmul_dw(const Tensor& dy, const Tensor& x, const Tensor& offsets, const Tensor& dw,
+                       WeightLayout layout, float beta) {
+  for (auto* t : {&dy, &x}) detail::check_dtype(*t, DType::f32, "dy/x");
+  detail::check_contiguous(dw, "dw");
+  detail::check_dtype(dw, DType::f32, "dw");
+  CM_CHECK(dw.dim() == 3 && dy.dim() == 2 && x.dim() == 2 && dy.size(0) == x.size(0),
+           "pass dy (M,N), x (M,K) and dw (G,N,K) [nk] or (G,K,N) [kn]",
+           "dy {} x {} dw {}", dy.describe(), x.describe(), dw.describe());
+  const int64_t G = dw.size(0), N = dy.size(1), K = x.size(1);
+  detail::check_shape(dw, layout == WeightLayout::nk ? Shape{G, N, K} : Shape{G, K, N}, "dw");
+  check_offsets(offsets, G);
   // dw: one unit per (group, row block of dw); each unit reduces over the group's rows.
   const int64_t R = layout == WeightLayout::nk ? N : K, C = layout == WeightLayout::nk ? K : N;
   detail::Plan plan = detail::plan(
-      "grouped_matmul_dw", detail::KernelKind::cube, {x.shape(), w.shape()}, {DType::f32},
+      "grouped_matmul_dw", detail::KernelKind::cube, {x.shape(), dw.shape()}, {DType::f32},
       fmt::format("layout={}", static_cast<int>(layout)), [&](int max_blocks) {
         detail::Tiling t;
         // ~8 units per block (split by cost: groups differ in rows), tiles of >= 64 rows.
@@ -337,7 +346,7 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
         t.block_dim = static_cast<int>(std::min<int64_t>(max_blocks, std::max<int64_t>(1, G * ceil_div(R, t.tile_m))));
         return t;
       });
-  if (G == 0 || R == 0) return grads;
+  if (G == 0 || R == 0) return;
   const int64_t tr = plan.tiling.tile_m, nt = ceil_div(R, tr);
   // The blocks balance their ends through a RowShare (all operands are f32).
   auto share = plan.tiling.block_dim > 1 ? std::make_shared<detail::RowShare>(plan.tiling.block_dim) : nullptr;
@@ -371,7 +380,6 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
                    detail::sgemm_pieces(share.get(), ctx.block_idx, {true, false, C, lda, ldb, C, beta},
                                         std::move(pieces));
                  });
-  return grads;
 }
 
 }  // namespace coremesh::ops

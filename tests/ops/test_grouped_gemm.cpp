@@ -157,6 +157,26 @@ TEST(OpsGroupedGemm, BackwardAccumulatesIntoGivenWeightGradient) {
                InvalidArgument);
 }
 
+// The weight-gradient half alone: the same bits as the fused backward's dw.
+TEST(OpsGroupedGemm, WeightGradientAloneMatchesTheFusedBackward) {
+  const std::vector<int64_t> off{0, 5, 5, 12, 19};
+  const int64_t M = 21, K = 9, N = 11;
+  for (WeightLayout layout : {WeightLayout::nk, WeightLayout::kn}) {
+    Tensor x = randn({M, K}, 16), dy = randn({M, N}, 17);
+    Tensor w = layout == WeightLayout::nk ? randn({4, N, K}, 18) : randn({4, K, N}, 18);
+    const Tensor before = randn(w.shape(), 19);
+    for_each_limit([&](const LimitCase&) {
+      Tensor fused = before.clone(), alone = before.clone();
+      grouped_matmul_backward(dy, x, w, offsets_of(off), layout, fused, 1.0f);
+      grouped_matmul_dw(dy, x, offsets_of(off), alone, layout, 1.0f);
+      test_stream().synchronize();
+      EXPECT_TRUE(bitwise_equal(alone, fused));
+    });
+  }
+  Tensor bad = Tensor::zeros({4, K, N});
+  EXPECT_THROW(grouped_matmul_dw(randn({M, N}, 1), randn({M, K}, 2), offsets_of(off), bad), InvalidArgument);
+}
+
 TEST(OpsGroupedGemm, RejectsBadOffsets) {
   Tensor x = randn({4, 3}, 1), w = randn({2, 5, 3}, 2);
   EXPECT_THROW(grouped_matmul(x, w, offsets_of({0, 2})), InvalidArgument);  // wrong length

@@ -114,6 +114,43 @@ TEST(OpsMoE, CountsBiasUpdateAndAuxLoss) {
             }), 1e-2);
 }
 
+// DeepSeek-V3's sequence-wise balance loss (per sequence, affinities
+// normalized per token) against the formula, its gradient by finite
+// differences, and the load statistics kept on the stream.
+TEST(OpsMoE, SequenceBalanceLossAndLoad) {
+  const int64_t B = 3, T = 17, E = 6, k = 2;
+  Tensor scores = uniform({B * T, E}, 21, 0.05f, 1.0f);  // sigmoid-like, not normalized
+  Routing r = reference::topk_route(scores, {}, {int(k), 1, 1, false, 1.0f});
+  Routing kept = reference::apply_capacity(r, E, 9, DropPolicy::position);
+  const Tensor ref = reference::sequence_balance_loss(scores, r.indices, B, 0.03f);
+  const Tensor ref_d = reference::sequence_balance_loss_backward(scores, r.indices, B, 0.03f, 0.5f);
+  std::vector<int64_t> want(E + 1, 0);
+  for (int64_t i = 0; i < B * T * k; ++i) {
+    ++want[size_t(r.indices.data<int32_t>()[i])];
+    want[E] += kept.indices.data<int32_t>()[i] < 0;
+  }
+  EXPECT_GT(want[E], 0) << "the capacity should drop some assignments";
+  for_each_limit([&](const LimitCase&) {
+    Tensor loss = sequence_balance_loss(scores, r.indices, B, 0.03f);
+    Tensor d = sequence_balance_loss_backward(scores, r.indices, B, 0.03f, 0.5f);
+    Tensor load = Tensor::zeros({E + 1}, DType::i64);
+    accumulate_expert_load(r.indices, kept.indices, load);
+    accumulate_expert_load(r.indices, kept.indices, load);  // adds: two micro-batches
+    test_stream().synchronize();
+    EXPECT_NMSE(loss, ref, 1e-12);
+    EXPECT_NMSE(d, ref_d, 1e-12);
+    for (int64_t e = 0; e <= E; ++e) EXPECT_EQ(load.data<int64_t>()[e], 2 * want[size_t(e)]) << e;
+  });
+  Tensor d;
+  run_on_stream([&] { d = sequence_balance_loss_backward(scores, r.indices, B, 0.03f, 1.0f); });
+  EXPECT_LT(grad_check(scores, d, [&] {
+              Tensor l;
+              run_on_stream([&] { l = sequence_balance_loss(scores, r.indices, B, 0.03f); });
+              return double(l.item({0}));
+            }, 1e-3f), 1e-2);
+  EXPECT_THROW(sequence_balance_loss(scores, r.indices, 4, 0.03f), InvalidArgument);  // 51 % 4
+}
+
 TEST(OpsMoE, CapacityDropPolicies) {
   const int64_t T = 40, E = 4;
   Tensor scores = reference::softmax(randn({T, E}, 8, 2.0f));

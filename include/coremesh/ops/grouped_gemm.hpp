@@ -54,6 +54,14 @@ GroupedMatmulGrads grouped_matmul_backward(const Tensor& dy, const Tensor& x, co
                                            WeightLayout layout = WeightLayout::nk,
                                            const Tensor& dw_into = {}, float dw_beta = 1.0f);
 
+// The weight-gradient half alone (f32): dw[g] = dy_g^T x_g [nk] or x_g^T dy_g
+// [kn] + beta * dw[g], written into `dw` (w's shape, e.g. an arena view;
+// beta 0 overwrites). The input-gradient half is the layout-B product
+// grouped_matmul(dy, w, offsets) with the other layout. Zero-bubble pipeline
+// schedules run the two halves at different times.
+void grouped_matmul_dw(const Tensor& dy, const Tensor& x, const Tensor& offsets, const Tensor& dw,
+                       WeightLayout layout = WeightLayout::nk, float beta = 0.0f);
+
 // FP8 layout B with DeepSeek-V3 scales: x data (M,K) + scale (M,ceil(K/128)),
 // w data (G,N,K) + scale (G,ceil(N/128),ceil(K/128)) -> y (M,N) f32.
 Tensor grouped_matmul_fp8(const QuantizedTensor& x, const QuantizedTensor& w,

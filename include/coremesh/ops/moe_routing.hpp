@@ -55,6 +55,23 @@ struct AuxLoss {
 };
 AuxLoss switch_aux_loss(const Tensor& scores, const Tensor& indices, int64_t num_experts, float alpha);
 
+// DeepSeek-V3's sequence-wise balance loss over B sequences of T tokens:
+// scores (N,E), N = B*T, the router's affinities; selected (N,k) the top-k
+// before capacity.
+//   loss = alpha/B sum_b sum_e f_be P_be,   f_be = E/(k T) #{t in b : e selected for t},
+//   P_be = 1/T sum_{t in b} s_te / sum_j s_tj   (affinities normalized per token)
+// f carries no gradient. The loss is a (1) f32 tensor, summed in double in
+// (sequence, expert) order.
+Tensor sequence_balance_loss(const Tensor& scores, const Tensor& selected, int64_t sequences,
+                             float alpha);
+// dscores (N,E) = d(scale * loss)/dscores.
+Tensor sequence_balance_loss_backward(const Tensor& scores, const Tensor& selected,
+                                      int64_t sequences, float alpha, float scale);
+// Routing statistics kept on the stream: adds the selections per expert of
+// `selected` (N,k) to load[0..E) and the dropped assignments (-1) of `kept`
+// (N,k) to load[E]; load is (E+1) i64.
+void accumulate_expert_load(const Tensor& selected, const Tensor& kept, const Tensor& load);
+
 // capacity = ceil(factor * T * k / E)
 int64_t expert_capacity(int64_t tokens, int64_t k, int64_t num_experts, float factor);
 enum class DropPolicy {
@@ -89,6 +106,10 @@ Routing topk_route(const Tensor& scores, const Tensor& bias, const TopKConfig& c
 Routing apply_capacity(const Routing& routing, int64_t num_experts, int64_t capacity,
                        DropPolicy policy);
 AuxLoss switch_aux_loss(const Tensor& scores, const Tensor& indices, int64_t num_experts, float alpha);
+Tensor sequence_balance_loss(const Tensor& scores, const Tensor& selected, int64_t sequences,
+                             float alpha);
+Tensor sequence_balance_loss_backward(const Tensor& scores, const Tensor& selected,
+                                      int64_t sequences, float alpha, float scale);
 }  // namespace reference
 
 }  // namespace coremesh::ops

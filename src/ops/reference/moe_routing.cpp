@@ -76,3 +76,48 @@ AuxLoss switch_aux_loss(const Tensor& scores, const Tensor& indices, int64_t E, 
 }
 
 }  // namespace coremesh::ops::reference
+
+namespace coremesh::ops::reference {
+
+// Straight from the formula: per sequence b, f_e and P_e, then the sum.
+Tensor sequence_balance_loss(const Tensor& scores, const Tensor& selected, int64_t B, float alpha) {
+  const int64_t N = scores.size(0), E = scores.size(1), k = selected.size(1), T = N / B;
+  double loss = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t e = 0; e < E; ++e) {
+      double count = 0, P = 0;
+      for (int64_t t = b * T; t < (b + 1) * T; ++t) {
+        for (int64_t j = 0; j < k; ++j) count += selected.data<int32_t>()[t * k + j] == e;
+        double sum = 0;
+        for (int64_t i = 0; i < E; ++i) sum += scores.item({t, i});
+        P += scores.item({t, e}) / sum / double(T);
+      }
+      loss += alpha / double(B) * (double(E) / double(k * T) * count) * P;
+    }
+  Tensor out = Tensor::empty({1});
+  out.data<float>()[0] = static_cast<float>(loss);
+  return out;
+}
+
+// d/dp_te of c f_e' p_te' / sum_t over e': c (f_e - sum_e' f_e' pn_te') / (T sum_t).
+Tensor sequence_balance_loss_backward(const Tensor& scores, const Tensor& selected, int64_t B,
+                                      float alpha, float scale) {
+  const int64_t N = scores.size(0), E = scores.size(1), k = selected.size(1), T = N / B;
+  Tensor dp = Tensor::empty({N, E});
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<double> f(static_cast<size_t>(E), 0.0);
+    for (int64_t t = b * T; t < (b + 1) * T; ++t)
+      for (int64_t j = 0; j < k; ++j) f[size_t(selected.data<int32_t>()[t * k + j])] += double(E) / double(k * T);
+    for (int64_t t = b * T; t < (b + 1) * T; ++t) {
+      double sum = 0, weighted = 0;
+      for (int64_t e = 0; e < E; ++e) sum += scores.item({t, e});
+      for (int64_t e = 0; e < E; ++e) weighted += f[size_t(e)] * scores.item({t, e}) / sum;
+      for (int64_t e = 0; e < E; ++e)
+        dp.data<float>()[t * E + e] =
+            static_cast<float>(scale * alpha / double(B * T) * (f[size_t(e)] - weighted) / sum);
+    }
+  }
+  return dp;
+}
+
+}  // namespace coremesh::ops::reference

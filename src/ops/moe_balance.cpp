@@ -1,0 +1,126 @@
+// MoE balance statistics on the stream: DeepSeek-V3's sequence-wise balance
+// loss and its backward, and the per-expert load the router-bias update and
+// the metrics read after the step. Notation: B sequences of T tokens, N = B*T,
+// E experts, k selections per token.
+#include <vector>
+
+#include "coremesh/ops/moe_routing.hpp"
+#include "detail.hpp"
+
+namespace coremesh::ops {
+namespace {
+
+constexpr auto kVector = detail::KernelKind::vector;
+
+struct BalanceShape {
+  int64_t B, T, E, k;
+};
+
+BalanceShape check_balance_args(const Tensor& scores, const Tensor& selected, int64_t B) {
+  detail::check_contiguous(scores, "scores");
+  detail::check_dtype(scores, DType::f32, "scores");
+  detail::check_contiguous(selected, "selected");
+  detail::check_dtype(selected, DType::i32, "selected");
+  CM_CHECK(scores.dim() == 2 && selected.dim() == 2 && scores.size(0) == selected.size(0),
+           "pass scores (N,E) and selected (N,k) over the same tokens",
+           "scores {} and selected {} do not match", scores.describe(), selected.describe());
+  const int64_t N = scores.size(0);
+  CM_CHECK(B > 0 && N % B == 0, "pass the number of sequences the N tokens hold",
+           "{} tokens do not split into {} sequences", N, B);
+  return {B, N / B, scores.size(1), selected.size(1)};
+}
+
+// f_e = E/(k T) * selections of e in sequence b (double).
+void sequence_load(const int32_t* sel, const BalanceShape& s, int64_t b, std::vector<double>& f) {
+  f.assign(static_cast<size_t>(s.E), 0.0);
+  const double unit = double(s.E) / double(s.k * s.T);
+  for (int64_t i = b * s.T * s.k; i < (b + 1) * s.T * s.k; ++i) {
+    const int32_t e = sel[i];
+    CM_CHECK(e >= 0 && e < s.E, "selected experts must be in [0, E)", "expert id {} for E={}", e, s.E);
+    f[static_cast<size_t>(e)] += unit;
+  }
+}
+
+}  // namespace
+
+Tensor sequence_balance_loss(const Tensor& scores, const Tensor& selected, int64_t B, float alpha) {
+  const BalanceShape s = check_balance_args(scores, selected, B);
+  Tensor loss = Tensor::empty({1});
+  detail::Plan plan = detail::plan("sequence_balance_loss", kVector, {scores.shape(), selected.shape()},
+                                   {DType::f32, DType::i32}, fmt::format("B={}", B),
+                                   [](int) { return detail::Tiling{}; });  // one block: N*E work
+  detail::launch("sequence_balance_loss", kVector, plan, [scores, selected, loss, s, alpha](const detail::BlockContext&) {
+    const float* p = scores.data<float>();
+    std::vector<double> f, P;
+    double total = 0;
+    for (int64_t b = 0; b < s.B; ++b) {
+      sequence_load(selected.data<int32_t>(), s, b, f);
+      P.assign(static_cast<size_t>(s.E), 0.0);
+      for (int64_t n = b * s.T; n < (b + 1) * s.T; ++n) {
+        double sum = 0;
+        for (int64_t e = 0; e < s.E; ++e) sum += p[n * s.E + e];
+        for (int64_t e = 0; e < s.E; ++e) P[size_t(e)] += p[n * s.E + e] / sum / double(s.T);
+      }
+      for (int64_t e = 0; e < s.E; ++e) total += double(alpha) * f[size_t(e)] * P[size_t(e)] / double(s.B);
+    }
+    loss.data<float>()[0] = static_cast<float>(total);
+  });
+  return loss;
+}
+
+// loss_b = c sum_e f_e P_e with P_e = 1/T sum_t pn_te, pn_t = p_t / sum_j p_tj, c = alpha/B:
+//   dpn_te = scale c f_e / T;   pn = p / sum  =>  dp_te = (dpn_te - sum_j dpn_tj pn_tj) / sum_t
+Tensor sequence_balance_loss_backward(const Tensor& scores, const Tensor& selected, int64_t B,
+                                      float alpha, float scale) {
+  const BalanceShape s = check_balance_args(scores, selected, B);
+  Tensor dp = Tensor::empty(scores.shape());
+  detail::launch_rows("sequence_balance_loss_backward", kVector, {scores.shape(), selected.shape()},
+                      {DType::f32, DType::i32}, fmt::format("B={}", B), s.B, s.T * s.E,
+                      [scores, selected, dp, s, alpha, scale](int64_t b0, int64_t b1) {
+                        const float* p = scores.data<float>();
+                        float* out = dp.data<float>();
+                        std::vector<double> f, dpn(static_cast<size_t>(s.E));
+                        for (int64_t b = b0; b < b1; ++b) {
+                          sequence_load(selected.data<int32_t>(), s, b, f);
+                          for (int64_t n = b * s.T; n < (b + 1) * s.T; ++n) {
+                            double sum = 0, dot = 0;
+                            for (int64_t e = 0; e < s.E; ++e) sum += p[n * s.E + e];
+                            for (int64_t e = 0; e < s.E; ++e) {
+                              dpn[size_t(e)] = double(scale) * alpha * f[size_t(e)] / double(s.T * s.B);
+                              dot += dpn[size_t(e)] * p[n * s.E + e] / sum;
+                            }
+                            for (int64_t e = 0; e < s.E; ++e)
+                              out[n * s.E + e] = static_cast<float>((dpn[size_t(e)] - dot) / sum);
+                          }
+                        }
+                      });
+  return dp;
+}
+
+void accumulate_expert_load(const Tensor& selected, const Tensor& kept, const Tensor& load) {
+  for (const Tensor* t : {&selected, &kept}) {
+    detail::check_contiguous(*t, "selected/kept");
+    detail::check_dtype(*t, DType::i32, "selected/kept");
+  }
+  detail::check_shape(kept, selected.shape(), "kept");
+  detail::check_contiguous(load, "load");
+  detail::check_dtype(load, DType::i64, "load");
+  CM_CHECK(load.dim() == 1 && load.size(0) >= 1, "pass load as an (E+1) i64 tensor",
+           "load is {}", load.describe());
+  const int64_t E = load.size(0) - 1;
+  detail::Plan plan = detail::plan("accumulate_expert_load", kVector, {selected.shape()}, {DType::i32},
+                                   fmt::format("E={}", E), [](int) { return detail::Tiling{}; });
+  detail::launch("accumulate_expert_load", kVector, plan, [selected, kept, load, E](const detail::BlockContext&) {
+    const int32_t* sel = selected.data<int32_t>();
+    const int32_t* kp = kept.data<int32_t>();
+    int64_t* out = load.data<int64_t>();
+    for (int64_t i = 0; i < selected.numel(); ++i) {
+      CM_CHECK(sel[i] >= 0 && sel[i] < E, "selected experts must be in [0, E)", "expert id {} for E={}",
+               sel[i], E);
+      ++out[sel[i]];
+      out[E] += kp[i] < 0;
+    }
+  });
+}
+
+}  // namespace coremesh::ops
