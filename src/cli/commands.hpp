@@ -8,6 +8,8 @@ namespace coremesh::cli {
 void register_info_command(CLI::App& app);  // info.cpp
 void register_demo_command(CLI::App& app);  // demo.cpp
 void register_run_command(CLI::App& app);   // run.cpp (SHMEM launcher)
-void register_train_command(CLI::App& app); // train.cpp (single-PE MoE training)
+void register_train_command(CLI::App& app); // train.cpp (MoE training)
+void register_generate_command(CLI::App& app);  // generate.cpp
+void register_eval_command(CLI::App& app);      // generate.cpp
 
 }  // namespace coremesh::cli

@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   coremesh::cli::register_demo_command(app);
   coremesh::cli::register_run_command(app);
   coremesh::cli::register_train_command(app);
+  coremesh::cli::register_generate_command(app);
+  coremesh::cli::register_eval_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

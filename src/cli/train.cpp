@@ -1,11 +1,12 @@
-// `coremesh train`: single-PE training of the MoE model on byte-level text.
+// `coremesh train`: training of the MoE model on byte-level text.
 //
 //   coremesh train --config run.json --data data/bible.txt --steps 500
 //   coremesh train --config run.json --dry-run      # sizes, FLOPs, memory; no training
 //   coremesh train --config run.json --resume runs/x  # continue from the latest checkpoint
 //
 // Precedence: built-in defaults < config file (JSON: {"model": {...},
-// "train": {...}}) < flags.
+// "train": {...}, "parallel": {...}}) < flags. The flags are generated from
+// the configs' field tables (`coremesh train --help` lists them all).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "coremesh/core/error.hpp"
 #include "coremesh/runtime/profiler.hpp"
 #include "coremesh/train/trainer.hpp"
+#include "field_flags.hpp"
 
 namespace coremesh::cli {
 namespace {
@@ -24,8 +26,9 @@ namespace {
 struct TrainFlags {
   std::string config, resume, profile_dir;
   bool dry_run = false, no_progress = false;
-  train::TrainConfig cfg;
-  std::string gating, precision, drop_policy;
+  std::unique_ptr<FieldFlags<model::ModelConfig>> model;
+  std::unique_ptr<FieldFlags<train::TrainConfig>> train;
+  std::unique_ptr<FieldFlags<parallel::ParallelConfig>> parallel;
 };
 
 void print_dry_run(const train::TrainConfig& c) {
@@ -55,7 +58,7 @@ void print_dry_run(const train::TrainConfig& c) {
              train::format_bytes(double(mem.total())));
 }
 
-void run_train(TrainFlags& f, CLI::App* cmd) {
+train::TrainConfig read_config(const TrainFlags& f) {
   train::TrainConfig cfg;
   if (!f.config.empty()) {
     std::ifstream in(f.config);
@@ -69,58 +72,18 @@ void run_train(TrainFlags& f, CLI::App* cmd) {
     cfg = train::train_config_from_json(j);
   }
   // Flags override the file only when given.
-  auto set = [&](const char* name, auto& dst, const auto& src) {
-    if (cmd->count(name) > 0) dst = src;
-  };
-  const auto& o = f.cfg;
-  set("--data", cfg.data, o.data);
-  set("--steps", cfg.steps, o.steps);
-  set("--batch-size", cfg.batch_size, o.batch_size);
-  set("--seq-len", cfg.seq_len, o.seq_len);
-  set("--grad-accum", cfg.grad_accum, o.grad_accum);
-  set("--lr", cfg.lr, o.lr);
-  set("--min-lr", cfg.min_lr, o.min_lr);
-  set("--warmup", cfg.warmup_steps, o.warmup_steps);
-  set("--weight-decay", cfg.adam.weight_decay, o.adam.weight_decay);
-  set("--grad-clip", cfg.adam.grad_clip, o.adam.grad_clip);
-  set("--seed", cfg.seed, o.seed);
-  set("--val-every", cfg.val_every, o.val_every);
-  set("--val-batches", cfg.val_batches, o.val_batches);
-  set("--val-fraction", cfg.val_fraction, o.val_fraction);
-  set("--log-every", cfg.log_every, o.log_every);
-  set("--out", cfg.out_dir, o.out_dir);
-  set("--ckpt-every", cfg.ckpt_every, o.ckpt_every);
-  set("--keep-checkpoints", cfg.keep_checkpoints, o.keep_checkpoints);
-  set("--threads", cfg.threads, o.threads);
-  set("--d-model", cfg.model.d_model, o.model.d_model);
-  set("--layers", cfg.model.n_layers, o.model.n_layers);
-  set("--heads", cfg.model.n_heads, o.model.n_heads);
-  set("--kv-heads", cfg.model.n_kv_heads, o.model.n_kv_heads);
-  set("--first-k-dense", cfg.model.first_k_dense, o.model.first_k_dense);
-  set("--dense-hidden", cfg.model.dense_hidden, o.model.dense_hidden);
-  set("--experts", cfg.model.n_routed_experts, o.model.n_routed_experts);
-  set("--shared-experts", cfg.model.n_shared_experts, o.model.n_shared_experts);
-  set("--top-k", cfg.model.top_k, o.model.top_k);
-  set("--expert-hidden", cfg.model.expert_hidden, o.model.expert_hidden);
-  set("--groups", cfg.model.n_groups, o.model.n_groups);
-  set("--topk-groups", cfg.model.topk_groups, o.model.topk_groups);
-  set("--bias-rate", cfg.model.bias_update_rate, o.model.bias_update_rate);
-  set("--aux-alpha", cfg.model.aux_loss_alpha, o.model.aux_loss_alpha);
-  set("--capacity-factor", cfg.model.capacity_factor, o.model.capacity_factor);
-  set("--max-seq-len", cfg.model.max_seq_len, o.model.max_seq_len);
-  if (cmd->count("--seq-len") > 0 && cmd->count("--max-seq-len") == 0 && f.config.empty())
+  f.model->apply(cfg.model);
+  f.train->apply(cfg);
+  f.parallel->apply(cfg.parallel);
+  // Without a config file, a longer --seq-len raises max_seq_len with it.
+  if (f.train->given("seq_len") && !f.model->given("max_seq_len") && f.config.empty())
     cfg.model.max_seq_len = std::max(cfg.model.max_seq_len, cfg.seq_len);
-  nlohmann::json extra;
-  if (!f.gating.empty()) extra["gating"] = f.gating;
-  if (!f.drop_policy.empty()) extra["drop_policy"] = f.drop_policy;
-  if (!f.precision.empty()) extra["precision"] = f.precision;
-  if (!extra.empty()) {
-    nlohmann::json mj = model::to_json(cfg.model);
-    mj.update(extra);
-    cfg.model = model::model_config_from_json(mj);
-  }
   if (f.no_progress) cfg.progress = false;
+  return cfg;
+}
 
+void run_train(const TrainFlags& f) {
+  train::TrainConfig cfg = read_config(f);
   if (f.dry_run) {
     cfg.model.validate();
     print_dry_run(cfg);
@@ -135,6 +98,7 @@ void run_train(TrainFlags& f, CLI::App* cmd) {
   }
   print_dry_run(cfg);
   train::Trainer trainer(cfg);
+  fmt::print("compute cores: {}\n", trainer.cores());
   if (!f.resume.empty()) {
     trainer.resume(f.resume);
     fmt::print("resumed from '{}' at step {}\n", f.resume, trainer.step());
@@ -159,52 +123,16 @@ void run_train(TrainFlags& f, CLI::App* cmd) {
 
 void register_train_command(CLI::App& app) {
   auto f = std::make_shared<TrainFlags>();
-  auto* cmd = app.add_subcommand("train", "Train the MoE transformer on byte-level text (one PE)");
-  auto& c = f->cfg;
-  cmd->add_option("--config", f->config, "JSON config: {\"model\": {...}, \"train\": {...}}");
-  cmd->add_option("--data", c.data, "text files (byte-level tokens)");
+  auto* cmd = app.add_subcommand("train", "Train the MoE transformer on byte-level text");
+  cmd->add_option("--config", f->config, "JSON config: {\"model\": {...}, \"train\": {...}, \"parallel\": {...}}");
   cmd->add_option("--resume", f->resume, "checkpoint file or run directory to continue from");
   cmd->add_flag("--dry-run", f->dry_run, "print parameter count, FLOPs per token and memory; do not train");
   cmd->add_option("--profile", f->profile_dir, "write kernel_details.csv and a Chrome trace here");
   cmd->add_flag("--no-progress", f->no_progress, "no progress output");
-  cmd->add_option("--steps", c.steps, "optimizer steps");
-  cmd->add_option("--batch-size", c.batch_size, "sequences per micro-batch");
-  cmd->add_option("--seq-len", c.seq_len, "tokens per sequence");
-  cmd->add_option("--grad-accum", c.grad_accum, "micro-batches per step");
-  cmd->add_option("--lr", c.lr, "peak learning rate");
-  cmd->add_option("--min-lr", c.min_lr, "final learning rate of the cosine");
-  cmd->add_option("--warmup", c.warmup_steps, "linear warmup steps");
-  cmd->add_option("--weight-decay", c.adam.weight_decay, "AdamW weight decay (matrices)");
-  cmd->add_option("--grad-clip", c.adam.grad_clip, "global gradient norm clip (<= 0: off)");
-  cmd->add_option("--seed", c.seed, "initialization and data order seed");
-  cmd->add_option("--val-every", c.val_every, "validation every N steps (0: at the end)");
-  cmd->add_option("--val-batches", c.val_batches, "batches per validation");
-  cmd->add_option("--val-fraction", c.val_fraction, "share of each file held out");
-  cmd->add_option("--log-every", c.log_every, "log line every N steps off a terminal");
-  cmd->add_option("--out", c.out_dir, "run directory (checkpoints, report.html, config.json)");
-  cmd->add_option("--ckpt-every", c.ckpt_every, "checkpoint every N steps (0: at the end)");
-  cmd->add_option("--keep-checkpoints", c.keep_checkpoints, "keep the newest N checkpoints");
-  cmd->add_option("--threads", c.threads, "compute threads (0: all CPUs)");
-  cmd->add_option("--d-model", c.model.d_model, "model width");
-  cmd->add_option("--layers", c.model.n_layers, "decoder layers");
-  cmd->add_option("--heads", c.model.n_heads, "attention heads");
-  cmd->add_option("--kv-heads", c.model.n_kv_heads, "key/value heads (GQA)");
-  cmd->add_option("--first-k-dense", c.model.first_k_dense, "leading dense layers");
-  cmd->add_option("--dense-hidden", c.model.dense_hidden, "dense SwiGLU hidden size");
-  cmd->add_option("--experts", c.model.n_routed_experts, "routed experts");
-  cmd->add_option("--shared-experts", c.model.n_shared_experts, "shared experts");
-  cmd->add_option("--top-k", c.model.top_k, "experts per token");
-  cmd->add_option("--expert-hidden", c.model.expert_hidden, "expert SwiGLU hidden size");
-  cmd->add_option("--groups", c.model.n_groups, "expert groups (group-limited routing)");
-  cmd->add_option("--topk-groups", c.model.topk_groups, "groups kept per token");
-  cmd->add_option("--bias-rate", c.model.bias_update_rate, "aux-loss-free bias update rate");
-  cmd->add_option("--aux-alpha", c.model.aux_loss_alpha, "balance loss weight");
-  cmd->add_option("--capacity-factor", c.model.capacity_factor, "expert capacity factor (<= 0: none)");
-  cmd->add_option("--max-seq-len", c.model.max_seq_len, "longest sequence the model accepts");
-  cmd->add_option("--gating", f->gating, "softmax | sigmoid");
-  cmd->add_option("--drop-policy", f->drop_policy, "token_order | low_score");
-  cmd->add_option("--precision", f->precision, "GEMM precision of the transformer blocks: f32, bf16 or fp8 (DeepSeek-V3 block scaling); master weights stay f32");
-  cmd->callback([f, cmd] { run_train(*f, cmd); });
+  f->train = std::make_unique<FieldFlags<train::TrainConfig>>(*cmd, train::train_fields(), "Training");
+  f->model = std::make_unique<FieldFlags<model::ModelConfig>>(*cmd, model::model_fields(), "Model");
+  f->parallel = std::make_unique<FieldFlags<parallel::ParallelConfig>>(*cmd, parallel::parallel_fields(), "Parallel");
+  cmd->callback([f] { run_train(*f); });
 }
 
 }  // namespace coremesh::cli

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coremesh/core/error.hpp"
+#include "coremesh/core/fields.hpp"
 
 namespace coremesh::model {
 
@@ -22,12 +23,6 @@ std::string precision_name(Precision p) {
   }
   return "?";
 }
-Precision parse_precision(const std::string& name) {
-  if (name == "f32" || name == "fp32") return Precision::f32;
-  if (name == "bf16") return Precision::bf16;
-  if (name == "fp8") return Precision::fp8;
-  CM_THROW(InvalidArgument, "use one of f32, bf16, fp8", "unknown precision '{}'", name);
-}
 
 int ModelConfig::n_moe_layers() const {
   int n = 0;
@@ -42,16 +37,11 @@ int64_t ModelConfig::expert_capacity(int64_t tokens) const {
 }
 
 std::vector<std::string> ModelConfig::problems() const {
-  std::vector<std::string> p;
+  // per field (the table's checks), then across fields
+  std::vector<std::string> p = model_fields().problems(*this);
   auto positive = [&](const char* name, int64_t v) {
     if (v <= 0) p.push_back(fmt::format("{} = {} must be positive", name, v));
   };
-  positive("vocab_size", vocab_size);
-  positive("d_model", d_model);
-  positive("n_layers", n_layers);
-  positive("n_heads", n_heads);
-  positive("n_kv_heads", n_kv_heads);
-  positive("max_seq_len", max_seq_len);
   if (n_heads > 0 && d_model > 0 && d_model % n_heads != 0)
     p.push_back(fmt::format(
         "n_heads = {} does not divide d_model = {}; choose n_heads among the divisors of d_model "
@@ -72,10 +62,6 @@ std::vector<std::string> ModelConfig::problems() const {
   if (has_dense && dense_hidden <= 0)
     p.push_back(fmt::format("dense_hidden = {} must be positive (dense FFN layers exist)",
                             dense_hidden));
-  if (n_routed_experts < 0)
-    p.push_back(fmt::format("n_routed_experts = {} must be >= 0", n_routed_experts));
-  if (n_shared_experts < 0)
-    p.push_back(fmt::format("n_shared_experts = {} must be >= 0", n_shared_experts));
   if (n_routed_experts > 0) {
     if (top_k <= 0) p.push_back(fmt::format("top_k = {} must be positive", top_k));
     if (top_k > n_routed_experts)
@@ -96,15 +82,9 @@ std::vector<std::string> ModelConfig::problems() const {
                                 topk_groups, n_routed_experts / n_groups, top_k));
     }
   }
-  if (!(bias_update_rate >= 0.0f))
-    p.push_back(fmt::format("bias_update_rate = {} must be >= 0", bias_update_rate));
-  if (!(aux_loss_alpha >= 0.0f))
-    p.push_back(fmt::format("aux_loss_alpha = {} must be >= 0", aux_loss_alpha));
   if (!(rope_theta > 0.0f)) p.push_back(fmt::format("rope_theta = {} must be > 0", rope_theta));
   if (!(norm_eps > 0.0f)) p.push_back(fmt::format("norm_eps = {} must be > 0", norm_eps));
   if (!(init_std > 0.0f)) p.push_back(fmt::format("init_std = {} must be > 0", init_std));
-  if (!std::isfinite(capacity_factor))
-    p.push_back("capacity_factor must be finite (<= 0 means unlimited)");
   return p;
 }
 
@@ -117,105 +97,60 @@ void ModelConfig::validate() const {
            text);
 }
 
-namespace {
-
-template <typename T>
-void read_field(const nlohmann::json& j, const char* key, T& out) {
-  if (!j.contains(key)) return;
-  try {
-    out = j.at(key).get<T>();
-  } catch (const nlohmann::json::exception& e) {
-    CM_THROW(InvalidArgument, "give the field a value of the documented type",
-             "model config field '{}' has the wrong type: {}", key, e.what());
-  }
+const FieldTable<ModelConfig>& model_fields() {
+  using C = ModelConfig;
+  static const FieldTable<C> t =
+      FieldTable<C>("model")
+          .add("vocab_size", [](C& c) -> auto& { return c.vocab_size; }, "vocabulary size V (256: bytes)", positive<int>())
+          .add("d_model", [](C& c) -> auto& { return c.d_model; }, "model width C", positive<int>())
+          .add("n_layers", [](C& c) -> auto& { return c.n_layers; }, "decoder layers", positive<int>()).flag("layers")
+          .add("n_heads", [](C& c) -> auto& { return c.n_heads; }, "attention heads H", positive<int>()).flag("heads")
+          .add("n_kv_heads", [](C& c) -> auto& { return c.n_kv_heads; },
+               "key/value heads (GQA; default n_heads)", positive<int>())
+          .flag("kv-heads").when_absent([](C& c) { c.n_kv_heads = c.n_heads; })
+          .add("max_seq_len", [](C& c) -> auto& { return c.max_seq_len; }, "longest sequence the model accepts",
+               positive<int>())
+          .add("first_k_dense", [](C& c) -> auto& { return c.first_k_dense; }, "leading dense layers")
+          .add("dense_hidden", [](C& c) -> auto& { return c.dense_hidden; }, "dense SwiGLU hidden size")
+          .add("n_routed_experts", [](C& c) -> auto& { return c.n_routed_experts; },
+               "routed experts E (0: every layer dense)", non_negative<int>())
+          .flag("experts")
+          .add("n_shared_experts", [](C& c) -> auto& { return c.n_shared_experts; }, "shared experts",
+               non_negative<int>())
+          .flag("shared-experts")
+          .add("top_k", [](C& c) -> auto& { return c.top_k; }, "experts per token K")
+          .add("expert_hidden", [](C& c) -> auto& { return c.expert_hidden; }, "expert SwiGLU hidden size F")
+          .add_enum("gating", [](C& c) -> auto& { return c.gating; },
+                    {{Gating::softmax, "softmax"}, {Gating::sigmoid, "sigmoid"}}, "router score function")
+          .add("n_groups", [](C& c) -> auto& { return c.n_groups; }, "expert groups (group-limited routing)")
+          .flag("groups")
+          .add("topk_groups", [](C& c) -> auto& { return c.topk_groups; }, "groups kept per token")
+          .add("bias_update_rate", [](C& c) -> auto& { return c.bias_update_rate; },
+               "aux-loss-free balancing: router bias step per optimizer step (0: off)", non_negative<float>())
+          .flag("bias-rate")
+          .add("aux_loss_alpha", [](C& c) -> auto& { return c.aux_loss_alpha; },
+               "sequence-wise balance loss weight (0: off)", non_negative<float>())
+          .flag("aux-alpha")
+          .add("capacity_factor", [](C& c) -> auto& { return c.capacity_factor; },
+               "expert capacity factor (<= 0: no capacity, no drops)", finite<float>())
+          .add_enum("drop_policy", [](C& c) -> auto& { return c.drop_policy; },
+                    {{DropPolicy::token_order, "token_order"}, {DropPolicy::low_score, "low_score"}},
+                    "which assignments over capacity are dropped")
+          .add("rope_theta", [](C& c) -> auto& { return c.rope_theta; }, "RoPE base")
+          .add("norm_eps", [](C& c) -> auto& { return c.norm_eps; }, "RMSNorm epsilon")
+          .add("init_std", [](C& c) -> auto& { return c.init_std; }, "standard deviation of the initial weights")
+          .add("tied_embeddings", [](C& c) -> auto& { return c.tied_embeddings; },
+               "the LM head is the embedding table")
+          .add_enum("precision", [](C& c) -> auto& { return c.precision; },
+                    {{Precision::f32, "f32"}, {Precision::bf16, "bf16"}, {Precision::fp8, "fp8"}},
+                    "inputs of the transformer blocks' GEMMs: f32, bf16 or fp8 (DeepSeek-V3 block "
+                    "scaling); master weights stay f32");
+  return t;
 }
 
-const char* const kKeys[] = {
-    "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "max_seq_len",
-    "first_k_dense", "dense_hidden", "n_routed_experts", "n_shared_experts", "top_k",
-    "expert_hidden", "gating", "n_groups", "topk_groups", "bias_update_rate", "aux_loss_alpha",
-    "capacity_factor", "drop_policy", "rope_theta", "norm_eps", "init_std", "tied_embeddings",
-    "precision"};
+ModelConfig model_config_from_json(const nlohmann::json& j) { return model_fields().from_json(j); }
 
-}  // namespace
-
-ModelConfig model_config_from_json(const nlohmann::json& j) {
-  CM_CHECK(j.is_object(), "write the model config as a JSON object", "model config is not an object");
-  for (const auto& [key, value] : j.items()) {
-    bool known = false;
-    for (const char* k : kKeys) known = known || key == k;
-    CM_CHECK(known, fmt::format("known fields: {}", fmt::join(kKeys, ", ")),
-             "unknown model config field '{}'", key);
-  }
-  ModelConfig c;
-  read_field(j, "vocab_size", c.vocab_size);
-  read_field(j, "d_model", c.d_model);
-  read_field(j, "n_layers", c.n_layers);
-  read_field(j, "n_heads", c.n_heads);
-  c.n_kv_heads = c.n_heads;
-  read_field(j, "n_kv_heads", c.n_kv_heads);
-  read_field(j, "max_seq_len", c.max_seq_len);
-  read_field(j, "first_k_dense", c.first_k_dense);
-  read_field(j, "dense_hidden", c.dense_hidden);
-  read_field(j, "n_routed_experts", c.n_routed_experts);
-  read_field(j, "n_shared_experts", c.n_shared_experts);
-  read_field(j, "top_k", c.top_k);
-  read_field(j, "expert_hidden", c.expert_hidden);
-  std::string s;
-  if (j.contains("gating")) {
-    read_field(j, "gating", s);
-    CM_CHECK(s == "softmax" || s == "sigmoid", "use \"softmax\" or \"sigmoid\"",
-             "unknown gating '{}'", s);
-    c.gating = s == "softmax" ? Gating::softmax : Gating::sigmoid;
-  }
-  read_field(j, "n_groups", c.n_groups);
-  read_field(j, "topk_groups", c.topk_groups);
-  read_field(j, "bias_update_rate", c.bias_update_rate);
-  read_field(j, "aux_loss_alpha", c.aux_loss_alpha);
-  read_field(j, "capacity_factor", c.capacity_factor);
-  if (j.contains("drop_policy")) {
-    read_field(j, "drop_policy", s);
-    CM_CHECK(s == "token_order" || s == "low_score", "use \"token_order\" or \"low_score\"",
-             "unknown drop_policy '{}'", s);
-    c.drop_policy = s == "token_order" ? DropPolicy::token_order : DropPolicy::low_score;
-  }
-  read_field(j, "rope_theta", c.rope_theta);
-  read_field(j, "norm_eps", c.norm_eps);
-  read_field(j, "init_std", c.init_std);
-  read_field(j, "tied_embeddings", c.tied_embeddings);
-  if (j.contains("precision")) {
-    read_field(j, "precision", s);
-    c.precision = parse_precision(s);
-  }
-  return c;
-}
-
-nlohmann::json to_json(const ModelConfig& c) {
-  return nlohmann::json{{"vocab_size", c.vocab_size},
-                        {"d_model", c.d_model},
-                        {"n_layers", c.n_layers},
-                        {"n_heads", c.n_heads},
-                        {"n_kv_heads", c.n_kv_heads},
-                        {"max_seq_len", c.max_seq_len},
-                        {"first_k_dense", c.first_k_dense},
-                        {"dense_hidden", c.dense_hidden},
-                        {"n_routed_experts", c.n_routed_experts},
-                        {"n_shared_experts", c.n_shared_experts},
-                        {"top_k", c.top_k},
-                        {"expert_hidden", c.expert_hidden},
-                        {"gating", gating_name(c.gating)},
-                        {"n_groups", c.n_groups},
-                        {"topk_groups", c.topk_groups},
-                        {"bias_update_rate", c.bias_update_rate},
-                        {"aux_loss_alpha", c.aux_loss_alpha},
-                        {"capacity_factor", c.capacity_factor},
-                        {"drop_policy", drop_policy_name(c.drop_policy)},
-                        {"rope_theta", c.rope_theta},
-                        {"norm_eps", c.norm_eps},
-                        {"init_std", c.init_std},
-                        {"tied_embeddings", c.tied_embeddings},
-                        {"precision", precision_name(c.precision)}};
-}
+nlohmann::json to_json(const ModelConfig& c) { return model_fields().to_json(c); }
 
 ModelConfig load_model_config(const std::string& path) {
   std::ifstream in(path);
@@ -230,98 +165,7 @@ ModelConfig load_model_config(const std::string& path) {
 }
 
 std::vector<std::string> config_differences(const ModelConfig& a, const ModelConfig& b) {
-  std::vector<std::string> out;
-  auto ja = to_json(a), jb = to_json(b);
-  for (const auto& [key, value] : ja.items())
-    if (value != jb.at(key)) out.push_back(fmt::format("{}: {} vs {}", key, value.dump(), jb.at(key).dump()));
-  return out;
-}
-
-ParamCount count_params(const ModelConfig& c) {
-  const int64_t C = c.d_model, D = c.head_dim(), V = c.vocab_size;
-  const int64_t attn = C * (c.n_heads * D) + 2 * C * (c.n_kv_heads * D) + (c.n_heads * D) * C;
-  const int64_t norms = 2 * C;
-  const int64_t dense_ffn = 3 * C * c.dense_hidden;
-  const int64_t expert = 3 * C * c.expert_hidden;
-  const int64_t shared = c.n_shared_experts * expert;
-  const int64_t router = int64_t(c.n_routed_experts) * C;
-  ParamCount p;
-  p.embedding = V * C * (c.tied_embeddings ? 1 : 2);
-  p.total = p.active = p.embedding + C;  // + final norm
-  for (int l = 0; l < c.n_layers; ++l) {
-    int64_t common = attn + norms;
-    if (c.is_moe_layer(l)) {
-      p.total += common + shared + router + c.n_routed_experts * expert;
-      p.active += common + shared + router + c.top_k * expert;
-      p.expert += c.n_routed_experts * expert;
-    } else {
-      p.total += common + dense_ffn;
-      p.active += common + dense_ffn;
-    }
-  }
-  return p;
-}
-
-double flops_per_token(const ModelConfig& c, int seq_len) {
-  ParamCount p = count_params(c);
-  // The embedding lookup is not a matmul; the LM head is (tied or not).
-  double matmul_params = double(p.active) - double(c.vocab_size) * c.d_model * (c.tied_embeddings ? 0 : 1);
-  double attn = 6.0 * c.n_layers * double(seq_len) * c.n_heads * c.head_dim();
-  return 6.0 * matmul_params + attn;
-}
-
-MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_len) {
-  ParamCount p = count_params(c);
-  MemoryEstimate m;
-  m.weights = p.total * 4;
-  m.gradients = p.total * 4;
-  m.optimizer = p.total * 8;
-  const int64_t N = int64_t(micro_batch) * seq_len, C = c.d_model, D = c.head_dim(),
-                H = c.n_heads, Hkv = c.n_kv_heads, V = c.vocab_size, E = c.n_routed_experts,
-                K = c.top_k, F = c.expert_hidden, SF = int64_t(c.n_shared_experts) * F,
-                Fd = c.dense_hidden;
-  // One saved row of `width` elements that only a block GEMM reads (its
-  // input, kept for the wgrad): f32, bf16, or fp8 codes + one f32 scale per 128.
-  auto gemm_row = [&](int64_t width) -> int64_t {
-    switch (c.precision) {
-      case Precision::f32: return 4 * width;
-      case Precision::bf16: return 2 * width;
-      case Precision::fp8: return width + 4 * ((width + 127) / 128);
-    }
-    return 4 * width;
-  };
-  // Per token and layer, f32: residual x and h, q k v after RoPE, the
-  // attention output (its backward reads it) and log-sum-exp, two rstd;
-  // as a GEMM input: RMSNorm(x) for qkv (wo casts the f32 attention output again).
-  const int64_t attn = 4 * (2 * C + (H + 2 * Hkv) * D + H * D + H + 2) + gemm_row(C);
-  // Dense FFN: gu = [a1 | a3] f32 (the swiglu backward); RMSNorm(h) and g as GEMM inputs.
-  const int64_t dense = 4 * 2 * Fd + gemm_row(C) + gemm_row(Fd);
-  // MoE: RMSNorm(h) f32 (the router is f32; the shared experts cast it again),
-  // scores (E), the (N,K) routing: selections (i32 + f32), after capacity a
-  // second pair when a capacity applies, row_of (i64); per routed row (K per
-  // token) gu and ye f32, xp and g as GEMM inputs; shared experts gu f32, g.
-  const bool capacity = c.expert_capacity(N) >= 0;
-  const int64_t routing = K * (8 + (capacity ? 8 : 0) + 8);
-  const int64_t moe = 4 * (C + E) + routing + K * (4 * (2 * F + C) + gemm_row(C) + gemm_row(F)) +
-                      (SF > 0 ? 4 * 2 * SF + gemm_row(SF) : 0);
-  int64_t per_token = 0, per_batch = 8 * int64_t(seq_len);  // RoPE positions (i64)
-  for (int l = 0; l < c.n_layers; ++l) {
-    per_token += attn + (c.is_moe_layer(l) ? moe : dense);
-    if (c.is_moe_layer(l)) per_batch += 8 * (2 * E + 1);  // counts, group offsets (i64)
-  }
-  // Final residual and RMSNorm (C each) and rstd, logits and their gradient
-  // (V each), log-sum-exp; token ids and targets (i32).
-  per_token += 4 * (2 * C + 1 + 2 * V + 1) + 8;
-  m.activations = per_token * N + per_batch;
-  // bf16 keeps each block-GEMM weight's bf16 copy from the forward to the
-  // backward (the forward and the dgrad read it); fp8 quantizes W in the
-  // forward and W^T in the backward where they are used.
-  if (c.precision == Precision::bf16) {
-    const int64_t attn_w = C * (H * D) + 2 * C * (Hkv * D) + (H * D) * C;
-    for (int l = 0; l < c.n_layers; ++l)
-      m.weight_copies += 2 * (attn_w + (c.is_moe_layer(l) ? 3 * C * (SF + E * F) : 3 * C * Fd));
-  }
-  return m;
+  return model_fields().differences(a, b);
 }
 
 }  // namespace coremesh::model

@@ -3,21 +3,27 @@
 // N = B*T tokens, C model width, F hidden width. Linear weights are (out, in)
 // like nn.Linear (y = x W^T). Every call launches kernels on the current
 // stream; nothing here synchronizes with the host.
+//
+// A backward is split into its input-gradient half (returned at once) and its
+// weight-gradient half, handed to a WgradSink as a job: the model runs the
+// job at once, or keeps it for a later backward_weight() (zero-bubble
+// pipeline schedules run the halves at different times).
 #pragma once
 
 #include "coremesh/core/tensor.hpp"
 #include "precision.hpp"
+#include "wgrad.hpp"
 
 namespace coremesh::model::detail {
 
 // y (N,out) = x (N,in) W^T, W (out,in), in f32 (the LM head and the router; the
 // block GEMMs take the model's precision through precision.hpp).
 Tensor linear(const Tensor& x, const Tensor& w);
-// y = x W^T  =>  dW (out,in) = dy^T x + dw_beta dW (dw is a view into the
-// gradient arena: dw_beta 1 accumulates, 0 overwrites); returns dx (N,in) =
-// dy W, or adds it into *dx_acc when given (then returns it).
-Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor dw,
-                       float dw_beta, const Tensor* dx_acc = nullptr);
+// y = x W^T  =>  dx (N,in) = dy W (added into *dx_acc when given, which is
+// then returned);  dW (out,in) = dy^T x, a job for the sink.
+Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const GradRef& dw,
+                       WgradSink& sink, const Tensor* dx_acc = nullptr);
+
 // SwiGLU MLP on a fused gate/up weight W13 (2F,C) = [W1; W3] (the model
 // keeps w1 and w3 adjacent in the arena, so this is a view), in the
 // precision of its input x:
@@ -28,9 +34,8 @@ struct MlpActs {
   GemmInput g;         // (N,F) as the W2 GEMM read it
 };
 Tensor mlp_forward(const GemmInput& x, const Tensor& w13, const Tensor& w2, MlpActs& a);
-// dy (N,C) -> dx (N,C); x as in the forward; dW13, dW2 go into the given
-// arena views as in linear_backward.
-Tensor mlp_backward(const Tensor& dy, const GemmInput& x, const MlpActs& a, Tensor dw13,
-                    Tensor dw2, float dw_beta);
+// dy (N,C) -> dx (N,C); x as in the forward; dW13 and dW2 go to the sink.
+Tensor mlp_backward(const Tensor& dy, const GemmInput& x, const MlpActs& a, const GradRef& dw13,
+                    const GradRef& dw2, WgradSink& sink);
 
 }  // namespace coremesh::model::detail

@@ -5,283 +5,377 @@
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/model/rng.hpp"
-#include "coremesh/ops/attention.hpp"
 #include "coremesh/ops/elementwise.hpp"
-#include "coremesh/ops/embedding.hpp"
-#include "coremesh/ops/loss.hpp"
-#include "coremesh/ops/norm.hpp"
-#include "coremesh/ops/rope.hpp"
-#include "coremesh/runtime/stream.hpp"
-#include "layers.hpp"
-#include "moe.hpp"
+#include "coremesh/ops/moe_routing.hpp"
+#include "parts.hpp"
 
 namespace coremesh::model {
 using namespace detail;
 
-// Offsets of one layer's parameters in the arena (-1: absent).
-struct Model::Layer {
-  bool moe = false;
-  int64_t attn_norm, wq, wk, wv, wo, ffn_norm;
-  int64_t w1 = -1, w3 = -1, w2 = -1;                       // dense SwiGLU
-  int64_t router = -1, ew13 = -1, ew2 = -1;                 // routed experts
-  int64_t sw1 = -1, sw3 = -1, sw2 = -1;                    // shared experts
-};
-
-// Activations of one micro-batch (tensors held by value: kernels are async).
-struct Model::Acts {
-  int64_t B = 0, T = 0;
-  Tensor ids, targets, positions;  // (N) i32, (N) i32, (T) i64
-  struct PerLayer {
-    Tensor x;                  // (N,C) layer input (the residual stream)
-    Tensor arstd;              // (N) attention RMSNorm
-    GemmInput an;              // (N,C) RMSNorm(x) as the qkv GEMM read it
-    GemmWeight wqkv, wo;       // this pass's casts of [wq; wk; wv] and wo
-    Tensor q, k, v;            // (B,T,H,D), (B,T,Hkv,D) after RoPE
-    Tensor ao, lse;            // attention out (B,T,H,D) f32 (its backward reads it), (B,H,T)
-    Tensor h, frstd;           // h = x + ao Wo^T (N,C); FFN RMSNorm (N)
-    GemmInput ffn_in;          // dense layers: fn = RMSNorm(h) (N,C) as the MLP read it
-    Tensor fn;                 // MoE layers: fn (N,C) f32 (the router is f32)
-    MlpActs mlp;               // dense layers
-    MoeActs moe;               // MoE layers
-  };
-  std::vector<PerLayer> layer;
-  Tensor xL, xf, frstd;        // last residual (N,C), final norm (N,C), (N)
-  Tensor logits, lse;          // (N,V), (N)
-};
-
-int64_t Model::add_param(const std::string& name, const Shape& shape, bool decay, bool expert,
-                         bool pad) {
-  ParamInfo p;
-  p.name = name;
-  p.shape = shape;
-  p.numel = shape_numel(shape);
-  p.offset = arena_size_;
-  p.weight_decay = decay;
-  p.expert = expert;
-  // keep parameters 64-byte aligned, except that w1 is directly followed by w3
-  // (and wq by wk by wv) so that [w1; w3] is one (2F, C) view: one fused GEMM
-  arena_size_ += pad ? (p.numel + 15) / 16 * 16 : p.numel;
-  params_.push_back(p);
-  return p.offset;
-}
-
-Model::Model(const ModelConfig& config) : config_(config), acts_(std::make_unique<Acts>()) {
+Model::Model(const ModelConfig& config, const StageLayout& stage, parallel::Seams seams)
+    : config_(config), seams_(seams) {
   config_.validate();
-  const ModelConfig& c = config_;
-  const int64_t C = c.d_model, D = c.head_dim(), V = c.vocab_size, E = c.n_routed_experts,
-                F = c.expert_hidden, SF = int64_t(c.n_shared_experts) * F;
-  wte_ = add_param("wte", {V, C}, true, false);
-  layers_.resize(size_t(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    Layer& L = layers_[size_t(l)];
-    const std::string p = "layers." + std::to_string(l) + ".";
-    L.attn_norm = add_param(p + "attn_norm", {C}, false, false);
-    // wq, wk, wv adjacent: one (QKV, C) projection
-    L.wq = add_param(p + "wq", {c.n_heads * D, C}, true, false, /*pad=*/false);
-    L.wk = add_param(p + "wk", {c.n_kv_heads * D, C}, true, false, /*pad=*/false);
-    L.wv = add_param(p + "wv", {c.n_kv_heads * D, C}, true, false);
-    L.wo = add_param(p + "wo", {C, c.n_heads * D}, true, false);
-    L.ffn_norm = add_param(p + "ffn_norm", {C}, false, false);
-    L.moe = c.is_moe_layer(l);
-    if (!L.moe) {
-      L.w1 = add_param(p + "w1", {c.dense_hidden, C}, true, false, /*pad=*/false);
-      L.w3 = add_param(p + "w3", {c.dense_hidden, C}, true, false);
-      L.w2 = add_param(p + "w2", {C, c.dense_hidden}, true, false);
-    } else {
-      L.router = add_param(p + "router", {E, C}, true, false);
-      L.ew13 = add_param(p + "experts.w13", {E, 2 * F, C}, true, true);  // [w1_e; w3_e]
-      L.ew2 = add_param(p + "experts.w2", {E, C, F}, true, true);
-      if (SF > 0) {
-        L.sw1 = add_param(p + "shared.w1", {SF, C}, true, false, /*pad=*/false);
-        L.sw3 = add_param(p + "shared.w3", {SF, C}, true, false);
-        L.sw2 = add_param(p + "shared.w2", {C, SF}, true, false);
-      }
+  stage_ = resolve_stage(config_, stage);
+  layout_ = layout_params(config_, stage_);
+  weights_ = Tensor::zeros({layout_.arena_size});
+  grads_ = Tensor::zeros({layout_.arena_size});
+  written_.assign(layout_.params.size(), 0);
+  const int P = num_parts(config_);
+  parts_.resize(size_t(P));
+  router_bias_.resize(size_t(config_.n_layers));
+  int moe = 0;
+  auto find = [&](const std::string& name) { return layout_.index_of(name); };
+  for (int i = 0; i < P; ++i) {
+    if (!holds_part(stage_, i)) continue;
+    auto p = std::make_unique<PartParams>();
+    p->part = part_at(config_, i);
+    const std::string l = "layers." + std::to_string(p->part.layer) + ".";
+    switch (p->part.kind) {
+      case PartKind::embedding: p->table = find("wte"); break;
+      case PartKind::attention:
+        p->norm = find(l + "attn_norm"), p->qkv = find(l + "wq"), p->wo = find(l + "wo");
+        break;
+      case PartKind::ffn:
+        p->norm = find(l + "ffn_norm");
+        if (!config_.is_moe_layer(p->part.layer)) {
+          p->w13 = find(l + "w1"), p->w2 = find(l + "w2");
+          break;
+        }
+        p->router = find(l + "router"), p->ew13 = find(l + "experts.w13"), p->ew2 = find(l + "experts.w2");
+        p->w13 = find(l + "shared.w1"), p->w2 = find(l + "shared.w2");
+        p->moe = moe++;
+        router_bias_[size_t(p->part.layer)] = Tensor::zeros({config_.n_routed_experts});
+        break;
+      case PartKind::head:
+        p->norm = find("final_norm");
+        p->table = find(config_.tied_embeddings ? "wte" : "lm_head");
+        break;
     }
+    parts_[size_t(i)] = std::move(p);
   }
-  final_norm_ = add_param("final_norm", {C}, false, false);
-  if (!c.tied_embeddings) lm_head_ = add_param("lm_head", {V, C}, true, false);
-  weights_ = Tensor::zeros({arena_size_});
-  grads_ = Tensor::zeros({arena_size_});
-  router_bias_.resize(size_t(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l)
-    if (layers_[size_t(l)].moe) router_bias_[size_t(l)] = Tensor::zeros({E});
-  reset_expert_counts();
+  reset_stats();
 }
 
 Model::~Model() = default;
 
+// ---- parameters
+
 void Model::init_weights(uint64_t seed) {
+  // Draw in the whole model's order and keep what this stage holds, so that
+  // every layout starts from the 1-PE weights (each normal takes 2 draws).
   Rng rng(seed);
   const float out_std = config_.init_std / std::sqrt(2.0f * float(config_.n_layers));
-  for (const auto& p : params_) {
-    float* w = param_data() + p.offset;
-    const bool is_norm = p.shape.size() == 1;
-    const std::string& n = p.name;
-    const bool out_proj = n.ends_with(".wo") || n.ends_with(".w2");
+  for (const ParamInfo& whole : layout_params(config_).params) {
+    const int local = layout_.index_of(whole.name);
+    const bool is_norm = whole.group == ParamGroup::norm;
+    if (is_norm) {
+      if (local >= 0) wview(local).fill(1.0f);
+      continue;
+    }
+    if (local < 0) {
+      rng.skip(2 * uint64_t(whole.numel));
+      continue;
+    }
+    const ParamInfo& p = layout_.params[size_t(local)];
+    const bool out_proj = whole.name.ends_with(".wo") || whole.name.ends_with(".w2");
     const float std = out_proj ? out_std : config_.init_std;
-    for (int64_t i = 0; i < p.numel; ++i) w[i] = is_norm ? 1.0f : std * rng.normal();
+    const int64_t begin = p.expert() ? p.expert_begin * (whole.numel / whole.shape[0]) : 0;
+    rng.skip(2 * uint64_t(begin));
+    float* w = param_data() + p.offset;
+    for (int64_t i = 0; i < p.numel; ++i) w[i] = std * rng.normal();
+    rng.skip(2 * uint64_t(whole.numel - begin - p.numel));
   }
   for (auto& b : router_bias_)
     if (b.defined()) b.fill(0.0f);
 }
 
+Tensor Model::wview(int param, Shape shape) const {
+  const ParamInfo& p = layout_.params.at(size_t(param));
+  if (shape.empty()) shape = p.shape;
+  return weights_.slice(0, p.offset, p.offset + shape_numel(shape)).view(shape);
+}
+
+Tensor Model::gview(int param, Shape shape) const {
+  const ParamInfo& p = layout_.params.at(size_t(param));
+  if (shape.empty()) shape = p.shape;
+  return grads_.slice(0, p.offset, p.offset + shape_numel(shape)).view(shape);
+}
+
+GradRef Model::gref(int first, int count, Shape shape) const { return {first, count, gview(first, shape)}; }
+
 Tensor Model::param(const std::string& name) const {
-  for (const auto& p : params_)
-    if (p.name == name) return weights_.slice(0, p.offset, p.offset + p.numel).view(p.shape);
-  CM_THROW(InvalidArgument, "see Model::params() for the names", "no parameter '{}'", name);
+  const int i = layout_.index_of(name);
+  CM_CHECK(i >= 0, "see Model::params() for the names", "no parameter '{}' in this stage", name);
+  return wview(i);
 }
 
 Tensor Model::grad(const std::string& name) const {
-  for (const auto& p : params_)
-    if (p.name == name) return grads_.slice(0, p.offset, p.offset + p.numel).view(p.shape);
-  CM_THROW(InvalidArgument, "see Model::params() for the names", "no parameter '{}'", name);
+  const int i = layout_.index_of(name);
+  CM_CHECK(i >= 0, "see Model::params() for the names", "no parameter '{}' in this stage", name);
+  return gview(i);
 }
 
 std::vector<std::pair<std::string, Tensor>> Model::named_params() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (const auto& p : params_) out.emplace_back(p.name, param(p.name));
+  for (size_t i = 0; i < layout_.params.size(); ++i) out.emplace_back(layout_.params[i].name, wview(int(i)));
   return out;
 }
 
 std::vector<std::pair<std::string, Tensor>> Model::named_grads() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (const auto& p : params_) out.emplace_back(p.name, grad(p.name));
+  for (size_t i = 0; i < layout_.params.size(); ++i) out.emplace_back(layout_.params[i].name, gview(int(i)));
   return out;
 }
 
 std::vector<std::pair<std::string, Tensor>> Model::named_buffers() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t l = 0; l < router_bias_.size(); ++l)
-    if (router_bias_[l].defined())
-      out.emplace_back("layers." + std::to_string(l) + ".router_bias", router_bias_[l]);
+    if (router_bias_[l].defined()) out.emplace_back("layers." + std::to_string(l) + ".router_bias", router_bias_[l]);
   return out;
 }
 
-void Model::zero_grad() { grads_.fill(0.0f); }
+MoeParams Model::moe_params(const PartParams& p) const {
+  const int64_t C = config_.d_model, SF = int64_t(config_.n_shared_experts) * config_.expert_hidden;
+  MoeParams m{wview(p.router), wview(p.ew13), wview(p.ew2), {}, {}};
+  if (SF > 0) m.sw13 = wview(p.w13, {2 * SF, C}), m.sw2 = wview(p.w2);  // shared.w3 follows shared.w1
+  return m;
+}
 
-void Model::reset_expert_counts() {
-  expert_counts_.assign(size_t(config_.n_moe_layers()),
-                        std::vector<double>(size_t(config_.n_routed_experts), 0.0));
-  dropped_ = 0;
+MoeGrads Model::moe_grads(const PartParams& p) const {
+  const int64_t C = config_.d_model, SF = int64_t(config_.n_shared_experts) * config_.expert_hidden;
+  MoeGrads g{gref(p.router), gref(p.ew13), gref(p.ew2), {}, {}};
+  if (SF > 0) g.sw13 = gref(p.w13, 2, {2 * SF, C}), g.sw2 = gref(p.w2);
+  return g;
+}
+
+// ---- gradients
+
+float Model::take_beta(int first, int count) {
+  const float beta = written_.at(size_t(first)) ? 1.0f : 0.0f;
+  for (int i = first; i < first + count; ++i) written_.at(size_t(i)) = 1;
+  return beta;
+}
+
+void Model::zero_grad() { std::fill(written_.begin(), written_.end(), 0); }
+
+int Model::seal_gradients() {
+  int sealed = 0;
+  for (size_t i = 0; i < written_.size(); ++i)
+    if (!written_[i]) gview(int(i)).fill(0.0f), written_[i] = 1, ++sealed;
+  return sealed;
+}
+
+// ---- slots
+
+namespace {
+
+// Runs weight-gradient jobs at once, or keeps them for backward_weight().
+class Sink final : public WgradSink {
+ public:
+  Sink(std::function<float(int, int)> take_beta, std::vector<DeferredWgrad>* deferred)
+      : take_beta_(std::move(take_beta)), deferred_(deferred) {}
+  void add(const GradRef& ref, Job job) override {
+    if (deferred_) deferred_->push_back({ref, std::move(job)});
+    else job(ref.view, take_beta_(ref.first, ref.count));
+  }
+
+ private:
+  std::function<float(int, int)> take_beta_;
+  std::vector<DeferredWgrad>* deferred_;
+};
+
+void check_tokens(const int32_t* t, int64_t n, int64_t V, const char* what) {
+  for (int64_t i = 0; i < n; ++i)
+    CM_CHECK(t[i] >= 0 && t[i] < V, "tokens must lie in [0, vocab_size)", "{} {} at position {} is out of range",
+             what, t[i], i);
+}
+
+}  // namespace
+
+Model::Slot& Model::slot(int index, const char* what) const {
+  auto it = slots_.find(index);
+  CM_CHECK(it != slots_.end(), "open the slot (open_slot or forward) before using it", "{}: slot {} is not open",
+           what, index);
+  return *it->second;
+}
+
+const Model::PartParams& Model::part(int index) const { return *parts_.at(size_t(index)); }
+
+bool Model::slot_open(int index) const { return slots_.count(index) > 0; }
+
+void Model::open_slot(int index, const MicroBatch& b) {
+  const ModelConfig& c = config_;
+  CM_CHECK(!slot_open(index), "finish the slot's backward or close it before reusing it", "slot {} is already open",
+           index);
+  CM_CHECK(b.B > 0 && b.T > 0, "pass a micro-batch of B >= 1 sequences of T >= 1 tokens", "micro-batch {}x{}",
+           b.B, b.T);
+  CM_CHECK(b.T <= c.max_seq_len, "lower seq_len or raise max_seq_len in the model config",
+           "sequence length {} exceeds max_seq_len {}", b.T, c.max_seq_len);
+  const int64_t N = int64_t(b.B) * b.T;
+  auto s = std::make_unique<Slot>();
+  s->B = b.B, s->T = b.T, s->loss_scale = b.loss_scale;
+  if (holds_embedding()) {
+    CM_CHECK(b.tokens, "pass the tokens to the stage that holds the embedding", "slot {}: no tokens", index);
+    check_tokens(b.tokens, N, c.vocab_size, "token");
+    s->ids = Tensor::from_vector(std::vector<int32_t>(b.tokens, b.tokens + N), {N});
+  }
+  if (holds_head()) {
+    CM_CHECK(b.targets, "pass the targets to the stage that holds the head", "slot {}: no targets", index);
+    check_tokens(b.targets, N, c.vocab_size, "target");
+    s->targets = Tensor::from_vector(std::vector<int32_t>(b.targets, b.targets + N), {N});
+  }
+  s->positions = seams_.context->positions(b.T);
+  s->attention.resize(size_t(c.n_layers));
+  s->ffn.resize(size_t(c.n_layers));
+  s->forwarded.assign(stage_.chunks.size(), 0);
+  s->backwarded.assign(stage_.chunks.size(), 0);
+  slots_[index] = std::move(s);
+}
+
+void Model::close_slot(int index) {
+  slot(index, "close_slot");
+  slots_.erase(index);
+}
+
+Tensor Model::forward_chunk(int index, int chunk, const Tensor& input) {
+  Slot& s = slot(index, "forward_chunk");
+  CM_CHECK(chunk >= 0 && chunk < num_chunks(), "pass a chunk index of this stage", "no chunk {}", chunk);
+  CM_CHECK(!s.forwarded[size_t(chunk)], "run each chunk's forward once per slot",
+           "slot {} chunk {} already ran forward", index, chunk);
+  const PartRange r = stage_.chunks[size_t(chunk)];
+  const int64_t N = s.B * s.T;
+  Residual x;
+  if (r.begin == 0) {
+    x = Parts::embedding_forward(*this, s, part(0));
+  } else {
+    CM_CHECK(input.defined() && input.shape() == Shape({N, config_.d_model}),
+             "pass the previous stage's output (N, d_model) as the input",
+             "chunk {} needs an input of ({}, {}), got {}", chunk, N, config_.d_model, input.describe());
+    x = {input, {}};
+  }
+  s.forwarded[size_t(chunk)] = 1;
+  for (int i = std::max(r.begin, 1); i < r.end; ++i) {
+    const PartParams& p = part(i);
+    switch (p.part.kind) {
+      case PartKind::attention: x = Parts::attention_forward(*this, s, p, x); break;
+      case PartKind::ffn: x = Parts::ffn_forward(*this, s, p, x); break;
+      case PartKind::head: Parts::head_forward(*this, s, p, x); return {};
+      case PartKind::embedding: break;
+    }
+  }
+  // the stage's output: the residual stream as one tensor (x + delta)
+  return x.delta.defined() ? ops::add(x.x, x.delta) : x.x;
+}
+
+Tensor Model::backward_chunk(int index, int chunk, const Tensor& grad_output, bool defer) {
+  Slot& s = slot(index, "backward_chunk");
+  CM_CHECK(chunk >= 0 && chunk < num_chunks(), "pass a chunk index of this stage", "no chunk {}", chunk);
+  CM_CHECK(s.forwarded[size_t(chunk)] && !s.backwarded[size_t(chunk)],
+           "run a chunk's backward once, after its forward", "slot {} chunk {}: backward without a forward or twice",
+           index, chunk);
+  const PartRange r = stage_.chunks[size_t(chunk)];
+  const int last = num_parts(config_) - 1;
+  std::vector<DeferredWgrad>* deferred = nullptr;
+  if (defer) {
+    auto& p = pending_[{index, chunk}];
+    if (!p) p = std::make_unique<Pending>();
+    deferred = &p->jobs;
+  }
+  Sink sink([this](int first, int count) { return take_beta(first, count); }, deferred);
+  Tensor d;
+  if (r.end - 1 == last) {
+    d = Parts::head_backward(*this, s, part(last), sink);
+  } else {
+    CM_CHECK(grad_output.defined() && grad_output.shape() == Shape({s.B * s.T, config_.d_model}),
+             "pass the next stage's input gradient (N, d_model)", "chunk {} needs a gradient of its output, got {}",
+             chunk, grad_output.describe());
+    d = grad_output;
+  }
+  for (int i = std::min(r.end, last) - 1; i >= std::max(r.begin, 1); --i) {
+    const PartParams& p = part(i);
+    d = p.part.kind == PartKind::attention ? Parts::attention_backward(*this, s, p, d, sink)
+                                           : Parts::ffn_backward(*this, s, p, d, sink);
+  }
+  if (r.begin == 0) {
+    Parts::embedding_backward(*this, s, part(0), d, sink);
+    d = Tensor();
+  }
+  s.backwarded[size_t(chunk)] = 1;
+  bool done = true;
+  for (uint8_t b : s.backwarded) done = done && b;
+  if (done) slots_.erase(index);  // the weight-gradient jobs hold what they still need
+  return d;
+}
+
+void Model::backward_weight(int index, int chunk) {
+  auto it = pending_.find({index, chunk});
+  CM_CHECK(it != pending_.end(), "call backward_chunk(..., defer_weight_grads = true) first",
+           "slot {} chunk {} has no deferred weight gradients", index, chunk);
+  for (DeferredWgrad& w : it->second->jobs) w.job(w.ref.view, take_beta(w.ref.first, w.ref.count));
+  pending_.erase(it);
+}
+
+void Model::forward(int index, const MicroBatch& batch) {
+  CM_CHECK(holds_embedding() && holds_head(), "drive a pipeline stage with forward_chunk/backward_chunk",
+           "forward() runs a whole-model stage; this stage holds parts {}..{}", stage_.chunks.front().begin,
+           stage_.chunks.back().end - 1);
+  open_slot(index, batch);
+  Tensor x;
+  for (int c = 0; c < num_chunks(); ++c) x = forward_chunk(index, c, x);
+}
+
+void Model::backward(int index) {
+  Tensor d;
+  for (int c = num_chunks() - 1; c >= 0; --c) d = backward_chunk(index, c, d);
+}
+
+Tensor Model::logits(int index) const { return slot(index, "logits").head.logits; }
+Tensor Model::token_losses(int index) const { return slot(index, "token_losses").head.loss; }
+
+// ---- statistics and balancing
+
+void Model::reset_stats() {
+  losses_.clear();
+  aux_losses_.clear();
+  load_.clear();
+  for (const auto& p : parts_)
+    if (p && p->moe >= 0) load_.push_back(Tensor::zeros({config_.n_routed_experts + 1}, DType::i64));
+}
+
+StepStats Model::read_stats() const {
+  StepStats st;
+  for (const Recorded& r : losses_) {
+    double sum = 0;
+    const float* v = r.values.data<float>();
+    for (int64_t n = 0; n < r.values.numel(); ++n) sum += v[n];
+    st.loss += sum / double(r.values.numel()) * r.scale;
+    ++st.forwards;
+  }
+  for (const Recorded& r : aux_losses_) st.aux_loss += double(r.values.data<float>()[0]) * r.scale;
+  const int64_t E = config_.n_routed_experts;
+  for (const Tensor& l : load_) {
+    const int64_t* v = l.data<int64_t>();
+    st.expert_load.emplace_back(v, v + E);
+    st.dropped += v[E];
+  }
+  return st;
 }
 
 void Model::update_router_bias() {
   if (config_.bias_update_rate <= 0) return;
-  size_t m = 0;
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    if (!layers_[l].moe) continue;
-    const auto& load = expert_counts_[m++];
-    double mean = 0;
-    for (double x : load) mean += x / double(load.size());
-    float* b = router_bias_[l].data<float>();
-    for (size_t e = 0; e < load.size(); ++e) {
-      const double d = mean - load[e];
-      b[e] += config_.bias_update_rate * float((d > 0) - (d < 0));
-    }
-  }
+  for (const auto& p : parts_)
+    if (p && p->moe >= 0)
+      ops::update_expert_bias(router_bias_[size_t(p->part.layer)],
+                              load_[size_t(p->moe)].slice(0, 0, config_.n_routed_experts),
+                              config_.bias_update_rate);
 }
 
-Tensor Model::pw(int64_t offset, const Shape& shape) const {
-  return weights_.slice(0, offset, offset + shape_numel(shape)).view(shape);
-}
-Tensor Model::gw(int64_t offset, const Shape& shape) const {
-  return grads_.slice(0, offset, offset + shape_numel(shape)).view(shape);
-}
+// ---- memory
 
-MoeParams Model::moe_params(int64_t l, bool grads) const {
-  const ModelConfig& c = config_;
-  const Layer& Ly = layers_[size_t(l)];
-  const int64_t C = c.d_model, E = c.n_routed_experts, F = c.expert_hidden,
-                SF = int64_t(c.n_shared_experts) * F;
-  auto v = [&](int64_t off, const Shape& s) { return grads ? gw(off, s) : pw(off, s); };
-  MoeParams m{v(Ly.router, {E, C}), v(Ly.ew13, {E, 2 * F, C}), v(Ly.ew2, {E, C, F}), {}, {}};
-  if (SF > 0) m.sw13 = v(Ly.sw1, {2 * SF, C}), m.sw2 = v(Ly.sw2, {C, SF});  // sw3 follows sw1
-  return m;
-}
-
-double Model::forward(const int32_t* tokens, const int32_t* targets, int Bi, int Ti) {
-  const ModelConfig& c = config_;
-  CM_CHECK(Ti <= c.max_seq_len, "lower seq_len or raise max_seq_len in the model config",
-           "sequence length {} exceeds max_seq_len {}", Ti, c.max_seq_len);
-  const int64_t B = Bi, T = Ti, N = B * T, C = c.d_model, D = c.head_dim(), H = c.n_heads,
-                Hkv = c.n_kv_heads, V = c.vocab_size, L = c.n_layers, Fd = c.dense_hidden,
-                QKV = (H + 2 * Hkv) * D;
-  for (int64_t n = 0; n < N; ++n)
-    CM_CHECK(tokens[n] >= 0 && tokens[n] < V && targets[n] >= 0 && targets[n] < V,
-             "tokens must lie in [0, vocab_size)", "token {} at position {} is out of range", tokens[n], n);
-  Acts& A = *acts_;
-  A.B = B, A.T = T;
-  A.ids = Tensor::from_vector(std::vector<int32_t>(tokens, tokens + N), {N});
-  A.targets = Tensor::from_vector(std::vector<int32_t>(targets, targets + N), {N});
-  A.positions = ops::rope_positions(T);
-  A.layer.assign(size_t(L), {});
-  const ops::RopeConfig rope{c.rope_theta, /*interleaved=*/false};  // rotate-half pairs (i, i+D/2)
-  // x = wte[tokens]  (N,C). The residual stream is x + delta: each residual
-  // add is fused into the RMSNorm that reads its result.
-  Tensor x = ops::embedding(pw(wte_, {V, C}), A.ids), delta;
-  auto add_norm = [&](const Tensor& base, const Tensor& add, int64_t w) {
-    if (!add.defined()) {
-      auto n = ops::rmsnorm(base, pw(w, {C}), c.norm_eps);
-      return ops::RMSNormResidualOut{base, n.y, n.rstd};
-    }
-    return ops::rmsnorm_residual(add, base, pw(w, {C}), c.norm_eps);
-  };
-  for (int64_t l = 0; l < L; ++l) {
-    const Layer& Ly = layers_[size_t(l)];
-    auto& a = A.layer[size_t(l)];
-    // x = x + delta; an = RMSNorm(x); q, k, v projections (N,H*D) = (B,T,H,D); RoPE on q, k
-    auto an = add_norm(x, delta, Ly.attn_norm);
-    a.x = an.h;
-    a.an = gemm_input(an.y, c.precision), a.arstd = an.rstd;
-    // [wq; wk; wv] is one (QKV, C) view: one GEMM, then RoPE and the head split in one pass
-    a.wqkv = gemm_weight(pw(Ly.wq, {QKV, C}), c.precision);
-    const auto heads = ops::rope_qkv(linear(a.an, a.wqkv).view({B, T, QKV}), H, Hkv, A.positions, rope);
-    a.q = heads.q, a.k = heads.k, a.v = heads.v;
-    // ao = softmax(q k^T / sqrt(D)) v (causal, GQA: head h reads kv head h/(H/Hkv));  h = x + ao Wo^T
-    auto at = ops::flash_attention(a.q, a.k, a.v, /*causal=*/true);
-    a.ao = at.out, a.lse = at.lse;
-    a.wo = gemm_weight(pw(Ly.wo, {C, H * D}), c.precision);
-    // fn = RMSNorm(h), h = x + ao Wo^T;  x' = h + FFN(fn)
-    auto fn = add_norm(a.x, linear(gemm_input(a.ao.view({N, H * D}), c.precision), a.wo), Ly.ffn_norm);
-    a.h = fn.h, a.frstd = fn.rstd;
-    if (!Ly.moe) {
-      // [w1; w3] is one (2Fd, C) view (w3 follows w1 in the arena)
-      a.ffn_in = gemm_input(fn.y, c.precision);
-      delta = mlp_forward(a.ffn_in, pw(Ly.w1, {2 * Fd, C}), pw(Ly.w2, {C, Fd}), a.mlp);
-    } else {
-      a.fn = fn.y;
-      delta = moe_forward(a.fn, moe_params(l, false), router_bias_[size_t(l)], c, B, T, a.moe);
-    }
-    x = a.h;
-  }
-  // logits = RMSNorm(x + delta) head^T (N,V); cross entropy per row
-  auto xf = add_norm(x, delta, final_norm_);
-  A.xL = xf.h, A.xf = xf.y, A.frstd = xf.rstd;
-  A.logits = linear(A.xf, pw(lm_head_ >= 0 ? lm_head_ : wte_, {V, C}));
-  auto ce = ops::cross_entropy(A.logits, A.targets);
-  A.lse = ce.lse;
-  runtime::current_stream().synchronize();  // the host reads the loss and the routing stats
-  aux_loss_ = 0;
-  size_t moe_index = 0;
-  for (int64_t l = 0; l < L; ++l) {
-    if (!layers_[size_t(l)].moe) continue;
-    MoeActs& m = A.layer[size_t(l)].moe;
-    moe_finish_forward(c, B, T, m);
-    aux_loss_ += m.aux;
-    auto& counts = expert_counts_[moe_index++];
-    for (size_t e = 0; e < counts.size(); ++e) counts[e] += m.host_counts[e];
-    dropped_ += m.dropped;
-  }
-  if (keep_logits_) logits_copy_ = A.logits.to_float_vector();
-  double loss = 0;
-  const float* lr = ce.loss.data<float>();
-  for (int64_t n = 0; n < N; ++n) loss += lr[n];
-  return loss / double(N);
-}
-
-Model::SavedBytes Model::saved_bytes() const {
+Model::SavedBytes Model::saved_bytes(int index) const {
   // Each storage once (views share storage, e.g. the next layer's x is this
   // layer's output); weight copies apart from the activations.
+  const Slot& s = slot(index, "saved_bytes");
   std::set<const Storage*> seen;
   auto bytes = [&](const Tensor& t) -> int64_t {
     if (!t.defined() || !seen.insert(t.storage().get()).second) return 0;
@@ -289,73 +383,25 @@ Model::SavedBytes Model::saved_bytes() const {
   };
   auto input = [&](const GemmInput& in) { return bytes(in.x) + bytes(in.fp8.data) + bytes(in.fp8.scale); };
   auto mlp = [&](const MlpActs& m) { return bytes(m.gu) + input(m.g); };
-  const Acts& A = *acts_;
   SavedBytes out;
-  for (const auto& a : A.layer) {
-    out.weight_copies += bytes(a.wqkv.bf16) + bytes(a.wo.bf16) + bytes(a.mlp.w13.bf16) +
-                         bytes(a.mlp.w2.bf16) + bytes(a.moe.w13.bf16) + bytes(a.moe.w2.bf16) +
-                         bytes(a.moe.shared.w13.bf16) + bytes(a.moe.shared.w2.bf16);
-    out.activations += bytes(a.x) + bytes(a.arstd) + input(a.an) + bytes(a.q) + bytes(a.k) +
-                       bytes(a.v) + bytes(a.ao) + bytes(a.lse) + bytes(a.h) + bytes(a.frstd) +
-                       input(a.ffn_in) + bytes(a.fn) + mlp(a.mlp);
+  for (const AttentionActs& a : s.attention) {
+    out.weight_copies += bytes(a.wqkv.bf16) + bytes(a.wo.bf16);
+    out.activations += bytes(a.x) + bytes(a.arstd) + input(a.an) + bytes(a.q) + bytes(a.k) + bytes(a.v) +
+                       bytes(a.at.out) + bytes(a.at.lse);
+  }
+  for (const FfnActs& a : s.ffn) {
     const MoeActs& m = a.moe;
-    out.activations += bytes(m.scores) + bytes(m.sel_idx) + bytes(m.sel_w) + bytes(m.idx) +
-                       bytes(m.w) + bytes(m.offsets) + bytes(m.row_of) + input(m.xp) +
-                       bytes(m.gu) + input(m.g) + bytes(m.ye) + mlp(m.shared) + bytes(m.counts);
+    out.weight_copies += bytes(a.mlp.w13.bf16) + bytes(a.mlp.w2.bf16) + bytes(m.w13.bf16) + bytes(m.w2.bf16) +
+                         bytes(m.shared.w13.bf16) + bytes(m.shared.w2.bf16);
+    out.activations += bytes(a.h) + bytes(a.frstd) + input(a.ffn_in) + bytes(a.fn) + mlp(a.mlp);
+    out.activations += bytes(m.scores) + bytes(m.sel_idx) + bytes(m.sel_w) + bytes(m.idx) + bytes(m.w) +
+                       bytes(m.offsets) + bytes(m.row_of) + bytes(m.routed.rows) + bytes(m.routed.offsets) +
+                       input(m.xp) + bytes(m.gu) + input(m.g) + bytes(m.ye) + mlp(m.shared) + bytes(m.aux);
   }
-  out.activations += bytes(A.ids) + bytes(A.targets) + bytes(A.positions) + bytes(A.xL) +
-                     bytes(A.xf) + bytes(A.frstd) + bytes(A.logits) + bytes(A.lse);
+  const HeadActs& h = s.head;
+  out.activations += bytes(s.ids) + bytes(s.targets) + bytes(s.positions) + bytes(h.xL) + bytes(h.xf) +
+                     bytes(h.frstd) + bytes(h.logits) + bytes(h.lse) + bytes(h.loss);
   return out;
-}
-
-void Model::backward(float loss_scale, bool accumulate) {
-  const ModelConfig& c = config_;
-  Acts& A = *acts_;
-  CM_CHECK(A.B > 0, "call forward before backward", "backward without a forward");
-  const int64_t B = A.B, T = A.T, N = B * T, C = c.d_model, D = c.head_dim(), H = c.n_heads,
-                Hkv = c.n_kv_heads, V = c.vocab_size, L = c.n_layers, Fd = c.dense_hidden,
-                QKV = (H + 2 * Hkv) * D;
-  const ops::RopeConfig rope{c.rope_theta, false};
-  // Every parameter's gradient is written exactly once below (the tied
-  // embedding twice: head, then table), so beta 0 on that first write replaces
-  // zeroing the arena beforehand (the padding between parameters stays zero).
-  const float beta = accumulate ? 1.0f : 0.0f;
-  // loss = mean_n CE_n  =>  dloss_n = scale / N
-  const Tensor dloss = Tensor::full({N}, loss_scale / float(N));
-  const Tensor dlogits = ops::cross_entropy_backward(dloss, A.logits, A.targets, A.lse);
-  // logits = xf head^T  =>  dxf = dlogits head, dhead += dlogits^T xf
-  const int64_t head = lm_head_ >= 0 ? lm_head_ : wte_;
-  const Tensor dxf = linear_backward(dlogits, A.xf, pw(head, {V, C}), gw(head, {V, C}), beta);
-  // xf = RMSNorm(xL); the norm weight gradient goes into the arena
-  Tensor dres = ops::rmsnorm_backward(dxf, A.xL, pw(final_norm_, {C}), A.frstd, {},
-                                      gw(final_norm_, {C}), beta).dx;  // d of the residual stream (N,C)
-  for (int64_t l = L - 1; l >= 0; --l) {
-    const Layer& Ly = layers_[size_t(l)];
-    const auto& a = A.layer[size_t(l)];
-    // x' = h + FFN(fn)  =>  dfn = FFN'(dres), dh = dres + RMSNorm'(dfn)
-    Tensor dfn;
-    if (!Ly.moe)
-      dfn = mlp_backward(dres, a.ffn_in, a.mlp, gw(Ly.w1, {2 * Fd, C}), gw(Ly.w2, {C, Fd}), beta);
-    else
-      dfn = moe_backward(dres, a.fn, moe_params(l, false), moe_params(l, true), beta, c, B, T,
-                         a.moe, loss_scale);
-    const Tensor dh =
-        ops::rmsnorm_backward(dfn, a.h, pw(Ly.ffn_norm, {C}), a.frstd, dres, gw(Ly.ffn_norm, {C}),
-                              beta).dx;
-    // h = x + ao Wo^T  =>  dao = dh Wo, dWo += dh^T ao (ao is cast again, as the forward did)
-    const Tensor dao = linear_backward(dh, gemm_input(a.ao.view({N, H * D}), c.precision), a.wo,
-                                       gw(Ly.wo, {C, H * D}), beta);
-    auto ag = ops::flash_attention_backward(dao.view({B, T, H, D}), a.q, a.k, a.v, a.ao, a.lse, true);
-    // [q|k|v] = RoPE(an Wqkv^T)  =>  d(an Wqkv^T) = [RoPE^-1(dq) | RoPE^-1(dk) | dv]
-    const Tensor dqkv = ops::rope_qkv_backward(ag.dq, ag.dk, ag.dv, A.positions, rope).view({N, QKV});
-    const Tensor dan = linear_backward(dqkv, a.an, a.wqkv, gw(Ly.wq, {QKV, C}), beta);
-    // an = RMSNorm(x)  =>  dx = dh + RMSNorm'(dan)
-    dres = ops::rmsnorm_backward(dan, a.x, pw(Ly.attn_norm, {C}), a.arstd, dh,
-                                 gw(Ly.attn_norm, {C}), beta).dx;
-  }
-  // x = wte[tokens]  =>  dwte[token] += dx (onto the head's gradient when tied)
-  ops::embedding_backward_into(dres, A.ids, gw(wte_, {V, C}), lm_head_ < 0 ? 1.0f : beta);
-  runtime::current_stream().synchronize();  // gradients are read by the host (optimizer)
 }
 
 }  // namespace coremesh::model

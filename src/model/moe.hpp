@@ -1,24 +1,29 @@
 // MoE FFN layer (private to src/model) on the kernel library: router scores,
 // group-limited top-k with the aux-free bias, capacity with drop policy,
-// permute -> grouped GEMM SwiGLU experts -> weighted unpermute, plus shared
-// experts and the sequence-wise balance loss. Forward and backward side by side.
-// Semantics are spelled out in tests/reference/moe_model.py.
+// permute -> dispatch -> grouped GEMM SwiGLU experts -> combine -> weighted
+// unpermute, plus shared experts and the sequence-wise balance loss. Forward
+// and backward side by side. Semantics are spelled out in
+// tests/reference/moe_model.py. Everything runs on the stream; the routing
+// statistics go to a load tensor on the stream as well.
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "coremesh/core/tensor.hpp"
 #include "coremesh/model/config.hpp"
+#include "coremesh/parallel/seams.hpp"
 #include "layers.hpp"
 
 namespace coremesh::model::detail {
 
-// Views into the weight (or gradient) arena.
+// Views into the weight arena, and the gradients of the same parameters.
 struct MoeParams {
   Tensor router;       // (E, C)
-  Tensor w13, w2;      // (E, 2F, C) = [w1_e; w3_e] per expert, (E, C, F)
+  Tensor w13, w2;      // (E_local, 2F, C) = [w1_e; w3_e] per expert, (E_local, C, F)
   Tensor sw13, sw2;    // (2*S*F, C) = [shared.w1; shared.w3], (C, S*F); undefined when S = 0
+};
+struct MoeGrads {
+  GradRef router, w13, w2, sw13, sw2;
 };
 
 // Everything the backward needs from one micro-batch's forward.
@@ -27,29 +32,24 @@ struct MoeActs {
   Tensor sel_idx, sel_w;        // (N, K) routing before capacity (selections)
   Tensor idx, w;                // (N, K) routing after capacity (-1/0 = dropped)
   Tensor offsets, row_of;       // (E+1), (N, K)
+  parallel::ExpertDispatcher::Dispatched routed;  // the rows this PE's experts compute
   GemmWeight w13, w2;           // this pass's casts of the expert weights
-  GemmInput xp;                 // permuted rows (N*K, C) as the W13 GEMM read them
-  Tensor gu;                    // experts: [W1 xp | W3 xp] (N*K, 2F) f32
-  GemmInput g;                  // silu(a1) * a3 (N*K, F) as the W2 GEMM read it
-  Tensor ye;                    // (N*K, C)
+  GemmInput xp;                 // routed rows (R_local, C) as the W13 GEMM read them
+  Tensor gu;                    // experts: [W1 xp | W3 xp] (R_local, 2F) f32
+  GemmInput g;                  // silu(a1) * a3 (R_local, F) as the W2 GEMM read it
+  Tensor ye;                    // (N*K, C) the experts' outputs back in the permuted order
   MlpActs shared;               // (N, S*F)
-  Tensor counts;                // (E) i64 selections before drops
-  // Read on the host after the forward's synchronization (finish_forward):
-  std::vector<double> host_counts;
-  int64_t dropped = 0;
-  double aux = 0;               // balance loss (already times alpha)
+  Tensor aux;                   // (1) balance loss (times alpha); undefined when alpha = 0
 };
 
 // y (N,C) = MoE(x (N,C)); x holds B sequences of T tokens. The router runs
-// in f32, the shared and routed experts in cfg.precision. Launches only.
+// in f32, the shared and routed experts in cfg.precision. Adds this
+// micro-batch's selections and drops to load (E+1) i64.
 Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, const ModelConfig& cfg,
-                   int64_t B, int64_t T, MoeActs& acts);
-// After the stream is synchronized: counts, drops and the balance loss.
-void moe_finish_forward(const ModelConfig& cfg, int64_t B, int64_t T, MoeActs& acts);
-// dy (N,C) -> dx (N,C) of (dy . y + aux_scale * aux); weight grads go into g
-// (dw_beta 1 accumulates, 0 overwrites).
-Tensor moe_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const MoeParams& g,
-                    float dw_beta, const ModelConfig& cfg, int64_t B, int64_t T,
-                    const MoeActs& acts, float aux_scale);
+                   int64_t B, parallel::ExpertDispatcher& experts, const Tensor& load, MoeActs& acts);
+// dy (N,C) -> dx (N,C) of (dy . y + aux_scale * aux); weight gradients go to the sink.
+Tensor moe_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const MoeGrads& g,
+                    const ModelConfig& cfg, int64_t B, parallel::ExpertDispatcher& experts,
+                    const MoeActs& acts, float aux_scale, WgradSink& sink);
 
 }  // namespace coremesh::model::detail

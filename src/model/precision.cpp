@@ -47,14 +47,17 @@ Tensor linear(const GemmInput& x, const GemmWeight& w) {
   return ops::matmul_fp8(x.fp8, ops::quantize_fp8_weight(w.master));
 }
 
-Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w, Tensor dw,
-                       float dw_beta) {
+Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w, const GradRef& dw,
+                       WgradSink& sink) {
   switch (x.precision) {
-    case Precision::f32: return linear_backward(dy, x.x, w.master, dw, dw_beta);
+    case Precision::f32: return linear_backward(dy, x.x, w.master, dw, sink);
     case Precision::bf16: {
-      // dW = bf16(dy)^T bf16(x) + dw_beta dW,  dx = bf16(dy) bf16(W)
-      const Tensor dyb = ops::cast(dy, DType::bf16);
-      ops::matmul_out(dyb, x.x, dw, /*trans_a=*/true, /*trans_b=*/false, dw_beta);
+      // dW = bf16(dy)^T bf16(x) + beta dW,  dx = bf16(dy) bf16(W)
+      const Tensor dyb = ops::cast(dy, DType::bf16), xb = x.x;
+      sink.add(dw, [dyb, xb](const Tensor& g, float beta) {
+        Tensor out = g;
+        ops::matmul_out(dyb, xb, out, /*trans_a=*/true, /*trans_b=*/false, beta);
+      });
       return ops::matmul(dyb, w.bf16);
     }
     case Precision::fp8: break;
@@ -64,13 +67,17 @@ Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w
   // blocks transposed: the same scales and codes as reusing W's quantization.
   const Tensor dx = ops::matmul_fp8(ops::quantize_fp8_act(dy),
                                     ops::quantize_fp8_weight(ops::transpose(w.master)));
-  // wgrad dW = dy^T x + dw_beta dW over tokens: dy^T (out,N) and x^T (in,N) in 1x128 tiles
+  // wgrad dW = dy^T x + beta dW over tokens: dy^T (out,N) and x^T (in,N) in 1x128 tiles
   // along N; x is the forward's fp8 x re-tiled. ops has no fp8 GEMM with
   // 1x128 scales on both operands, so the product runs in f32 on the
   // dequantized values (the same sums an fp8 kernel with f32 accumulation makes).
-  const Tensor dyt = fp8_round_along_tokens_t(dy);
-  const Tensor xt = fp8_round_along_tokens_t(ops::dequantize_fp8_act(x.fp8));
-  ops::matmul_out(dyt, xt, dw, /*trans_a=*/false, /*trans_b=*/true, dw_beta);
+  const ops::QuantizedTensor x8 = x.fp8;
+  sink.add(dw, [dy, x8](const Tensor& g, float beta) {
+    const Tensor dyt = fp8_round_along_tokens_t(dy);
+    const Tensor xt = fp8_round_along_tokens_t(ops::dequantize_fp8_act(x8));
+    Tensor out = g;
+    ops::matmul_out(dyt, xt, out, /*trans_a=*/false, /*trans_b=*/true, beta);
+  });
   return dx;
 }
 
@@ -86,19 +93,29 @@ Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& off
 }
 
 Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w,
-                               const Tensor& offsets, Tensor dw, float dw_beta) {
+                               const Tensor& offsets, const GradRef& dw, WgradSink& sink) {
   using ops::WeightLayout;
+  // dx_e = dy_e W_e: the layout-B product with W_e (out,in) read as (K,N) = kn
   switch (x.precision) {
-    case Precision::f32:
-      return ops::grouped_matmul_backward(dy, x.x, w.master, offsets, WeightLayout::nk, dw, dw_beta)
-          .dx;
-    case Precision::bf16:
-      // The grouped backward takes f32 only: f32 copies of the bf16 values
-      // give exactly the bf16 products (one call: dgrad and wgrad).
-      return ops::grouped_matmul_backward(round_bf16(dy), ops::cast(x.x, DType::f32),
-                                          ops::cast(w.bf16, DType::f32), offsets,
-                                          WeightLayout::nk, dw, dw_beta)
-          .dx;
+    case Precision::f32: {
+      const Tensor dx = ops::grouped_matmul(dy, w.master, offsets, WeightLayout::kn);
+      const Tensor xf = x.x;
+      sink.add(dw, [dy, xf, offsets](const Tensor& g, float beta) {
+        ops::grouped_matmul_dw(dy, xf, offsets, g, WeightLayout::nk, beta);
+      });
+      return dx;
+    }
+    case Precision::bf16: {
+      // The grouped GEMMs here take f32: f32 copies of the bf16 values give
+      // exactly the bf16 products.
+      const Tensor dyr = round_bf16(dy);
+      const Tensor dx = ops::grouped_matmul(dyr, ops::cast(w.bf16, DType::f32), offsets, WeightLayout::kn);
+      const Tensor xb = x.x;
+      sink.add(dw, [dyr, xb, offsets](const Tensor& g, float beta) {
+        ops::grouped_matmul_dw(dyr, ops::cast(xb, DType::f32), offsets, g, WeightLayout::nk, beta);
+      });
+      return dx;
+    }
     case Precision::fp8: break;
   }
   // dgrad as in linear_backward, per expert: W_e^T in 128x128 blocks.
@@ -107,10 +124,13 @@ Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmW
   // wgrad: 1x128 tiles along the permuted rows, counted from row 0 (the group
   // list is only known on the stream, so a tile may span two experts; its
   // scale then covers both). The rounded values go back to row-major for the
-  // f32 grouped backward, whose own dgrad product is not needed.
-  const Tensor dy8 = ops::transpose(fp8_round_along_tokens_t(dy));
-  const Tensor x8 = ops::transpose(fp8_round_along_tokens_t(ops::dequantize_fp8_act(x.fp8)));
-  ops::grouped_matmul_backward(dy8, x8, w.master, offsets, WeightLayout::nk, dw, dw_beta);
+  // f32 grouped weight gradient.
+  const ops::QuantizedTensor x8 = x.fp8;
+  sink.add(dw, [dy, x8, offsets](const Tensor& g, float beta) {
+    const Tensor dy8 = ops::transpose(fp8_round_along_tokens_t(dy));
+    const Tensor xr = ops::transpose(fp8_round_along_tokens_t(ops::dequantize_fp8_act(x8)));
+    ops::grouped_matmul_dw(dy8, xr, offsets, g, WeightLayout::nk, beta);
+  });
   return dx;
 }
 

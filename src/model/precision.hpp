@@ -27,6 +27,7 @@
 #include "coremesh/core/tensor.hpp"
 #include "coremesh/model/config.hpp"
 #include "coremesh/ops/quant.hpp"
+#include "wgrad.hpp"
 
 namespace coremesh::model::detail {
 
@@ -54,18 +55,18 @@ GemmInput gemm_input(const Tensor& x, Precision precision);
 
 // y (N,out) = x (N,in) W^T.
 Tensor linear(const GemmInput& x, const GemmWeight& w);
-// y = x W^T  =>  dW (out,in) = dy^T x + dw_beta dW (dw: an arena view; dw_beta
-// 1 accumulates, 0 overwrites); returns dx (N,in) = dy W.
-Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w, Tensor dw,
-                       float dw_beta);
+// y = x W^T  =>  dx (N,in) = dy W, returned;  dW (out,in) = dy^T x, a job for
+// the sink (dw: the arena view).
+Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w, const GradRef& dw,
+                       WgradSink& sink);
 
 // Routed experts on permuted rows: y (R,out) = x_e W_e^T for the rows
 // [offsets[e], offsets[e+1]) of expert e; W (E,out,in), offsets (E+1) i64 (read
 // on the stream). Rows from offsets[E] on give zeros.
 Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& offsets);
-// dW_e = dy_e^T x_e + dw_beta dW_e (dw: (E,out,in) arena view); returns dx
-// (R,in) = dy_e W_e.
+// dx (R,in) = dy_e W_e, returned;  dW_e = dy_e^T x_e (dw: (E,out,in) arena
+// view), a job for the sink.
 Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w,
-                               const Tensor& offsets, Tensor dw, float dw_beta);
+                               const Tensor& offsets, const GradRef& dw, WgradSink& sink);
 
 }  // namespace coremesh::model::detail

@@ -189,7 +189,7 @@ std::shared_ptr<StreamImpl> Device::Impl::make_stream(int priority) {
 
 // Wakes only the sleepers that will find a block: a worker submitting (from
 // its finished kernel's completion) claims a block itself right after, so
-// under a device core limit of 1 (a 1-thread training run) it wakes none.
+// for a kernel limited to 1 core (a 1-core training run) it wakes none.
 // Waking one anyway costs the submitter a futex call per kernel and lets the
 // woken worker take the kernel to a core whose caches hold none of its inputs.
 // Sleepers pinned to the submitter's CPU are woken last: the host thread
@@ -198,6 +198,7 @@ std::shared_ptr<StreamImpl> Device::Impl::make_stream(int priority) {
 // synchronize at 1 training thread).
 void Device::Impl::submit(std::shared_ptr<KernelRun> run) {
   std::vector<Sleep*> wake;
+  const CoreLimits allowed = run->limits;  // of the stream it was launched on
   {
     std::lock_guard lock(ready_mutex);
     // Higher priority first; FIFO among equal priorities.
@@ -210,10 +211,10 @@ void Device::Impl::submit(std::shared_ptr<KernelRun> run) {
     int unclaimed = 0;
     for (const auto& r : ready) unclaimed += r->info.block_dim - r->next_block;
     int n = unclaimed - (t_completing_on == this ? 1 : 0);
-    // Where kernels may use more than one core, one idle worker is woken
-    // anyway, as before this rule: it spins, ready for the next kernel's other
-    // blocks (paired runs at 2 training threads could not tell the two apart).
-    const CoreLimits allowed = limit();
+    // Where the kernel's stream may use more than one core, one idle worker
+    // is woken anyway, as before this rule: it spins, ready for the next
+    // kernel's other blocks (paired runs at 2 training threads could not tell
+    // the two apart).
     if (allowed.cube > 1 || allowed.vector > 1) n = std::max(n, 1);
     n = std::min(sleepers, n);
     const int here = sched_getcpu();

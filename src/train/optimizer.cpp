@@ -1,9 +1,6 @@
 #include "coremesh/train/optimizer.hpp"
 
-#include <cmath>
-
 #include "coremesh/ops/optimizer.hpp"
-#include "coremesh/runtime/stream.hpp"
 
 namespace coremesh::train {
 
@@ -15,13 +12,12 @@ AdamW::AdamW(model::Model& model, const AdamWConfig& config)
   for (const auto& p : model.params()) segments_.push_back({p.offset, p.numel, p.weight_decay});
 }
 
-double AdamW::clip_gradients() {
+Tensor AdamW::clip_gradients() {
   // sum of squares on the stream: one ops::grad_sq_sum launch over the arena
   const Tensor sq = ops::grad_sq_sum(model_.grad_arena(), segments_);
   // min(1, clip / (norm + 1e-6)), applied to the gradients inside step()
   clip_scale_ = cfg_.grad_clip > 0 ? ops::clip_coefficient(sq, float(cfg_.grad_clip)) : Tensor();
-  runtime::current_stream().synchronize();
-  return std::sqrt(double(sq.data<float>()[0]));
+  return sq;
 }
 
 void AdamW::step(double lr) {
@@ -32,7 +28,6 @@ void AdamW::step(double lr) {
   c.weight_decay = float(cfg_.weight_decay);
   ops::adamw_step(model_.param_arena(), model_.grad_arena(), m_, v_, segments_, c, t_, clip_scale_);
   clip_scale_ = Tensor();
-  runtime::current_stream().synchronize();  // weights are host-visible for the next forward
 }
 
 }  // namespace coremesh::train

@@ -148,9 +148,11 @@ std::string render_report_html(const ReportData& d) {
   for (const auto& v : d.validation) loss[1].points.emplace_back(double(v.step + 1), v.loss);
   std::vector<Series> lr{{"learning rate", "#9467bd", {}}};
   std::vector<Series> gn{{"grad norm", "#ff7f0e", {}}};
+  std::vector<Series> balance{{"balance", "#8c564b", {}}};
   for (const auto& r : d.steps) {
     lr[0].points.emplace_back(double(r.step + 1), r.lr);
     gn[0].points.emplace_back(double(r.step + 1), r.grad_norm);
+    if (r.expert_balance > 0) balance[0].points.emplace_back(double(r.step + 1), r.expert_balance);
   }
   std::string o =
       "<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + escape(d.title) +
@@ -162,7 +164,21 @@ std::string render_report_html(const ReportData& d) {
   o += "</table><div>";
   o += line_chart("Loss (cross entropy, nats/byte)", "loss", loss);
   o += line_chart("Throughput", "tokens/s", speed);
-  o += "</div><div>" + heatmap(d.expert_load) + "</div><div>";
+  o += "</div><div>" + heatmap(d.expert_load) + "</div>";
+  if (!balance[0].points.empty()) {
+    o += "<div>" + line_chart("Expert balance (worst MoE layer)", "max / mean", balance) + "</div>";
+    o += "<p>Balance is the tokens routed to the busiest expert over the mean tokens per expert, in "
+         "the worst MoE layer of the step: 1 means every expert gets the same share, E (the number of "
+         "experts) that one expert gets every token.</p>";
+  }
+  if (!d.samples.empty()) {
+    o += "<h2>Samples (greedy, at each validation)</h2><table>";
+    for (const auto& sm : d.samples)
+      o += fmt::format("<tr><td>step {}</td><td><b>{}</b>{}</td></tr>", sm.step + 1, escape(sm.prompt),
+                       escape(sm.text));
+    o += "</table>";
+  }
+  o += "<div>";
   o += line_chart("Learning rate", "lr", lr);
   o += line_chart("Gradient norm (before clipping)", "norm", gn);
   o += "</div></body></html>\n";

@@ -1,106 +1,116 @@
 #include "coremesh/train/trainer.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 
 #include "coremesh/core/error.hpp"
-#include "coremesh/runtime/device.hpp"
+#include "coremesh/train/generate.hpp"
 
 namespace coremesh::train {
 namespace fs = std::filesystem;
 
+const FieldTable<TrainConfig>& train_fields() {
+  using T = TrainConfig;
+  static const FieldTable<T> t =
+      FieldTable<T>("train")
+          .add("data", [](T& c) -> auto& { return c.data; }, "text files (byte-level tokens)")
+          .add("val_fraction", [](T& c) -> auto& { return c.val_fraction; }, "share of each file held out",
+               in_range<double>(0.0, 0.5))
+          .add("batch_size", [](T& c) -> auto& { return c.batch_size; }, "sequences per micro-batch", positive<int>())
+          .add("seq_len", [](T& c) -> auto& { return c.seq_len; }, "tokens per sequence", positive<int>())
+          .add("grad_accum", [](T& c) -> auto& { return c.grad_accum; },
+               "micro-batches per step on each data-parallel rank (also the pipeline's micro-batches)",
+               positive<int>())
+          .alias("microbatches")
+          .add("steps", [](T& c) -> auto& { return c.steps; }, "optimizer steps", positive<int64_t>())
+          .add("lr", [](T& c) -> auto& { return c.lr; }, "peak learning rate", positive<double>())
+          .add("min_lr", [](T& c) -> auto& { return c.min_lr; }, "final learning rate of the cosine",
+               non_negative<double>())
+          .add("warmup_steps", [](T& c) -> auto& { return c.warmup_steps; }, "linear warmup steps",
+               non_negative<int64_t>())
+          .flag("warmup")
+          .add("beta1", [](T& c) -> auto& { return c.adam.beta1; }, "AdamW beta1", in_range<double>(0.0, 1.0))
+          .add("beta2", [](T& c) -> auto& { return c.adam.beta2; }, "AdamW beta2", in_range<double>(0.0, 1.0))
+          .add("eps", [](T& c) -> auto& { return c.adam.eps; }, "AdamW epsilon", positive<double>())
+          .add("weight_decay", [](T& c) -> auto& { return c.adam.weight_decay; }, "AdamW weight decay (matrices)",
+               non_negative<double>())
+          .add("grad_clip", [](T& c) -> auto& { return c.adam.grad_clip; }, "global gradient norm clip (<= 0: off)")
+          .add("seed", [](T& c) -> auto& { return c.seed; }, "initialization and data order seed")
+          .add("val_every", [](T& c) -> auto& { return c.val_every; }, "validation every N steps (0: at the end)",
+               non_negative<int>())
+          .add("val_batches", [](T& c) -> auto& { return c.val_batches; }, "batches per validation",
+               positive<int>())
+          .add("log_every", [](T& c) -> auto& { return c.log_every; }, "log line every N steps off a terminal",
+               positive<int>())
+          .add("out_dir", [](T& c) -> auto& { return c.out_dir; },
+               "run directory (checkpoints, report.html, config.json)")
+          .flag("out")
+          .add("ckpt_every", [](T& c) -> auto& { return c.ckpt_every; }, "checkpoint every N steps (0: at the end)",
+               non_negative<int>())
+          .add("keep_checkpoints", [](T& c) -> auto& { return c.keep_checkpoints; },
+               "keep the newest N checkpoints (0: all)", non_negative<int>())
+          .add("cores", [](T& c) -> auto& { return c.cores; },
+               "compute cores this PE's kernels may use (0: all of its device)", non_negative<int>())
+          .alias("threads")
+          .add("report", [](T& c) -> auto& { return c.report; }, "write report.html at the end")
+          .add("sample_tokens", [](T& c) -> auto& { return c.sample_tokens; },
+               "bytes of greedy sample at each validation (0: none)", non_negative<int>())
+          .add("sample_prompt", [](T& c) -> auto& { return c.sample_prompt; }, "prompt of those samples");
+  return t;
+}
+
 void TrainConfig::validate() const {
   model.validate();
-  CM_CHECK(!data.empty(), "pass --data <text file> or set \"data\" in the config", "no training data");
-  CM_CHECK(batch_size > 0 && seq_len > 0 && grad_accum > 0,
-           "use positive batch_size, seq_len and grad_accum",
-           "batch_size = {}, seq_len = {}, grad_accum = {}", batch_size, seq_len, grad_accum);
-  CM_CHECK(seq_len <= model.max_seq_len, "lower seq_len or raise model.max_seq_len",
-           "seq_len = {} exceeds model.max_seq_len = {}", seq_len, model.max_seq_len);
-  CM_CHECK(model.vocab_size >= 256, "byte-level data needs vocab_size >= 256",
-           "vocab_size = {} is too small for byte tokens", model.vocab_size);
-  CM_CHECK(val_batches > 0 && val_every >= 0 && ckpt_every >= 0 && log_every > 0,
-           "use positive val_batches/log_every and non-negative val_every/ckpt_every",
-           "bad evaluation/checkpoint intervals");
+  std::vector<std::string> p = train_fields().problems(*this);
+  for (auto& q : parallel.problems()) p.push_back(std::move(q));
+  if (data.empty()) p.push_back("no training data: pass --data <text file> or set train.data");
+  if (seq_len > model.max_seq_len)
+    p.push_back(fmt::format("seq_len = {} exceeds model.max_seq_len = {}: lower seq_len or raise max_seq_len",
+                            seq_len, model.max_seq_len));
+  if (model.vocab_size < 256)
+    p.push_back(fmt::format("vocab_size = {} is too small for byte tokens: use vocab_size >= 256", model.vocab_size));
+  if (min_lr > lr) p.push_back(fmt::format("min_lr = {} is above lr = {}", min_lr, lr));
+  if (!p.empty()) {
+    std::string text = "invalid training config:";
+    for (const auto& s : p) text += "\n  - " + s;
+    CM_THROW(InvalidArgument, "fix the fields listed above in the config file or with flags", "{}", text);
+  }
   LrSchedule{lr, min_lr, warmup_steps, steps}.validate();
 }
 
-#define CM_JSON_FIELD(j, c, name) \
-  if ((j).contains(#name)) (c).name = (j).at(#name).get<decltype((c).name)>()
-
 TrainConfig train_config_from_json(const nlohmann::json& j, TrainConfig c) {
-  try {
-    if (j.contains("model")) c.model = model::model_config_from_json(j.at("model"));
-    const nlohmann::json& t = j.contains("train") ? j.at("train") : j;
-    for (const auto& [key, value] : t.items()) {
-      static const char* known[] = {"model", "train", "data", "val_fraction", "batch_size", "seq_len",
-                                    "grad_accum", "steps", "lr", "min_lr", "warmup_steps", "beta1",
-                                    "beta2", "eps", "weight_decay", "grad_clip", "seed", "val_every",
-                                    "val_batches", "log_every", "out_dir", "ckpt_every",
-                                    "keep_checkpoints", "threads", "report"};
-      bool ok = false;
-      for (const char* k : known) ok = ok || key == k;
-      CM_CHECK(ok, "see docs or `coremesh train --help` for the fields", "unknown train config field '{}'", key);
-    }
-    CM_JSON_FIELD(t, c, data);
-    CM_JSON_FIELD(t, c, val_fraction);
-    CM_JSON_FIELD(t, c, batch_size);
-    CM_JSON_FIELD(t, c, seq_len);
-    CM_JSON_FIELD(t, c, grad_accum);
-    CM_JSON_FIELD(t, c, steps);
-    CM_JSON_FIELD(t, c, lr);
-    CM_JSON_FIELD(t, c, min_lr);
-    CM_JSON_FIELD(t, c, warmup_steps);
-    CM_JSON_FIELD(t, c, seed);
-    CM_JSON_FIELD(t, c, val_every);
-    CM_JSON_FIELD(t, c, val_batches);
-    CM_JSON_FIELD(t, c, log_every);
-    CM_JSON_FIELD(t, c, out_dir);
-    CM_JSON_FIELD(t, c, ckpt_every);
-    CM_JSON_FIELD(t, c, keep_checkpoints);
-    CM_JSON_FIELD(t, c, threads);
-    CM_JSON_FIELD(t, c, report);
-    CM_JSON_FIELD(t, c.adam, beta1);
-    CM_JSON_FIELD(t, c.adam, beta2);
-    CM_JSON_FIELD(t, c.adam, eps);
-    CM_JSON_FIELD(t, c.adam, weight_decay);
-    CM_JSON_FIELD(t, c.adam, grad_clip);
-  } catch (const nlohmann::json::exception& e) {
-    CM_THROW(InvalidArgument, "give each field a value of the documented type",
-             "bad train config: {}", e.what());
-  }
-  return c;
+  CM_CHECK(j.is_object(), "write the config as a JSON object {\"model\": ..., \"train\": ..., \"parallel\": ...}",
+           "the config is not a JSON object");
+  if (j.contains("model")) c.model = model::model_config_from_json(j.at("model"));
+  if (j.contains("parallel")) c.parallel = parallel::parallel_fields().from_json(j.at("parallel"), c.parallel);
+  const nlohmann::json& t = j.contains("train") ? j.at("train") : j;
+  return train_fields().from_json(t, c, {"model", "train", "parallel"});
 }
 
 nlohmann::json to_json(const TrainConfig& c) {
   return {{"model", model::to_json(c.model)},
-          {"train",
-           {{"data", c.data}, {"val_fraction", c.val_fraction}, {"batch_size", c.batch_size},
-            {"seq_len", c.seq_len}, {"grad_accum", c.grad_accum}, {"steps", c.steps},
-            {"lr", c.lr}, {"min_lr", c.min_lr}, {"warmup_steps", c.warmup_steps},
-            {"beta1", c.adam.beta1}, {"beta2", c.adam.beta2}, {"eps", c.adam.eps},
-            {"weight_decay", c.adam.weight_decay}, {"grad_clip", c.adam.grad_clip},
-            {"seed", c.seed}, {"val_every", c.val_every}, {"val_batches", c.val_batches},
-            {"log_every", c.log_every}, {"out_dir", c.out_dir}, {"ckpt_every", c.ckpt_every},
-            {"keep_checkpoints", c.keep_checkpoints}, {"threads", c.threads},
-            {"report", c.report}}}};
+          {"train", train_fields().to_json(c)},
+          {"parallel", parallel::parallel_fields().to_json(c.parallel)}};
 }
 
-static int resolve_threads(int threads) {
-  return threads > 0 ? threads : std::max(1, int(::sysconf(_SC_NPROCESSORS_ONLN)));
+std::vector<std::string> config_differences(const TrainConfig& a, const TrainConfig& b) {
+  std::vector<std::string> out;
+  for (const auto& d : model::config_differences(a.model, b.model)) out.push_back("model." + d);
+  for (const auto& d : train_fields().differences(a, b)) out.push_back("train." + d);
+  for (const auto& d : parallel::parallel_fields().differences(a.parallel, b.parallel)) out.push_back("parallel." + d);
+  return out;
 }
 
-Trainer::Trainer(const TrainConfig& config) : cfg_(config), rng_(config.seed) {
+Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
+    : cfg_(config), stream_(device), rng_(config.seed) {
   cfg_.validate();
-  {  // kernels tile over the runtime's cores: cap them at `threads` (device limit)
-    auto& dev = runtime::Device::default_device();
-    const runtime::CoreLimits spec = dev.spec();
-    const int n = resolve_threads(cfg_.threads);
-    dev.set_limit(std::min(n, spec.cube), std::min(n, spec.vector));
-  }
+  CM_CHECK(cfg_.parallel.world() == 1, "set every parallel degree to 1 (this build trains on one PE)",
+           "the parallel layout asks for {} PEs", cfg_.parallel.world());
+  // kernels tile over the device's cores: this run's stream may use `cores` of them
+  const runtime::CoreLimits spec = device.spec();
+  cores_ = cfg_.cores > 0 ? std::min({cfg_.cores, spec.cube, spec.vector}) : std::min(spec.cube, spec.vector);
+  runtime::set_stream_limit(stream_, cores_, cores_);
   data_ = std::make_unique<TextDataset>(cfg_.data, cfg_.val_fraction);
   train_loader_ = std::make_unique<DataLoader>(*data_, Split::train, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
   if (cfg_.val_fraction > 0)
@@ -130,6 +140,7 @@ CheckpointState Trainer::checkpoint_state() const {
 }
 
 std::string Trainer::save_checkpoint_now() {
+  stream_.synchronize();  // the weights and the optimizer state as of the last step
   const std::string dir = (fs::path(cfg_.out_dir) / "checkpoints").string();
   const std::string path = checkpoint_path(dir, step_);
   save_checkpoint(path, checkpoint_state());
@@ -151,6 +162,7 @@ void Trainer::resume(const std::string& where) {
            "resume with the same data files as the run that saved the checkpoint",
            "checkpoint '{}' was trained on different data (fingerprint {} vs {})", path,
            s.data_fingerprint, data_->fingerprint());
+  stream_.synchronize();
   auto copy = [&](const NamedTensors& from, const std::function<Tensor(const model::ParamInfo&)>& to,
                   const char* what) {
     std::map<std::string, Tensor> by_name(from.begin(), from.end());
@@ -180,21 +192,34 @@ void Trainer::resume(const std::string& where) {
 
 double Trainer::validate() {
   if (!val_loader_) return -1;
+  runtime::StreamGuard on(stream_);
   val_loader_->reset();
   std::vector<int32_t> x, y;
-  double sum = 0;
+  std::vector<Tensor> losses;
   for (int i = 0; i < cfg_.val_batches; ++i) {
     val_loader_->next_batch(x, y);
-    sum += model_->forward(x.data(), y.data(), cfg_.batch_size, cfg_.seq_len);
+    model_->forward(0, {x.data(), y.data(), cfg_.batch_size, cfg_.seq_len});
+    losses.push_back(model_->token_losses(0));
+    model_->close_slot(0);
   }
+  stream_.synchronize();
+  double sum = 0;
+  for (const Tensor& l : losses) sum += mean_of(l);
   return sum / cfg_.val_batches;
 }
 
+std::string Trainer::sample() {
+  runtime::StreamGuard on(stream_);
+  SampleOptions o;
+  o.tokens = cfg_.sample_tokens;
+  return generate(*model_, cfg_.sample_prompt, o);
+}
+
 TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
+  runtime::StreamGuard on(stream_);
   const int64_t end = until_step < 0 ? cfg_.steps : std::min(until_step, cfg_.steps);
-  const int threads = resolve_threads(cfg_.threads);
   const double flops_tok = model::flops_per_token(cfg_.model, cfg_.seq_len);
-  const double peak = measured_peak_flops(threads);
+  const double peak = measured_peak_flops(cores_);
   Progress progress(cfg_.steps, step_, cfg_.log_every, stderr, cfg_.progress ? -1 : 0);
   std::vector<int32_t> x, y;
   const int64_t heat_every = std::max<int64_t>(1, cfg_.steps / 200);
@@ -202,29 +227,35 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   double val = -1;
   for (; step_ < end; ++step_) {
     const double t0 = now_seconds();
-    model_->reset_expert_counts();
-    double loss = 0, aux = 0;
+    // The whole step is queued without waiting; the host reads its results
+    // after the one synchronization at its end.
+    model_->reset_stats();
+    model_->zero_grad();
+    const float scale = 1.0f / float(cfg_.grad_accum);
     for (int m = 0; m < cfg_.grad_accum; ++m) {
       train_loader_->next_batch(x, y);
-      loss += model_->forward(x.data(), y.data(), cfg_.batch_size, cfg_.seq_len) / cfg_.grad_accum;
-      aux += model_->aux_loss() / cfg_.grad_accum;
-      model_->backward(1.0f / float(cfg_.grad_accum), /*accumulate=*/m > 0);
+      model_->forward(m, {x.data(), y.data(), cfg_.batch_size, cfg_.seq_len, scale});
+      model_->backward(m);
     }
-    CM_CHECK(std::isfinite(loss), "lower the learning rate or enable gradient clipping",
-             "loss became {} at step {}", loss, step_ + 1);
+    model_->seal_gradients();
+    const Tensor sq = opt_->clip_gradients();
     StepRecord r;
     r.step = step_;
-    r.loss = loss;
-    r.aux_loss = aux;
-    r.grad_norm = opt_->clip_gradients();
     r.lr = schedule_.at(step_);
     opt_->step(r.lr);
     model_->update_router_bias();
+    stream_.synchronize();
+    const model::StepStats st = model_->read_stats();
+    r.loss = st.loss;
+    r.aux_loss = st.aux_loss;
+    r.grad_norm = AdamW::grad_norm(sq);
+    CM_CHECK(std::isfinite(r.loss), "lower the learning rate or enable gradient clipping",
+             "loss became {} at step {}", r.loss, step_ + 1);
     r.seconds = now_seconds() - t0;
     r.tokens_per_s = double(cfg_.tokens_per_step()) / r.seconds;
     r.mfu = flops_tok * r.tokens_per_s / peak;
     ExpertLoadRecord load{step_, {}};
-    for (const auto& counts : model_->expert_counts()) {
+    for (const auto& counts : st.expert_load) {
       r.expert_balance = std::max(r.expert_balance, expert_balance(counts));
       double sum = 0;
       for (double c : counts) sum += c;
@@ -238,6 +269,11 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
     if ((cfg_.val_every > 0 && (step_ + 1) % cfg_.val_every == 0) || step_ + 1 == cfg_.steps) {
       val = validate();
       if (val >= 0) val_records_.push_back({step_, val});
+      if (cfg_.sample_tokens > 0) {
+        samples_.push_back({step_, cfg_.sample_prompt, sample()});
+        if (cfg_.progress) progress.message(fmt::format("sample at step {}: {}", step_ + 1,
+                                                        printable(cfg_.sample_prompt + samples_.back().text)));
+      }
     }
     if (cfg_.progress) progress.update(r, val);
     if (cfg_.ckpt_every > 0 && (step_ + 1) % cfg_.ckpt_every == 0 && step_ + 1 < end) {
@@ -256,7 +292,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   result.mean_tokens_per_s = sec > 0 ? tok / sec : 0;
   // Runs long enough to report MFU take the higher of the peaks measured at
   // their start and end (the core's speed drifts).
-  result.mean_mfu = flops_tok * result.mean_tokens_per_s / (sec >= 2 ? remeasure_peak_flops(threads) : peak);
+  result.mean_mfu = flops_tok * result.mean_tokens_per_s / (sec >= 2 ? remeasure_peak_flops(cores_) : peak);
   if (save_at_end) result.checkpoint = save_checkpoint_now();
   if (cfg_.report) {
     fs::create_directories(cfg_.out_dir);
@@ -283,6 +319,9 @@ ReportData Trainer::report_data() const {
     double tps = 0;
     for (const auto& r : records_) tps += r.tokens_per_s;
     d.summary.emplace_back("mean tokens/s", format_count(tps / double(records_.size())));
+    d.summary.emplace_back("final expert balance",
+                           fmt::format("{:.2f} (busiest expert's tokens / mean per expert, worst MoE layer; 1 = even)",
+                                       records_.back().expert_balance));
   }
   if (!val_records_.empty())
     d.summary.emplace_back("final validation loss",
@@ -291,6 +330,7 @@ ReportData Trainer::report_data() const {
   d.steps = records_;
   d.validation = val_records_;
   d.expert_load = expert_load_;
+  d.samples = samples_;
   return d;
 }
 

@@ -12,6 +12,7 @@
 
 #include "coremesh/model/model.hpp"
 #include "coremesh/model/rng.hpp"
+#include "coremesh/runtime/stream.hpp"
 #include "coremesh/train/safetensors.hpp"
 
 namespace coremesh::model::xcheck {
@@ -71,6 +72,34 @@ inline void write_reference_weights(Model& model, const std::string& dir) {
   for (auto& [n, t] : model.named_params()) w.emplace_back("param/" + n, t);
   for (auto& [n, t] : model.named_buffers()) w.emplace_back("buffer/" + n, t.clone());
   train::write_safetensors(dir + "/weights.safetensors", w);
+}
+
+// One forward of a whole-model stage on the current stream, then a
+// synchronization: this micro-batch's mean cross entropy and balance loss
+// (times alpha). The slot stays open for backward(slot) or logits(slot).
+struct Forward {
+  double ce = 0, aux = 0;
+};
+inline Forward forward_sync(Model& m, int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                            float loss_scale = 1.0f) {
+  runtime::current_stream().synchronize();
+  const double aux_before = m.read_stats().aux_loss;
+  m.forward(slot, {tokens, targets, B, T, loss_scale});
+  runtime::current_stream().synchronize();
+  Forward f;
+  const std::vector<float> l = m.token_losses(slot).to_float_vector();
+  for (float v : l) f.ce += v;
+  f.ce /= double(l.size());
+  f.aux = (m.read_stats().aux_loss - aux_before) / loss_scale;
+  return f;
+}
+
+// The gradient norm of clip_gradients(), read after a synchronization.
+template <class Opt>
+double clip_and_read(Opt& opt) {
+  const Tensor sq = opt.clip_gradients();
+  runtime::current_stream().synchronize();
+  return Opt::grad_norm(sq);
 }
 
 }  // namespace coremesh::model::xcheck

@@ -6,6 +6,7 @@
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/model/config.hpp"
+#include "coremesh/model/layout.hpp"
 
 using namespace coremesh;
 using namespace coremesh::model;

@@ -78,28 +78,31 @@ void cross_check(const ModelConfig& cfg, const std::string& label) {
   double worst_grad = 0;
   std::string worst_name;
   for (int s = 0; s < run.steps; ++s) {
-    // As the trainer: no zero_grad, the first micro-batch overwrites. NaN in
-    // every parameter's gradient shows any gradient it fails to write.
+    // As the trainer: zero_grad() makes the first write of each gradient
+    // overwrite it. NaN in every parameter's gradient shows any gradient it
+    // fails to write.
     for (const auto& p : model.params())
       std::fill_n(model.grad_data() + p.offset, p.numel, std::numeric_limits<float>::quiet_NaN());
-    model.reset_expert_counts();
+    model.zero_grad();
+    model.reset_stats();
     double loss = 0;
     for (int m = 0; m < run.micro; ++m) {
       const int64_t off = (int64_t(s) * run.micro + m) * per;
-      model.keep_logits(s == 0 && m == 0);
-      double ce = model.forward(tok + off, tgt + off, run.B, run.T);
+      const xcheck::Forward f = xcheck::forward_sync(model, m, tok + off, tgt + off, run.B, run.T, 1.0f / float(run.micro));
+      const double ce = f.ce;
       if (s == 0 && m == 0) {
         const Tensor& rl = ref.at("logits");
-        double e = rel_err(model.logits().data(), rl.data<float>(), rl.numel());
+        double e = rel_err(model.logits(m).data<float>(), rl.data<float>(), rl.numel());
         EXPECT_LT(e, 1e-5) << label << " logits rel err " << e;
         EXPECT_NEAR(ce, ref.at("ce").item({0}), 1e-5 * std::fabs(ce)) << label;
-        EXPECT_NEAR(model.aux_loss(), ref.at("aux").item({0}), 1e-5 * std::fabs(model.aux_loss()) + 1e-9) << label;
+        EXPECT_NEAR(f.aux, ref.at("aux").item({0}), 1e-5 * std::fabs(f.aux) + 1e-9) << label;
         std::printf("[%s] logits rel err %.2e, ce %.7f vs %.7f, aux %.3e vs %.3e\n", label.c_str(), e, ce,
-                    ref.at("ce").item({0}), model.aux_loss(), ref.at("aux").item({0}));
+                    ref.at("ce").item({0}), f.aux, ref.at("aux").item({0}));
       }
-      model.backward(1.0f / float(run.micro), /*accumulate=*/m > 0);
+      model.backward(m);
       loss += ce / run.micro;
     }
+    runtime::current_stream().synchronize();
     losses.push_back(loss);
     if (s == 0) {
       for (const auto& p : model.params()) {
@@ -112,10 +115,12 @@ void cross_check(const ModelConfig& cfg, const std::string& label) {
       std::printf("[%s] %zu parameter gradients, worst rel err %.2e (%s)\n", label.c_str(),
                   model.params().size(), worst_grad, worst_name.c_str());
     }
-    double gn = opt.clip_gradients();
+    EXPECT_EQ(model.seal_gradients(), 0) << label << ": a gradient was left unwritten";
+    double gn = xcheck::clip_and_read(opt);
     EXPECT_NEAR(gn, ref.at("grad_norms").item({s}), 1e-4 * gn) << label << " step " << s;
     opt.step(run.lr);
     model.update_router_bias();
+    runtime::current_stream().synchronize();
   }
   // ---- losses over the AdamW steps, final weights and router biases
   for (int s = 0; s < run.steps; ++s) {

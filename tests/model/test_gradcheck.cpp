@@ -10,6 +10,7 @@
 
 #include "coremesh/model/model.hpp"
 #include "coremesh/model/rng.hpp"
+#include "reference_fixture.hpp"
 
 using namespace coremesh;
 using namespace coremesh::model;
@@ -22,10 +23,15 @@ static void grad_check(ModelConfig c) {
   std::vector<int32_t> x(B * T), y(B * T);
   for (auto& v : x) v = int32_t(rng.below(uint64_t(c.vocab_size)));
   for (auto& v : y) v = int32_t(rng.below(uint64_t(c.vocab_size)));
-  auto loss = [&] { return m.forward(x.data(), y.data(), B, T) + m.aux_loss(); };
+  auto loss = [&] {
+    const xcheck::Forward f = xcheck::forward_sync(m, 0, x.data(), y.data(), B, T);
+    m.close_slot(0);
+    return f.ce + f.aux;
+  };
   m.zero_grad();
-  loss();
-  m.backward(1.0f);
+  xcheck::forward_sync(m, 0, x.data(), y.data(), B, T);
+  m.backward(0);
+  runtime::current_stream().synchronize();
   std::vector<float> g(m.grad_data(), m.grad_data() + m.num_params());
   const float eps = 1e-3f;
   int checked = 0;

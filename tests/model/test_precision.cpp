@@ -126,16 +126,22 @@ struct GemmResult {
   Tensor y, dx, dw;
 };
 
+// Runs each weight-gradient job at once, accumulating (beta 1).
+struct AccumulateSink final : mp::WgradSink {
+  void add(const mp::GradRef& ref, Job job) override { job(ref.view, 1.0f); }
+};
+
 GemmResult run_gemm(const GemmCase& c, const GemmData& d) {
   const mp::GemmInput in = mp::gemm_input(d.x, c.precision);
   const mp::GemmWeight w = mp::gemm_weight(d.w, c.precision);
   GemmResult r{{}, {}, d.dw0.clone()};
+  AccumulateSink sink;
   if (c.offsets.empty()) {
     r.y = mp::linear(in, w);
-    r.dx = mp::linear_backward(d.dy, in, w, r.dw, 1.0f);
+    r.dx = mp::linear_backward(d.dy, in, w, {0, 1, r.dw}, sink);
   } else {
     r.y = mp::grouped_linear(in, w, d.offsets);
-    r.dx = mp::grouped_linear_backward(d.dy, in, w, d.offsets, r.dw, 1.0f);
+    r.dx = mp::grouped_linear_backward(d.dy, in, w, d.offsets, {0, 1, r.dw}, sink);
   }
   runtime::current_stream().synchronize();
   float* dw = r.dw.data<float>();
@@ -275,48 +281,56 @@ void cross_check(ModelConfig cfg, Precision precision, const RunSpec& run, const
   std::copy(model.param_data(), model.param_data() + model.num_params(), m32.param_data());
   for (size_t i = 0; i < model.named_buffers().size(); ++i)
     m32.named_buffers()[i].second.copy_from(model.named_buffers()[i].second);
+  m32.zero_grad();
+  std::vector<float> logits32;
   for (int m = 0; m < run.micro; ++m) {
-    m32.keep_logits(m == 0);
-    m32.forward(batch.tok(0, m, run.micro), batch.tgt(0, m, run.micro), run.B, run.T);
-    m32.backward(1.0f / float(run.micro));
+    xcheck::forward_sync(m32, m, batch.tok(0, m, run.micro), batch.tgt(0, m, run.micro), run.B, run.T,
+                         1.0f / float(run.micro));
+    if (m == 0) logits32 = m32.logits(m).to_float_vector();
+    m32.backward(m);
   }
-  const double gap_logits = rel_err(m32.logits().data(), rl.data<float>(), rl.numel());
-  const double gap_median = row_errs(m32.logits().data(), rl.data<float>(), N, V)[size_t(N / 2)];
+  runtime::current_stream().synchronize();
+  const double gap_logits = rel_err(logits32.data(), rl.data<float>(), rl.numel());
+  const double gap_median = row_errs(logits32.data(), rl.data<float>(), N, V)[size_t(N / 2)];
 
   train::AdamW opt(model, run.opt);
   std::vector<double> losses;
   double worst_step = 0;
   for (int s = 0; s < run.steps; ++s) {
-    // As the trainer: no zero_grad, the first micro-batch overwrites (NaN
+    // As the trainer: zero_grad() makes the first write overwrite (NaN
     // shows any parameter gradient left unwritten).
     for (const auto& p : model.params())
       std::fill_n(model.grad_data() + p.offset, p.numel, std::numeric_limits<float>::quiet_NaN());
-    model.reset_expert_counts();
+    model.zero_grad();
+    model.reset_stats();
     double loss = 0;
     for (int m = 0; m < run.micro; ++m) {
-      model.keep_logits(s == 0 && m == 0);
-      const double ce = model.forward(batch.tok(s, m, run.micro), batch.tgt(s, m, run.micro), run.B, run.T);
+      const xcheck::Forward f = xcheck::forward_sync(model, m, batch.tok(s, m, run.micro),
+                                                     batch.tgt(s, m, run.micro), run.B, run.T,
+                                                     1.0f / float(run.micro));
+      const double ce = f.ce;
       if (s == 0 && m == 0) {
-        const std::vector<double> tokens = row_errs(model.logits().data(), rl.data<float>(), N, V);
+        const float* logits = model.logits(m).data<float>();
+        const std::vector<double> tokens = row_errs(logits, rl.data<float>(), N, V);
         const double median = tokens[size_t(N / 2)];
-        const double e = rel_err(model.logits().data(), rl.data<float>(), rl.numel());
+        const double e = rel_err(logits, rl.data<float>(), rl.numel());
         const auto agree = std::count_if(tokens.begin(), tokens.end(), [](double x) { return x <= 1e-5; });
         const double rce = ref.at("ce").item({0}), raux = ref.at("aux").item({0});
         std::printf("[%s] logits rel err %.1e (f32 model: %.1e); per token: median %.1e (f32 model: "
                     "%.1e), %ld of %ld <= 1e-5, max %.1e\n",
                     label.c_str(), e, gap_logits, median, gap_median, long(agree), long(N), tokens.back());
         std::printf("[%s] ce %.7f vs %.7f (rel %.1e), aux %.5e vs %.5e (rel %.1e)\n", label.c_str(), ce,
-                    rce, std::fabs(ce - rce) / rce, model.aux_loss(), raux,
-                    std::fabs(model.aux_loss() - raux) / raux);
+                    rce, std::fabs(ce - rce) / rce, f.aux, raux, std::fabs(f.aux - raux) / raux);
         EXPECT_LE(median, tol.token_median) << label;
         EXPECT_GT(gap_median, 100 * tol.token_median) << label << ": the reference should tell f32 apart";
         expect_le(e, tol.logits * gap_logits, label + " logits");
         expect_le(std::fabs(ce - rce) / rce, tol.ce, label + " ce");
-        expect_le(std::fabs(model.aux_loss() - raux) / raux, tol.ce, label + " aux");
+        expect_le(std::fabs(f.aux - raux) / raux, tol.ce, label + " aux");
       }
-      model.backward(1.0f / float(run.micro), /*accumulate=*/m > 0);
+      model.backward(m);
       loss += ce / run.micro;
     }
+    runtime::current_stream().synchronize();
     losses.push_back(loss);
     if (s == 0) {
       double worst = 0, sum = 0, gap = 0;
@@ -334,11 +348,13 @@ void cross_check(ModelConfig cfg, Precision precision, const RunSpec& run, const
                   label.c_str(), model.params().size(), sum / n, gap / n, worst, worst_name.c_str());
       expect_le(sum / n, tol.grad * gap / n, label + " gradients");
     }
-    const double gn = opt.clip_gradients(), rgn = ref.at("grad_norms").item({s});
+    EXPECT_EQ(model.seal_gradients(), 0) << label << ": a gradient was left unwritten";
+    const double gn = xcheck::clip_and_read(opt), rgn = ref.at("grad_norms").item({s});
     worst_step = std::max(worst_step, std::fabs(gn - rgn) / rgn);
     expect_le(std::fabs(gn - rgn) / rgn, tol.loss, label + " gradient norm, step " + std::to_string(s));
     opt.step(run.lr);
     model.update_router_bias();
+    runtime::current_stream().synchronize();
   }
   for (int s = 0; s < run.steps; ++s) {
     const double r = ref.at("losses").item({s}), e = std::fabs(losses[size_t(s)] - r) / r;
@@ -428,13 +444,16 @@ Trained train_fixed_batch(Precision precision, int steps) {
   Trained out;
   for (int s = 0; s < steps; ++s) {
     m.zero_grad();
-    const double ce = m.forward(batch.tok(0, 0, 1), batch.tgt(0, 0, 1), B, T);
-    m.backward(1.0f);
+    m.reset_stats();
+    const double ce = xcheck::forward_sync(m, 0, batch.tok(0, 0, 1), batch.tgt(0, 0, 1), B, T).ce;
+    m.backward(0);
+    runtime::current_stream().synchronize();
     if (s == 0) out.ce0 = ce, out.grad0.assign(m.grad_data(), m.grad_data() + m.num_params());
     out.losses.push_back(ce);
     opt.clip_gradients();
     opt.step(3e-3);
     m.update_router_bias();
+    runtime::current_stream().synchronize();
   }
   return out;
 }
@@ -474,8 +493,8 @@ TEST(Precision, MemoryEstimateMatchesSavedBytes) {
       Model m(c);
       m.init_weights(3);
       const Batches batch = make_batches(1, 1, B, T, c.vocab_size, 9);
-      m.forward(batch.tok(0, 0, 1), batch.tgt(0, 0, 1), B, T);
-      const Model::SavedBytes saved = m.saved_bytes();
+      xcheck::forward_sync(m, 0, batch.tok(0, 0, 1), batch.tgt(0, 0, 1), B, T);
+      const Model::SavedBytes saved = m.saved_bytes(0);
       const MemoryEstimate est = estimate_memory(c, B, T);
       // the estimate also holds the logits' gradient of the backward
       const int64_t held = est.activations - int64_t(B) * T * c.vocab_size * 4;

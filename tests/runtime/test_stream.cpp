@@ -210,24 +210,30 @@ TEST(Stream, ManyStreamsManyKernelsFromSeveralThreads) {
 // submitted by the worker that completes the first, which runs it next:
 // waking an idle worker for it would only cost a futex call and move the
 // kernel away from the core whose caches hold its inputs.
+// The rule follows the limit of the kernel's own stream: a device limit of 1,
+// or a stream limit of 1 on an unlimited device (a trainer's stream).
 TEST(Stream, ChainOfOneBlockKernelsStaysOnTheCompletingCore) {
-  Device device(two_cores());
-  device.set_limit(1, 1);
-  Stream s(device);
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // both workers asleep
-  // The chain waits behind a gate until it is all queued: otherwise the
-  // worker may drain the queue and the host submit the next link itself.
-  std::atomic<bool> queued{false};
-  s.launch({"gate", KernelKind::vector, 1, 0}, [&queued](const BlockContext&) {
-    while (!queued.load()) std::this_thread::yield();
-  });
-  constexpr int kKernels = 300;
-  std::vector<int> core(kKernels, -1);
-  for (int i = 0; i < kKernels; ++i)
-    s.launch({"link", KernelKind::vector, 1, 0}, [&core, i](const BlockContext& ctx) { core[i] = ctx.core_id; });
-  queued = true;
-  s.synchronize();
-  for (int i = 1; i < kKernels; ++i) ASSERT_EQ(core[i], core[0]) << "kernel " << i << " moved to another core";
+  for (const bool device_limit : {true, false}) {
+    SCOPED_TRACE(device_limit ? "device limit 1" : "stream limit 1");
+    Device device(two_cores());
+    if (device_limit) device.set_limit(1, 1);
+    Stream s(device);
+    if (!device_limit) set_stream_limit(s, 1, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // both workers asleep
+    // The chain waits behind a gate until it is all queued: otherwise the
+    // worker may drain the queue and the host submit the next link itself.
+    std::atomic<bool> queued{false};
+    s.launch({"gate", KernelKind::vector, 1, 0}, [&queued](const BlockContext&) {
+      while (!queued.load()) std::this_thread::yield();
+    });
+    constexpr int kKernels = 300;
+    std::vector<int> core(kKernels, -1);
+    for (int i = 0; i < kKernels; ++i)
+      s.launch({"link", KernelKind::vector, 1, 0}, [&core, i](const BlockContext& ctx) { core[i] = ctx.core_id; });
+    queued = true;
+    s.synchronize();
+    for (int i = 1; i < kKernels; ++i) ASSERT_EQ(core[i], core[0]) << "kernel " << i << " moved to another core";
+  }
 }
 
 // ...but the other blocks of a wider kernel still wake idle workers: both

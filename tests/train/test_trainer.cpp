@@ -36,7 +36,7 @@ static TrainConfig small_config(const std::string& dir) {
   c.batch_size = 4, c.seq_len = 32, c.grad_accum = 2, c.steps = 20;
   c.lr = 3e-3, c.min_lr = 3e-4, c.warmup_steps = 3;
   c.val_every = 5, c.val_batches = 2, c.out_dir = dir + "/run";
-  c.threads = 1, c.progress = false, c.report = false;
+  c.cores = 1, c.progress = false, c.report = false;
   return c;
 }
 

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "coremesh/core/fields.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -69,6 +71,9 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
+// The field table (name, type, default, help, checks) that JSON, flags and
+// config_differences are generated from.
+const FieldTable<ModelConfig>& model_fields();
 ModelConfig model_config_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const ModelConfig& config);
 ModelConfig load_model_config(const std::string& path);
@@ -79,33 +84,5 @@ std::vector<std::string> config_differences(const ModelConfig& a, const ModelCon
 std::string gating_name(Gating g);
 std::string drop_policy_name(DropPolicy p);
 std::string precision_name(Precision p);
-Precision parse_precision(const std::string& name);
-
-struct ParamCount {
-  int64_t total = 0;      // every trained parameter
-  int64_t active = 0;     // used per token (top-k of the routed experts)
-  int64_t embedding = 0;  // token embedding (+ untied head)
-  int64_t expert = 0;     // routed expert weights
-};
-ParamCount count_params(const ModelConfig& config);
-
-// Training FLOPs per token (forward + backward = 3x forward) for sequences of
-// length T: 6 * active matmul params + attention scores/values
-// (6 * n_layers * T * C, the causal half of 12*L*T*C), as in PaLM/Chinchilla.
-double flops_per_token(const ModelConfig& config, int seq_len);
-
-// Bytes of one training micro-batch on one PE. Precision changes the saved
-// inputs of the block GEMMs (bf16: 2 bytes, fp8: 1 byte + an f32 scale per
-// 128) and, for bf16, adds the weights' bf16 copies; everything else is f32.
-// Model::saved_bytes() measures the same storages after a forward.
-struct MemoryEstimate {
-  int64_t weights = 0;        // fp32 master weights
-  int64_t gradients = 0;      // fp32
-  int64_t optimizer = 0;      // AdamW m and v, fp32
-  int64_t weight_copies = 0;  // bf16 copies of the block-GEMM weights, kept from forward to backward
-  int64_t activations = 0;    // saved for backward, one micro-batch, + the logits' gradient
-  int64_t total() const { return weights + gradients + optimizer + weight_copies + activations; }
-};
-MemoryEstimate estimate_memory(const ModelConfig& config, int micro_batch, int seq_len);
 
 }  // namespace coremesh::model

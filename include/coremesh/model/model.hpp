@@ -1,5 +1,5 @@
-// Model: the DeepSeek-V3-style decoder of DESIGN.md §6 on one PE, with a
-// manual forward and backward (llm.c style).
+// Model: the DeepSeek-V3-style decoder of DESIGN.md §6 — or the stage of it
+// that one PE holds — with a manual forward and backward (llm.c style).
 //
 //   x = wte[tokens]                                        (N, C), N = B*T
 //   for each layer l:
@@ -8,23 +8,38 @@
 //   logits = RMSNorm(x) head^T, head = wte (tied) or lm_head  (N, V)
 //   loss = mean cross entropy + balance loss
 //
-// Parameters live in one fp32 arena, gradients in a second arena with the
-// same layout (one contiguous buffer for the optimizer and for reductions).
-// Gradients accumulate over micro-batches until zero_grad().
+// The model is built from parts (layout.hpp): the embedding, the attention
+// and FFN halves of each layer, the head. A Model holds the parts of one
+// stage (by default all of them) in one or two chunks; the parameters of its
+// parts live in one fp32 arena, their gradients in a second arena of the
+// same layout (one buffer for the optimizer and for reductions).
+//
+// Micro-batches in flight live in slots: open a slot with its micro-batch,
+// run the chunks' forwards, then their backwards (or the input-gradient half
+// now and the weight-gradient half later); the slot's activations are freed
+// when its last backward ends. Any number of slots may be open.
+//
+// Gradients: after zero_grad() the first weight gradient written to a
+// parameter overwrites it and later ones add (no memset of the arena; the
+// first weight-gradient GEMM of a step does not read C). seal_gradients()
+// zero-fills any parameter nothing wrote since zero_grad().
+//
+// Nothing here synchronizes with the host: every call launches kernels on
+// the calling thread's current stream and returns. Losses, balance losses
+// and expert loads are collected on the stream; read_stats() reads them once
+// the stream has been synchronized (after the step).
+//
+// Communication enters only through the seams (coremesh/parallel/seams.hpp);
+// the defaults move nothing.
 //
 // config.precision (f32, bf16, fp8) sets the inputs of the transformer
-// blocks' GEMMs (qkv, wo, dense and shared SwiGLU, routed experts) in the
-// forward, dgrad and wgrad; the embedding, the LM head, the router, norms,
-// attention and the loss stay f32, and so do the arenas and the optimizer
-// state. See docs/architecture.md, "Precision".
-//
-// Every layer runs on the kernel library (include/coremesh/ops) on the
-// calling thread's current stream; forward() and backward() synchronize that
-// stream before returning, so the arenas are host-readable afterwards.
+// blocks' GEMMs; see docs/architecture.md, "Precision".
 // Thread safety: one thread drives a Model.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -32,102 +47,160 @@
 
 #include "coremesh/core/tensor.hpp"
 #include "coremesh/model/config.hpp"
+#include "coremesh/model/layout.hpp"
+#include "coremesh/parallel/seams.hpp"
 
 namespace coremesh::model {
 namespace detail {
+struct GradRef;
 struct MoeParams;
-}
+struct MoeGrads;
+}  // namespace detail
 
-struct ParamInfo {
-  std::string name;
-  Shape shape;
-  int64_t offset = 0;   // in floats, into the arenas (64-byte aligned)
-  int64_t numel = 0;
-  bool weight_decay = false;  // matrices decay; norms do not
-  bool expert = false;        // routed expert weights (sharded by EP later)
+// One micro-batch as a stage sees it. tokens (B,T) are read by the stage that
+// holds the embedding, targets (B,T) by the one that holds the head (host
+// memory, copied at open_slot). loss_scale weighs this micro-batch's loss in
+// the step's loss (1 / micro-batches per step).
+struct MicroBatch {
+  const int32_t* tokens = nullptr;
+  const int32_t* targets = nullptr;
+  int B = 0, T = 0;
+  float loss_scale = 1.0f;
+};
+
+// What a step's forwards left on the stream, read after synchronization.
+struct StepStats {
+  double loss = 0;      // sum over forwards through the head of loss_scale * mean cross entropy
+  double aux_loss = 0;  // the same for the balance loss of this stage's MoE layers
+  int forwards = 0;     // forwards through the head
+  std::vector<std::vector<double>> expert_load;  // per MoE layer held, per expert: selections
+  int64_t dropped = 0;  // assignments over capacity
 };
 
 class Model {
  public:
-  explicit Model(const ModelConfig& config);
+  explicit Model(const ModelConfig& config, const StageLayout& stage = {},
+                 parallel::Seams seams = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  const StageLayout& stage() const { return stage_; }
+  int num_chunks() const { return int(stage_.chunks.size()); }
+  bool holds_embedding() const { return holds_part(stage_, 0); }
+  bool holds_head() const { return holds_part(stage_, num_parts(config_) - 1); }
 
   // Deterministic initialization from `seed`: matrices ~ N(0, init_std)
   // (output projections / sqrt(2 * n_layers)), norms 1, router biases 0.
+  // The values are drawn in the whole model's layout order and each stage
+  // keeps what it holds, so every layout starts from the 1-PE weights.
   void init_weights(uint64_t seed);
 
-  // Parameter arena.
-  const std::vector<ParamInfo>& params() const { return params_; }
-  int64_t num_params() const { return arena_size_; }
+  // ---- parameters
+  const std::vector<ParamInfo>& params() const { return layout_.params; }
+  const ParamLayout& layout() const { return layout_; }
+  int64_t num_params() const { return layout_.arena_size; }  // arena floats (with padding)
   float* param_data() { return weights_.data<float>(); }
   float* grad_data() { return grads_.data<float>(); }
   const Tensor& param_arena() const { return weights_; }  // (num_params) f32
   const Tensor& grad_arena() const { return grads_; }
-  Tensor param(const std::string& name) const;  // views into the arena
+  Tensor param(const std::string& name) const;  // views into the arenas
   Tensor grad(const std::string& name) const;
   std::vector<std::pair<std::string, Tensor>> named_params() const;
   std::vector<std::pair<std::string, Tensor>> named_grads() const;
-  // Non-trained state: "layers.<l>.router_bias" (E) per MoE layer.
+  // Non-trained state: "layers.<l>.router_bias" (E) per MoE layer held.
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
 
-  // One micro-batch: tokens and targets are (B, T). Returns the mean cross
-  // entropy; the balance loss of this micro-batch is aux_loss().
-  double forward(const int32_t* tokens, const int32_t* targets, int B, int T);
-  double aux_loss() const { return aux_loss_; }
-  // A host copy of the last forward's logits (N, V), kept only when
-  // keep_logits(true).
-  void keep_logits(bool keep) { keep_logits_ = keep; }
-  const std::vector<float>& logits() const { return logits_copy_; }
-  // Adds the gradient of loss_scale * (cross entropy + aux loss) of the last
-  // forward to the gradient arena, or with accumulate = false writes it there
-  // (the first micro-batch of a step: no zero_grad() needed, nor its memset).
-  void backward(float loss_scale, bool accumulate = true);
-  void zero_grad();
+  // ---- one stage-wide pass (every chunk; the stage must hold the embedding
+  // and the head, i.e. be the whole model): forward() then backward(); the
+  // backward frees the slot.
+  void forward(int slot, const MicroBatch& batch);
+  void backward(int slot);
 
-  // Bytes of the storages the last forward keeps for the backward: the
-  // saved activations, and the bf16 copies of the block-GEMM weights (0 for
-  // f32 and fp8). The measured side of estimate_memory().
+  // ---- the pieces a pipeline executor drives
+  void open_slot(int slot, const MicroBatch& batch);
+  // Runs chunk `chunk` of the slot: input (N,C) is the previous stage's
+  // output (undefined when the chunk starts with the embedding). Returns
+  // the chunk's output (N,C), or undefined when it ends with the head.
+  Tensor forward_chunk(int slot, int chunk, const Tensor& input = {});
+  // d(loss)/d(input) (N,C) of the chunk given d(loss)/d(output) (undefined
+  // for the head chunk); undefined when the chunk starts with the embedding.
+  // With defer_weight_grads the weight gradients wait for backward_weight().
+  Tensor backward_chunk(int slot, int chunk, const Tensor& grad_output = {},
+                        bool defer_weight_grads = false);
+  void backward_weight(int slot, int chunk);
+  // Drops a slot without a backward (evaluation, generation).
+  void close_slot(int slot);
+  bool slot_open(int slot) const;
+  int open_slots() const { return int(slots_.size()); }
+  // Of an open slot whose forward reached the head: the logits (N,V) and the
+  // cross entropy per token (N), valid once the stream reached them.
+  Tensor logits(int slot) const;
+  Tensor token_losses(int slot) const;
+
+  // ---- gradients
+  void zero_grad();       // the next write of every gradient overwrites it
+  // Zero-fills the gradients nothing wrote since zero_grad() (a stage whose
+  // parts saw no micro-batch); returns how many parameters that was.
+  int seal_gradients();
+
+  // ---- statistics and the aux-loss-free balancing
+  void reset_stats();
+  StepStats read_stats() const;  // the stream must have been synchronized
+  // Per MoE layer held: (E+1) i64 on the stream, selections per expert and
+  // dropped assignments since reset_stats(); a parallel layout sums them
+  // over the ranks that share the router before update_router_bias().
+  const std::vector<Tensor>& expert_load() const { return load_; }
+  // bias_e += rate * sign(mean load - load_e) from expert_load(), on the
+  // stream. Call once per optimizer step.
+  void update_router_bias();
+
+  // Bytes of the storages a slot keeps for its backward: the saved
+  // activations, and the bf16 copies of the block-GEMM weights (0 for f32
+  // and fp8). The measured side of estimate_memory().
   struct SavedBytes {
     int64_t activations = 0;
     int64_t weight_copies = 0;
   };
-  SavedBytes saved_bytes() const;
+  SavedBytes saved_bytes(int slot) const;
 
-  // Routed selections per MoE layer and expert since reset_expert_counts().
-  const std::vector<std::vector<double>>& expert_counts() const { return expert_counts_; }
-  int64_t dropped_assignments() const { return dropped_; }
-  void reset_expert_counts();
-  // Aux-loss-free balancing: bias_e += rate * sign(mean load - load_e), from
-  // expert_counts(). Call once per optimizer step.
-  void update_router_bias();
+  struct Slot;
+  struct PartParams;
+  struct Pending;
 
  private:
-  struct Layer;
-  struct Acts;
-  int64_t add_param(const std::string& name, const Shape& shape, bool decay, bool expert,
-                    bool pad = true);
-  // Views of one parameter (weights / gradients) with the given shape.
-  Tensor pw(int64_t offset, const Shape& shape) const;
-  Tensor gw(int64_t offset, const Shape& shape) const;
-  detail::MoeParams moe_params(int64_t layer, bool grads) const;
+  friend struct Parts;
+  // Beta of the next write of the gradients of params [first, first + count):
+  // 0 unless written since zero_grad(); marks them written.
+  float take_beta(int first, int count = 1);
+  // Arena views of a parameter (its own shape, or `shape` over it and the
+  // parameters fused after it).
+  Tensor wview(int param, Shape shape = {}) const;
+  Tensor gview(int param, Shape shape = {}) const;
+  detail::GradRef gref(int first, int count = 1, Shape shape = {}) const;
+  detail::MoeParams moe_params(const PartParams& p) const;
+  detail::MoeGrads moe_grads(const PartParams& p) const;
+  Slot& slot(int index, const char* what) const;
+  const PartParams& part(int index) const;
 
   ModelConfig config_;
-  std::vector<ParamInfo> params_;
-  int64_t arena_size_ = 0;
+  StageLayout stage_;
+  parallel::Seams seams_;
+  ParamLayout layout_;
   Tensor weights_, grads_;
-  std::vector<Layer> layers_;
-  int64_t wte_ = 0, final_norm_ = 0, lm_head_ = -1;
-  std::vector<Tensor> router_bias_;  // per layer (undefined for dense layers)
-  std::unique_ptr<Acts> acts_;
-  double aux_loss_ = 0;
-  bool keep_logits_ = false;
-  std::vector<float> logits_copy_;
-  std::vector<std::vector<double>> expert_counts_;
-  int64_t dropped_ = 0;
+  std::vector<uint8_t> written_;                    // per parameter: gradient written since zero_grad()
+  std::vector<std::unique_ptr<PartParams>> parts_;  // per part (nullptr when not held)
+  std::vector<Tensor> router_bias_;                 // per layer (undefined unless its MoE FFN is held)
+  std::map<int, std::unique_ptr<Slot>> slots_;
+  std::map<std::pair<int, int>, std::unique_ptr<Pending>> pending_;  // deferred wgrads per (slot, chunk)
+  // statistics since reset_stats()
+  struct Recorded {
+    Tensor values;  // (N) token losses or (1) balance loss
+    float scale;
+  };
+  std::vector<Recorded> losses_, aux_losses_;
+  std::vector<Tensor> load_;                        // per MoE layer held
 };
 
 }  // namespace coremesh::model

@@ -31,6 +31,9 @@ class Rng {
     return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
   }
 
+  // Skips n draws of next_u64() (normal() makes two) in O(1).
+  void skip(uint64_t n) { state_ += n * 0x9e3779b97f4a7c15ULL; }
+
   uint64_t state() const { return state_; }
   void set_state(uint64_t s) { state_ = s; }
 

@@ -5,9 +5,11 @@
 // plus global-norm gradient clipping (torch.nn.utils.clip_grad_norm_).
 // Runs on the kernel library (ops::grad_sq_sum, clip_coefficient, adamw_step)
 // on the current stream, one launch each over the whole arena (a segment per
-// parameter); the clip coefficient is folded into the update.
+// parameter); the clip coefficient is folded into the update. Nothing here
+// waits for the stream: the caller reads the gradient norm after the step.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -26,9 +28,11 @@ class AdamW {
  public:
   AdamW(model::Model& model, const AdamWConfig& config);
 
-  // Computes the global gradient norm (returned, before clipping) and the
-  // clip coefficient that the next step() applies to the gradients.
-  double clip_gradients();
+  // Launches the sum of squares of the gradients and the clip coefficient
+  // that the next step() applies to them. Returns the sum of squares, a (1)
+  // f32 tensor on the stream: grad_norm() of it once the stream reached it.
+  Tensor clip_gradients();
+  static double grad_norm(const Tensor& sq_sum) { return std::sqrt(double(sq_sum.data<float>()[0])); }
   // One update with learning rate `lr` (increments the step count).
   void step(double lr);
 

@@ -1,10 +1,16 @@
-// Trainer: the single-PE training loop.
+// Trainer: the training loop.
 //
 //   for step in [start, steps):
-//     zero grads; for each of grad_accum micro-batches: forward, backward(1/accum)
+//     zero grads; for each of grad_accum micro-batches: forward, backward (loss scale 1/accum)
 //     clip (global norm), AdamW with lr = schedule(step), router-bias update
+//     -- all of it queued on the trainer's stream; one host synchronization
+//        at the end of the step reads the loss, the norm and the expert load
 //     every val_every steps: validation loss over val_batches fixed batches
+//       and a short greedy sample
 //     every ckpt_every steps: atomic checkpoint
+//
+// The trainer runs on the device it is given, on a stream of its own whose
+// core limit is `cores`; the device's own limits are left alone.
 //
 // Everything that influences later steps (weights, AdamW moments and step
 // count, router biases, data position, RNG) is in the checkpoint, so a
@@ -20,6 +26,9 @@
 #include "coremesh/model/config.hpp"
 #include "coremesh/model/model.hpp"
 #include "coremesh/model/rng.hpp"
+#include "coremesh/parallel/config.hpp"
+#include "coremesh/runtime/device.hpp"
+#include "coremesh/runtime/stream.hpp"
 #include "coremesh/train/checkpoint.hpp"
 #include "coremesh/train/data.hpp"
 #include "coremesh/train/metrics.hpp"
@@ -31,11 +40,12 @@ namespace coremesh::train {
 
 struct TrainConfig {
   model::ModelConfig model;
+  parallel::ParallelConfig parallel;
   std::vector<std::string> data;  // text files
   double val_fraction = 0.05;
   int batch_size = 8;   // sequences per micro-batch
   int seq_len = 128;
-  int grad_accum = 1;   // micro-batches per step
+  int grad_accum = 1;   // micro-batches per step (per data-parallel rank)
   int64_t steps = 100;
   double lr = 1e-3, min_lr = 1e-4;
   int64_t warmup_steps = 10;
@@ -47,16 +57,24 @@ struct TrainConfig {
   std::string out_dir = "runs/coremesh";
   int ckpt_every = 0;   // 0: only at the end
   int keep_checkpoints = 3;
-  int threads = 0;      // runtime cores the kernels may use (device limit); 0: all CPUs
+  int cores = 0;        // compute cores this PE's kernels may use (its stream's limit); 0: all of the device
   bool report = true;
-  bool progress = true;
+  int sample_tokens = 64;             // bytes of greedy sample at each validation (0: none)
+  std::string sample_prompt = "And "; // its prompt
+  bool progress = true;  // not a config field: the command line's --no-progress
 
   void validate() const;
   int64_t tokens_per_step() const { return int64_t(batch_size) * seq_len * grad_accum; }
 };
 
+// The "train" section's field table; the config file is
+// {"model": {...}, "train": {...}, "parallel": {...}} (train fields may also
+// stand at the top level).
+const FieldTable<TrainConfig>& train_fields();
 TrainConfig train_config_from_json(const nlohmann::json& j, TrainConfig base = {});
 nlohmann::json to_json(const TrainConfig& c);
+// Every difference between two configs, "section.field: a vs b".
+std::vector<std::string> config_differences(const TrainConfig& a, const TrainConfig& b);
 
 struct TrainResult {
   int64_t steps_done = 0;
@@ -67,7 +85,7 @@ struct TrainResult {
 
 class Trainer {
  public:
-  explicit Trainer(const TrainConfig& config);
+  explicit Trainer(const TrainConfig& config, runtime::Device& device = runtime::Device::default_device());
 
   // Loads a checkpoint (a file, or a directory: its latest), refusing a
   // corrupt or mismatched one.
@@ -76,9 +94,13 @@ class Trainer {
   // the end when save_at_end.
   TrainResult run(int64_t until_step = -1, bool save_at_end = true);
   double validate();
+  // A greedy continuation of cfg.sample_prompt (cfg.sample_tokens bytes).
+  std::string sample();
   std::string save_checkpoint_now();
 
   int64_t step() const { return step_; }
+  int cores() const { return cores_; }
+  runtime::Stream& stream() { return stream_; }
   model::Model& model() { return *model_; }
   const std::vector<StepRecord>& records() const { return records_; }
   const std::vector<ValRecord>& validation() const { return val_records_; }
@@ -88,6 +110,8 @@ class Trainer {
   CheckpointState checkpoint_state() const;
 
   TrainConfig cfg_;
+  int cores_ = 1;
+  runtime::Stream stream_;
   std::unique_ptr<TextDataset> data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<model::Model> model_;
@@ -98,6 +122,7 @@ class Trainer {
   std::vector<StepRecord> records_;
   std::vector<ValRecord> val_records_;
   std::vector<ExpertLoadRecord> expert_load_;
+  std::vector<SampleRecord> samples_;
 };
 
 }  // namespace coremesh::train

@@ -1,0 +1,38 @@
+// The parallel layout of a training run: the degrees of the 5D mesh
+// (DESIGN.md §7, rank order [DP][CP][PP][EP][TP]), ZeRO and the pipeline
+// schedule. Every degree 1 means that dimension is off; a config without a
+// "parallel" section trains on one PE.
+//
+// Micro-batches per step are the trainer's `grad_accum` (per data-parallel
+// rank): one count for both gradient accumulation and pipeline schedules.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "coremesh/core/fields.hpp"
+
+namespace coremesh::parallel {
+
+// The pipeline schedules (issue: schedules as data); "1f1b" etc. in configs.
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zb_h1, zbv, dualpipe, dualpipev };
+std::string schedule_name(PipelineSchedule s);
+
+struct ParallelConfig {
+  int dp = 1;  // data parallel: ranks that see different micro-batches of the global batch
+  int cp = 1;  // context parallel: ranks that split each sequence
+  int pp = 1;  // pipeline parallel: stages
+  int ep = 1;  // expert parallel: ranks that split the routed experts
+  int tp = 1;  // tensor parallel: ranks that split each layer's matrices
+  int zero = 0;                   // 1: ZeRO-1, the optimizer state sharded over the data-parallel ranks
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;  // pp > 1
+  int virtual_stages = 1;         // model chunks per pipeline rank (interleaved schedules)
+
+  int world() const { return dp * cp * pp * ep * tp; }
+  std::vector<std::string> problems() const;  // per field and across fields
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+const FieldTable<ParallelConfig>& parallel_fields();
+
+}  // namespace coremesh::parallel

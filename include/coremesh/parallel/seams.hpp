@@ -1,0 +1,86 @@
+// The seams where parallelism enters the model. The model (src/model) calls
+// these at the places where data would cross PEs and knows nothing of
+// communication; src/parallel implements them over SHMEM, and the local
+// implementations below (one PE) move nothing: with them the model computes
+// exactly what it computed before the seams existed.
+//
+// Each seam is a forward/backward mirror pair, as in Megatron-Core:
+//   ExpertDispatcher  dispatch <-> combine (the backward of dispatch is a
+//                     combine, that of combine a dispatch)
+//   ContextParallel   RoPE positions of this PE's tokens; attention over keys
+//                     and values that may live on other PEs (ring / Ulysses)
+//   TensorParallel    enter (copy, or all-gather with sequence parallel) <->
+//                     its mirror (all-reduce, or reduce-scatter); exit
+//                     (all-reduce, or reduce-scatter) <-> its mirror
+// Every call launches on the current stream and returns at once (no host
+// synchronization); tensors are f32.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "coremesh/core/tensor.hpp"
+#include "coremesh/ops/attention.hpp"
+
+namespace coremesh::parallel {
+
+// Routed rows to the PEs that hold their experts, and back.
+// Notation: R routed rows on this PE (N tokens x K), C width, E experts,
+// E_local the experts this PE holds, R_local the rows they compute.
+class ExpertDispatcher {
+ public:
+  struct Dispatched {
+    Tensor rows;     // (R_local, C) grouped by local expert
+    Tensor offsets;  // (E_local + 1) i64: the group list of `rows`
+    std::shared_ptr<const void> plan;  // what combine and the backward reuse
+  };
+  virtual ~ExpertDispatcher() = default;
+  // xp (R, C) grouped by global expert: rows [offsets[e], offsets[e+1]) go to
+  // expert e; offsets (E + 1) i64 (read on the stream).
+  virtual Dispatched dispatch(const Tensor& xp, const Tensor& offsets) = 0;
+  // y (R_local, C), the experts' outputs -> (R, C) in xp's row order.
+  virtual Tensor combine(const Tensor& y, const Dispatched& d) = 0;
+  // Mirrors: d(combine) is a dispatch of dy (R, C) -> (R_local, C); d(dispatch)
+  // is a combine of drows (R_local, C) -> (R, C).
+  virtual Tensor combine_backward(const Tensor& dy, const Dispatched& d) = 0;
+  virtual Tensor dispatch_backward(const Tensor& drows, const Dispatched& d) = 0;
+
+  static ExpertDispatcher& local();  // every expert on this PE: nothing moves
+};
+
+// Attention over a sequence that may be split across PEs.
+// q (B,T,H,D), k and v (B,T,Hkv,D) of this PE's T tokens; causal.
+class ContextParallel {
+ public:
+  virtual ~ContextParallel() = default;
+  // RoPE positions (T) i64 of this PE's tokens of each sequence (zig-zag
+  // chunks under ring attention; 0..T-1 on one PE).
+  virtual Tensor positions(int64_t T) const = 0;
+  virtual ops::AttentionOut attention(const Tensor& q, const Tensor& k, const Tensor& v) = 0;
+  virtual ops::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                                 const Tensor& v, const ops::AttentionOut& fwd) = 0;
+
+  static ContextParallel& local();  // the whole sequence on this PE
+};
+
+// The input and output of a tensor-parallel region: a column-parallel linear
+// reads enter(x), a row-parallel linear's result leaves through exit(y).
+class TensorParallel {
+ public:
+  virtual ~TensorParallel() = default;
+  virtual Tensor enter(const Tensor& x) = 0;                // copy | all-gather (SP)
+  virtual Tensor enter_backward(const Tensor& dx) = 0;      // all-reduce | reduce-scatter (SP)
+  virtual Tensor exit(const Tensor& y) = 0;                 // all-reduce | reduce-scatter (SP)
+  virtual Tensor exit_backward(const Tensor& dy) = 0;       // copy | all-gather (SP)
+
+  static TensorParallel& local();  // one PE: every call returns its argument
+};
+
+// The seams one model stage uses (not owned; they outlive the model).
+struct Seams {
+  ExpertDispatcher* experts = &ExpertDispatcher::local();
+  ContextParallel* context = &ContextParallel::local();
+  TensorParallel* tensor = &TensorParallel::local();
+};
+
+}  // namespace coremesh::parallel

@@ -1,0 +1,46 @@
+// Using a trained model: greedy or sampled continuation of a prompt, and the
+// loss over a whole text. Both run a whole-model stage on the current stream
+// and synchronize it (they read logits and losses on the host).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "coremesh/core/tensor.hpp"
+#include "coremesh/model/model.hpp"
+#include "coremesh/train/checkpoint.hpp"
+#include "coremesh/train/data.hpp"
+
+namespace coremesh::train {
+
+struct SampleOptions {
+  int tokens = 64;           // bytes to generate
+  double temperature = 0.0;  // 0: greedy (argmax; the lowest byte wins a tie)
+  int top_k = 0;             // sample among the k most likely bytes (0: all)
+  uint64_t seed = 1;
+};
+// The continuation of `prompt` (without the prompt). Each new byte reads the
+// logits of the last position of the window of the last max_seq_len bytes.
+std::string generate(model::Model& model, const std::string& prompt, const SampleOptions& options);
+
+struct EvalResult {
+  double loss = 0;      // mean cross entropy, nats per byte
+  int64_t tokens = 0;   // bytes scored
+  double bits_per_byte() const;
+};
+// Mean loss over every window of `split` (stride seq_len), batch_size
+// sequences at a time (the last batch may hold fewer).
+EvalResult evaluate(model::Model& model, const TextDataset& data, Split split, int batch_size, int seq_len);
+
+// A whole model with a checkpoint's weights and router biases; `state` gets
+// the rest of the checkpoint (config, step, ...).
+std::unique_ptr<model::Model> load_model(const std::string& checkpoint, CheckpointState* state = nullptr);
+
+// Mean of an f32 tensor's elements (host; the stream must have reached it).
+double mean_of(const Tensor& t);
+// Text with control bytes (other than newline) shown as '?' and newlines as
+// the two characters "\n": safe for a one-line log.
+std::string printable(const std::string& text);
+
+}  // namespace coremesh::train

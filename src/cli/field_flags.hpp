@@ -1,0 +1,66 @@
+// Command-line flags generated from a FieldTable (core/fields.hpp): one
+// `--<flag>` per field (and per alias), with the field's type, help and
+// default in its description. A flag overrides the config file only when it
+// is given; its text is converted to the field's JSON type and set through
+// the table, so a flag and a config key are checked the same way.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coremesh/core/error.hpp"
+#include "coremesh/core/fields.hpp"
+
+namespace coremesh::cli {
+
+std::string flag_name(const std::string& field_name);  // "n_layers" -> "n-layers"
+// Converts a flag's text to the JSON value of a field of `type`.
+nlohmann::json flag_value(const std::string& flag, const std::string& type, const std::vector<std::string>& text);
+
+template <class C>
+class FieldFlags {
+ public:
+  FieldFlags(CLI::App& cmd, const FieldTable<C>& table, const std::string& group) {
+    const C defaults{};
+    for (const Field<C>& f : table.fields()) {
+      std::vector<std::string> names{f.flag.empty() ? flag_name(f.name) : f.flag};
+      for (const auto& a : f.aliases) names.push_back(flag_name(a));
+      auto flag = std::make_unique<Flag>();
+      flag->field = &f;
+      std::string spec;
+      for (const auto& n : names) spec += (spec.empty() ? "--" : ",--") + n;
+      const std::string help = fmt::format("{} ({}, default {})", f.help, f.type, f.get(defaults).dump());
+      flag->option = cmd.add_option(spec, flag->text, help)->group(group);
+      if (f.type == "list") flag->option->expected(1, -1);
+      flags_.push_back(std::move(flag));
+    }
+  }
+
+  // Sets the given flags' values on `config`.
+  void apply(C& config) const {
+    for (const auto& f : flags_)
+      if (f->option->count() > 0)
+        f->field->set(config, flag_value(f->option->get_name(), f->field->type, f->text));
+  }
+
+  bool given(const std::string& field_name) const {
+    for (const auto& f : flags_)
+      if (f->field->name == field_name) return f->option->count() > 0;
+    return false;
+  }
+
+ private:
+  struct Flag {
+    const Field<C>* field = nullptr;
+    CLI::Option* option = nullptr;
+    std::vector<std::string> text;
+  };
+  std::vector<std::unique_ptr<Flag>> flags_;
+};
+
+}  // namespace coremesh::cli

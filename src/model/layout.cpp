@@ -1,0 +1,262 @@
+// layout_params(): which parameters exist, their shapes and their place in a
+// stage's arena; count_params() and estimate_memory() read it.
+#include "coremesh/model/layout.hpp"
+
+#include <fmt/format.h>
+
+#include "coremesh/core/error.hpp"
+
+namespace coremesh::model {
+
+int num_parts(const ModelConfig& c) { return 2 * c.n_layers + 2; }
+
+Part part_at(const ModelConfig& c, int index) {
+  CM_CHECK(index >= 0 && index < num_parts(c), "parts are numbered 0 .. 2 * n_layers + 1",
+           "no part {} in a model of {} layers", index, c.n_layers);
+  if (index == 0) return {PartKind::embedding};
+  if (index == num_parts(c) - 1) return {PartKind::head};
+  return {index % 2 == 1 ? PartKind::attention : PartKind::ffn, (index - 1) / 2};
+}
+
+std::string part_name(const ModelConfig& c, int index) {
+  const Part p = part_at(c, index);
+  switch (p.kind) {
+    case PartKind::embedding: return "embedding";
+    case PartKind::head: return "head";
+    case PartKind::attention: return fmt::format("layers.{}.attention", p.layer);
+    case PartKind::ffn: return fmt::format("layers.{}.ffn", p.layer);
+  }
+  return "?";
+}
+
+StageLayout resolve_stage(const ModelConfig& c, StageLayout s) {
+  const int P = num_parts(c), E = c.n_routed_experts;
+  if (s.chunks.empty()) s.chunks.push_back({0, P});
+  for (size_t i = 0; i < s.chunks.size(); ++i) {
+    const PartRange& r = s.chunks[i];
+    CM_CHECK(r.begin >= 0 && r.begin < r.end && r.end <= P,
+             fmt::format("give each chunk a non-empty range of parts within [0, {}]", P),
+             "stage chunk {} covers parts [{}, {})", i, r.begin, r.end);
+    for (size_t j = 0; j < i; ++j)
+      CM_CHECK(r.end <= s.chunks[j].begin || r.begin >= s.chunks[j].end,
+               "chunks of one stage must not overlap", "stage chunks {} and {} overlap", j, i);
+  }
+  if (s.expert_end < 0) s.expert_end = E;
+  CM_CHECK(s.expert_begin >= 0 && s.expert_begin <= s.expert_end && s.expert_end <= E,
+           fmt::format("hold a range of experts inside [0, {}]", E),
+           "expert range [{}, {}) of a model with {} routed experts", s.expert_begin, s.expert_end, E);
+  return s;
+}
+
+bool holds_part(const StageLayout& s, int part) {
+  for (const PartRange& r : s.chunks)
+    if (part >= r.begin && part < r.end) return true;
+  return false;
+}
+
+std::string param_group_name(ParamGroup g) {
+  switch (g) {
+    case ParamGroup::embedding: return "embedding";
+    case ParamGroup::dense: return "dense";
+    case ParamGroup::router: return "router";
+    case ParamGroup::expert: return "expert";
+    case ParamGroup::norm: return "norm";
+  }
+  return "?";
+}
+
+std::string tp_axis_name(TpAxis a) {
+  switch (a) {
+    case TpAxis::none: return "none";
+    case TpAxis::column: return "column";
+    case TpAxis::row: return "row";
+    case TpAxis::vocab: return "vocab";
+  }
+  return "?";
+}
+
+int ParamLayout::index_of(const std::string& name) const {
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+namespace {
+
+// Appends parameters to the arena of one part region.
+struct Builder {
+  ParamLayout& out;
+  int part = 0;
+  int64_t expert_begin = 0;
+  // Parameters are 64-byte aligned, except that a parameter with fuse_next is
+  // directly followed by the next one, so that adjacent weights multiplied by
+  // the same input ([wq; wk; wv], [w1; w3]) are one matrix view: one GEMM.
+  void add(const std::string& name, const Shape& shape, ParamGroup group, TpAxis axis,
+           bool fuse_next = false) {
+    ParamInfo p;
+    p.name = name, p.shape = shape, p.numel = shape_numel(shape), p.offset = out.arena_size;
+    p.part = part, p.group = group, p.tp_axis = axis;
+    p.weight_decay = group != ParamGroup::norm;
+    p.expert_begin = group == ParamGroup::expert ? expert_begin : 0;
+    out.arena_size += fuse_next ? p.numel : (p.numel + 15) / 16 * 16;
+    out.params.push_back(std::move(p));
+  }
+};
+
+}  // namespace
+
+ParamLayout layout_params(const ModelConfig& c, const StageLayout& stage_in) {
+  const StageLayout stage = resolve_stage(c, stage_in);
+  const int64_t C = c.d_model, D = c.head_dim(), V = c.vocab_size, F = c.expert_hidden,
+                SF = int64_t(c.n_shared_experts) * F, El = stage.expert_end - stage.expert_begin;
+  const int P = num_parts(c);
+  ParamLayout out;
+  out.regions.assign(size_t(P), {});
+  out.region_offset.assign(size_t(P), 0);
+  out.region_size.assign(size_t(P), 0);
+  Builder b{out, 0, stage.expert_begin};
+  using G = ParamGroup;
+  using A = TpAxis;
+  for (int part = 0; part < P; ++part) {
+    if (!holds_part(stage, part)) continue;
+    b.part = part;
+    const int first = static_cast<int>(out.params.size());
+    out.region_offset[size_t(part)] = out.arena_size;
+    const Part pt = part_at(c, part);
+    const std::string l = "layers." + std::to_string(pt.layer) + ".";
+    switch (pt.kind) {
+      case PartKind::embedding:
+        b.add("wte", {V, C}, G::embedding, A::vocab);
+        break;
+      case PartKind::attention:
+        b.add(l + "attn_norm", {C}, G::norm, A::none);
+        b.add(l + "wq", {c.n_heads * D, C}, G::dense, A::column, /*fuse_next=*/true);
+        b.add(l + "wk", {c.n_kv_heads * D, C}, G::dense, A::column, /*fuse_next=*/true);
+        b.add(l + "wv", {c.n_kv_heads * D, C}, G::dense, A::column);
+        b.add(l + "wo", {C, c.n_heads * D}, G::dense, A::row);
+        break;
+      case PartKind::ffn:
+        b.add(l + "ffn_norm", {C}, G::norm, A::none);
+        if (!c.is_moe_layer(pt.layer)) {
+          b.add(l + "w1", {c.dense_hidden, C}, G::dense, A::column, /*fuse_next=*/true);
+          b.add(l + "w3", {c.dense_hidden, C}, G::dense, A::column);
+          b.add(l + "w2", {C, c.dense_hidden}, G::dense, A::row);
+          break;
+        }
+        b.add(l + "router", {c.n_routed_experts, C}, G::router, A::none);
+        b.add(l + "experts.w13", {El, 2 * F, C}, G::expert, A::column);  // [w1_e; w3_e]
+        b.add(l + "experts.w2", {El, C, F}, G::expert, A::row);
+        if (SF > 0) {
+          b.add(l + "shared.w1", {SF, C}, G::dense, A::column, /*fuse_next=*/true);
+          b.add(l + "shared.w3", {SF, C}, G::dense, A::column);
+          b.add(l + "shared.w2", {C, SF}, G::dense, A::row);
+        }
+        break;
+      case PartKind::head:
+        b.add("final_norm", {C}, G::norm, A::none);
+        if (!c.tied_embeddings) {
+          b.add("lm_head", {V, C}, G::embedding, A::vocab);
+        } else if (!holds_part(stage, 0)) {  // the tied table lives on another stage
+          b.add("wte", {V, C}, G::embedding, A::vocab);
+          out.params.back().tied_replica = true;
+        }
+        break;
+    }
+    out.regions[size_t(part)] = {first, static_cast<int>(out.params.size())};
+    out.region_size[size_t(part)] = out.arena_size - out.region_offset[size_t(part)];
+  }
+  return out;
+}
+
+ParamCount count_params(const ModelConfig& c, const StageLayout& stage) {
+  ParamCount n;
+  const double inactive = c.n_routed_experts > 0
+      ? double(c.n_routed_experts - c.top_k) / double(c.n_routed_experts) : 0.0;
+  for (const ParamInfo& p : layout_params(c, stage).params) {
+    if (p.tied_replica) continue;  // the same parameter as the embedding's
+    n.total += p.numel;
+    if (p.group == ParamGroup::embedding) n.embedding += p.numel;
+    if (p.expert()) n.expert += p.numel;
+  }
+  n.active = n.total - static_cast<int64_t>(double(n.expert) * inactive + 0.5);
+  return n;
+}
+
+double flops_per_token(const ModelConfig& c, int seq_len) {
+  ParamCount p = count_params(c);
+  // The embedding lookup is not a matmul; the LM head is (tied or not).
+  double matmul_params = double(p.active) - double(c.vocab_size) * c.d_model * (c.tied_embeddings ? 0 : 1);
+  double attn = 6.0 * c.n_layers * double(seq_len) * c.n_heads * c.head_dim();
+  return 6.0 * matmul_params + attn;
+}
+
+MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_len,
+                               const StageLayout& stage_in) {
+  const StageLayout stage = resolve_stage(c, stage_in);
+  const ParamLayout layout = layout_params(c, stage);
+  MemoryEstimate m;
+  int64_t held = 0;
+  for (const ParamInfo& p : layout.params) held += p.numel;
+  m.weights = held * 4;
+  m.gradients = held * 4;
+  m.optimizer = held * 8;
+  const int64_t N = int64_t(micro_batch) * seq_len, C = c.d_model, D = c.head_dim(),
+                H = c.n_heads, Hkv = c.n_kv_heads, V = c.vocab_size, E = c.n_routed_experts,
+                El = stage.expert_end - stage.expert_begin, K = c.top_k, F = c.expert_hidden,
+                SF = int64_t(c.n_shared_experts) * F, Fd = c.dense_hidden;
+  // One saved row of `width` elements that only a block GEMM reads (its
+  // input, kept for the wgrad): f32, bf16, or fp8 codes + one f32 scale per 128.
+  auto gemm_row = [&](int64_t width) -> int64_t {
+    switch (c.precision) {
+      case Precision::f32: return 4 * width;
+      case Precision::bf16: return 2 * width;
+      case Precision::fp8: return width + 4 * ((width + 127) / 128);
+    }
+    return 4 * width;
+  };
+  // Per token, f32: attention half: its input x (the residual stream), q k v
+  // after RoPE, the attention output (its backward reads it), log-sum-exp and
+  // rstd; RMSNorm(x) as a GEMM input (wo casts the f32 attention output again).
+  const int64_t attn = 4 * (C + (H + 2 * Hkv) * D + H * D + H + 1) + gemm_row(C);
+  // FFN half: h and rstd; dense: gu = [a1 | a3] f32 (the swiglu backward),
+  // RMSNorm(h) and g as GEMM inputs.
+  const int64_t ffn = 4 * (C + 1);
+  const int64_t dense = 4 * 2 * Fd + gemm_row(C) + gemm_row(Fd);
+  // MoE: RMSNorm(h) f32 (the router is f32; the shared experts cast it again),
+  // scores (E), the (N,K) routing: selections (i32 + f32), after capacity a
+  // second pair when a capacity applies, row_of (i64); per routed row (K per
+  // token, all experts held on one PE) gu and ye f32, xp and g as GEMM inputs;
+  // shared experts gu f32, g.
+  const bool capacity = c.expert_capacity(N) >= 0;
+  const int64_t routing = K * (8 + (capacity ? 8 : 0) + 8);
+  const int64_t moe = 4 * (C + E) + routing + K * (4 * (2 * F + C) + gemm_row(C) + gemm_row(F)) +
+                      (SF > 0 ? 4 * 2 * SF + gemm_row(SF) : 0);
+  int64_t per_token = 0, per_batch = 0;
+  bool attention = false;
+  for (int part = 0; part < num_parts(c); ++part) {
+    if (!holds_part(stage, part)) continue;
+    const Part p = part_at(c, part);
+    switch (p.kind) {
+      case PartKind::embedding: per_token += 4; break;  // token ids (i32)
+      case PartKind::attention: per_token += attn, attention = true; break;
+      case PartKind::ffn:
+        per_token += ffn + (c.is_moe_layer(p.layer) ? moe : dense);
+        if (c.is_moe_layer(p.layer)) per_batch += 8 * (El + 1);  // group offsets (i64)
+        break;
+      // the final residual and RMSNorm (C each) and rstd, logits and their
+      // gradient (V each), log-sum-exp, loss per token, targets (i32)
+      case PartKind::head: per_token += 4 * (2 * C + 1 + 2 * V + 2) + 4; break;
+    }
+  }
+  if (attention) per_batch += 8 * int64_t(seq_len);  // RoPE positions (i64)
+  m.activations = per_token * N + per_batch;
+  // bf16 keeps each block-GEMM weight's bf16 copy from the forward to the
+  // backward (the forward and the dgrad read it); fp8 quantizes W in the
+  // forward and W^T in the backward where they are used.
+  if (c.precision == Precision::bf16)
+    for (const ParamInfo& p : layout.params)
+      if ((p.group == ParamGroup::dense || p.expert()) && p.shape.size() >= 2) m.weight_copies += 2 * p.numel;
+  return m;
+}
+
+}  // namespace coremesh::model

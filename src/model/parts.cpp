@@ -1,0 +1,147 @@
+#include "parts.hpp"
+
+#include "coremesh/ops/embedding.hpp"
+#include "coremesh/ops/loss.hpp"
+#include "coremesh/ops/norm.hpp"
+#include "coremesh/ops/rope.hpp"
+
+namespace coremesh::model {
+using namespace detail;
+
+namespace {
+
+// rotate-half pairs (i, i + D/2)
+ops::RopeConfig rope_config(const ModelConfig& c) { return {c.rope_theta, /*interleaved=*/false}; }
+
+// RMSNorm(x + delta) with the add fused (or of x alone); h is x + delta.
+ops::RMSNormResidualOut add_norm(const Residual& r, const Tensor& w, float eps) {
+  if (!r.delta.defined()) {
+    auto n = ops::rmsnorm(r.x, w, eps);
+    return {r.x, n.y, n.rstd};
+  }
+  return ops::rmsnorm_residual(r.delta, r.x, w, eps);
+}
+
+}  // namespace
+
+// ---- forward
+
+Residual Parts::embedding_forward(Model& m, Model::Slot& s, const Model::PartParams& p) {
+  // x = wte[tokens]  (N,C)
+  return {ops::embedding(m.wview(p.table), s.ids), {}};
+}
+
+Residual Parts::attention_forward(Model& m, Model::Slot& s, const Model::PartParams& p, const Residual& in) {
+  const ModelConfig& c = m.config_;
+  const int64_t B = s.B, T = s.T, N = B * T, C = c.d_model, H = c.n_heads, Hkv = c.n_kv_heads,
+                D = c.head_dim(), QKV = (H + 2 * Hkv) * D;
+  parallel::TensorParallel& tp = *m.seams_.tensor;
+  AttentionActs& a = s.attention[size_t(p.part.layer)];
+  // x = x + delta; an = RMSNorm(x); q, k, v projections (N,H*D) = (B,T,H,D); RoPE on q, k
+  const auto an = add_norm(in, m.wview(p.norm), c.norm_eps);
+  a.x = an.h, a.arstd = an.rstd;
+  a.an = gemm_input(tp.enter(an.y), c.precision);
+  // [wq; wk; wv] is one (QKV, C) view: one GEMM, then RoPE and the head split in one pass
+  a.wqkv = gemm_weight(m.wview(p.qkv, {QKV, C}), c.precision);
+  const auto heads = ops::rope_qkv(linear(a.an, a.wqkv).view({B, T, QKV}), H, Hkv, s.positions, rope_config(c));
+  a.q = heads.q, a.k = heads.k, a.v = heads.v;
+  // ao = softmax(q k^T / sqrt(D)) v (causal, GQA: head h reads kv head h/(H/Hkv));  h = x + ao Wo^T
+  a.at = m.seams_.context->attention(a.q, a.k, a.v);
+  a.wo = gemm_weight(m.wview(p.wo), c.precision);
+  return {a.x, tp.exit(linear(gemm_input(a.at.out.view({N, H * D}), c.precision), a.wo))};
+}
+
+Residual Parts::ffn_forward(Model& m, Model::Slot& s, const Model::PartParams& p, const Residual& in) {
+  const ModelConfig& c = m.config_;
+  FfnActs& a = s.ffn[size_t(p.part.layer)];
+  // fn = RMSNorm(h), h = x + delta;  x' = h + FFN(fn)
+  const auto fn = add_norm(in, m.wview(p.norm), c.norm_eps);
+  a.h = fn.h, a.frstd = fn.rstd;
+  if (p.router < 0) {  // dense: [w1; w3] is one (2Fd, C) view (w3 follows w1 in the arena)
+    parallel::TensorParallel& tp = *m.seams_.tensor;
+    const int64_t C = c.d_model, Fd = c.dense_hidden;
+    a.ffn_in = gemm_input(tp.enter(fn.y), c.precision);
+    return {a.h, tp.exit(mlp_forward(a.ffn_in, m.wview(p.w13, {2 * Fd, C}), m.wview(p.w2), a.mlp))};
+  }
+  a.fn = fn.y;
+  const Tensor y = moe_forward(a.fn, m.moe_params(p), m.router_bias_[size_t(p.part.layer)], c, s.B,
+                               *m.seams_.experts, m.load_[size_t(p.moe)], a.moe);
+  if (a.moe.aux.defined()) m.aux_losses_.push_back({a.moe.aux, s.loss_scale});
+  return {a.h, y};
+}
+
+void Parts::head_forward(Model& m, Model::Slot& s, const Model::PartParams& p, const Residual& in) {
+  const ModelConfig& c = m.config_;
+  HeadActs& a = s.head;
+  // logits = RMSNorm(x + delta) head^T (N,V); cross entropy per row
+  const auto xf = add_norm(in, m.wview(p.norm), c.norm_eps);
+  a.xL = xf.h, a.xf = xf.y, a.frstd = xf.rstd;
+  a.logits = linear(a.xf, m.wview(p.table));
+  auto ce = ops::cross_entropy(a.logits, s.targets);
+  a.lse = ce.lse, a.loss = ce.loss;
+  m.losses_.push_back({a.loss, s.loss_scale});
+}
+
+// ---- backward (each quotes the forward line it differentiates)
+
+Tensor Parts::head_backward(Model& m, Model::Slot& s, const Model::PartParams& p, WgradSink& sink) {
+  const HeadActs& a = s.head;
+  const int64_t N = s.B * s.T;
+  // loss = mean_n CE_n  =>  dloss_n = scale / N
+  const Tensor dloss = Tensor::full({N}, s.loss_scale / float(N));
+  const Tensor dlogits = ops::cross_entropy_backward(dloss, a.logits, s.targets, a.lse);
+  // logits = xf head^T  =>  dxf = dlogits head, dhead += dlogits^T xf
+  const Tensor dxf = linear_backward(dlogits, a.xf, m.wview(p.table), m.gref(p.table), sink);
+  // xf = RMSNorm(xL); the norm weight gradient goes into the arena
+  return ops::rmsnorm_backward(dxf, a.xL, m.wview(p.norm), a.frstd, {}, m.gview(p.norm),
+                               m.take_beta(p.norm)).dx;
+}
+
+Tensor Parts::ffn_backward(Model& m, Model::Slot& s, const Model::PartParams& p, const Tensor& dr,
+                           WgradSink& sink) {
+  const ModelConfig& c = m.config_;
+  const FfnActs& a = s.ffn[size_t(p.part.layer)];
+  // x' = h + FFN(fn)  =>  dfn = FFN'(dr), dh = dr + RMSNorm'(dfn)
+  Tensor dfn;
+  if (p.router < 0) {
+    parallel::TensorParallel& tp = *m.seams_.tensor;
+    const int64_t C = c.d_model, Fd = c.dense_hidden;
+    dfn = tp.enter_backward(mlp_backward(tp.exit_backward(dr), a.ffn_in, a.mlp, m.gref(p.w13, 2, {2 * Fd, C}),
+                                         m.gref(p.w2), sink));
+  } else {
+    dfn = moe_backward(dr, a.fn, m.moe_params(p), m.moe_grads(p), c, s.B, *m.seams_.experts, a.moe,
+                       s.loss_scale, sink);
+  }
+  return ops::rmsnorm_backward(dfn, a.h, m.wview(p.norm), a.frstd, dr, m.gview(p.norm),
+                               m.take_beta(p.norm)).dx;
+}
+
+Tensor Parts::attention_backward(Model& m, Model::Slot& s, const Model::PartParams& p, const Tensor& dr,
+                                 WgradSink& sink) {
+  const ModelConfig& c = m.config_;
+  const AttentionActs& a = s.attention[size_t(p.part.layer)];
+  const int64_t B = s.B, T = s.T, N = B * T, C = c.d_model, H = c.n_heads, Hkv = c.n_kv_heads,
+                D = c.head_dim(), QKV = (H + 2 * Hkv) * D;
+  parallel::TensorParallel& tp = *m.seams_.tensor;
+  // h = x + ao Wo^T  =>  dao = dh Wo, dWo = dh^T ao (ao is cast again, as the forward did)
+  const Tensor dao = linear_backward(tp.exit_backward(dr), gemm_input(a.at.out.view({N, H * D}), c.precision),
+                                     a.wo, m.gref(p.wo), sink);
+  auto ag = m.seams_.context->attention_backward(dao.view({B, T, H, D}), a.q, a.k, a.v, a.at);
+  // [q|k|v] = RoPE(an Wqkv^T)  =>  d(an Wqkv^T) = [RoPE^-1(dq) | RoPE^-1(dk) | dv]
+  const Tensor dqkv = ops::rope_qkv_backward(ag.dq, ag.dk, ag.dv, s.positions, rope_config(c)).view({N, QKV});
+  const Tensor dan = tp.enter_backward(linear_backward(dqkv, a.an, a.wqkv, m.gref(p.qkv, 3, {QKV, C}), sink));
+  // an = RMSNorm(x)  =>  dx = dh + RMSNorm'(dan)
+  return ops::rmsnorm_backward(dan, a.x, m.wview(p.norm), a.arstd, dr, m.gview(p.norm),
+                               m.take_beta(p.norm)).dx;
+}
+
+void Parts::embedding_backward(Model& m, Model::Slot& s, const Model::PartParams& p, const Tensor& dr,
+                               WgradSink& sink) {
+  // x = wte[tokens]  =>  dwte[token] += dx (onto the head's gradient when tied)
+  const Tensor ids = s.ids;
+  sink.add(m.gref(p.table), [dr, ids](const Tensor& g, float beta) {
+    ops::embedding_backward_into(dr, ids, g, beta);
+  });
+}
+
+}  // namespace coremesh::model

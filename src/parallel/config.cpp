@@ -1,0 +1,45 @@
+#include "coremesh/parallel/config.hpp"
+
+#include <utility>
+
+namespace coremesh::parallel {
+
+namespace {
+const std::vector<std::pair<PipelineSchedule, std::string>>& schedules() {
+  using S = PipelineSchedule;
+  static const std::vector<std::pair<S, std::string>> names{
+      {S::gpipe, "gpipe"}, {S::one_f_one_b, "1f1b"}, {S::interleaved, "interleaved"}, {S::zb_h1, "zb-h1"},
+      {S::zbv, "zbv"},     {S::dualpipe, "dualpipe"}, {S::dualpipev, "dualpipev"}};
+  return names;
+}
+}  // namespace
+
+std::string schedule_name(PipelineSchedule s) {
+  for (const auto& [value, name] : schedules())
+    if (value == s) return name;
+  return "?";
+}
+
+const FieldTable<ParallelConfig>& parallel_fields() {
+  using P = ParallelConfig;
+  static const FieldTable<P> t =
+      FieldTable<P>("parallel")
+          .add("dp", [](P& p) -> auto& { return p.dp; }, "data-parallel degree", positive<int>())
+          .add("cp", [](P& p) -> auto& { return p.cp; }, "context-parallel degree", positive<int>())
+          .add("pp", [](P& p) -> auto& { return p.pp; }, "pipeline-parallel degree (stages)", positive<int>())
+          .add("ep", [](P& p) -> auto& { return p.ep; }, "expert-parallel degree", positive<int>())
+          .add("tp", [](P& p) -> auto& { return p.tp; }, "tensor-parallel degree", positive<int>())
+          .add("zero", [](P& p) -> auto& { return p.zero; },
+               "ZeRO stage: 0 off, 1 shards the optimizer state over the data-parallel ranks",
+               in_range<int>(0, 1))
+          .add_enum("schedule", [](P& p) -> auto& { return p.schedule; }, schedules(), "pipeline schedule (pp > 1)")
+          .add("virtual_stages", [](P& p) -> auto& { return p.virtual_stages; },
+               "model chunks per pipeline rank (interleaved)", positive<int>());
+  return t;
+}
+
+std::vector<std::string> ParallelConfig::problems() const {
+  return parallel_fields().problems(*this);
+}
+
+}  // namespace coremesh::parallel

@@ -1,0 +1,127 @@
+#include "coremesh/train/generate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "coremesh/core/error.hpp"
+#include "coremesh/model/rng.hpp"
+#include "coremesh/runtime/stream.hpp"
+
+namespace coremesh::train {
+namespace {
+
+constexpr int kSlot = -1;  // apart from the micro-batch slots a trainer uses
+
+// The next byte from one row of logits (V).
+int pick(const float* logits, int64_t V, const SampleOptions& o, model::Rng& rng) {
+  std::vector<int> ids(static_cast<size_t>(V));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  if (o.temperature <= 0) return ids[0];
+  const size_t k = o.top_k > 0 ? std::min<size_t>(size_t(o.top_k), ids.size()) : ids.size();
+  std::vector<double> p(k);
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) sum += p[i] = std::exp((double(logits[ids[i]]) - logits[ids[0]]) / o.temperature);
+  double u = double(rng.next_u64() >> 11) * (1.0 / 9007199254740992.0) * sum;
+  for (size_t i = 0; i < k; ++i)
+    if ((u -= p[i]) < 0) return ids[i];
+  return ids[k - 1];
+}
+
+}  // namespace
+
+double EvalResult::bits_per_byte() const { return loss / std::log(2.0); }
+
+double mean_of(const Tensor& t) {
+  double sum = 0;
+  const float* v = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) sum += v[i];
+  return t.numel() ? sum / double(t.numel()) : 0.0;
+}
+
+std::string printable(const std::string& text) {
+  std::string out;
+  for (unsigned char ch : text) {
+    if (ch == '\n') out += "\\n";
+    else out += (ch < 32 || ch == 127) ? '?' : char(ch);
+  }
+  return out;
+}
+
+std::string generate(model::Model& model, const std::string& prompt, const SampleOptions& o) {
+  const model::ModelConfig& c = model.config();
+  CM_CHECK(!prompt.empty(), "give a prompt of at least one byte", "empty prompt");
+  CM_CHECK(o.tokens >= 0 && o.top_k >= 0 && o.temperature >= 0,
+           "use tokens >= 0, top_k >= 0 and temperature >= 0", "bad sampling options");
+  CM_CHECK(c.vocab_size >= 256, "generate with a byte-level model (vocab_size >= 256)",
+           "vocab_size {} cannot hold every byte", c.vocab_size);
+  std::vector<int32_t> bytes;
+  for (unsigned char ch : prompt) bytes.push_back(ch);
+  model::Rng rng(o.seed);
+  std::string out;
+  runtime::Stream stream = runtime::current_stream();
+  for (int i = 0; i < o.tokens; ++i) {
+    const int T = int(std::min<size_t>(bytes.size(), size_t(c.max_seq_len)));
+    const int32_t* window = bytes.data() + bytes.size() - size_t(T);
+    model.forward(kSlot, {window, window, 1, T});  // the targets are not used
+    const Tensor logits = model.logits(kSlot);
+    model.close_slot(kSlot);
+    stream.synchronize();
+    const int next = pick(logits.data<float>() + int64_t(T - 1) * c.vocab_size, c.vocab_size, o, rng);
+    CM_CHECK(next < 256, "generate with a byte-level model", "sampled token {} is not a byte", next);
+    bytes.push_back(next);
+    out.push_back(char(next));
+  }
+  return out;
+}
+
+EvalResult evaluate(model::Model& model, const TextDataset& data, Split split, int batch_size, int seq_len) {
+  CM_CHECK(batch_size > 0 && seq_len > 0 && seq_len <= model.config().max_seq_len,
+           "use batch_size >= 1 and 1 <= seq_len <= max_seq_len", "batch {} x {} (max_seq_len {})", batch_size,
+           seq_len, model.config().max_seq_len);
+  const auto windows = data.windows(split, seq_len);
+  CM_CHECK(!windows.empty(), "evaluate on a text longer than seq_len bytes",
+           "no window of {} + 1 bytes in the data", seq_len);
+  runtime::Stream stream = runtime::current_stream();
+  std::vector<int32_t> buf(size_t(seq_len) + 1), x, y;
+  EvalResult r;
+  double sum = 0;
+  for (size_t w = 0; w < windows.size(); w += size_t(batch_size)) {
+    const int B = int(std::min(windows.size() - w, size_t(batch_size)));
+    x.clear(), y.clear();
+    for (int b = 0; b < B; ++b) {
+      data.read_window(windows[w + size_t(b)], seq_len, buf.data());
+      x.insert(x.end(), buf.begin(), buf.end() - 1);
+      y.insert(y.end(), buf.begin() + 1, buf.end());
+    }
+    model.forward(kSlot, {x.data(), y.data(), B, seq_len});
+    const Tensor losses = model.token_losses(kSlot);
+    model.close_slot(kSlot);
+    stream.synchronize();
+    sum += mean_of(losses) * double(losses.numel());
+    r.tokens += losses.numel();
+  }
+  r.loss = sum / double(r.tokens);
+  return r;
+}
+
+std::unique_ptr<model::Model> load_model(const std::string& path, CheckpointState* state_out) {
+  CheckpointState s = load_checkpoint(path);
+  auto model = std::make_unique<model::Model>(s.config);
+  check_compatible(s, s.config, model->named_params(), path);
+  std::map<std::string, Tensor> params(s.params.begin(), s.params.end()), bufs(s.buffers.begin(), s.buffers.end());
+  for (auto& [name, t] : model->named_params()) t.copy_from(params.at(name));
+  for (auto& [name, b] : model->named_buffers()) {
+    auto it = bufs.find(name);
+    CM_CHECK(it != bufs.end() && it->second.shape() == b.shape(), "use a complete checkpoint",
+             "checkpoint '{}' lacks buffer '{}'", path, name);
+    b.copy_from(it->second);
+  }
+  if (state_out) *state_out = std::move(s);
+  return model;
+}
+
+}  // namespace coremesh::train
