@@ -215,68 +215,82 @@ std::string Trainer::sample() {
   return generate(*model_, cfg_.sample_prompt, o);
 }
 
+void Trainer::queue_step() {
+  runtime::StreamGuard on(stream_);
+  CM_CHECK(!step_queued_, "finish_step() the queued step first", "a step is already queued");
+  step_start_ = now_seconds();
+  model_->reset_stats();
+  model_->zero_grad();
+  const float scale = 1.0f / float(cfg_.grad_accum);
+  for (int m = 0; m < cfg_.grad_accum; ++m) {
+    train_loader_->next_batch(x_, y_);
+    model_->forward(m, {x_.data(), y_.data(), cfg_.batch_size, cfg_.seq_len, scale});
+    model_->backward(m);
+  }
+  model_->seal_gradients();
+  grad_sq_ = opt_->clip_gradients();
+  opt_->step(schedule_.at(step_));
+  model_->update_router_bias();
+  step_queued_ = true;
+}
+
+StepRecord& Trainer::finish_step() {
+  CM_CHECK(step_queued_, "queue_step() before finish_step()", "no step is queued");
+  stream_.synchronize();
+  step_queued_ = false;
+  const model::StepStats st = model_->read_stats();
+  StepRecord r;
+  r.step = step_;
+  r.lr = schedule_.at(step_);
+  r.loss = st.loss;
+  r.aux_loss = st.aux_loss;
+  r.grad_norm = AdamW::grad_norm(grad_sq_);
+  CM_CHECK(std::isfinite(r.loss), "lower the learning rate or enable gradient clipping",
+           "loss became {} at step {}", r.loss, step_ + 1);
+  r.seconds = now_seconds() - step_start_;
+  r.tokens_per_s = double(cfg_.tokens_per_step()) / r.seconds;
+  last_load_ = {step_, {}};
+  for (const auto& counts : st.expert_load) {
+    r.expert_balance = std::max(r.expert_balance, expert_balance(counts));
+    double sum = 0;
+    for (double c : counts) sum += c;
+    std::vector<double> share;
+    for (double c : counts) share.push_back(sum > 0 ? c / sum : 0);
+    last_load_.load.push_back(share);
+  }
+  records_.push_back(r);
+  ++step_;
+  return records_.back();
+}
+
 TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   runtime::StreamGuard on(stream_);
   const int64_t end = until_step < 0 ? cfg_.steps : std::min(until_step, cfg_.steps);
   const double flops_tok = model::flops_per_token(cfg_.model, cfg_.seq_len);
   const double peak = measured_peak_flops(cores_);
   Progress progress(cfg_.steps, step_, cfg_.log_every, stderr, cfg_.progress ? -1 : 0);
-  std::vector<int32_t> x, y;
   const int64_t heat_every = std::max<int64_t>(1, cfg_.steps / 200);
   TrainResult result;
   double val = -1;
-  for (; step_ < end; ++step_) {
-    const double t0 = now_seconds();
-    // The whole step is queued without waiting; the host reads its results
-    // after the one synchronization at its end.
-    model_->reset_stats();
-    model_->zero_grad();
-    const float scale = 1.0f / float(cfg_.grad_accum);
-    for (int m = 0; m < cfg_.grad_accum; ++m) {
-      train_loader_->next_batch(x, y);
-      model_->forward(m, {x.data(), y.data(), cfg_.batch_size, cfg_.seq_len, scale});
-      model_->backward(m);
-    }
-    model_->seal_gradients();
-    const Tensor sq = opt_->clip_gradients();
-    StepRecord r;
-    r.step = step_;
-    r.lr = schedule_.at(step_);
-    opt_->step(r.lr);
-    model_->update_router_bias();
-    stream_.synchronize();
-    const model::StepStats st = model_->read_stats();
-    r.loss = st.loss;
-    r.aux_loss = st.aux_loss;
-    r.grad_norm = AdamW::grad_norm(sq);
-    CM_CHECK(std::isfinite(r.loss), "lower the learning rate or enable gradient clipping",
-             "loss became {} at step {}", r.loss, step_ + 1);
-    r.seconds = now_seconds() - t0;
-    r.tokens_per_s = double(cfg_.tokens_per_step()) / r.seconds;
+  while (step_ < end) {
+    queue_step();
+    StepRecord& r = finish_step();  // advances step_
+    const int64_t done = r.step + 1;
     r.mfu = flops_tok * r.tokens_per_s / peak;
-    ExpertLoadRecord load{step_, {}};
-    for (const auto& counts : st.expert_load) {
-      r.expert_balance = std::max(r.expert_balance, expert_balance(counts));
-      double sum = 0;
-      for (double c : counts) sum += c;
-      std::vector<double> share;
-      for (double c : counts) share.push_back(sum > 0 ? c / sum : 0);
-      load.load.push_back(share);
-    }
-    if (!load.load.empty() && step_ % heat_every == 0) expert_load_.push_back(load);
-    records_.push_back(r);
+    if (!last_load_.load.empty() && r.step % heat_every == 0) expert_load_.push_back(last_load_);
     val = -1;
-    if ((cfg_.val_every > 0 && (step_ + 1) % cfg_.val_every == 0) || step_ + 1 == cfg_.steps) {
+    if ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || done == cfg_.steps) {
       val = validate();
-      if (val >= 0) val_records_.push_back({step_, val});
+      if (val >= 0) val_records_.push_back({r.step, val});
       if (cfg_.sample_tokens > 0) {
-        samples_.push_back({step_, cfg_.sample_prompt, sample()});
-        if (cfg_.progress) progress.message(fmt::format("sample at step {}: {}", step_ + 1,
-                                                        printable(cfg_.sample_prompt + samples_.back().text)));
+        samples_.push_back({r.step, cfg_.sample_prompt, sample()});
+        if (cfg_.progress)
+          progress.message(fmt::format("sample at step {}: {}", done,
+                                       printable(cfg_.sample_prompt + samples_.back().text)));
       }
     }
     if (cfg_.progress) progress.update(r, val);
-    if (cfg_.ckpt_every > 0 && (step_ + 1) % cfg_.ckpt_every == 0 && step_ + 1 < end) {
+    if (cfg_.ckpt_every > 0 && done % cfg_.ckpt_every == 0 && done < end) {
       std::string p = save_checkpoint_now();
       if (cfg_.progress) progress.message("saved checkpoint " + p);
     }

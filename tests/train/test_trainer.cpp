@@ -2,10 +2,14 @@
 // uninterrupted one, and a mismatched checkpoint is refused.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 
+#include "coremesh/runtime/profiler.hpp"
 #include "coremesh/train/trainer.hpp"
 #include "test_util.hpp"
 
@@ -122,4 +126,49 @@ TEST(Trainer, MismatchedOrCorruptCheckpointIsRefused) {
     EXPECT_NE(std::string(e.what()).find("is corrupt"), std::string::npos) << e.what();
   }
   EXPECT_EQ(t3.step(), 0);  // nothing was half-loaded into the step count
+}
+
+// A step queues all of its kernels without waiting for any: with the
+// trainer's stream held behind an event of a gate stream, queue_step()
+// returns, and every kernel of the step starts only after that. A host
+// synchronization inside the step would wait for the gate, which opens only
+// after queue_step() returned (or after 30 s, failing the test).
+TEST(Trainer, AStepQueuesWithoutWaitingForTheStream) {
+  TempDir d;
+  TrainConfig c = small_config(d.path);
+  Trainer reference(c);
+  reference.queue_step();
+  const StepRecord want = reference.finish_step();
+
+  Trainer t(c);
+  runtime::Stream gate(t.stream().device());
+  std::atomic<bool> open{false};
+  gate.launch({"gate", runtime::KernelKind::vector, 1, 0}, [&open](const runtime::BlockContext&) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!open.load() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  runtime::Event held;
+  held.record(gate);
+  held.wait(t.stream());
+  runtime::profiler_start();
+  runtime::profiler_clear();
+  t.queue_step();
+  const int64_t queued_at = runtime::profiler_now_ns();
+  const bool pending = !t.stream().query();
+  open = true;
+  const StepRecord got = t.finish_step();
+  const auto records = runtime::profiler_records();
+  runtime::profiler_stop();
+  EXPECT_TRUE(pending) << "the step's work ran before the gate opened";
+  int kernels = 0;
+  for (const auto& r : records)
+    if (r.stream == t.stream().id()) {
+      ++kernels;
+      EXPECT_GE(r.start_ns, queued_at) << r.name << " started before queue_step() returned";
+    }
+  EXPECT_GT(kernels, 100) << "forward, backward, clip, AdamW and the bias update of 2 micro-batches";
+  EXPECT_EQ(got.loss, want.loss);  // and the gated step computes the same numbers
+  EXPECT_EQ(got.grad_norm, want.grad_norm);
+  EXPECT_TRUE(same_bits(t.model(), reference.model()));
 }

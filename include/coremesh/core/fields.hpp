@@ -82,7 +82,7 @@ class FieldTable {
     f.name = std::move(name);
     f.type = type_name<T>();
     f.help = std::move(help);
-    f.get = [ref](const Config& c) { return nlohmann::json(ref(const_cast<Config&>(c))); };
+    f.get = [ref](const Config& c) { return to_json_value(ref(const_cast<Config&>(c))); };
     const std::string where = section_ + "." + f.name;
     f.set = [ref, section = section_, name = f.name](Config& c, const nlohmann::json& j) {
       ref(c) = parse<T>(j, section, name);
@@ -231,6 +231,14 @@ class FieldTable {
   }
 
  private:
+  // A float is written as the shortest decimal that reads back as the same
+  // float (0.001, not 0.0010000000474974513).
+  template <class T>
+  static nlohmann::json to_json_value(const T& v) {
+    if constexpr (std::is_same_v<T, float>) return std::stod(fmt::format("{}", v));
+    else return nlohmann::json(v);
+  }
+
   template <class T>
   static std::string type_name() {
     if constexpr (std::is_same_v<T, bool>) return "bool";

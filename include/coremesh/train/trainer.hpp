@@ -93,6 +93,11 @@ class Trainer {
   // Trains until `until_step` (default: config steps); saves a checkpoint at
   // the end when save_at_end.
   TrainResult run(int64_t until_step = -1, bool save_at_end = true);
+  // One optimizer step in two halves: queue_step() launches all of it on the
+  // trainer's stream and returns without waiting; finish_step() waits for
+  // it, records its numbers (the MFU is left to run()) and advances step().
+  void queue_step();
+  StepRecord& finish_step();
   double validate();
   // A greedy continuation of cfg.sample_prompt (cfg.sample_tokens bytes).
   std::string sample();
@@ -123,6 +128,12 @@ class Trainer {
   std::vector<ValRecord> val_records_;
   std::vector<ExpertLoadRecord> expert_load_;
   std::vector<SampleRecord> samples_;
+  // the step in flight between queue_step() and finish_step()
+  bool step_queued_ = false;
+  double step_start_ = 0;
+  Tensor grad_sq_;
+  std::vector<int32_t> x_, y_;
+  ExpertLoadRecord last_load_;
 };
 
 }  // namespace coremesh::train

@@ -1,0 +1,128 @@
+// The config field tables: every field of the model, train and parallel
+// sections round-trips through JSON and through its generated command-line
+// flag; unknown keys are refused with the list of known ones; the checks and
+// the differences come from the same table.
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+
+#include "../../src/cli/field_flags.hpp"
+#include "coremesh/train/trainer.hpp"
+
+using namespace coremesh;
+using nlohmann::json;
+
+namespace {
+
+// A value of the field's type that differs from `current`.
+json other_value(const std::string& type, const std::vector<std::string>& choices, const json& current) {
+  if (!choices.empty()) return choices[0] == current.get<std::string>() ? choices[1] : choices[0];
+  if (type == "integer") return current.get<int64_t>() + 3;
+  if (type == "number") return current.get<double>() * 2 + 0.25;
+  if (type == "bool") return !current.get<bool>();
+  if (type == "string") return current.get<std::string>() + "x";
+  return json::array({"a.txt", "b.txt"});
+}
+
+// The command-line text of a JSON value.
+std::vector<std::string> as_text(const json& v) {
+  if (v.is_array()) return v.get<std::vector<std::string>>();
+  if (v.is_string()) return {v.get<std::string>()};
+  return {v.dump()};
+}
+
+template <class C>
+void round_trip_every_field(const FieldTable<C>& table, const std::function<json(const C&)>& to,
+                            const std::function<C(const json&)>& from) {
+  ASSERT_GE(table.fields().size(), 5u);
+  for (const Field<C>& f : table.fields()) {
+    SCOPED_TRACE(table.section() + "." + f.name);
+    C c{};
+    const json v = other_value(f.type, f.choices, f.get(c));
+    f.set(c, v);
+    EXPECT_EQ(f.get(c), v);
+    // JSON: written, read back, the same field value and no difference.
+    const C back = from(to(c));
+    EXPECT_EQ(f.get(back), v);
+    EXPECT_TRUE(table.differences(c, back).empty());
+    EXPECT_EQ(table.differences(C{}, c).size(), 1u);
+    // The flag: the same value through the command line.
+    CLI::App app;
+    cli::FieldFlags<C> flags(app, table, "test");
+    std::vector<std::string> args{"test", "--" + (f.flag.empty() ? cli::flag_name(f.name) : f.flag)};
+    for (const auto& t : as_text(v)) args.push_back(t);
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    app.parse(int(argv.size()), const_cast<char**>(argv.data()));
+    C parsed{};
+    flags.apply(parsed);
+    EXPECT_EQ(f.get(parsed), v);
+    EXPECT_TRUE(flags.given(f.name));
+  }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEST(ConfigTable, EveryModelFieldRoundTripsJsonAndFlags) {
+  round_trip_every_field<model::ModelConfig>(
+      model::model_fields(), [](const model::ModelConfig& c) { return model::to_json(c); },
+      [](const json& j) { return model::model_config_from_json(j); });
+}
+
+TEST(ConfigTable, EveryTrainFieldRoundTripsJsonAndFlags) {
+  round_trip_every_field<train::TrainConfig>(
+      train::train_fields(), [](const train::TrainConfig& c) { return train::to_json(c); },
+      [](const json& j) { return train::train_config_from_json(j); });
+}
+
+TEST(ConfigTable, EveryParallelFieldRoundTripsJsonAndFlags) {
+  round_trip_every_field<parallel::ParallelConfig>(
+      parallel::parallel_fields(), [](const parallel::ParallelConfig& c) { return json{{"parallel", parallel::parallel_fields().to_json(c)}}; },
+      [](const json& j) { return train::train_config_from_json(j).parallel; });
+}
+
+TEST(ConfigTable, UnknownKeysListTheKnownOnes) {
+  std::string e = error_of([] { train::train_config_from_json(json::parse(R"({"train": {"stesp": 3}})")); });
+  EXPECT_NE(e.find("unknown train config field 'stesp'"), std::string::npos) << e;
+  EXPECT_NE(e.find("known train fields: data, val_fraction, batch_size"), std::string::npos) << e;
+  e = error_of([] { train::train_config_from_json(json::parse(R"({"parallel": {"dq": 2}})")); });
+  EXPECT_NE(e.find("known parallel fields: dp, cp, pp, ep, tp"), std::string::npos) << e;
+  e = error_of([] { train::train_config_from_json(json::parse(R"({"train": {"steps": 2.5}})")); });
+  EXPECT_NE(e.find("'steps' has the wrong type"), std::string::npos) << e;
+  e = error_of([] { train::train_config_from_json(json::parse(R"({"parallel": {"schedule": "zigzag"}})")); });
+  EXPECT_NE(e.find("unknown schedule 'zigzag'"), std::string::npos) << e;
+  EXPECT_NE(e.find("gpipe|1f1b|interleaved|zb-h1|zbv|dualpipe|dualpipev"), std::string::npos) << e;
+}
+
+TEST(ConfigTable, RenamedFieldsStillReadAndChecksComeFromTheTable) {
+  // `threads` was renamed `cores`; old configs and flags still work.
+  EXPECT_EQ(train::train_config_from_json(json::parse(R"({"train": {"threads": 3}})")).cores, 3);
+  train::TrainConfig c;
+  c.data = {"x.txt"};
+  c.cores = -1, c.parallel.dp = 0, c.batch_size = 0;
+  const std::string e = error_of([&] { c.validate(); });
+  EXPECT_NE(e.find("train.cores = -1 must be >= 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("parallel.dp = 0 must be positive"), std::string::npos) << e;
+  EXPECT_NE(e.find("train.batch_size = 0 must be positive"), std::string::npos) << e;
+  // Every difference, section by section.
+  train::TrainConfig a, b;
+  b.model.d_model = 64, b.steps = 7, b.parallel.ep = 2;
+  const auto d = train::config_differences(a, b);
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0], "model.d_model: 256 vs 64");
+  EXPECT_EQ(d[1], "train.steps: 100 vs 7");
+  EXPECT_EQ(d[2], "parallel.ep: 1 vs 2");
+  // Floats are written as the shortest decimal.
+  model::ModelConfig m;
+  m.bias_update_rate = 0.001f;
+  EXPECT_EQ(model::to_json(m)["bias_update_rate"].dump(), "0.001");
+}
