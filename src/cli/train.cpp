@@ -115,6 +115,9 @@ void run_train(const TrainFlags& f) {
                r.final_val_loss / std::log(2.0));
   fmt::print("\nthroughput: {:.0f} tokens/s, MFU {:.1f}% of the measured GEMM peak\n",
              r.mean_tokens_per_s, 100 * r.mean_mfu);
+  if (!r.final_balance.empty())
+    fmt::print("expert balance at the last step, per MoE layer: {:.2f} (busiest expert's tokens / mean; 1 = even)\n",
+               fmt::join(r.final_balance, ", "));
   if (!r.checkpoint.empty()) fmt::print("checkpoint: {}\n", r.checkpoint);
   if (!r.report.empty()) fmt::print("report: {}\n", std::filesystem::absolute(r.report).string());
 }

@@ -83,6 +83,12 @@ int ParamLayout::index_of(const std::string& name) const {
 
 namespace {
 
+bool same_chunk(const StageLayout& s, int a, int b) {
+  for (const PartRange& r : s.chunks)
+    if (a >= r.begin && a < r.end) return b >= r.begin && b < r.end;
+  return false;
+}
+
 // Appends parameters to the arena of one part region.
 struct Builder {
   ParamLayout& out;
@@ -156,7 +162,7 @@ ParamLayout layout_params(const ModelConfig& c, const StageLayout& stage_in) {
         b.add("final_norm", {C}, G::norm, A::none);
         if (!c.tied_embeddings) {
           b.add("lm_head", {V, C}, G::embedding, A::vocab);
-        } else if (!holds_part(stage, 0)) {  // the tied table lives on another stage
+        } else if (!same_chunk(stage, 0, part)) {  // the tied table lives in another chunk or stage
           b.add("wte", {V, C}, G::embedding, A::vocab);
           out.params.back().tied_replica = true;
         }

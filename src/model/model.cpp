@@ -20,6 +20,7 @@ Model::Model(const ModelConfig& config, const StageLayout& stage, parallel::Seam
   weights_ = Tensor::zeros({layout_.arena_size});
   grads_ = Tensor::zeros({layout_.arena_size});
   written_.assign(layout_.params.size(), 0);
+  chunk_grads_.assign(stage_.chunks.size(), 0);
   const int P = num_parts(config_);
   parts_.resize(size_t(P));
   router_bias_.resize(size_t(config_.n_layers));
@@ -48,7 +49,8 @@ Model::Model(const ModelConfig& config, const StageLayout& stage, parallel::Seam
         break;
       case PartKind::head:
         p->norm = find("final_norm");
-        p->table = find(config_.tied_embeddings ? "wte" : "lm_head");
+        p->table = config_.tied_embeddings ? layout_.regions[size_t(i)].end - 1 : find("lm_head");
+        if (config_.tied_embeddings && !layout_.params[size_t(p->table)].tied_replica) p->table = find("wte");
         break;
     }
     parts_[size_t(i)] = std::move(p);
@@ -101,8 +103,6 @@ Tensor Model::gview(int param, Shape shape) const {
   return grads_.slice(0, p.offset, p.offset + shape_numel(shape)).view(shape);
 }
 
-GradRef Model::gref(int first, int count, Shape shape) const { return {first, count, gview(first, shape)}; }
-
 Tensor Model::param(const std::string& name) const {
   const int i = layout_.index_of(name);
   CM_CHECK(i >= 0, "see Model::params() for the names", "no parameter '{}' in this stage", name);
@@ -143,12 +143,20 @@ MoeParams Model::moe_params(const PartParams& p) const {
 
 MoeGrads Model::moe_grads(const PartParams& p) const {
   const int64_t C = config_.d_model, SF = int64_t(config_.n_shared_experts) * config_.expert_hidden;
-  MoeGrads g{gref(p.router), gref(p.ew13), gref(p.ew2), {}, {}};
-  if (SF > 0) g.sw13 = gref(p.w13, 2, {2 * SF, C}), g.sw2 = gref(p.w2);
+  MoeGrads g{{p.router}, {p.ew13}, {p.ew2}, {}, {}};
+  if (SF > 0) g.sw13 = {p.w13, 2, {2 * SF, C}}, g.sw2 = {p.w2};
   return g;
 }
 
 // ---- gradients
+//
+// Each micro-batch's weight gradients are computed on their own (beta 0 on
+// the first write of each parameter) and added to the step's sum in
+// micro-batch order: the first micro-batch of the step writes straight into
+// the gradient arena, later ones into a scratch arena that is then added in
+// (one add over the chunk's region). So the gradient of a step is
+// ((g0 + g1) + g2) ..., whether the micro-batches ran on this PE or on
+// data-parallel PEs whose sum runs in rank order.
 
 float Model::take_beta(int first, int count) {
   const float beta = written_.at(size_t(first)) ? 1.0f : 0.0f;
@@ -156,33 +164,80 @@ float Model::take_beta(int first, int count) {
   return beta;
 }
 
-void Model::zero_grad() { std::fill(written_.begin(), written_.end(), 0); }
+void Model::zero_grad() { std::fill(chunk_grads_.begin(), chunk_grads_.end(), 0); }
 
 int Model::seal_gradients() {
   int sealed = 0;
-  for (size_t i = 0; i < written_.size(); ++i)
-    if (!written_[i]) gview(int(i)).fill(0.0f), written_[i] = 1, ++sealed;
+  for (int c = 0; c < num_chunks(); ++c) {
+    if (chunk_grads_[size_t(c)] > 0) continue;
+    const auto [begin, end] = chunk_arena(c);
+    grads_.slice(0, begin, end).fill(0.0f);
+    const PartRange r = stage_.chunks[size_t(c)];
+    sealed += layout_.regions[size_t(r.end - 1)].end - layout_.regions[size_t(r.begin)].begin;
+    chunk_grads_[size_t(c)] = 1;
+  }
   return sealed;
+}
+
+std::pair<int64_t, int64_t> Model::chunk_arena(int chunk) const {
+  const PartRange r = stage_.chunks.at(size_t(chunk));
+  return {layout_.region_offset[size_t(r.begin)],
+          layout_.region_offset[size_t(r.end - 1)] + layout_.region_size[size_t(r.end - 1)]};
+}
+
+namespace {
+
+// Runs weight-gradient jobs at once into `target` (an arena), or keeps them.
+class Sink final : public WgradSink {
+ public:
+  Sink(Model& m, std::function<float(const GradRef&)> beta, std::function<Tensor(const GradRef&)> view,
+       std::vector<DeferredWgrad>* deferred)
+      : beta_(std::move(beta)), view_(std::move(view)), deferred_(deferred) {
+    (void)m;
+  }
+  void add(const GradRef& ref, Job job) override {
+    if (deferred_) deferred_->push_back({ref, std::move(job)});
+    else job(view(ref), take_beta(ref));
+  }
+  bool immediate() const override { return deferred_ == nullptr; }
+  Tensor view(const GradRef& ref) override { return view_(ref); }
+  float take_beta(const GradRef& ref) override { return beta_(ref); }
+
+ private:
+  std::function<float(const GradRef&)> beta_;
+  std::function<Tensor(const GradRef&)> view_;
+  std::vector<DeferredWgrad>* deferred_;
+};
+
+}  // namespace
+
+void Model::weight_phase(int chunk, const std::function<void(WgradSink&)>& body) {
+  const bool first = chunk_grads_[size_t(chunk)] == 0;
+  if (!first && !scratch_.defined()) scratch_ = Tensor::zeros({layout_.arena_size});
+  const Tensor target = first ? grads_ : scratch_;
+  const PartRange r = stage_.chunks[size_t(chunk)];
+  for (int i = layout_.regions[size_t(r.begin)].begin; i < layout_.regions[size_t(r.end - 1)].end; ++i)
+    written_[size_t(i)] = 0;
+  Sink sink(
+      *this, [this](const GradRef& ref) { return take_beta(ref.first, ref.count); },
+      [this, target](const GradRef& ref) {
+        const ParamInfo& p = layout_.params.at(size_t(ref.first));
+        const Shape shape = ref.shape.empty() ? p.shape : ref.shape;
+        return target.slice(0, p.offset, p.offset + shape_numel(shape)).view(shape);
+      },
+      nullptr);
+  body(sink);
+  if (!first) {  // the step's sum so far += this micro-batch's gradients
+    const auto [begin, end] = chunk_arena(chunk);
+    Tensor sum = grads_.slice(0, begin, end);
+    ops::add_out(sum, scratch_.slice(0, begin, end), sum);
+  }
+  ++chunk_grads_[size_t(chunk)];
 }
 
 // ---- slots
 
 namespace {
-
-// Runs weight-gradient jobs at once, or keeps them for backward_weight().
-class Sink final : public WgradSink {
- public:
-  Sink(std::function<float(int, int)> take_beta, std::vector<DeferredWgrad>* deferred)
-      : take_beta_(std::move(take_beta)), deferred_(deferred) {}
-  void add(const GradRef& ref, Job job) override {
-    if (deferred_) deferred_->push_back({ref, std::move(job)});
-    else job(ref.view, take_beta_(ref.first, ref.count));
-  }
-
- private:
-  std::function<float(int, int)> take_beta_;
-  std::vector<DeferredWgrad>* deferred_;
-};
 
 void check_tokens(const int32_t* t, int64_t n, int64_t V, const char* what) {
   for (int64_t i = 0; i < n; ++i)
@@ -275,30 +330,33 @@ Tensor Model::backward_chunk(int index, int chunk, const Tensor& grad_output, bo
            index, chunk);
   const PartRange r = stage_.chunks[size_t(chunk)];
   const int last = num_parts(config_) - 1;
-  std::vector<DeferredWgrad>* deferred = nullptr;
-  if (defer) {
-    auto& p = pending_[{index, chunk}];
-    if (!p) p = std::make_unique<Pending>();
-    deferred = &p->jobs;
-  }
-  Sink sink([this](int first, int count) { return take_beta(first, count); }, deferred);
-  Tensor d;
-  if (r.end - 1 == last) {
-    d = Parts::head_backward(*this, s, part(last), sink);
-  } else {
+  if (r.end - 1 != last)
     CM_CHECK(grad_output.defined() && grad_output.shape() == Shape({s.B * s.T, config_.d_model}),
              "pass the next stage's input gradient (N, d_model)", "chunk {} needs a gradient of its output, got {}",
              chunk, grad_output.describe());
-    d = grad_output;
-  }
-  for (int i = std::min(r.end, last) - 1; i >= std::max(r.begin, 1); --i) {
-    const PartParams& p = part(i);
-    d = p.part.kind == PartKind::attention ? Parts::attention_backward(*this, s, p, d, sink)
-                                           : Parts::ffn_backward(*this, s, p, d, sink);
-  }
-  if (r.begin == 0) {
-    Parts::embedding_backward(*this, s, part(0), d, sink);
-    d = Tensor();
+  Tensor d;
+  auto run = [&](WgradSink& sink) {
+    d = r.end - 1 == last ? Parts::head_backward(*this, s, part(last), sink) : grad_output;
+    for (int i = std::min(r.end, last) - 1; i >= std::max(r.begin, 1); --i) {
+      const PartParams& p = part(i);
+      d = p.part.kind == PartKind::attention ? Parts::attention_backward(*this, s, p, d, sink)
+                                             : Parts::ffn_backward(*this, s, p, d, sink);
+    }
+    if (r.begin == 0) {
+      Parts::embedding_backward(*this, s, part(0), d, sink);
+      d = Tensor();
+    }
+  };
+  if (defer) {
+    auto& p = pending_[{index, chunk}];
+    CM_CHECK(!p, "run backward_weight for the slot's chunk first", "slot {} chunk {} has pending weight gradients",
+             index, chunk);
+    p = std::make_unique<Pending>();
+    Sink sink(
+        *this, [](const GradRef&) { return 0.0f; }, [](const GradRef&) { return Tensor(); }, &p->jobs);
+    run(sink);
+  } else {
+    weight_phase(chunk, run);
   }
   s.backwarded[size_t(chunk)] = 1;
   bool done = true;
@@ -311,8 +369,11 @@ void Model::backward_weight(int index, int chunk) {
   auto it = pending_.find({index, chunk});
   CM_CHECK(it != pending_.end(), "call backward_chunk(..., defer_weight_grads = true) first",
            "slot {} chunk {} has no deferred weight gradients", index, chunk);
-  for (DeferredWgrad& w : it->second->jobs) w.job(w.ref.view, take_beta(w.ref.first, w.ref.count));
+  const std::unique_ptr<Pending> pending = std::move(it->second);
   pending_.erase(it);
+  weight_phase(chunk, [&](WgradSink& sink) {
+    for (DeferredWgrad& w : pending->jobs) w.job(sink.view(w.ref), sink.take_beta(w.ref));
+  });
 }
 
 void Model::forward(int index, const MicroBatch& batch) {

@@ -1,5 +1,6 @@
 #include "parts.hpp"
 
+#include "coremesh/ops/elementwise.hpp"
 #include "coremesh/ops/embedding.hpp"
 #include "coremesh/ops/loss.hpp"
 #include "coremesh/ops/norm.hpp"
@@ -20,6 +21,23 @@ ops::RMSNormResidualOut add_norm(const Residual& r, const Tensor& w, float eps) 
     return {r.x, n.y, n.rstd};
   }
   return ops::rmsnorm_residual(r.delta, r.x, w, eps);
+}
+
+// dx of RMSNorm (+ plus); the weight's gradient goes straight to the sink's
+// target when it runs its jobs at once, else it is kept for the
+// weight-gradient half (copied: x * 1 keeps every bit, -0 included).
+Tensor norm_backward(WgradSink& sink, int param, const Tensor& dy, const Tensor& x, const Tensor& w,
+                     const Tensor& rstd, const Tensor& plus) {
+  const GradRef ref{param, 1, {}};
+  if (sink.immediate()) return ops::rmsnorm_backward(dy, x, w, rstd, plus, sink.view(ref), sink.take_beta(ref)).dx;
+  const ops::RMSNormGrads g = ops::rmsnorm_backward(dy, x, w, rstd, plus);
+  const Tensor dw = g.dw;
+  sink.add(ref, [dw](const Tensor& out, float beta) {
+    Tensor o = out;
+    if (beta == 0.0f) ops::mul_out(dw, Tensor::full(dw.shape(), 1.0f), o);
+    else ops::add_out(o, dw, o);
+  });
+  return g.dx;
 }
 
 }  // namespace
@@ -91,10 +109,9 @@ Tensor Parts::head_backward(Model& m, Model::Slot& s, const Model::PartParams& p
   const Tensor dloss = Tensor::full({N}, s.loss_scale / float(N));
   const Tensor dlogits = ops::cross_entropy_backward(dloss, a.logits, s.targets, a.lse);
   // logits = xf head^T  =>  dxf = dlogits head, dhead += dlogits^T xf
-  const Tensor dxf = linear_backward(dlogits, a.xf, m.wview(p.table), m.gref(p.table), sink);
-  // xf = RMSNorm(xL); the norm weight gradient goes into the arena
-  return ops::rmsnorm_backward(dxf, a.xL, m.wview(p.norm), a.frstd, {}, m.gview(p.norm),
-                               m.take_beta(p.norm)).dx;
+  const Tensor dxf = linear_backward(dlogits, a.xf, m.wview(p.table), {p.table}, sink);
+  // xf = RMSNorm(xL)
+  return norm_backward(sink, p.norm, dxf, a.xL, m.wview(p.norm), a.frstd, {});
 }
 
 Tensor Parts::ffn_backward(Model& m, Model::Slot& s, const Model::PartParams& p, const Tensor& dr,
@@ -106,14 +123,13 @@ Tensor Parts::ffn_backward(Model& m, Model::Slot& s, const Model::PartParams& p,
   if (p.router < 0) {
     parallel::TensorParallel& tp = *m.seams_.tensor;
     const int64_t C = c.d_model, Fd = c.dense_hidden;
-    dfn = tp.enter_backward(mlp_backward(tp.exit_backward(dr), a.ffn_in, a.mlp, m.gref(p.w13, 2, {2 * Fd, C}),
-                                         m.gref(p.w2), sink));
+    dfn = tp.enter_backward(mlp_backward(tp.exit_backward(dr), a.ffn_in, a.mlp, {p.w13, 2, {2 * Fd, C}},
+                                         {p.w2}, sink));
   } else {
     dfn = moe_backward(dr, a.fn, m.moe_params(p), m.moe_grads(p), c, s.B, *m.seams_.experts, a.moe,
                        s.loss_scale, sink);
   }
-  return ops::rmsnorm_backward(dfn, a.h, m.wview(p.norm), a.frstd, dr, m.gview(p.norm),
-                               m.take_beta(p.norm)).dx;
+  return norm_backward(sink, p.norm, dfn, a.h, m.wview(p.norm), a.frstd, dr);
 }
 
 Tensor Parts::attention_backward(Model& m, Model::Slot& s, const Model::PartParams& p, const Tensor& dr,
@@ -125,21 +141,20 @@ Tensor Parts::attention_backward(Model& m, Model::Slot& s, const Model::PartPara
   parallel::TensorParallel& tp = *m.seams_.tensor;
   // h = x + ao Wo^T  =>  dao = dh Wo, dWo = dh^T ao (ao is cast again, as the forward did)
   const Tensor dao = linear_backward(tp.exit_backward(dr), gemm_input(a.at.out.view({N, H * D}), c.precision),
-                                     a.wo, m.gref(p.wo), sink);
+                                     a.wo, {p.wo}, sink);
   auto ag = m.seams_.context->attention_backward(dao.view({B, T, H, D}), a.q, a.k, a.v, a.at);
   // [q|k|v] = RoPE(an Wqkv^T)  =>  d(an Wqkv^T) = [RoPE^-1(dq) | RoPE^-1(dk) | dv]
   const Tensor dqkv = ops::rope_qkv_backward(ag.dq, ag.dk, ag.dv, s.positions, rope_config(c)).view({N, QKV});
-  const Tensor dan = tp.enter_backward(linear_backward(dqkv, a.an, a.wqkv, m.gref(p.qkv, 3, {QKV, C}), sink));
+  const Tensor dan = tp.enter_backward(linear_backward(dqkv, a.an, a.wqkv, {p.qkv, 3, {QKV, C}}, sink));
   // an = RMSNorm(x)  =>  dx = dh + RMSNorm'(dan)
-  return ops::rmsnorm_backward(dan, a.x, m.wview(p.norm), a.arstd, dr, m.gview(p.norm),
-                               m.take_beta(p.norm)).dx;
+  return norm_backward(sink, p.norm, dan, a.x, m.wview(p.norm), a.arstd, dr);
 }
 
 void Parts::embedding_backward(Model& m, Model::Slot& s, const Model::PartParams& p, const Tensor& dr,
                                WgradSink& sink) {
   // x = wte[tokens]  =>  dwte[token] += dx (onto the head's gradient when tied)
   const Tensor ids = s.ids;
-  sink.add(m.gref(p.table), [dr, ids](const Tensor& g, float beta) {
+  sink.add({p.table}, [dr, ids](const Tensor& g, float beta) {
     ops::embedding_backward_into(dr, ids, g, beta);
   });
 }

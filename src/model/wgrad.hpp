@@ -12,19 +12,27 @@
 namespace coremesh::model::detail {
 
 // The gradient of parameters [first, first + count) of the layout (adjacent
-// parameters written by one GEMM, e.g. [w1; w3]) and its arena view.
+// parameters written by one GEMM, e.g. [w1; w3]), viewed with `shape` (empty:
+// the first parameter's own shape).
 struct GradRef {
   int first = -1, count = 1;
-  Tensor view;
+  Shape shape;
 };
 
-// A job writes dW = (its product) + beta * dW into the view; the sink chooses
-// beta: 0 for the first write of the parameters since zero_grad(), else 1.
+// A job writes dW = (its product) + beta * dW into `dw`. The sink chooses
+// where dw lives and beta: 0 for the first write of the parameters in this
+// micro-batch's weight-gradient half, 1 after it.
 class WgradSink {
  public:
   using Job = std::function<void(const Tensor& dw, float beta)>;
   virtual ~WgradSink() = default;
   virtual void add(const GradRef& ref, Job job) = 0;
+  // Whether jobs run at once; then gradients that the input-gradient half
+  // computes anyway (an RMSNorm weight's) may be written straight into
+  // view(ref) with take_beta(ref).
+  virtual bool immediate() const = 0;
+  virtual Tensor view(const GradRef& ref) = 0;
+  virtual float take_beta(const GradRef& ref) = 0;
 };
 
 }  // namespace coremesh::model::detail

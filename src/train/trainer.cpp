@@ -299,6 +299,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   result.steps_done = step_;
   if (!records_.empty()) result.final_loss = records_.back().loss;
   if (!val_records_.empty()) result.final_val_loss = val_records_.back().loss;
+  for (const auto& share : last_load_.load) result.final_balance.push_back(expert_balance(share));
   // Throughput over the steady part (the first step warms caches and allocations).
   double tok = 0, sec = 0;
   for (size_t i = records_.size() > 1 ? 1 : 0; i < records_.size(); ++i)

@@ -126,22 +126,27 @@ struct GemmResult {
   Tensor y, dx, dw;
 };
 
-// Runs each weight-gradient job at once, accumulating (beta 1).
+// Runs each weight-gradient job at once, accumulating (beta 1) into `dw`.
 struct AccumulateSink final : mp::WgradSink {
-  void add(const mp::GradRef& ref, Job job) override { job(ref.view, 1.0f); }
+  Tensor dw;
+  explicit AccumulateSink(Tensor t) : dw(std::move(t)) {}
+  void add(const mp::GradRef& ref, Job job) override { job(view(ref), 1.0f); }
+  bool immediate() const override { return true; }
+  Tensor view(const mp::GradRef&) override { return dw; }
+  float take_beta(const mp::GradRef&) override { return 1.0f; }
 };
 
 GemmResult run_gemm(const GemmCase& c, const GemmData& d) {
   const mp::GemmInput in = mp::gemm_input(d.x, c.precision);
   const mp::GemmWeight w = mp::gemm_weight(d.w, c.precision);
   GemmResult r{{}, {}, d.dw0.clone()};
-  AccumulateSink sink;
+  AccumulateSink sink(r.dw);
   if (c.offsets.empty()) {
     r.y = mp::linear(in, w);
-    r.dx = mp::linear_backward(d.dy, in, w, {0, 1, r.dw}, sink);
+    r.dx = mp::linear_backward(d.dy, in, w, {}, sink);
   } else {
     r.y = mp::grouped_linear(in, w, d.offsets);
-    r.dx = mp::grouped_linear_backward(d.dy, in, w, d.offsets, {0, 1, r.dw}, sink);
+    r.dx = mp::grouped_linear_backward(d.dy, in, w, d.offsets, {}, sink);
   }
   runtime::current_stream().synchronize();
   float* dw = r.dw.data<float>();

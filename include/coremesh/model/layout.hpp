@@ -68,7 +68,9 @@ struct ParamInfo {
   TpAxis tp_axis = TpAxis::none;
   bool weight_decay = false;        // matrices decay; norms do not
   int64_t expert_begin = 0;         // routed experts: the first expert held (dim 0)
-  bool tied_replica = false;        // the head's copy of a tied embedding held by another stage
+  // The head's copy of a tied embedding table held in another chunk or
+  // stage: whoever holds both sums their gradients (and so keeps them equal).
+  bool tied_replica = false;
   bool expert() const { return group == ParamGroup::expert; }
 };
 

@@ -19,10 +19,12 @@
 // now and the weight-gradient half later); the slot's activations are freed
 // when its last backward ends. Any number of slots may be open.
 //
-// Gradients: after zero_grad() the first weight gradient written to a
-// parameter overwrites it and later ones add (no memset of the arena; the
-// first weight-gradient GEMM of a step does not read C). seal_gradients()
-// zero-fills any parameter nothing wrote since zero_grad().
+// Gradients: each micro-batch's gradients are computed on their own and
+// summed in micro-batch order, ((g0 + g1) + g2)..., the first written
+// straight into the gradient arena after zero_grad() (no memset; the first
+// weight-gradient GEMM of a step does not read C), later ones into a scratch
+// arena added in afterwards. A data-parallel sum in rank order is then the
+// same arithmetic. seal_gradients() zero-fills the chunks no backward wrote.
 //
 // Nothing here synchronizes with the host: every call launches kernels on
 // the calling thread's current stream and returns. Losses, balance losses
@@ -55,6 +57,7 @@ namespace detail {
 struct GradRef;
 struct MoeParams;
 struct MoeGrads;
+class WgradSink;
 }  // namespace detail
 
 // One micro-batch as a stage sees it. tokens (B,T) are read by the stage that
@@ -178,18 +181,24 @@ class Model {
   // parameters fused after it).
   Tensor wview(int param, Shape shape = {}) const;
   Tensor gview(int param, Shape shape = {}) const;
-  detail::GradRef gref(int first, int count = 1, Shape shape = {}) const;
   detail::MoeParams moe_params(const PartParams& p) const;
   detail::MoeGrads moe_grads(const PartParams& p) const;
   Slot& slot(int index, const char* what) const;
   const PartParams& part(int index) const;
+  // [begin, end) of a chunk's parameters in the arenas (its parts' regions).
+  std::pair<int64_t, int64_t> chunk_arena(int chunk) const;
+  // One micro-batch's weight-gradient half of a chunk: the jobs `body` gives
+  // the sink are written into the gradient arena (the step's first) or into
+  // the scratch arena and then added to it.
+  void weight_phase(int chunk, const std::function<void(detail::WgradSink&)>& body);
 
   ModelConfig config_;
   StageLayout stage_;
   parallel::Seams seams_;
   ParamLayout layout_;
-  Tensor weights_, grads_;
-  std::vector<uint8_t> written_;                    // per parameter: gradient written since zero_grad()
+  Tensor weights_, grads_, scratch_;              // scratch_: later micro-batches' gradients
+  std::vector<uint8_t> written_;                    // per parameter: written in this weight phase
+  std::vector<int> chunk_grads_;                    // per chunk: weight phases since zero_grad()
   std::vector<std::unique_ptr<PartParams>> parts_;  // per part (nullptr when not held)
   std::vector<Tensor> router_bias_;                 // per layer (undefined unless its MoE FFN is held)
   std::map<int, std::unique_ptr<Slot>> slots_;

@@ -80,6 +80,7 @@ struct TrainResult {
   int64_t steps_done = 0;
   double final_loss = 0, final_val_loss = -1;
   double mean_tokens_per_s = 0, mean_mfu = 0;
+  std::vector<double> final_balance;  // per MoE layer at the last step: busiest expert / mean
   std::string checkpoint, report;
 };
 
