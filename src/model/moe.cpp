@@ -32,15 +32,17 @@ Tensor experts_forward(MoeActs& a) {
 
 Tensor experts_backward(const Tensor& dy, const MoeGrads& g, const MoeActs& a, WgradSink& sink) {
   const Tensor& offsets = a.routed.offsets;
-  const Tensor dg = grouped_linear_backward(dy, a.g, a.w2, offsets, g.w2, sink);
+  const RowSources src{a.routed.sources, a.routed.source_offsets};
+  const Tensor dg = grouped_linear_backward(dy, a.g, a.w2, offsets, g.w2, sink, src);
   const Tensor dgu = ops::swiglu_backward(dg, a.gu);
-  return grouped_linear_backward(dgu, a.xp, a.w13, offsets, g.w13, sink);
+  return grouped_linear_backward(dgu, a.xp, a.w13, offsets, g.w13, sink, src);
 }
 
 }  // namespace
 
 Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, const ModelConfig& cfg,
-                   int64_t B, parallel::ExpertDispatcher& experts, const Tensor& load, MoeActs& a) {
+                   int64_t B, int layer, parallel::ExpertDispatcher& experts, const Tensor& load,
+                   MoeActs& a) {
   const int64_t N = x.size(0), E = cfg.n_routed_experts;
   // --- routing: s = x R^T (N,E) -> p -> top-k with bias (selection only)
   a.scores = ops::router_scores(linear(x, w.router), score_func(cfg));
@@ -60,7 +62,7 @@ Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, cons
   // experts, bring the outputs back, weighted combine
   const ops::Permutation perm = ops::permute(x, a.idx, E);  // xp (N*K, C)
   a.offsets = perm.offsets, a.row_of = perm.row_of;
-  a.routed = experts.dispatch(perm.x, perm.offsets);
+  a.routed = experts.dispatch(perm.x, perm.offsets, layer);
   a.xp = gemm_input(a.routed.rows, cfg.precision);
   a.routed.rows = Tensor();  // kept as the GEMM read it (a.xp), not also in f32
   a.w13 = gemm_weight(w.w13, cfg.precision), a.w2 = gemm_weight(w.w2, cfg.precision);

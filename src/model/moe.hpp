@@ -46,7 +46,8 @@ struct MoeActs {
 // in f32, the shared and routed experts in cfg.precision. Adds this
 // micro-batch's selections and drops to load (E+1) i64.
 Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, const ModelConfig& cfg,
-                   int64_t B, parallel::ExpertDispatcher& experts, const Tensor& load, MoeActs& acts);
+                   int64_t B, int layer, parallel::ExpertDispatcher& experts, const Tensor& load,
+                   MoeActs& acts);
 // dy (N,C) -> dx (N,C) of (dy . y + aux_scale * aux); weight gradients go to the sink.
 Tensor moe_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const MoeGrads& g,
                     const ModelConfig& cfg, int64_t B, parallel::ExpertDispatcher& experts,

@@ -83,7 +83,7 @@ Residual Parts::ffn_forward(Model& m, Model::Slot& s, const Model::PartParams& p
   }
   a.fn = fn.y;
   const Tensor y = moe_forward(a.fn, m.moe_params(p), m.router_bias_[size_t(p.part.layer)], c, s.B,
-                               *m.seams_.experts, m.load_[size_t(p.moe)], a.moe);
+                               p.part.layer, *m.seams_.experts, m.load_[size_t(p.moe)], a.moe);
   if (a.moe.aux.defined()) m.aux_losses_.push_back({a.moe.aux, s.loss_scale});
   return {a.h, y};
 }

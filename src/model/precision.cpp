@@ -1,5 +1,6 @@
 #include "precision.hpp"
 
+#include "coremesh/ops/elementwise.hpp"
 #include "coremesh/ops/gemm.hpp"
 #include "coremesh/ops/grouped_gemm.hpp"
 #include "coremesh/ops/transpose.hpp"
@@ -16,6 +17,23 @@ Tensor fp8_round_rows(const Tensor& x) { return ops::dequantize_fp8_act(ops::qua
 Tensor fp8_round_along_tokens_t(const Tensor& t) { return fp8_round_rows(ops::transpose(t)); }
 
 Tensor round_bf16(const Tensor& t) { return ops::cast(ops::cast(t, DType::bf16), DType::f32); }
+
+// dw (E,out,in) = per expert e, the sum over sources s in order of
+// dy_es^T x_es (+ beta dw): each source's product on its own, then added.
+void grouped_wgrad(const Tensor& dy, const Tensor& x, const Tensor& offsets, const RowSources& src,
+                   const Tensor& dw, float beta) {
+  const int S = src.sources;
+  if (S == 1) return ops::grouped_matmul_dw(dy, x, offsets, dw, ops::WeightLayout::nk, beta);
+  const int64_t E = dw.size(0);
+  const Tensor parts = Tensor::empty({E * S, dw.size(1), dw.size(2)});
+  ops::grouped_matmul_dw(dy, x, src.source_offsets, parts, ops::WeightLayout::nk, 0.0f);
+  for (int64_t e = 0; e < E; ++e) {
+    Tensor out = dw.select(0, e), sum = beta == 0.0f ? out : Tensor::empty(out.shape());
+    ops::add_out(parts.select(0, e * S), parts.select(0, e * S + 1), sum);  // ((p0 + p1) + p2) ...
+    for (int s = 2; s < S; ++s) ops::add_out(sum, parts.select(0, e * S + s), sum);
+    if (beta != 0.0f) ops::add_out(out, sum, out);
+  }
+}
 
 }  // namespace
 
@@ -93,16 +111,15 @@ Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& off
 }
 
 Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w,
-                               const Tensor& offsets, const GradRef& dw, WgradSink& sink) {
+                               const Tensor& offsets, const GradRef& dw, WgradSink& sink,
+                               const RowSources& src) {
   using ops::WeightLayout;
   // dx_e = dy_e W_e: the layout-B product with W_e (out,in) read as (K,N) = kn
   switch (x.precision) {
     case Precision::f32: {
       const Tensor dx = ops::grouped_matmul(dy, w.master, offsets, WeightLayout::kn);
       const Tensor xf = x.x;
-      sink.add(dw, [dy, xf, offsets](const Tensor& g, float beta) {
-        ops::grouped_matmul_dw(dy, xf, offsets, g, WeightLayout::nk, beta);
-      });
+      sink.add(dw, [dy, xf, offsets, src](const Tensor& g, float beta) { grouped_wgrad(dy, xf, offsets, src, g, beta); });
       return dx;
     }
     case Precision::bf16: {
@@ -111,8 +128,8 @@ Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmW
       const Tensor dyr = round_bf16(dy);
       const Tensor dx = ops::grouped_matmul(dyr, ops::cast(w.bf16, DType::f32), offsets, WeightLayout::kn);
       const Tensor xb = x.x;
-      sink.add(dw, [dyr, xb, offsets](const Tensor& g, float beta) {
-        ops::grouped_matmul_dw(dyr, ops::cast(xb, DType::f32), offsets, g, WeightLayout::nk, beta);
+      sink.add(dw, [dyr, xb, offsets, src](const Tensor& g, float beta) {
+        grouped_wgrad(dyr, ops::cast(xb, DType::f32), offsets, src, g, beta);
       });
       return dx;
     }
@@ -126,10 +143,10 @@ Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmW
   // scale then covers both). The rounded values go back to row-major for the
   // f32 grouped weight gradient.
   const ops::QuantizedTensor x8 = x.fp8;
-  sink.add(dw, [dy, x8, offsets](const Tensor& g, float beta) {
+  sink.add(dw, [dy, x8, offsets, src](const Tensor& g, float beta) {
     const Tensor dy8 = ops::transpose(fp8_round_along_tokens_t(dy));
     const Tensor xr = ops::transpose(fp8_round_along_tokens_t(ops::dequantize_fp8_act(x8)));
-    ops::grouped_matmul_dw(dy8, xr, offsets, g, WeightLayout::nk, beta);
+    grouped_wgrad(dy8, xr, offsets, src, g, beta);
   });
   return dx;
 }

@@ -64,9 +64,19 @@ Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w
 // [offsets[e], offsets[e+1]) of expert e; W (E,out,in), offsets (E+1) i64 (read
 // on the stream). Rows from offsets[E] on give zeros.
 Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& offsets);
+// Where the routed rows came from: expert e's rows are `sources` runs, one
+// per source (another PE's tokens), in source order; (e, s) owns rows
+// [source_offsets[e * sources + s], ...+1). One source: the whole group.
+struct RowSources {
+  int sources = 1;
+  Tensor source_offsets;  // (E * sources + 1) i64
+};
 // dx (R,in) = dy_e W_e, returned;  dW_e = dy_e^T x_e (dw: (E,out,in) arena
-// view), a job for the sink.
+// view), a job for the sink. With several sources, each source's product is
+// computed on its own and they are summed in source order (as one PE sums
+// its micro-batches).
 Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w,
-                               const Tensor& offsets, const GradRef& dw, WgradSink& sink);
+                               const Tensor& offsets, const GradRef& dw, WgradSink& sink,
+                               const RowSources& sources = {});
 
 }  // namespace coremesh::model::detail

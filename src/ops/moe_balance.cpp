@@ -86,7 +86,7 @@ Tensor sequence_balance_loss_backward(const Tensor& scores, const Tensor& select
                             double sum = 0, dot = 0;
                             for (int64_t e = 0; e < s.E; ++e) sum += p[n * s.E + e];
                             for (int64_t e = 0; e < s.E; ++e) {
-                              dpn[size_t(e)] = double(scale) * alpha * f[size_t(e)] / double(s.T * s.B);
+                              dpn[size_t(e)] = double(scale * alpha) * f[size_t(e)] / double(s.T * s.B);  // (scale alpha) in f32, as the model always did
                               dot += dpn[size_t(e)] * p[n * s.E + e] / sum;
                             }
                             for (int64_t e = 0; e < s.E; ++e)

@@ -8,7 +8,9 @@ namespace {
 
 class LocalExperts final : public ExpertDispatcher {
  public:
-  Dispatched dispatch(const Tensor& xp, const Tensor& offsets) override { return {xp, offsets, nullptr}; }
+  Dispatched dispatch(const Tensor& xp, const Tensor& offsets, int) override {
+    return {xp, offsets, 1, offsets, nullptr};
+  }
   Tensor combine(const Tensor& y, const Dispatched&) override { return y; }
   Tensor combine_backward(const Tensor& dy, const Dispatched&) override { return dy; }
   Tensor dispatch_backward(const Tensor& drows, const Dispatched&) override { return drows; }

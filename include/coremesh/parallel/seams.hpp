@@ -30,14 +30,22 @@ namespace coremesh::parallel {
 class ExpertDispatcher {
  public:
   struct Dispatched {
-    Tensor rows;     // (R_local, C) grouped by local expert
+    Tensor rows;     // (R_local, C) grouped by local expert; rows past offsets[E_local] are padding
     Tensor offsets;  // (E_local + 1) i64: the group list of `rows`
+    // Within each local expert, the rows of source s (another PE's tokens)
+    // follow those of source s - 1: (local expert e, source s) owns rows
+    // [source_offsets[e * sources + s], source_offsets[e * sources + s + 1]).
+    // The experts' weight gradients are summed per source in source order,
+    // the order of one PE's micro-batches.
+    int sources = 1;
+    Tensor source_offsets;
     std::shared_ptr<const void> plan;  // what combine and the backward reuse
   };
   virtual ~ExpertDispatcher() = default;
   // xp (R, C) grouped by global expert: rows [offsets[e], offsets[e+1]) go to
-  // expert e; offsets (E + 1) i64 (read on the stream).
-  virtual Dispatched dispatch(const Tensor& xp, const Tensor& offsets) = 0;
+  // expert e; offsets (E + 1) i64 (read on the stream). `layer` names the
+  // MoE layer (each has its own buffers).
+  virtual Dispatched dispatch(const Tensor& xp, const Tensor& offsets, int layer) = 0;
   // y (R_local, C), the experts' outputs -> (R, C) in xp's row order.
   virtual Tensor combine(const Tensor& y, const Dispatched& d) = 0;
   // Mirrors: d(combine) is a dispatch of dy (R, C) -> (R_local, C); d(dispatch)

@@ -1,0 +1,80 @@
+// Communication the parallel layer builds from SHMEM's one-sided operations:
+// groups of PEs, symmetric tensors, and deterministic sums over groups on a
+// stream.
+//
+// ShardedSum reduces ranges of a symmetric arena over groups of PEs. Each
+// range is cut into one shard per member; every member puts its copy of a
+// shard into the owner's staging slot with a signal, and the owner sums the
+// copies in member order, ((x_0 + x_1) + x_2) ... -- the order in which one PE
+// adds its micro-batches' gradients, so a data-parallel run whose members
+// hold consecutive micro-batches gets the same bits. all_gather() then puts
+// each owner's shard into every member's arena. No barrier: each PE waits
+// only for the signals of the data it needs; signals count up over the run
+// (one round per step), so buffers are reused without resetting them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coremesh/core/tensor.hpp"
+#include "coremesh/runtime/stream.hpp"
+
+namespace coremesh::parallel {
+
+// PEs that communicate (an MPI communicator's shape): world PE numbers in
+// member order, and this PE's index among them.
+struct Group {
+  std::vector<int> pes;
+  int me = 0;
+  int size() const { return int(pes.size()); }
+  // `pes` must hold `my_pe`.
+  static Group of(std::vector<int> pes, int my_pe);
+};
+
+// A zeroed tensor in the symmetric heap. Allocation is collective: every PE of the
+// job allocates the same shape in the same order (and frees in the same
+// order when the tensor dies).
+Tensor symmetric_tensor(const Shape& shape, DType dtype = DType::f32);
+
+// out = ((inputs[0] + inputs[1]) + inputs[2]) ..., element-wise, f32 or i64,
+// on the current stream (out may be one of the inputs).
+void sum_in_order(const std::vector<Tensor>& inputs, const Tensor& out);
+
+class ShardedSum {
+ public:
+  struct Range {
+    int64_t begin = 0, end = 0;  // elements of the arena
+    int group = 0;               // index into the groups
+  };
+  // `arena` is symmetric (the same layout on every member of each group);
+  // shard boundaries are multiples of `align` elements from the arena's
+  // start (ranges' own ends excepted). Allocates the staging buffers
+  // (collective). f32 or i64 arenas.
+  ShardedSum(Tensor arena, std::vector<Group> groups, std::vector<Range> ranges, int64_t align = 16);
+
+  const std::vector<Range>& ranges() const { return ranges_; }
+  const Group& group(int range) const { return groups_[size_t(ranges_[size_t(range)].group)]; }
+  // [begin, end) of range r that member m owns.
+  std::pair<int64_t, int64_t> shard(int range, int member) const;
+  std::pair<int64_t, int64_t> my_shard(int range) const { return shard(range, group(range).me); }
+
+  // On `stream`: afterwards this PE's shard of the range holds the members'
+  // sum (the rest of the range is unchanged).
+  void reduce_scatter(int range, runtime::Stream& stream);
+  // On `stream`: puts this PE's shard of `arena` (symmetric, the layout of
+  // the one summed; may be another arena, e.g. the weights) into every
+  // member's, and waits for the members' shards.
+  void all_gather(int range, const Tensor& arena, runtime::Stream& stream);
+
+ private:
+  Tensor arena_, staging_, signals_;  // signals_: per range, reduce-scatter and all-gather counters (u64)
+  std::vector<Group> groups_;
+  std::vector<Range> ranges_;
+  std::vector<int64_t> staging_offset_, slot_size_;
+  std::vector<uint64_t> rs_rounds_, ag_rounds_;
+  int64_t align_;
+};
+
+}  // namespace coremesh::parallel

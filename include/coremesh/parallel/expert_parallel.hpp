@@ -1,0 +1,82 @@
+// Expert parallelism over SHMEM: the ExpertDispatcher seam for routed
+// experts sharded over the PEs of an EP group (E / ep experts each).
+//
+// dispatch (per MoE layer, all on the stream, no host synchronization, no
+// barrier; each PE waits only for the signals of the data it needs):
+//   1. every PE puts its per-expert row counts (E) into every member's count
+//      matrix (ep x E) and signals; each waits for all ep of them;
+//   2. from the matrix every PE knows where each of its rows goes: it puts
+//      the rows of each destination's experts straight into the owner's
+//      symmetric receive buffer, laid out by local expert and, inside one,
+//      by source (the order of one PE's micro-batches), then signals;
+//   3. the owner waits for its ep signals and copies the rows out.
+// combine puts the experts' outputs back to the sources' buffers, in each
+// source's own row order. The backward runs the mirror pair: combine's
+// backward is a dispatch of dy, dispatch's backward a combine of drows.
+//
+// Buffers are allocated once (collectively) per MoE layer and direction and
+// sized for the worst case: a source sends at most max_rows rows (N x K of
+// its largest micro-batch); an owner receives at most ep x max_rows, or, with
+// an expert capacity, ep x (E / ep) x capacity. Overflow is impossible by
+// construction; a larger micro-batch than the buffers were sized for is
+// refused with the fix. Forward and backward use their own buffers, so a
+// PE ahead by one phase never writes into one still being read.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "coremesh/parallel/comm.hpp"
+#include "coremesh/parallel/seams.hpp"
+
+namespace coremesh::parallel {
+
+class ShmemExperts final : public ExpertDispatcher {
+ public:
+  struct Shape {
+    int experts = 0;         // E (global)
+    int64_t width = 0;       // C
+    int64_t max_rows = 0;    // rows one PE sends per micro-batch at most (N x K)
+    int64_t capacity = -1;   // rows per (source, expert) at most; -1: no capacity
+    std::vector<int> layers; // the model's MoE layers
+  };
+  // Collective over the world (allocates the symmetric buffers).
+  ShmemExperts(Group ep, const Shape& shape);
+
+  int first_expert() const { return ep_.me * local_; }
+  int local_experts() const { return local_; }
+  int64_t receive_rows() const { return recv_rows_; }
+  // Bytes of symmetric memory the buffers of `shape` take on each PE.
+  static int64_t symmetric_bytes(int ep, const Shape& shape);
+
+  Dispatched dispatch(const Tensor& xp, const Tensor& offsets, int layer) override;
+  Tensor combine(const Tensor& y, const Dispatched& d) override;
+  Tensor combine_backward(const Tensor& dy, const Dispatched& d) override;
+  Tensor dispatch_backward(const Tensor& drows, const Dispatched& d) override;
+
+ private:
+  struct Layer {
+    Tensor counts;                 // (ep, E) i64: row counts of every source
+    Tensor recv_fwd, recv_bwd;     // (recv_rows, C): rows arriving at their experts
+    Tensor back_fwd, back_bwd;     // (max_rows, C): rows coming back to their source
+    Tensor signals;                // u64: counts, recv_fwd, back_fwd, recv_bwd, back_bwd
+    uint64_t fwd_round = 0, bwd_round = 0;
+  };
+  struct Plan;
+  Layer& layer(int index);
+  // Rows of xp order -> the owners' `recv` buffers (signal `sig`), then the
+  // received rows copied out of this PE's `recv`.
+  Tensor to_owners(const Tensor& rows, const Plan& plan, Tensor Layer::*recv, int sig, uint64_t round);
+  // Rows of this PE's experts -> the sources' `back` buffers, then this PE's
+  // rows copied out in xp order.
+  Tensor to_sources(const Tensor& rows, const Plan& plan, Tensor Layer::*back, int sig, uint64_t round);
+
+  Group ep_;
+  Shape shape_;
+  int local_ = 0;
+  int64_t recv_rows_ = 0;
+  std::map<int, Layer> layers_;
+};
+
+}  // namespace coremesh::parallel

@@ -1,0 +1,172 @@
+#include "coremesh/parallel/comm.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "coremesh/core/error.hpp"
+#include "coremesh/shmem/collectives.hpp"
+#include "coremesh/shmem/heap.hpp"
+#include "coremesh/shmem/team.hpp"
+#include "coremesh/shmem/rma.hpp"
+#include "coremesh/shmem/session.hpp"
+#include "coremesh/shmem/stream_ops.hpp"
+
+namespace coremesh::parallel {
+
+Group Group::of(std::vector<int> pes, int my_pe) {
+  Group g;
+  g.pes = std::move(pes);
+  auto it = std::find(g.pes.begin(), g.pes.end(), my_pe);
+  CM_CHECK(it != g.pes.end(), "build a group from a member", "PE {} is not in the group", my_pe);
+  g.me = int(it - g.pes.begin());
+  return g;
+}
+
+Tensor symmetric_tensor(const Shape& shape, DType dtype) {
+  const size_t bytes = std::max<size_t>(size_t(shape_numel(shape)) * dtype_size(dtype), 64);
+  // zeroed everywhere before any PE returns: a peer may signal into it at once
+  void* p = shmem::sym_calloc(1, bytes);
+  std::shared_ptr<void> owner(p, [](void* q) { shmem::sym_free(q); });
+  return Tensor::wrap(p, shape, dtype, owner);
+}
+
+void sum_in_order(const std::vector<Tensor>& inputs, const Tensor& out) {
+  CM_CHECK(!inputs.empty(), "pass at least one input", "sum of nothing");
+  for (const Tensor& t : inputs)
+    CM_CHECK(t.numel() == out.numel() && t.dtype() == out.dtype() && t.is_contiguous(),
+             "pass contiguous inputs of the output's size and dtype", "sum_in_order: {} vs {}", t.describe(),
+             out.describe());
+  CM_CHECK(out.dtype() == DType::f32 || out.dtype() == DType::i64, "sum f32 or i64 tensors", "sum of {}",
+           dtype_name(out.dtype()));
+  runtime::Stream stream = runtime::current_stream();
+  const int64_t n = out.numel();
+  const int blocks = int(std::clamp<int64_t>(n / 65536, 1,
+                                             runtime::max_blocks(stream.effective_limits(), runtime::KernelKind::vector)));
+  stream.launch({"sum_in_order", runtime::KernelKind::vector, blocks, 0},
+                [inputs, out, n](const runtime::BlockContext& ctx) {
+                  const int64_t lo = n * ctx.block_idx / ctx.block_dim, hi = n * (ctx.block_idx + 1) / ctx.block_dim;
+                  auto run = [&](auto* dst, auto tag) {
+                    using T = decltype(tag);
+                    std::vector<const T*> in;
+                    for (const Tensor& t : inputs) in.push_back(static_cast<const T*>(t.raw_data()));
+                    for (int64_t i = lo; i < hi; ++i) {
+                      T s = in[0][i];
+                      for (size_t k = 1; k < in.size(); ++k) s += in[k][i];
+                      dst[i] = s;
+                    }
+                  };
+                  if (out.dtype() == DType::f32) run(static_cast<float*>(out.raw_data()), float{});
+                  else run(static_cast<int64_t*>(out.raw_data()), int64_t{});
+                });
+}
+
+namespace {
+
+// The element-wise largest of every PE's `values` (collective over the
+// world): symmetric layouts must be the same on every PE, whatever the size
+// of the groups this PE is in.
+std::vector<int64_t> max_over_world(const std::vector<int64_t>& values) {
+  const int64_t n = std::max<int64_t>(int64_t(values.size()), 1);
+  Tensor v = symmetric_tensor({2 * n}, DType::i64);
+  int64_t* p = v.data<int64_t>();
+  std::copy(values.begin(), values.end(), p);
+  shmem::allreduce(shmem::Team::world(), p + n, p, size_t(n), shmem::ReduceOp::max);
+  return std::vector<int64_t>(p + n, p + n + int64_t(values.size()));
+}
+
+}  // namespace
+
+ShardedSum::ShardedSum(Tensor arena, std::vector<Group> groups, std::vector<Range> ranges, int64_t align)
+    : arena_(std::move(arena)), groups_(std::move(groups)), ranges_(std::move(ranges)), align_(align) {
+  CM_CHECK(align_ >= 1 && arena_.is_contiguous(), "use a contiguous arena and align >= 1", "bad ShardedSum");
+  std::vector<int64_t> slots;  // per range: slot size, then slots
+  for (size_t r = 0; r < ranges_.size(); ++r) {
+    const Range& x = ranges_[r];
+    CM_CHECK(x.begin >= 0 && x.begin <= x.end && x.end <= arena_.numel() && x.group >= 0 &&
+                 x.group < int(groups_.size()),
+             "give ranges inside the arena and groups that exist", "range {} [{}, {}) group {}", r, x.begin, x.end,
+             x.group);
+    int64_t largest = 0;
+    for (int m = 0; m < group(int(r)).size(); ++m) {
+      const auto [b, e] = shard(int(r), m);
+      largest = std::max(largest, e - b);
+    }
+    slots.push_back((largest + 15) / 16 * 16);
+    slots.push_back(group(int(r)).size());
+  }
+  slots = max_over_world(slots);
+  int64_t staging = 0;
+  for (size_t r = 0; r < ranges_.size(); ++r) {
+    staging_offset_.push_back(staging);
+    slot_size_.push_back(slots[2 * r]);
+    staging += slots[2 * r] * slots[2 * r + 1];
+  }
+  staging_ = symmetric_tensor({std::max<int64_t>(staging, 1)}, arena_.dtype());
+  signals_ = symmetric_tensor({int64_t(2 * std::max<size_t>(ranges_.size(), 1))}, DType::i64);
+  rs_rounds_.assign(ranges_.size(), 0);
+  ag_rounds_.assign(ranges_.size(), 0);
+}
+
+std::pair<int64_t, int64_t> ShardedSum::shard(int r, int member) const {
+  const Range& x = ranges_.at(size_t(r));
+  const int g = group(r).size();
+  auto cut = [&](int m) -> int64_t {
+    if (m <= 0) return x.begin;
+    if (m >= g) return x.end;
+    const int64_t even = x.begin + (x.end - x.begin) * m / g;
+    return std::clamp((even + align_ / 2) / align_ * align_, x.begin, x.end);
+  };
+  return {cut(member), cut(member + 1)};
+}
+
+void ShardedSum::reduce_scatter(int r, runtime::Stream& stream) {
+  const Group& g = group(r);
+  if (g.size() == 1) return;
+  const size_t elem = dtype_size(arena_.dtype());
+  auto* base = static_cast<std::byte*>(arena_.raw_data());
+  auto* stage = static_cast<std::byte*>(staging_.raw_data());
+  auto* sig = static_cast<uint64_t*>(signals_.raw_data()) + 2 * r;
+  // my copy of each owner's shard -> the owner's staging slot `me`
+  for (int o = 0; o < g.size(); ++o) {
+    if (o == g.me) continue;
+    const auto [b, e] = shard(r, o);
+    const int64_t slot = staging_offset_[size_t(r)] + g.me * slot_size_[size_t(r)];
+    shmem::put_signal_on_stream(stream, stage + slot * elem, base + b * elem, size_t(e - b) * elem, sig, 1,
+                                shmem::SignalOp::add, g.pes[size_t(o)]);
+  }
+  ++rs_rounds_[size_t(r)];
+  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, rs_rounds_[size_t(r)] * uint64_t(g.size() - 1));
+  // my shard = the members' copies summed in member order
+  const auto [b, e] = my_shard(r);
+  if (e == b) return;
+  std::vector<Tensor> copies;
+  for (int m = 0; m < g.size(); ++m) {
+    if (m == g.me) copies.push_back(arena_.slice(0, b, e));
+    else {
+      const int64_t slot = staging_offset_[size_t(r)] + m * slot_size_[size_t(r)];
+      copies.push_back(staging_.slice(0, slot, slot + (e - b)));
+    }
+  }
+  runtime::StreamGuard on(stream);
+  sum_in_order(copies, arena_.slice(0, b, e));
+}
+
+void ShardedSum::all_gather(int r, const Tensor& arena, runtime::Stream& stream) {
+  const Group& g = group(r);
+  if (g.size() == 1) return;
+  CM_CHECK(arena.numel() == arena_.numel() && arena.dtype() == arena_.dtype(),
+           "gather into an arena of the summed one's layout", "all_gather into {}", arena.describe());
+  const size_t elem = dtype_size(arena.dtype());
+  auto* base = static_cast<std::byte*>(arena.raw_data());
+  auto* sig = static_cast<uint64_t*>(signals_.raw_data()) + 2 * r + 1;
+  const auto [b, e] = my_shard(r);
+  for (int m = 0; m < g.size(); ++m)
+    if (m != g.me)
+      shmem::put_signal_on_stream(stream, base + b * elem, base + b * elem, size_t(e - b) * elem, sig, 1,
+                                  shmem::SignalOp::add, g.pes[size_t(m)]);
+  ++ag_rounds_[size_t(r)];
+  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, ag_rounds_[size_t(r)] * uint64_t(g.size() - 1));
+}
+
+}  // namespace coremesh::parallel

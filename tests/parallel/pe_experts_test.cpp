@@ -1,0 +1,118 @@
+// Expert-parallel dispatch/combine at every PE count against a host
+// reference built from every PE's (deterministic) routing: the rows each
+// owner receives, in (local expert, source) order, its group lists, the round
+// trip back to the sources, and the backward's mirror pair. Some experts get
+// no rows from anyone and the last PE sends none.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "coremesh/ops/elementwise.hpp"
+#include "coremesh/parallel/expert_parallel.hpp"
+#include "coremesh/runtime/stream.hpp"
+#include "coremesh/shmem/shmem.hpp"
+
+using namespace coremesh;
+using namespace coremesh::parallel;
+
+namespace {
+
+constexpr int E = 12;     // divides over 1, 2, 3 and 4 PEs
+constexpr int64_t C = 5;  // row width
+constexpr int64_t R = 40; // rows a PE sends at most
+
+// PE `pe`'s rows at `round`, grouped by expert: counts per expert, then values.
+struct Source {
+  std::vector<int64_t> counts, offsets;
+  std::vector<float> rows;
+};
+Source source(int pe, int n, int round) {
+  Source s;
+  std::mt19937 rng(uint32_t(pe * 7919 + round));
+  s.counts.assign(E, 0);
+  const int64_t total = pe == n - 1 && n > 1 ? 0 : R - pe;  // the last PE sends none
+  for (int64_t i = 0; i < total; ++i) {
+    const int e = int(rng() % E);
+    if (e == 3 || e == 7) continue;  // nobody routes to experts 3 and 7
+    ++s.counts[size_t(e)];
+  }
+  s.offsets.assign(E + 1, 0);
+  for (int e = 0; e < E; ++e) s.offsets[size_t(e + 1)] = s.offsets[size_t(e)] + s.counts[size_t(e)];
+  for (int64_t i = 0; i < s.offsets[E] * C; ++i) s.rows.push_back(float(pe * 1000 + round * 100) + float(i) * 0.5f);
+  return s;
+}
+
+Tensor rows_tensor(const Source& s) {  // (R, C): the rows, then zeros
+  Tensor t = Tensor::zeros({R, C});
+  std::copy(s.rows.begin(), s.rows.end(), t.data<float>());
+  return t;
+}
+
+}  // namespace
+
+TEST(ExpertParallel, DispatchCombineAndTheirBackward) {
+  const int me = shmem::my_pe(), n = shmem::n_pes();
+  std::vector<int> world;
+  for (int p = 0; p < n; ++p) world.push_back(p);
+  ShmemExperts experts(Group::of(world, me), {E, C, R, -1, {1, 2}});
+  const int El = E / n;
+  runtime::Stream stream;
+  runtime::StreamGuard on(stream);
+  for (int round = 0; round < 3; ++round)
+    for (int layer : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << "round " << round << " layer " << layer);
+      const Source mine = source(me, n, round * 2 + layer);
+      const Tensor xp = rows_tensor(mine);
+      const Tensor offsets = Tensor::from_vector(mine.offsets, {E + 1});
+      const auto d = experts.dispatch(xp, offsets, layer);
+      // identity experts, then double them on the way back in the backward
+      const Tensor back = experts.combine(d.rows, d);
+      const Tensor dy = ops::add(xp, xp);
+      const Tensor drows = experts.combine_backward(dy, d);
+      const Tensor dx = experts.dispatch_backward(drows, d);
+      stream.synchronize();
+      // what this PE's experts receive: (local expert e, source s) in order
+      std::vector<Source> all;
+      for (int p = 0; p < n; ++p) all.push_back(source(p, n, round * 2 + layer));
+      std::vector<float> want;
+      std::vector<int64_t> want_off{0}, want_src{0};
+      for (int e = 0; e < El; ++e) {
+        const int global = me * El + e;
+        for (int s = 0; s < n; ++s) {
+          const Source& x = all[size_t(s)];
+          want.insert(want.end(), x.rows.begin() + x.offsets[size_t(global)] * C,
+                      x.rows.begin() + x.offsets[size_t(global + 1)] * C);
+          want_src.push_back(int64_t(want.size()) / C);
+        }
+        want_off.push_back(int64_t(want.size()) / C);
+      }
+      ASSERT_EQ(d.sources, n);
+      EXPECT_EQ(std::vector<int64_t>(d.offsets.data<int64_t>(), d.offsets.data<int64_t>() + El + 1), want_off);
+      EXPECT_EQ(std::vector<int64_t>(d.source_offsets.data<int64_t>(),
+                                     d.source_offsets.data<int64_t>() + int64_t(El) * n + 1),
+                want_src);
+      ASSERT_GE(d.rows.size(0), int64_t(want.size()) / C);
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), d.rows.data<float>())) << "received rows";
+      // the round trip gives each source its own rows back, and the backward dy
+      EXPECT_EQ(0, std::memcmp(back.raw_data(), xp.raw_data(), xp.nbytes())) << "combine";
+      EXPECT_EQ(0, std::memcmp(dx.raw_data(), dy.raw_data(), dy.nbytes())) << "dispatch backward";
+      const std::vector<float> d2 = drows.to_float_vector();
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(d2[i], want[i] + want[i]) << "combine backward at " << i;
+    }
+  shmem::barrier();
+}
+
+TEST(ExpertParallel, ALargerMicroBatchIsRefusedWithTheFix) {
+  const int me = shmem::my_pe(), n = shmem::n_pes();
+  std::vector<int> world;
+  for (int p = 0; p < n; ++p) world.push_back(p);
+  ShmemExperts experts(Group::of(world, me), {E, C, R, -1, {0}});
+  const Tensor big = Tensor::zeros({R + 1, C}), offsets = Tensor::zeros({E + 1}, DType::i64);
+  try {
+    experts.dispatch(big, offsets, 0);
+    ADD_FAILURE() << "accepted more rows than the buffers hold";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("the buffers take 40 rows"), std::string::npos) << e.what();
+  }
+  shmem::barrier();
+}
