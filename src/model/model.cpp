@@ -20,7 +20,7 @@ Model::Model(const ModelConfig& config, const StageLayout& stage, parallel::Seam
   weights_ = Tensor::zeros({layout_.arena_size});
   grads_ = Tensor::zeros({layout_.arena_size});
   written_.assign(layout_.params.size(), 0);
-  chunk_grads_.assign(stage_.chunks.size(), 0);
+  part_grads_.assign(size_t(num_parts(config_)), 0);
   const int P = num_parts(config_);
   parts_.resize(size_t(P));
   router_bias_.resize(size_t(config_.n_layers));
@@ -154,9 +154,9 @@ MoeGrads Model::moe_grads(const PartParams& p) const {
 // the first write of each parameter) and added to the step's sum in
 // micro-batch order: the first micro-batch of the step writes straight into
 // the gradient arena, later ones into a scratch arena that is then added in
-// (one add over the chunk's region). So the gradient of a step is
-// ((g0 + g1) + g2) ..., whether the micro-batches ran on this PE or on
-// data-parallel PEs whose sum runs in rank order.
+// (one add over each part's region when the part is done). So the gradient of
+// a step is ((g0 + g1) + g2) ..., whether the micro-batches ran on this PE or
+// on data-parallel PEs whose sum runs in rank order.
 
 float Model::take_beta(int first, int count) {
   const float beta = written_.at(size_t(first)) ? 1.0f : 0.0f;
@@ -164,76 +164,73 @@ float Model::take_beta(int first, int count) {
   return beta;
 }
 
-void Model::zero_grad() { std::fill(chunk_grads_.begin(), chunk_grads_.end(), 0); }
+void Model::zero_grad() { std::fill(part_grads_.begin(), part_grads_.end(), 0); }
 
 int Model::seal_gradients() {
   int sealed = 0;
-  for (int c = 0; c < num_chunks(); ++c) {
-    if (chunk_grads_[size_t(c)] > 0) continue;
-    const auto [begin, end] = chunk_arena(c);
-    grads_.slice(0, begin, end).fill(0.0f);
-    const PartRange r = stage_.chunks[size_t(c)];
-    sealed += layout_.regions[size_t(r.end - 1)].end - layout_.regions[size_t(r.begin)].begin;
-    chunk_grads_[size_t(c)] = 1;
+  for (int part = 0; part < num_parts(config_); ++part) {
+    if (!parts_[size_t(part)] || part_grads_[size_t(part)] > 0) continue;
+    const int64_t b = layout_.region_offset[size_t(part)];
+    grads_.slice(0, b, b + layout_.region_size[size_t(part)]).fill(0.0f);
+    sealed += layout_.regions[size_t(part)].end - layout_.regions[size_t(part)].begin;
+    part_grads_[size_t(part)] = 1;
   }
   return sealed;
 }
 
-std::pair<int64_t, int64_t> Model::chunk_arena(int chunk) const {
-  const PartRange r = stage_.chunks.at(size_t(chunk));
-  return {layout_.region_offset[size_t(r.begin)],
-          layout_.region_offset[size_t(r.end - 1)] + layout_.region_size[size_t(r.end - 1)]};
-}
+// One micro-batch's weight-gradient half of a chunk: jobs run at once into
+// their part's target (the arena, or the scratch arena for the step's later
+// micro-batches); end_part() adds a part's scratch into the arena and reports
+// the part's gradients as ready.
+class Model::WeightPhase final : public WgradSink {
+ public:
+  WeightPhase(Model& m, int chunk) : m_(m) {
+    const PartRange r = m.stage_.chunks[size_t(chunk)];
+    for (int i = m.layout_.regions[size_t(r.begin)].begin; i < m.layout_.regions[size_t(r.end - 1)].end; ++i)
+      m.written_[size_t(i)] = 0;
+    for (int part = r.begin; part < r.end; ++part)
+      if (m.part_grads_[size_t(part)] > 0 && !m.scratch_.defined()) m.scratch_ = Tensor::zeros({m.layout_.arena_size});
+  }
+  void add(const GradRef& ref, Job job) override { job(view(ref), take_beta(ref)); }
+  bool immediate() const override { return true; }
+  Tensor view(const GradRef& ref) override {
+    const ParamInfo& p = m_.layout_.params.at(size_t(ref.first));
+    const Tensor& target = m_.part_grads_[size_t(p.part)] == 0 ? m_.grads_ : m_.scratch_;
+    const Shape shape = ref.shape.empty() ? p.shape : ref.shape;
+    return target.slice(0, p.offset, p.offset + shape_numel(shape)).view(shape);
+  }
+  float take_beta(const GradRef& ref) override { return m_.take_beta(ref.first, ref.count); }
+  void end_part(int part) {
+    if (m_.part_grads_[size_t(part)]++ > 0) {  // the step's sum so far += this micro-batch's
+      const int64_t b = m_.layout_.region_offset[size_t(part)], e = b + m_.layout_.region_size[size_t(part)];
+      Tensor sum = m_.grads_.slice(0, b, e);
+      ops::add_out(sum, m_.scratch_.slice(0, b, e), sum);
+    }
+    if (m_.on_gradients_) m_.on_gradients_(part);
+  }
+
+ private:
+  Model& m_;
+};
 
 namespace {
 
-// Runs weight-gradient jobs at once into `target` (an arena), or keeps them.
-class Sink final : public WgradSink {
+// The input-gradient half's sink when the weight half is deferred: it keeps
+// the jobs, each with the part that made it.
+class DeferSink final : public WgradSink {
  public:
-  Sink(Model& m, std::function<float(const GradRef&)> beta, std::function<Tensor(const GradRef&)> view,
-       std::vector<DeferredWgrad>* deferred)
-      : beta_(std::move(beta)), view_(std::move(view)), deferred_(deferred) {
-    (void)m;
-  }
-  void add(const GradRef& ref, Job job) override {
-    if (deferred_) deferred_->push_back({ref, std::move(job)});
-    else job(view(ref), take_beta(ref));
-  }
-  bool immediate() const override { return deferred_ == nullptr; }
-  Tensor view(const GradRef& ref) override { return view_(ref); }
-  float take_beta(const GradRef& ref) override { return beta_(ref); }
+  explicit DeferSink(std::vector<DeferredWgrad>& jobs) : jobs_(jobs) {}
+  int part = 0;
+  void add(const GradRef& ref, Job job) override { jobs_.push_back({ref, std::move(job), part}); }
+  bool immediate() const override { return false; }
+  Tensor view(const GradRef&) override { CM_ASSERT(false); }
+  float take_beta(const GradRef&) override { CM_ASSERT(false); }
 
  private:
-  std::function<float(const GradRef&)> beta_;
-  std::function<Tensor(const GradRef&)> view_;
-  std::vector<DeferredWgrad>* deferred_;
+  std::vector<DeferredWgrad>& jobs_;
 };
 
 }  // namespace
-
-void Model::weight_phase(int chunk, const std::function<void(WgradSink&)>& body) {
-  const bool first = chunk_grads_[size_t(chunk)] == 0;
-  if (!first && !scratch_.defined()) scratch_ = Tensor::zeros({layout_.arena_size});
-  const Tensor target = first ? grads_ : scratch_;
-  const PartRange r = stage_.chunks[size_t(chunk)];
-  for (int i = layout_.regions[size_t(r.begin)].begin; i < layout_.regions[size_t(r.end - 1)].end; ++i)
-    written_[size_t(i)] = 0;
-  Sink sink(
-      *this, [this](const GradRef& ref) { return take_beta(ref.first, ref.count); },
-      [this, target](const GradRef& ref) {
-        const ParamInfo& p = layout_.params.at(size_t(ref.first));
-        const Shape shape = ref.shape.empty() ? p.shape : ref.shape;
-        return target.slice(0, p.offset, p.offset + shape_numel(shape)).view(shape);
-      },
-      nullptr);
-  body(sink);
-  if (!first) {  // the step's sum so far += this micro-batch's gradients
-    const auto [begin, end] = chunk_arena(chunk);
-    Tensor sum = grads_.slice(0, begin, end);
-    ops::add_out(sum, scratch_.slice(0, begin, end), sum);
-  }
-  ++chunk_grads_[size_t(chunk)];
-}
 
 // ---- slots
 
@@ -334,16 +331,20 @@ Tensor Model::backward_chunk(int index, int chunk, const Tensor& grad_output, bo
     CM_CHECK(grad_output.defined() && grad_output.shape() == Shape({s.B * s.T, config_.d_model}),
              "pass the next stage's input gradient (N, d_model)", "chunk {} needs a gradient of its output, got {}",
              chunk, grad_output.describe());
+  // the parts of the chunk in reverse; after each, `done(part)`
   Tensor d;
-  auto run = [&](WgradSink& sink) {
-    d = r.end - 1 == last ? Parts::head_backward(*this, s, part(last), sink) : grad_output;
+  auto run = [&](WgradSink& sink, const std::function<void(int)>& done) {
+    d = grad_output;
+    if (r.end - 1 == last) d = Parts::head_backward(*this, s, part(last), sink), done(last);
     for (int i = std::min(r.end, last) - 1; i >= std::max(r.begin, 1); --i) {
       const PartParams& p = part(i);
       d = p.part.kind == PartKind::attention ? Parts::attention_backward(*this, s, p, d, sink)
                                              : Parts::ffn_backward(*this, s, p, d, sink);
+      done(i);
     }
     if (r.begin == 0) {
       Parts::embedding_backward(*this, s, part(0), d, sink);
+      done(0);
       d = Tensor();
     }
   };
@@ -352,11 +353,12 @@ Tensor Model::backward_chunk(int index, int chunk, const Tensor& grad_output, bo
     CM_CHECK(!p, "run backward_weight for the slot's chunk first", "slot {} chunk {} has pending weight gradients",
              index, chunk);
     p = std::make_unique<Pending>();
-    Sink sink(
-        *this, [](const GradRef&) { return 0.0f; }, [](const GradRef&) { return Tensor(); }, &p->jobs);
-    run(sink);
+    DeferSink sink(p->jobs);
+    sink.part = r.end - 1;
+    run(sink, [&](int i) { sink.part = i - 1; });
   } else {
-    weight_phase(chunk, run);
+    WeightPhase phase(*this, chunk);
+    run(phase, [&](int i) { phase.end_part(i); });
   }
   s.backwarded[size_t(chunk)] = 1;
   bool done = true;
@@ -371,9 +373,18 @@ void Model::backward_weight(int index, int chunk) {
            "slot {} chunk {} has no deferred weight gradients", index, chunk);
   const std::unique_ptr<Pending> pending = std::move(it->second);
   pending_.erase(it);
-  weight_phase(chunk, [&](WgradSink& sink) {
-    for (DeferredWgrad& w : pending->jobs) w.job(sink.view(w.ref), sink.take_beta(w.ref));
-  });
+  // the jobs in the order the input half made them, part by part (reverse)
+  WeightPhase phase(*this, chunk);
+  const PartRange r = stage_.chunks[size_t(chunk)];
+  size_t j = 0;
+  for (int part = r.end - 1; part >= r.begin; --part) {
+    for (; j < pending->jobs.size() && pending->jobs[j].part == part; ++j) {
+      DeferredWgrad& w = pending->jobs[j];
+      w.job(phase.view(w.ref), phase.take_beta(w.ref));
+    }
+    phase.end_part(part);
+  }
+  CM_ASSERT(j == pending->jobs.size());
 }
 
 void Model::forward(int index, const MicroBatch& batch) {

@@ -59,10 +59,12 @@ struct HeadActs {
   Tensor logits, lse, loss;  // (N,V), (N), cross entropy per token (N)
 };
 
-// A weight-gradient job kept for backward_weight().
+// A weight-gradient job kept for backward_weight(), with the part whose
+// backward made it.
 struct DeferredWgrad {
   GradRef ref;
   WgradSink::Job job;
+  int part = 0;
 };
 
 }  // namespace detail

@@ -23,8 +23,9 @@
 // summed in micro-batch order, ((g0 + g1) + g2)..., the first written
 // straight into the gradient arena after zero_grad() (no memset; the first
 // weight-gradient GEMM of a step does not read C), later ones into a scratch
-// arena added in afterwards. A data-parallel sum in rank order is then the
-// same arithmetic. seal_gradients() zero-fills the chunks no backward wrote.
+// arena added in afterwards, part by part. A data-parallel sum in rank order
+// is then the same arithmetic. seal_gradients() zero-fills the parts no
+// backward wrote.
 //
 // Nothing here synchronizes with the host: every call launches kernels on
 // the calling thread's current stream and returns. Losses, balance losses
@@ -144,6 +145,11 @@ class Model {
 
   // ---- gradients
   void zero_grad();       // the next write of every gradient overwrites it
+  // Called (on the host, while launching) when a part's gradients of a
+  // micro-batch have been added into the arena: from then on the stream
+  // holds the part's sum over the step's micro-batches so far. A parallel
+  // layout starts reducing the part's gradients at its last micro-batch.
+  void on_gradients_ready(std::function<void(int part)> hook) { on_gradients_ = std::move(hook); }
   // Zero-fills the gradients nothing wrote since zero_grad() (a stage whose
   // parts saw no micro-batch); returns how many parameters that was.
   int seal_gradients();
@@ -185,12 +191,7 @@ class Model {
   detail::MoeGrads moe_grads(const PartParams& p) const;
   Slot& slot(int index, const char* what) const;
   const PartParams& part(int index) const;
-  // [begin, end) of a chunk's parameters in the arenas (its parts' regions).
-  std::pair<int64_t, int64_t> chunk_arena(int chunk) const;
-  // One micro-batch's weight-gradient half of a chunk: the jobs `body` gives
-  // the sink are written into the gradient arena (the step's first) or into
-  // the scratch arena and then added to it.
-  void weight_phase(int chunk, const std::function<void(detail::WgradSink&)>& body);
+  class WeightPhase;
 
   ModelConfig config_;
   StageLayout stage_;
@@ -198,7 +199,8 @@ class Model {
   ParamLayout layout_;
   Tensor weights_, grads_, scratch_;              // scratch_: later micro-batches' gradients
   std::vector<uint8_t> written_;                    // per parameter: written in this weight phase
-  std::vector<int> chunk_grads_;                    // per chunk: weight phases since zero_grad()
+  std::vector<int> part_grads_;                     // per part: weight halves since zero_grad()
+  std::function<void(int)> on_gradients_;
   std::vector<std::unique_ptr<PartParams>> parts_;  // per part (nullptr when not held)
   std::vector<Tensor> router_bias_;                 // per layer (undefined unless its MoE FFN is held)
   std::map<int, std::unique_ptr<Slot>> slots_;
