@@ -175,6 +175,20 @@ Tensor grad_sq_sum(const Tensor& grad, const std::vector<ParamSegment>& segments
   return launch_total(partial, chunks);
 }
 
+Tensor grad_sq_partials(const Tensor& grad, const std::vector<ParamSegment>& segments) {
+  check_f32(grad, "grad");
+  const int64_t chunks = detail::ceil_div(grad.numel(), kChunk);
+  Tensor partial = Tensor::empty({std::max<int64_t>(chunks, 1)});
+  if (chunks == 0) partial.fill(0.0f);
+  launch_chunk_sums(grad, checked_segments(segments, grad.numel()), partial, 0);
+  return partial;
+}
+
+Tensor sum_partials(const Tensor& partials) {
+  check_f32(partials, "partials");
+  return launch_total(partials, partials.numel());
+}
+
 Tensor clip_coefficient(const Tensor& sq_sum, float max_norm) {
   check_f32(sq_sum, "sq_sum");
   detail::check_shape(sq_sum, {1}, "sq_sum");

@@ -189,6 +189,33 @@ TEST(OpsOptimizer, FlatGradSqSumOverSegments) {
   EXPECT_EQ(empty.item({0}), 0.0f);
 }
 
+// A gradient cut at a chunk boundary into two pieces (as two PEs hold it):
+// the pieces' partials side by side total to grad_sq_sum of the whole.
+TEST(OpsOptimizer, PartialsOfPiecesTotalToTheWhole) {
+  Tensor g = randn({kArena}, 52);
+  const int64_t cut = kOptimizerChunk;  // kArena spans more than one chunk
+  ASSERT_GT(kArena, cut);
+  std::vector<ParamSegment> lo, hi;  // the segments clipped to each piece, relative to it
+  for (const ParamSegment& s : kSegments) {
+    if (s.offset < cut) lo.push_back({s.offset, std::min(s.numel, cut - s.offset), s.decay});
+    if (s.offset + s.numel > cut) {
+      const int64_t b = std::max(s.offset, cut);
+      hi.push_back({b - cut, s.offset + s.numel - b, s.decay});
+    }
+  }
+  Tensor whole, total;
+  run_on_stream([&] {
+    whole = grad_sq_sum(g, kSegments);
+    const Tensor a = grad_sq_partials(g.slice(0, 0, cut), lo), b = grad_sq_partials(g.slice(0, cut, kArena), hi);
+    Tensor both = Tensor::empty({a.numel() + b.numel()});
+    test_stream().synchronize();  // host copies after the stream reached them
+    both.slice(0, 0, a.numel()).copy_from(a);
+    both.slice(0, a.numel(), both.numel()).copy_from(b);
+    total = sum_partials(both);
+  });
+  EXPECT_TRUE(bitwise_equal(total, whole));
+}
+
 // Runs fn and returns the InvalidArgument message it throws ("" if none).
 std::string invalid_argument_of(const std::function<void()>& fn) {
   try {

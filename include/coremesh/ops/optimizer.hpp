@@ -54,6 +54,14 @@ Tensor grad_sq_sum(const std::vector<Tensor>& grads);
 // outside every segment are ignored). The result does not depend on the core
 // limit. Segments must lie inside grad and must not overlap.
 Tensor grad_sq_sum(const Tensor& grad, const std::vector<ParamSegment>& segments);
+// The two passes of grad_sq_sum(grad, segments) apart, for a gradient held in
+// pieces on several PEs: the per-chunk partials (ceil(numel / kOptimizerChunk)
+// f32) of the elements in segments, and (1) their total in index order. Cut
+// a gradient at multiples of kOptimizerChunk, sum the pieces' partials
+// element-wise (each chunk's partial is non-zero on one PE) and the total is
+// grad_sq_sum's of the whole, bit for bit.
+Tensor grad_sq_partials(const Tensor& grad, const std::vector<ParamSegment>& segments);
+Tensor sum_partials(const Tensor& partials);
 // (1) tensor min(1, max_norm / (sqrt(sq_sum) + 1e-6)).
 Tensor clip_coefficient(const Tensor& sq_sum, float max_norm);
 
