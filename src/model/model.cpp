@@ -12,13 +12,15 @@
 namespace coremesh::model {
 using namespace detail;
 
-Model::Model(const ModelConfig& config, const StageLayout& stage, parallel::Seams seams)
+Model::Model(const ModelConfig& config, const StageLayout& stage, parallel::Seams seams,
+             const ArenaAllocator& arena)
     : config_(config), seams_(seams) {
   config_.validate();
   stage_ = resolve_stage(config_, stage);
   layout_ = layout_params(config_, stage_);
-  weights_ = Tensor::zeros({layout_.arena_size});
-  grads_ = Tensor::zeros({layout_.arena_size});
+  const ArenaAllocator alloc = arena ? arena : [](int64_t n) { return Tensor::zeros({n}); };
+  weights_ = alloc(layout_.arena_size);
+  grads_ = alloc(layout_.arena_size);
   written_.assign(layout_.params.size(), 0);
   part_grads_.assign(size_t(num_parts(config_)), 0);
   const int P = num_parts(config_);

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "coremesh/core/error.hpp"
+#include "coremesh/shmem/session.hpp"
 #include "coremesh/train/generate.hpp"
 
 namespace coremesh::train {
@@ -105,8 +106,10 @@ std::vector<std::string> config_differences(const TrainConfig& a, const TrainCon
 Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
     : cfg_(config), stream_(device), rng_(config.seed) {
   cfg_.validate();
-  CM_CHECK(cfg_.parallel.world() == 1, "set every parallel degree to 1 (this build trains on one PE)",
-           "the parallel layout asks for {} PEs", cfg_.parallel.world());
+  const int world = shmem::initialized() ? shmem::n_pes() : 1;
+  CM_CHECK(cfg_.parallel.world() == world,
+           "start a parallel layout with `coremesh train` (it launches its PEs) or under `coremesh run -n N`",
+           "the parallel layout needs {} PEs, this job has {}", cfg_.parallel.world(), world);
   // kernels tile over the device's cores: this run's stream may use `cores` of them
   const runtime::CoreLimits spec = device.spec();
   cores_ = cfg_.cores > 0 ? std::min({cfg_.cores, spec.cube, spec.vector}) : std::min(spec.cube, spec.vector);
@@ -115,9 +118,16 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
   train_loader_ = std::make_unique<DataLoader>(*data_, Split::train, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
   if (cfg_.val_fraction > 0)
     val_loader_ = std::make_unique<DataLoader>(*data_, Split::validation, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
-  model_ = std::make_unique<model::Model>(cfg_.model);
+  if (world > 1) {
+    dist_ = std::make_unique<Distributed>(cfg_, device);
+    model_ = std::make_unique<model::Model>(cfg_.model, dist_->stage(), dist_->seams(), dist_->arena());
+    dist_->attach(*model_);
+    opt_ = std::make_unique<AdamW>(*model_, cfg_.adam, dist_->owned_ranges());
+  } else {
+    model_ = std::make_unique<model::Model>(cfg_.model);
+    opt_ = std::make_unique<AdamW>(*model_, cfg_.adam);
+  }
   model_->init_weights(rng_.next_u64());
-  opt_ = std::make_unique<AdamW>(*model_, cfg_.adam);
   schedule_ = LrSchedule{cfg_.lr, cfg_.min_lr, cfg_.warmup_steps, cfg_.steps};
 }
 
@@ -221,15 +231,29 @@ void Trainer::queue_step() {
   step_start_ = now_seconds();
   model_->reset_stats();
   model_->zero_grad();
-  const float scale = 1.0f / float(cfg_.grad_accum);
-  for (int m = 0; m < cfg_.grad_accum; ++m) {
+  // The step's micro-batches are those of a 1-PE run accumulating
+  // grad_accum x data_ranks of them; this PE takes its data_index-th run of
+  // grad_accum, and every micro-batch's loss weighs 1 / (their number).
+  const int a = cfg_.grad_accum, ranks = dist_ ? dist_->data_ranks() : 1, mine = dist_ ? dist_->data_index() : 0;
+  const float scale = 1.0f / float(a * ranks);
+  for (int g = 0; g < a * ranks; ++g) {
     train_loader_->next_batch(x_, y_);
+    if (g / a != mine) continue;
+    const int m = g % a;
+    if (dist_ && m == a - 1) dist_->arm();  // the last backward: sum each part's gradients once it is done
     model_->forward(m, {x_.data(), y_.data(), cfg_.batch_size, cfg_.seq_len, scale});
     model_->backward(m);
   }
   model_->seal_gradients();
-  grad_sq_ = opt_->clip_gradients();
+  if (dist_) {
+    dist_->finish_backward();
+    grad_sq_ = dist_->grad_sq_sum();
+    opt_->clip_gradients(grad_sq_);
+  } else {
+    grad_sq_ = opt_->clip_gradients();
+  }
   opt_->step(schedule_.at(step_));
+  if (dist_) dist_->after_optimizer(), dist_->sum_expert_load();
   model_->update_router_bias();
   step_queued_ = true;
 }
@@ -242,8 +266,8 @@ StepRecord& Trainer::finish_step() {
   StepRecord r;
   r.step = step_;
   r.lr = schedule_.at(step_);
-  r.loss = st.loss;
-  r.aux_loss = st.aux_loss;
+  r.loss = dist_ ? dist_->sum_over_data_ranks(st.loss) : st.loss;
+  r.aux_loss = dist_ ? dist_->sum_over_data_ranks(st.aux_loss) : st.aux_loss;
   r.grad_norm = AdamW::grad_norm(grad_sq_);
   CM_CHECK(std::isfinite(r.loss), "lower the learning rate or enable gradient clipping",
            "loss became {} at step {}", r.loss, step_ + 1);

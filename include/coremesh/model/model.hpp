@@ -83,8 +83,11 @@ struct StepStats {
 
 class Model {
  public:
-  explicit Model(const ModelConfig& config, const StageLayout& stage = {},
-                 parallel::Seams seams = {});
+  // Allocates a zeroed f32 arena of n floats (a parallel layout puts the
+  // arenas in symmetric memory); default Tensor::zeros.
+  using ArenaAllocator = std::function<Tensor(int64_t n)>;
+  explicit Model(const ModelConfig& config, const StageLayout& stage = {}, parallel::Seams seams = {},
+                 const ArenaAllocator& arena = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;

@@ -4,13 +4,19 @@
 //   p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // plus global-norm gradient clipping (torch.nn.utils.clip_grad_norm_).
 // Runs on the kernel library (ops::grad_sq_sum, clip_coefficient, adamw_step)
-// on the current stream, one launch each over the whole arena (a segment per
+// on the current stream, one launch each over the arena (a segment per
 // parameter); the clip coefficient is folded into the update. Nothing here
 // waits for the stream: the caller reads the gradient norm after the step.
+//
+// ZeRO-1: constructed with the ranges of the arena this PE owns, it keeps
+// m and v for those ranges only (packed one after the other) and updates
+// only them; a parallel layout gathers the parameters afterwards.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "coremesh/core/tensor.hpp"
@@ -26,26 +32,39 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(model::Model& model, const AdamWConfig& config);
+  using Range = std::pair<int64_t, int64_t>;  // [begin, end) of the arena
+  // `owned` empty: the whole arena. `alloc` makes the (zeroed) m and v arenas.
+  AdamW(model::Model& model, const AdamWConfig& config, std::vector<Range> owned = {},
+        const model::Model::ArenaAllocator& alloc = {});
 
   // Launches the sum of squares of the gradients and the clip coefficient
   // that the next step() applies to them. Returns the sum of squares, a (1)
   // f32 tensor on the stream: grad_norm() of it once the stream reached it.
   Tensor clip_gradients();
+  // The same from a sum of squares computed elsewhere (over several PEs).
+  void clip_gradients(const Tensor& sq_sum);
   static double grad_norm(const Tensor& sq_sum) { return std::sqrt(double(sq_sum.data<float>()[0])); }
   // One update with learning rate `lr` (increments the step count).
   void step(double lr);
 
   int64_t steps() const { return t_; }
   void set_steps(int64_t t) { t_ = t; }
+  // The owned ranges and where each starts in m and v.
+  const std::vector<Range>& owned() const { return owned_; }
+  int64_t state_offset(size_t range) const { return state_offset_[range]; }
   Tensor& m() { return m_; }
   Tensor& v() { return v_; }
+  // The arena-laid-out views of one parameter's state (whole-arena AdamW only).
+  Tensor m_of(const model::ParamInfo& p) const;
+  Tensor v_of(const model::ParamInfo& p) const;
 
  private:
   model::Model& model_;
   AdamWConfig cfg_;
+  std::vector<Range> owned_;
+  std::vector<int64_t> state_offset_;
   Tensor m_, v_;
-  std::vector<ops::ParamSegment> segments_;  // one per parameter slot of the arena
+  std::vector<std::vector<ops::ParamSegment>> segments_;  // per owned range, relative to it
   Tensor clip_scale_;  // (1) from clip_gradients(), consumed by step()
   int64_t t_ = 0;
 };

@@ -31,6 +31,7 @@
 #include "coremesh/runtime/stream.hpp"
 #include "coremesh/train/checkpoint.hpp"
 #include "coremesh/train/data.hpp"
+#include "coremesh/train/distributed.hpp"
 #include "coremesh/train/metrics.hpp"
 #include "coremesh/train/optimizer.hpp"
 #include "coremesh/train/report.hpp"
@@ -108,6 +109,9 @@ class Trainer {
   int cores() const { return cores_; }
   runtime::Stream& stream() { return stream_; }
   model::Model& model() { return *model_; }
+  // The parallel run this PE is part of; nullptr on one PE.
+  Distributed* distributed() { return dist_.get(); }
+  bool leader() const { return !dist_ || dist_->leader(); }
   const std::vector<StepRecord>& records() const { return records_; }
   const std::vector<ValRecord>& validation() const { return val_records_; }
   ReportData report_data() const;
@@ -120,6 +124,7 @@ class Trainer {
   runtime::Stream stream_;
   std::unique_ptr<TextDataset> data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
+  std::unique_ptr<Distributed> dist_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<AdamW> opt_;
   LrSchedule schedule_;

@@ -1,0 +1,94 @@
+// One PE's share of a parallel training run (DESIGN.md §7): the mesh and
+// this PE's place in it, the model stage it holds (its routed experts), the
+// seams over SHMEM, and the gradient synchronization.
+//
+// Gradients (data and expert parallelism, ZeRO-1):
+//   - the arena is cut into buckets, one per part region (and, with expert
+//     parallelism, per run of parameters that share a reduction group):
+//     dense parameters are summed over dp x cp x ep, routed experts over
+//     dp x cp (mesh.hpp);
+//   - on the step's last micro-batch, as soon as the model reports a part's
+//     gradients ready, its buckets are summed on the communication stream
+//     (parallel::ShardedSum: a reduce-scatter in member order, which is the
+//     order of the micro-batches: data parallelism is bit-identical to one
+//     PE accumulating the same micro-batches), overlapping the rest of the
+//     backward; without ZeRO an all-gather gives every member the sums;
+//   - the global gradient norm sums per-chunk partials of every PE's shards
+//     (exactly the 1-PE norm when no expert parallelism cuts the arena);
+//   - ZeRO-1: each PE keeps AdamW state for its shards only, updates them and
+//     all-gathers the parameters.
+// Every call launches on the current stream (the trainer's); nothing waits
+// on the host but the per-step statistics after the step's synchronization.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "coremesh/model/model.hpp"
+#include "coremesh/parallel/comm.hpp"
+#include "coremesh/parallel/expert_parallel.hpp"
+#include "coremesh/parallel/mesh.hpp"
+#include "coremesh/runtime/stream.hpp"
+#include "coremesh/train/optimizer.hpp"
+
+namespace coremesh::train {
+
+struct TrainConfig;
+
+class Distributed {
+ public:
+  // Collective over the job's PEs (SHMEM must be initialized): every PE
+  // constructs it with the same config. Refuses a layout that does not fit.
+  Distributed(const TrainConfig& config, runtime::Device& device);
+  ~Distributed();
+
+  const parallel::Mesh& mesh() const { return mesh_; }
+  int rank() const { return rank_; }
+  bool leader() const { return rank_ == 0; }
+  // This PE reads micro-batches [data_index * a, (data_index + 1) * a) of
+  // each step's data_ranks * a (a = grad_accum).
+  int data_index() const { return mesh_.data_index(rank_); }
+  int data_ranks() const { return mesh_.data_ranks(); }
+
+  // What this PE's model is built with.
+  model::StageLayout stage() const;
+  parallel::Seams seams();
+  model::Model::ArenaAllocator arena() const;
+
+  // After the model exists (collective): buckets, their sums, ZeRO ranges.
+  void attach(model::Model& model);
+  // ZeRO-1: the arena ranges whose optimizer state this PE keeps; empty
+  // without ZeRO (the whole arena).
+  std::vector<AdamW::Range> owned_ranges() const;
+
+  // ---- the step, on the current stream
+  void arm();              // the next backward is the step's last: sum buckets as parts finish
+  void finish_backward();  // every bucket sent; the stream waits for the sums
+  Tensor grad_sq_sum();    // (1) over every PE
+  void after_optimizer();  // ZeRO-1: all-gather the updated parameters
+  void sum_expert_load();  // the router's load summed over the ranks that share it
+
+  // ---- host, after the step's synchronization
+  // Per data rank's `local` values, gathered; returns their sum in data order.
+  double sum_over_data_ranks(double local);
+  // Every PE's bytes of symmetric memory, to size the heap.
+  static int64_t symmetric_bytes(const TrainConfig& config, int world);
+
+ private:
+  void on_part_ready(int part);
+
+  const TrainConfig& cfg_;
+  parallel::Mesh mesh_;
+  int rank_ = 0;
+  std::vector<parallel::Group> groups_;  // 0: dense gradients, 1: expert gradients
+  std::unique_ptr<parallel::ShmemExperts> experts_;
+  model::Model* model_ = nullptr;
+  runtime::Stream comm_;
+  std::unique_ptr<parallel::ShardedSum> grads_, partials_, load_;
+  std::vector<int> ready_part_;  // per bucket: the part whose completion makes it final
+  Tensor partial_arena_, load_arena_, host_values_;
+  bool armed_ = false;
+  bool exact_norm_ = false;  // buckets and shards cut at norm-chunk boundaries
+};
+
+}  // namespace coremesh::train

@@ -1,0 +1,219 @@
+#include "coremesh/train/distributed.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "coremesh/core/error.hpp"
+#include "coremesh/ops/elementwise.hpp"
+#include "coremesh/ops/optimizer.hpp"
+#include "coremesh/shmem/collectives.hpp"
+#include "coremesh/shmem/session.hpp"
+#include "coremesh/shmem/team.hpp"
+#include "coremesh/train/trainer.hpp"
+
+namespace coremesh::train {
+namespace {
+
+parallel::SplitSizes split_sizes(const TrainConfig& c) {
+  return {c.model.n_routed_experts, c.model.n_heads, c.model.n_layers, c.seq_len};
+}
+
+// Copies src into dst (same bytes) on the current stream.
+void copy_on_stream(const Tensor& src, const Tensor& dst) {
+  CM_ASSERT(src.nbytes() == dst.nbytes() && src.is_contiguous() && dst.is_contiguous());
+  runtime::current_stream().launch({"copy", runtime::KernelKind::vector, 1, 0},
+                                   [src, dst](const runtime::BlockContext&) {
+                                     std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+                                   });
+}
+
+int64_t round_up(int64_t x, int64_t unit, int64_t cap) { return std::min(cap, (x + unit - 1) / unit * unit); }
+
+}  // namespace
+
+Distributed::Distributed(const TrainConfig& cfg, runtime::Device& device)
+    : cfg_(cfg), mesh_(cfg.parallel, shmem::n_pes(), split_sizes(cfg)), rank_(shmem::my_pe()), comm_(device) {
+  const parallel::ParallelConfig& p = cfg.parallel;
+  CM_CHECK(p.cp == 1 && p.pp == 1 && p.tp == 1,
+           "set cp, pp and tp to 1: this build splits training over data (dp) and experts (ep)",
+           "the layout asks for cp {} x pp {} x tp {}", p.cp, p.pp, p.tp);
+  groups_ = {parallel::Group::of(mesh_.dense_grad_group(rank_), rank_),
+             parallel::Group::of(mesh_.expert_grad_group(rank_), rank_)};
+  if (p.ep > 1) {
+    const model::ModelConfig& m = cfg.model;
+    std::vector<int> layers;
+    for (int l = 0; l < m.n_layers; ++l)
+      if (m.is_moe_layer(l)) layers.push_back(l);
+    const int64_t tokens = int64_t(cfg.batch_size) * cfg.seq_len;
+    experts_ = std::make_unique<parallel::ShmemExperts>(
+        parallel::Group::of(mesh_.group(parallel::Dim::ep, rank_), rank_),
+        parallel::ShmemExperts::Shape{m.n_routed_experts, m.d_model, tokens * m.top_k, m.expert_capacity(tokens),
+                                      layers});
+  }
+}
+
+Distributed::~Distributed() = default;
+
+model::StageLayout Distributed::stage() const {
+  model::StageLayout s;
+  if (experts_) s.expert_begin = experts_->first_expert(), s.expert_end = s.expert_begin + experts_->local_experts();
+  return s;
+}
+
+parallel::Seams Distributed::seams() {
+  parallel::Seams s;
+  if (experts_) s.experts = experts_.get();
+  return s;
+}
+
+model::Model::ArenaAllocator Distributed::arena() const {
+  return [](int64_t n) { return parallel::symmetric_tensor({n}); };
+}
+
+void Distributed::attach(model::Model& model) {
+  model_ = &model;
+  const model::ParamLayout& l = model.layout();
+  const int64_t n = l.arena_size;
+  const int parts = model::num_parts(cfg_.model);
+  // Without expert parallelism every parameter is summed over the same group:
+  // buckets follow the parts, cut at norm-chunk boundaries so that the norm's
+  // per-chunk partials are each computed whole on one PE.
+  exact_norm_ = cfg_.parallel.ep == 1;
+  std::vector<parallel::ShardedSum::Range> ranges;
+  for (int part = parts - 1; part >= 0; --part) {
+    const int64_t b = l.region_offset[size_t(part)], e = b + l.region_size[size_t(part)];
+    if (exact_norm_) {
+      const int64_t k = ops::kOptimizerChunk;
+      ranges.push_back({round_up(b, k, n), part == parts - 1 ? n : round_up(e, k, n), 0});
+      ready_part_.push_back(part);
+      continue;
+    }
+    // runs of parameters with one reduction group: 0 dense, 1 routed experts
+    const model::PartRange ps = l.regions[size_t(part)];
+    for (int i = ps.begin; i < ps.end;) {
+      const int group = l.params[size_t(i)].expert() ? 1 : 0;
+      int j = i;
+      while (j < ps.end && (l.params[size_t(j)].expert() ? 1 : 0) == group) ++j;
+      const int64_t rb = l.params[size_t(i)].offset, re = j < ps.end ? l.params[size_t(j)].offset : e;
+      ranges.push_back({rb, re, group});
+      ready_part_.push_back(part);
+      i = j;
+    }
+  }
+  grads_ = std::make_unique<parallel::ShardedSum>(model.grad_arena(), groups_, ranges,
+                                                  exact_norm_ ? ops::kOptimizerChunk : 16);
+  std::vector<int> world;
+  for (int pe = 0; pe < mesh_.world(); ++pe) world.push_back(pe);
+  const int64_t chunks = (n + ops::kOptimizerChunk - 1) / ops::kOptimizerChunk + 1;
+  partial_arena_ = parallel::symmetric_tensor({chunks});
+  partials_ = std::make_unique<parallel::ShardedSum>(partial_arena_, std::vector<parallel::Group>{parallel::Group::of(world, rank_)},
+                                                     std::vector<parallel::ShardedSum::Range>{{0, chunks, 0}}, 1);
+  const int64_t loads = int64_t(cfg_.model.n_moe_layers()) * (cfg_.model.n_routed_experts + 1);
+  load_arena_ = parallel::symmetric_tensor({std::max<int64_t>(loads, 1)}, DType::i64);
+  load_ = std::make_unique<parallel::ShardedSum>(load_arena_, std::vector<parallel::Group>{groups_[0]},
+                                                 std::vector<parallel::ShardedSum::Range>{{0, loads, 0}}, 1);
+  host_values_ = parallel::symmetric_tensor({1 + mesh_.world()}, DType::i64);  // doubles, 8 bytes each
+  model.on_gradients_ready([this](int part) { on_part_ready(part); });
+}
+
+std::vector<AdamW::Range> Distributed::owned_ranges() const {
+  std::vector<AdamW::Range> out;
+  if (cfg_.parallel.zero == 0) return out;
+  for (int r = 0; r < int(grads_->ranges().size()); ++r) {
+    const auto s = grads_->my_shard(r);
+    if (s.first < s.second) out.push_back(s);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void Distributed::arm() { armed_ = true; }
+
+void Distributed::on_part_ready(int part) {
+  if (!armed_) return;
+  runtime::Event ready;
+  ready.record();  // on the compute stream: the part's gradients of the step are complete
+  ready.wait(comm_);
+  for (int r = 0; r < int(ready_part_.size()); ++r) {
+    if (ready_part_[size_t(r)] != part) continue;
+    grads_->reduce_scatter(r, comm_);
+    if (cfg_.parallel.zero == 0) grads_->all_gather(r, model_->grad_arena(), comm_);
+  }
+}
+
+void Distributed::finish_backward() {
+  armed_ = false;
+  runtime::Event done;
+  done.record(comm_);
+  done.wait();  // the compute stream goes on with the summed gradients
+}
+
+Tensor Distributed::grad_sq_sum() {
+  const Tensor P = partial_arena_, grad = model_->grad_arena();
+  runtime::current_stream().launch({"zero_partials", runtime::KernelKind::vector, 1, 0},
+                                   [P](const runtime::BlockContext&) { std::memset(P.raw_data(), 0, P.nbytes()); });
+  const model::ParamLayout& l = model_->layout();
+  for (int r = 0; r < int(grads_->ranges().size()); ++r) {
+    const auto [b, e] = grads_->my_shard(r);
+    if (b == e) continue;
+    std::vector<ops::ParamSegment> seg;  // the parameters' pieces in the shard, relative to it
+    for (const auto& p : l.params) {
+      const int64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.numel);
+      if (lo < hi) seg.push_back({lo - b, hi - lo, p.weight_decay});
+    }
+    const Tensor part = ops::grad_sq_partials(grad.slice(0, b, e), seg);
+    const int64_t at = b / ops::kOptimizerChunk;
+    Tensor dst = P.slice(0, at, at + part.numel());
+    ops::add_out(dst, part, dst);
+  }
+  runtime::Stream s = runtime::current_stream();
+  partials_->reduce_scatter(0, s);
+  partials_->all_gather(0, P, s);
+  return ops::sum_partials(P);
+}
+
+void Distributed::after_optimizer() {
+  if (cfg_.parallel.zero == 0) return;
+  runtime::Stream s = runtime::current_stream();
+  for (int r = 0; r < int(grads_->ranges().size()); ++r) grads_->all_gather(r, model_->param_arena(), s);
+}
+
+void Distributed::sum_expert_load() {
+  const std::vector<Tensor>& loads = model_->expert_load();
+  if (loads.empty()) return;
+  const int64_t n = cfg_.model.n_routed_experts + 1;
+  for (size_t i = 0; i < loads.size(); ++i) copy_on_stream(loads[i], load_arena_.slice(0, int64_t(i) * n, int64_t(i + 1) * n));
+  runtime::Stream s = runtime::current_stream();
+  load_->reduce_scatter(0, s);
+  load_->all_gather(0, load_arena_, s);
+  for (size_t i = 0; i < loads.size(); ++i) copy_on_stream(load_arena_.slice(0, int64_t(i) * n, int64_t(i + 1) * n), loads[i]);
+}
+
+double Distributed::sum_over_data_ranks(double local) {
+  auto* v = reinterpret_cast<double*>(host_values_.raw_data());
+  v[0] = local;
+  shmem::allgather(shmem::Team::world(), v + 1, v, 1);
+  double sum = 0;
+  for (int r : mesh_.data_group(rank_)) sum += v[1 + r];
+  return sum;
+}
+
+int64_t Distributed::symmetric_bytes(const TrainConfig& c, int world) {
+  const parallel::Mesh mesh(c.parallel, world, split_sizes(c));
+  const int ep = c.parallel.ep, E = c.model.n_routed_experts;
+  model::StageLayout stage;
+  if (ep > 1) stage.expert_begin = 0, stage.expert_end = E / ep;
+  const int64_t arena = model::layout_params(c.model, stage).arena_size;
+  int64_t bytes = 4 * 3 * arena + (16 << 20);  // weights, gradients, staging; small buffers and alignment
+  if (ep > 1) {
+    std::vector<int> layers;
+    for (int l = 0; l < c.model.n_layers; ++l)
+      if (c.model.is_moe_layer(l)) layers.push_back(l);
+    const int64_t tokens = int64_t(c.batch_size) * c.seq_len;
+    bytes += parallel::ShmemExperts::symmetric_bytes(
+        ep, {E, c.model.d_model, tokens * c.model.top_k, c.model.expert_capacity(tokens), layers});
+  }
+  return bytes;
+}
+
+}  // namespace coremesh::train
