@@ -14,13 +14,14 @@
 namespace coremesh::parallel {
 namespace {
 
-Schedule start(std::string name, Placement placement, int ranks, int chunks, int micro_batches) {
+Schedule start(PipelineSchedule kind, Placement placement, int ranks, int chunks, int micro_batches) {
+  const std::string name = schedule_name(kind);
   CM_CHECK(ranks >= 1, "use --pp 1 or more", "{}: pp={} (the number of pipeline ranks)", name,
            ranks);
   CM_CHECK(micro_batches >= 1, "use --microbatches 1 or more", "{}: microbatches={}", name,
            micro_batches);
   Schedule s;
-  s.name = std::move(name);
+  s.name = name;
   s.placement = placement;
   s.ranks = ranks;
   s.chunks = chunks;
@@ -39,7 +40,7 @@ Action make(ActionKind kind, int chunk, int mb) { return {kind, chunk, mb}; }
 }  // namespace
 
 Schedule gpipe(int p, int m) {
-  Schedule s = start("gpipe", Placement::interleaved, p, 1, m);
+  Schedule s = start(PipelineSchedule::gpipe, Placement::interleaved, p, 1, m);
   for (auto& list : s.actions) {
     for (int mb = 0; mb < m; ++mb) list.push_back(make(ActionKind::F, 0, mb));
     for (int mb = 0; mb < m; ++mb) list.push_back(make(ActionKind::B, 0, mb));
@@ -69,13 +70,13 @@ void one_f_one_b_rank(std::vector<Action>& list, int p, int r, int m, bool split
 }  // namespace
 
 Schedule one_f_one_b(int p, int m) {
-  Schedule s = start("1f1b", Placement::interleaved, p, 1, m);
+  Schedule s = start(PipelineSchedule::one_f_one_b, Placement::interleaved, p, 1, m);
   for (int r = 0; r < p; ++r) one_f_one_b_rank(s.actions[static_cast<size_t>(r)], p, r, m, false);
   return finish(std::move(s));
 }
 
 Schedule zb_h1(int p, int m) {
-  Schedule s = start("zb-h1", Placement::interleaved, p, 1, m);
+  Schedule s = start(PipelineSchedule::zb_h1, Placement::interleaved, p, 1, m);
   for (int r = 0; r < p; ++r) one_f_one_b_rank(s.actions[static_cast<size_t>(r)], p, r, m, true);
   return finish(std::move(s));
 }
@@ -84,15 +85,15 @@ Schedule zb_h1(int p, int m) {
 // (k / (p v)) p + k % p of chunk (k / p) % v: micro-batches go through the chunks
 // in groups of p. Backwards run the chunks in the reverse order.
 Schedule interleaved_1f1b(int p, int m, int v) {
+  Schedule s = start(PipelineSchedule::interleaved, Placement::interleaved, p, v, m);
   CM_CHECK(v >= 2, "use --virtual-stages 2 or more, or --schedule 1f1b for one chunk per rank",
            "interleaved: virtual-stages={}", v);
   CM_CHECK(
-      m >= 1 && m % p == 0,
+      m % p == 0,
       fmt::format("Megatron-LM's interleaved schedule runs micro-batches in groups of pp={}: use "
                   "--microbatches {} (a multiple of pp)",
                   p, std::max(p, (m + p - 1) / p * p)),
       "interleaved: microbatches={} is not a multiple of pp={}", m, p);
-  Schedule s = start("interleaved", Placement::interleaved, p, v, m);
   const int total = m * v;
   auto micro_batch = [&](int k) { return k / (p * v) * p + k % p; };
   auto forward = [&](int k) { return make(ActionKind::F, k / p % v, micro_batch(k)); };
@@ -115,7 +116,7 @@ Schedule interleaved_1f1b(int p, int m, int v) {
 // to fill the V, then the micro-batches >= m are dropped: removing whole
 // micro-batches keeps every remaining dependency and cannot create a wait.
 Schedule zb_v(int p, int m) {
-  Schedule s = start("zbv", Placement::v, p, 2, m);
+  Schedule s = start(PipelineSchedule::zbv, Placement::v, p, 2, m);
   const int n = std::max(m, 2 * p - 1);
   for (int r = 0; r < p; ++r) {
     std::vector<Action> list;
@@ -214,7 +215,7 @@ Schedule dualpipe(int p, int m) {
                        "use --microbatches {} or more, even",
                        2 * p),
            "dualpipe: microbatches={} with pp={}", m, p);
-  Schedule s = start("dualpipe", Placement::bidirectional, p, 2, m);
+  Schedule s = start(PipelineSchedule::dualpipe, Placement::bidirectional, p, 2, m);
   for (int r = 0; r < p; ++r) {
     const int second_half = r >= p / 2 ? 1 : 0;
     const int c0 = second_half, c1 = 1 - second_half;
@@ -231,7 +232,7 @@ Schedule dualpipe_v(int p, int m) {
                        "or more",
                        2 * p),
            "dualpipev: microbatches={} with pp={}", m, p);
-  Schedule s = start("dualpipev", Placement::v, p, 2, m);
+  Schedule s = start(PipelineSchedule::dualpipev, Placement::v, p, 2, m);
   for (int r = 0; r < p; ++r) {
     DualPipeRank rank{s.actions[static_cast<size_t>(r)], {0, 1}, {0, 0}};
     rank.run(p, r, m, r == p - 1);
@@ -239,20 +240,29 @@ Schedule dualpipe_v(int p, int m) {
   return finish(std::move(s));
 }
 
-const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b",     "interleaved", "zb-h1",
-                                                 "zbv",   "dualpipe", "dualpipev"};
+std::vector<std::string> schedule_names() {
+  std::vector<std::string> names;
+  for (const auto& [kind, name] : pipeline_schedules()) names.push_back(name);
   return names;
 }
 
+Schedule make_schedule(PipelineSchedule kind, int ranks, int micro_batches, int chunks) {
+  using S = PipelineSchedule;
+  switch (kind) {
+    case S::gpipe: return gpipe(ranks, micro_batches);
+    case S::one_f_one_b: return one_f_one_b(ranks, micro_batches);
+    case S::interleaved: return interleaved_1f1b(ranks, micro_batches, chunks);
+    case S::zb_h1: return zb_h1(ranks, micro_batches);
+    case S::zbv: return zb_v(ranks, micro_batches);
+    case S::dualpipe: return dualpipe(ranks, micro_batches);
+    case S::dualpipev: return dualpipe_v(ranks, micro_batches);
+  }
+  CM_ASSERT(false);
+}
+
 Schedule make_schedule(std::string_view name, int ranks, int micro_batches, int chunks) {
-  if (name == "gpipe") return gpipe(ranks, micro_batches);
-  if (name == "1f1b") return one_f_one_b(ranks, micro_batches);
-  if (name == "interleaved") return interleaved_1f1b(ranks, micro_batches, chunks);
-  if (name == "zb-h1") return zb_h1(ranks, micro_batches);
-  if (name == "zbv") return zb_v(ranks, micro_batches);
-  if (name == "dualpipe") return dualpipe(ranks, micro_batches);
-  if (name == "dualpipev") return dualpipe_v(ranks, micro_batches);
+  for (const auto& [kind, known] : pipeline_schedules())
+    if (known == name) return make_schedule(kind, ranks, micro_batches, chunks);
   CM_THROW(InvalidArgument, fmt::format("choose one of: {}", fmt::join(schedule_names(), ", ")),
            "unknown pipeline schedule '{}'", name);
 }

@@ -86,6 +86,7 @@ TEST(ScheduleValidate, GeneratorArgumentsSayWhatToChange) {
       {"dualpipe", 4, 9, 2, "use --microbatches 8 or more, even"},
       {"dualpipev", 4, 7, 2, "use --microbatches 8 or more"},
       {"1f1b", 0, 8, 2, "use --pp 1 or more"},
+      {"interleaved", 0, 8, 2, "use --pp 1 or more"},
       {"gpipe", 4, 0, 2, "use --microbatches 1 or more"},
       {"pipedream", 4, 8, 2, "choose one of: gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipe, dualpipev"},
   };

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "coremesh/parallel/config.hpp"
 #include "coremesh/parallel/schedule.hpp"
 
 namespace coremesh::parallel {
@@ -30,9 +31,11 @@ Schedule zb_v(int ranks, int micro_batches);
 Schedule dualpipe(int ranks, int micro_batches);
 Schedule dualpipe_v(int ranks, int micro_batches);
 
-// The names above ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe",
-// "dualpipev"); `chunks` is used by "interleaved" only.
-const std::vector<std::string>& schedule_names();
+// By the enum of the training config (config.hpp) or its name there ("gpipe",
+// "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev"); `chunks` is
+// used by interleaved only.
+Schedule make_schedule(PipelineSchedule kind, int ranks, int micro_batches, int chunks = 2);
 Schedule make_schedule(std::string_view name, int ranks, int micro_batches, int chunks = 2);
+std::vector<std::string> schedule_names();
 
 }  // namespace coremesh::parallel

@@ -7,9 +7,11 @@
 #include <sstream>
 #include <string>
 
-#include "contains.hpp"
-
 namespace {
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 struct Result {
   int status;
