@@ -39,9 +39,9 @@ test-tsan: deps
 test-asan: deps
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOREMESH_SANITIZE=address \
 	  -DCOREMESH_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
-	@cmake --build build-asan -j $(JOBS) --target test_core test_runtime test_ops test_model test_train
+	@cmake --build build-asan -j $(JOBS) --target test_core test_runtime test_ops test_parallel test_model test_train
 	@cd build-asan && ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
-	  ctest --output-on-failure -j $(JOBS) -L "core|runtime|ops|model|train"
+	  ctest --output-on-failure -j $(JOBS) -L "core|runtime|ops|parallel|model|train" -E "^parallel_pe_"
 
 # Benchmarks, each beside its peer in the same run; results and the commands
 # that made them go to docs/performance.md (one section per script).

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   coremesh::cli::register_train_command(app);
   coremesh::cli::register_generate_command(app);
   coremesh::cli::register_eval_command(app);
+  coremesh::cli::register_schedule_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

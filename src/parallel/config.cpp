@@ -4,18 +4,16 @@
 
 namespace coremesh::parallel {
 
-namespace {
-const std::vector<std::pair<PipelineSchedule, std::string>>& schedules() {
+const std::vector<std::pair<PipelineSchedule, std::string>>& pipeline_schedules() {
   using S = PipelineSchedule;
   static const std::vector<std::pair<S, std::string>> names{
       {S::gpipe, "gpipe"}, {S::one_f_one_b, "1f1b"}, {S::interleaved, "interleaved"}, {S::zb_h1, "zb-h1"},
       {S::zbv, "zbv"},     {S::dualpipe, "dualpipe"}, {S::dualpipev, "dualpipev"}};
   return names;
 }
-}  // namespace
 
 std::string schedule_name(PipelineSchedule s) {
-  for (const auto& [value, name] : schedules())
+  for (const auto& [value, name] : pipeline_schedules())
     if (value == s) return name;
   return "?";
 }
@@ -32,7 +30,7 @@ const FieldTable<ParallelConfig>& parallel_fields() {
           .add("zero", [](P& p) -> auto& { return p.zero; },
                "ZeRO stage: 0 off, 1 shards the optimizer state over the data-parallel ranks",
                in_range<int>(0, 1))
-          .add_enum("schedule", [](P& p) -> auto& { return p.schedule; }, schedules(), "pipeline schedule (pp > 1)")
+          .add_enum("schedule", [](P& p) -> auto& { return p.schedule; }, pipeline_schedules(), "pipeline schedule (pp > 1)")
           .add("virtual_stages", [](P& p) -> auto& { return p.virtual_stages; },
                "model chunks per pipeline rank (interleaved)", positive<int>());
   return t;

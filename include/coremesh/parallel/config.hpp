@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coremesh/core/fields.hpp"
@@ -15,7 +16,9 @@
 namespace coremesh::parallel {
 
 // The pipeline schedules (issue: schedules as data); "1f1b" etc. in configs.
+// Generators in schedule_generators.hpp.
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zb_h1, zbv, dualpipe, dualpipev };
+const std::vector<std::pair<PipelineSchedule, std::string>>& pipeline_schedules();  // with their names
 std::string schedule_name(PipelineSchedule s);
 
 struct ParallelConfig {
