@@ -28,7 +28,9 @@ void expect_partition(const Mesh& m, const std::function<std::vector<int>(int)>&
     const std::vector<int> g = group(r);
     ASSERT_EQ(g.size(), size) << what;
     for (size_t i = 0; i < g.size(); ++i) {
-      if (i > 0) ASSERT_LT(g[i - 1], g[i]) << what << ": members in increasing rank order";
+      if (i > 0) {
+        ASSERT_LT(g[i - 1], g[i]) << what << ": members in increasing rank order";
+      }
       ASSERT_EQ(seen[size_t(g[i])]++, 0) << what << ": rank " << g[i] << " in two groups";
     }
     ASSERT_EQ(group(g.back()), g) << what;
