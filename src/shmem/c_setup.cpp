@@ -128,14 +128,6 @@ void shmem_free(void* ptr) { CM_C_API("shmem_free", in::sym_free(ptr, "shmem_fre
 
 void shmem_fence(void) { in::fence(); }
 void shmem_quiet(void) { in::quiet(); }
-int shmem_ctx_create(long, shmem_ctx_t* ctx) {
-  *ctx = SHMEM_CTX_INVALID;
-  return 1;  // additional contexts are not supported: callers fall back to the default
-}
-void shmem_ctx_destroy(shmem_ctx_t) {}
-void shmem_ctx_fence(shmem_ctx_t) { in::fence(); }
-void shmem_ctx_quiet(shmem_ctx_t) { in::quiet(); }
-
 void shmem_set_lock(long* lock) { CM_C_API("shmem_set_lock", in::set_lock(lock)); }
 void shmem_clear_lock(long* lock) { CM_C_API("shmem_clear_lock", in::clear_lock(lock)); }
 int shmem_test_lock(long* lock) { CM_C_API("shmem_test_lock", return in::test_lock(lock) ? 1 : 0); }
