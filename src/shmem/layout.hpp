@@ -53,7 +53,8 @@ inline constexpr size_t kSyncAreaLongs = sizeof(SyncArea) / sizeof(long);
 struct alignas(64) HeapHeader {
   uint64_t magic;
   uint64_t segment_bytes;
-  alignas(64) Bell doorbell;  // rung after every remote write to this PE
+  alignas(64) Bell doorbell;   // rung after every remote write to this PE
+  alignas(64) Bell sync_bell;  // rung by barrier arrivals (transport.cpp)
 };
 
 inline constexpr uint64_t kHeapMagic = 0x636d2d68656170ULL;  // "cm-heap"

@@ -94,7 +94,10 @@ class ShmTransport final : public Transport {
   // put_nbi issued before it (quiet does the same and more).
   void quiet() override { engine_.drain(); }
   void fence() override { engine_.drain(); }
-  void notify(int pe) override { ring(doorbell(pe)); }
+  void notify(int pe, Wake who) override {
+    auto* header = reinterpret_cast<HeapHeader*>(bases_[pe]);
+    ring(who == Wake::sync ? header->sync_bell : header->doorbell);
+  }
   JobControl* job() const override { return launched_ ? job_ : nullptr; }
   void close() override;
 

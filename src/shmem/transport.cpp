@@ -23,11 +23,12 @@ void Transport::sync(const SyncSpec& spec) {
   if (spec.sync_offset >= segment_bytes())
     mine = reinterpret_cast<SyncArea*>(local_data_base() + (spec.sync_offset - segment_bytes()));
   ++mine->entered;
-  Bell& bell = reinterpret_cast<HeapHeader*>(local_base())->doorbell;
+  Bell& bell = reinterpret_cast<HeapHeader*>(local_base())->sync_bell;
   for (int k = 0, step = 1; step < n; ++k, step <<= 1) {
     const int to = spec.world_pes[static_cast<size_t>((spec.my_index + step) % n)];
     atomic(to, spec.sync_offset + offsetof(SyncArea, arrivals) + k * sizeof(uint32_t), AmoOp::add,
            4, 1, 0);
+    notify(to, Wake::sync);
     const uint32_t want = mine->consumed[k] + 1;
     auto arrived = [&] {
       // Wrap-safe: the counters may pass 2^32 in a very long run.
@@ -77,7 +78,7 @@ class WithoutPeerPointers final : public Transport {
   }
   void quiet() override { inner_->quiet(); }
   void fence() override { inner_->fence(); }
-  void notify(int pe) override { inner_->notify(pe); }
+  void notify(int pe, Wake who) override { inner_->notify(pe, who); }
   JobControl* job() const override { return inner_->job(); }
   void close() override { inner_->close(); }
 

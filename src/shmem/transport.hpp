@@ -85,8 +85,12 @@ class Transport {
   // Orders every earlier put, put_nbi, AMO and store to each PE before
   // later ones to the same PE.
   virtual void fence() = 0;
-  // Wakes whoever on `pe` sleeps waiting for its memory to change.
-  virtual void notify(int pe) = 0;
+  // Wakes whoever on `pe` sleeps waiting for its memory to change: `data`
+  // waiters (wait_until, signal waits, locks; put, put_signal and atomic
+  // wake them by themselves) or `sync` waiters (barriers, rung by sync()
+  // only, so that puts to a PE sleeping in a barrier cost no wake-up).
+  enum class Wake { data, sync };
+  virtual void notify(int pe, Wake who = Wake::data) = 0;
 
   // Returns when every member of `spec` has entered (no quiet). The default
   // is a dissemination barrier built from atomic adds on the members'
