@@ -43,7 +43,7 @@ typedef float _Complex cm_shmem_complexf;
 #define _SHMEM_MINOR_VERSION SHMEM_MINOR_VERSION
 #define SHMEM_MAX_NAME_LEN 256
 #define _SHMEM_MAX_NAME_LEN SHMEM_MAX_NAME_LEN
-#define SHMEM_VENDOR_STRING "coremesh 0.1 (shm transport)"
+#define SHMEM_VENDOR_STRING "coremesh 0.1"
 #define _SHMEM_VENDOR_STRING SHMEM_VENDOR_STRING
 
 #define SHMEM_THREAD_SINGLE 0
@@ -120,6 +120,7 @@ void shmem_info_get_name(char* name);
 int shmem_pe_accessible(int pe);
 int shmem_addr_accessible(const void* addr, int pe);
 void* shmem_ptr(const void* dest, int pe);
+void* shmem_team_ptr(shmem_team_t team, const void* dest, int pe);
 void shmem_pcontrol(const int level, ...);
 
 void* shmem_malloc(size_t size);
@@ -407,6 +408,37 @@ CM_SHMEM_TOALL_BITWISE_TYPES(CM_SHMEM_DECL_TO_ALL_BITWISE)
 CM_SHMEM_TOALL_MINMAX_TYPES(CM_SHMEM_DECL_TO_ALL_MINMAX)
 CM_SHMEM_TOALL_MINMAX_TYPES(CM_SHMEM_DECL_TO_ALL_ARITH)
 CM_SHMEM_REDUCE_COMPLEX_TYPES(CM_SHMEM_DECL_TO_ALL_ARITH)
+
+/* ---- deprecated names still found in OpenSHMEM programs --------------- */
+void start_pes(int npes);
+void* shmalloc(size_t size);
+void shfree(void* ptr);
+void* shrealloc(void* ptr, size_t size);
+void* shmemalign(size_t alignment, size_t size);
+void shmem_clear_cache_inv(void);
+void shmem_set_cache_inv(void);
+void shmem_clear_cache_line_inv(void* dest);
+void shmem_set_cache_line_inv(void* dest);
+void shmem_udcflush(void);
+void shmem_udcflush_line(void* dest);
+/* Pre-1.4 atomics (shmem_TYPENAME_{cswap,swap,finc,inc,fadd,add,fetch,set}). */
+#define CM_SHMEM_DECL_OLD_AMO_EXT(T, N)                                                      \
+  T shmem_##N##_swap(T* dest, T value, int pe);                                              \
+  T shmem_##N##_fetch(const T* source, int pe);                                              \
+  void shmem_##N##_set(T* dest, T value, int pe);
+#define CM_SHMEM_DECL_OLD_AMO(T, N)                                                          \
+  CM_SHMEM_DECL_OLD_AMO_EXT(T, N)                                                            \
+  T shmem_##N##_cswap(T* dest, T cond, T value, int pe);                                     \
+  T shmem_##N##_finc(T* dest, int pe);                                                       \
+  void shmem_##N##_inc(T* dest, int pe);                                                     \
+  T shmem_##N##_fadd(T* dest, T value, int pe);                                              \
+  void shmem_##N##_add(T* dest, T value, int pe);
+CM_SHMEM_OLD_AMO_TYPES(CM_SHMEM_DECL_OLD_AMO)
+CM_SHMEM_AMO_EXT_ONLY_TYPES(CM_SHMEM_DECL_OLD_AMO_EXT)
+/* shmem_TYPENAME_wait(ivar, value): waits until *ivar != value. */
+#define CM_SHMEM_DECL_OLD_WAIT(T, N) void shmem_##N##_wait(T* ivar, T cmp_value);
+CM_SHMEM_OLD_WAIT_TYPES(CM_SHMEM_DECL_OLD_WAIT)
+void shmem_wait(long* ivar, long cmp_value);
 
 #ifdef __cplusplus
 }

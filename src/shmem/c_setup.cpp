@@ -102,9 +102,20 @@ int shmem_addr_accessible(const void* addr, int pe) {
     return 0;
   }
 }
+// NULL where only RMA reaches `pe`; this PE's own memory always has its address.
 void* shmem_ptr(const void* dest, int pe) {
   if (!shmem_addr_accessible(dest, pe)) return nullptr;
+  if (pe == in::state().my_pe) return const_cast<void*>(dest);
   return in::transport().peer_pointer(pe, in::sym_offset(dest, 0, "shmem_ptr"));
+}
+// The address of `dest` on the team's PE `pe`, when load/store reaches it.
+void* shmem_team_ptr(shmem_team_t t, const void* dest, int pe) {
+  if (t == SHMEM_TEAM_INVALID) return nullptr;
+  CM_C_API("shmem_team_ptr", {
+    const in::TeamData* data = team(t, "shmem_team_ptr");
+    if (pe < 0 || pe >= data->size()) return nullptr;
+    return shmem_ptr(dest, data->world_pe(pe));
+  });
 }
 void shmem_pcontrol(const int, ...) {}
 

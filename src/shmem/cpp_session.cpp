@@ -24,13 +24,16 @@ Session::~Session() {
 bool initialized() { return internal::is_initialized(); }
 int my_pe() { return internal::state("my_pe").my_pe; }
 int n_pes() { return internal::state("n_pes").n_pes; }
+const char* transport_name() { return internal::state("transport_name").transport->name(); }
 void global_exit(int status) { internal::global_exit(status); }
 void fence() { internal::fence(); }
 void quiet() { internal::quiet(); }
 
 void* peer_ptr(const void* sym, int pe) {
   internal::check_pe(pe, "peer_ptr");
-  return internal::transport().peer_pointer(pe, internal::sym_offset(sym, 0, "peer_ptr"));
+  const size_t offset = internal::sym_offset(sym, 0, "peer_ptr");
+  if (pe == internal::state().my_pe) return const_cast<void*>(sym);
+  return internal::transport().peer_pointer(pe, offset);
 }
 
 namespace detail {

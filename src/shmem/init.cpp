@@ -45,19 +45,22 @@ size_t heap_bytes(size_t requested) {
   return kDefaultHeapBytes;
 }
 
-// COREMESH_TRANSPORT: shm (default) or shm-rma (no load/store fast path).
+// COREMESH_TRANSPORT: shm (the default under `coremesh run` and alone),
+// shm-rma (shm without load/store), mpi (the default under mpirun; every
+// PE reached over MPI, also on one host).
 std::unique_ptr<Transport> make_transport(size_t bytes) {
-  const std::string kind = env::get("COREMESH_TRANSPORT").value_or("shm");
-  CM_CHECK(kind == "shm" || kind == "shm-rma",
-           "set COREMESH_TRANSPORT to shm (the default) or shm-rma",
+  const bool mpirun = launched_by_mpirun() && !env::get(kJobIdEnv);
+  const std::string kind = env::get("COREMESH_TRANSPORT").value_or(mpirun ? "mpi" : "shm");
+  CM_CHECK(kind == "shm" || kind == "shm-rma" || kind == "mpi",
+           "set COREMESH_TRANSPORT to shm, shm-rma or mpi",
            "unknown transport COREMESH_TRANSPORT={}", kind);
-  if (env::get("OMPI_COMM_WORLD_SIZE") && !env::get(kJobIdEnv)) {
-    CM_CHECK(false,
-             "start SHMEM programs with `coremesh run -n N prog` on one machine; the network "
-             "transport for mpirun is not built yet",
-             "shmem init: started by mpirun ({} ranks), which coremesh cannot join yet",
-             *env::get("OMPI_COMM_WORLD_SIZE"));
+  if (kind == "mpi") {
+    CM_CHECK(mpirun, "start the PEs with mpirun -n N prog (or choose COREMESH_TRANSPORT=shm)",
+             "COREMESH_TRANSPORT=mpi but this process was not started by mpirun");
+    return make_mpi_transport(bytes);
   }
+  CM_CHECK(!mpirun, "under mpirun, use the mpi transport (unset COREMESH_TRANSPORT)",
+           "COREMESH_TRANSPORT={} cannot join a job started by mpirun", kind);
   auto shm = make_shm_transport(bytes);
   return kind == "shm-rma" ? without_peer_pointers(std::move(shm)) : std::move(shm);
 }
@@ -149,6 +152,11 @@ void global_exit(int status) {
       job->abort_status = status;
       job->global_exit = 1;
       ring(job->abort);  // abort.seq != 0 now: every waiting PE stops
+    }
+    if (std::string(g_state->transport->name()) == "mpi") {
+      std::fflush(stdout);
+      std::fflush(stderr);
+      abort_mpi_job(status);  // mpirun stops every PE and reports the status
     }
   }
   std::fflush(stdout);

@@ -11,6 +11,8 @@
 //   shm-rma  the shm transport with peer_pointer refused: proves that the
 //            internal tier needs nothing but the calls (what a network
 //            transport offers).
+//   mpi      mpi_transport.cpp: PEs started by mpirun; MPI-3 RMA windows,
+//            waits poll (peers cannot ring this PE's futex bells).
 #pragma once
 
 #include <cstddef>
@@ -110,5 +112,10 @@ class Transport {
 std::unique_ptr<Transport> make_shm_transport(size_t user_heap_bytes);
 // `inner` without its fast path: peer_pointer() is always nullptr.
 std::unique_ptr<Transport> without_peer_pointers(std::unique_ptr<Transport> inner);
+// The MPI transport (mpi_transport.cpp); initialises MPI if needed.
+std::unique_ptr<Transport> make_mpi_transport(size_t user_heap_bytes);
+bool launched_by_mpirun();
+// MPI_Abort when MPI is up (shmem_global_exit under mpirun).
+void abort_mpi_job(int status);
 
 }  // namespace coremesh::shmem::internal

@@ -9,7 +9,7 @@ set -eu
 cc_wrapper=$1 runner=$2 src=$3 out=$4
 mkdir -p "$out"
 ls /dev/shm | grep '^cm-' > "$out/shm_before.txt" || true
-programs="ring_put reduction globals ordering teams types contexts"
+programs="ring_put reduction globals ordering teams types contexts legacy"
 pids=""
 for prog in hello heap $programs; do
   "$cc_wrapper" -std=c11 -Wall -Wextra -Werror -O1 "$src/$prog.c" -o "$out/$prog" &

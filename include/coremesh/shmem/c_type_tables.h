@@ -54,6 +54,11 @@
 #define CM_SHMEM_REDUCE_COMPLEX_TYPES(X) \
   X(cm_shmem_complexd, complexd) X(cm_shmem_complexf, complexf)
 
+/* Deprecated (pre-1.4) atomics and waits. */
+#define CM_SHMEM_OLD_AMO_TYPES(X) X(int, int) X(long, long) X(long long, longlong)
+#define CM_SHMEM_OLD_WAIT_TYPES(X) \
+  X(short, short) X(int, int) X(long, long) X(long long, longlong)
+
 /* Deprecated active-set reductions (shmem_TYPENAME_OP_to_all). */
 #define CM_SHMEM_TOALL_BITWISE_TYPES(X) \
   X(short, short) X(int, int) X(long, long) X(long long, longlong)
