@@ -43,9 +43,10 @@ void check_job_alive();
 using Describe = std::function<std::string()>;
 
 // Transports whose peers write this PE's memory without ringing its bells
-// (mpi) set a poll hook: waits then poll -- calling the hook, which lets
-// incoming RMA land, and sleeping 20-200 us between polls -- instead of
-// sleeping on the futex.
+// (mpi) set a poll hook: waits then poll, calling the hook, which lets
+// incoming RMA land (over TCP, a PE's library applies its peers' RMA only
+// while it is called). Between polls a wait yields the CPU when every PE
+// has one (the spin policy is on), else sleeps 20-200 us.
 using PollHook = void (*)();
 void set_poll_hook(PollHook hook);
 PollHook poll_hook();
@@ -83,7 +84,7 @@ void wait_until_ready(Bell& bell, Ready&& ready, const Describe& describe, doubl
       if (ready()) return;
       check_job_alive();
       if (clock::now() >= deadline) throw_wait_timeout(describe, limit);
-      poll_pause(pause_us);
+      if (policy.spin_ns == 0) poll_pause(pause_us);
     }
   }
   for (;;) {
