@@ -139,7 +139,7 @@ int Team::world_pe(int pe) const {
   return pe >= 0 && pe < t.size() ? t.world_pe(pe) : -1;
 }
 std::vector<int> Team::world_pes() const { return checked("Team::world_pes").pes; }
-Team Team::from_pes(const Team& parent, std::span<const int> world_pes) {
+Team Team::from_pes(const Team& parent, const std::vector<int>& world_pes) {
   return Team(owned(internal::team_from_pes(parent.checked("Team::from_pes"), world_pes)));
 }
 Team Team::split(int color, int key) const {

@@ -125,6 +125,12 @@ void init(size_t requested_heap_bytes) {
   s->allocator = SymmetricAllocator(s->user_base, s->segment_bytes - s->user_base);
   init_team(s->world, 0, s->n_pes, s->my_pe, "team world");
   init_team(s->shared, 1, s->n_pes, s->my_pe, "team shared");
+  // SHMEM_TEAM_SHARED: the PEs whose memory this one reaches by load/store.
+  const bool load_store = s->n_pes == 1 || s->transport->peer_pointer((s->my_pe + 1) % s->n_pes, 0);
+  if (!load_store) {
+    s->shared.pes = {s->my_pe};
+    s->shared.my_index = 0;
+  }
   s->free_slots = ~uint64_t{0} << 2;
   set_wait_identity(s->my_pe, s->transport->job());
   set_wait_policy(s->n_pes);

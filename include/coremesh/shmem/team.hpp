@@ -26,7 +26,9 @@ class Team {
  public:
   Team() = default;  // invalid
   static Team world();
-  static Team shared();  // PEs sharing memory with this one: all, on one machine
+  // PEs whose memory this one reaches by load/store: all on the shm
+  // transport, only this PE on shm-rma and mpi.
+  static Team shared();
 
   bool valid() const { return data_ != nullptr; }
   int my_pe() const;  // index of this PE in the team
@@ -45,7 +47,7 @@ class Team {
   // The team of `world_pes`, in that order (team PE i is world_pes[i]).
   // Every PE of `parent` calls with the same list; each listed PE must be
   // in `parent`.
-  static Team from_pes(const Team& parent, std::span<const int> world_pes);
+  static Team from_pes(const Team& parent, const std::vector<int>& world_pes);
   // This team's members with the same `color` form a new team, ordered by
   // (key, index in this team); color < 0 gives an invalid Team.
   Team split(int color, int key = 0) const;
