@@ -114,5 +114,29 @@ int main(void) {
   shmem_ctx_destroy(ctx);
   shmem_team_destroy(t);
   CHECK(shmem_team_create_ctx(SHMEM_TEAM_INVALID, 0, &ctx) != 0 && ctx == SHMEM_CTX_INVALID);
+
+  /* one pSync array reused by active-set collectives of changing sets (all
+   * PEs; the even ones; the first two): back to back within a set, with a
+   * barrier_all before the set changes, as the spec requires (the array must
+   * not be in use from a prior call on any PE of the set) */
+  static long psync[SHMEM_REDUCE_SYNC_SIZE];
+  static long pwrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE];
+  for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; ++i) psync[i] = SHMEM_SYNC_VALUE;
+  shmem_barrier_all();
+  for (int round = 0; round < 20; ++round) {
+    const int log_stride = round % 3 == 1 ? 1 : 0;
+    const int size = round % 3 == 0 ? npes : round % 3 == 1 ? (npes + 1) / 2 : (npes < 2 ? 1 : 2);
+    const int in_set = log_stride ? me % 2 == 0 : me < size;
+    shmem_barrier_all();
+    if (!in_set) continue;
+    src[0] = me + round;
+    shmem_long_sum_to_all(dst, src, 1, 0, log_stride, size, pwrk, psync);
+    long want = 0;
+    for (int i = 0; i < size; ++i) want += (i << log_stride) + round;
+    CHECK(dst[0] == want);
+    shmem_barrier(0, log_stride, size, psync);
+    shmem_broadcast64(dst, src, 1, 0, 0, log_stride, size, psync);
+    if (me != 0) CHECK(dst[0] == round);
+  }
   DONE("teams");
 }
