@@ -5,7 +5,7 @@
 // differs (ASLR). At init each PE copies that range into a POSIX shm object
 // and maps the object over the same addresses (the program keeps using its
 // globals, now in shared memory); peers map it elsewhere and translate
-// `addr - local_base + peer_base`, as for the heap.
+// `addr - local_base + peer_base`, as for the heap (shm transport).
 //
 // Which range: the PF_W PT_LOAD segment of the main program (first object of
 // dl_iterate_phdr) minus its PT_GNU_RELRO part. RELRO (.got, .dynamic,
