@@ -23,8 +23,8 @@ run: build
 	 else ./build/coremesh demo --out out/demo; fi
 
 # Every test: the whole suite, then the runtime under ThreadSanitizer and the
-# single-process layers under AddressSanitizer + UndefinedBehaviorSanitizer
-# (SHMEM's multi-process tests are not run under sanitizers yet).
+# layers under AddressSanitizer + UndefinedBehaviorSanitizer, SHMEM's
+# multi-process tests (PEs and C programs under `coremesh run`) included.
 test: test-unit test-tsan test-asan
 
 test-unit: build
@@ -39,9 +39,10 @@ test-tsan: deps
 test-asan: deps
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOREMESH_SANITIZE=address \
 	  -DCOREMESH_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
-	@cmake --build build-asan -j $(JOBS) --target test_core test_runtime test_ops test_parallel test_model test_train
+	@cmake --build build-asan -j $(JOBS) --target test_core test_runtime test_ops test_parallel \
+	  test_parallel_pe test_model test_train test_cli coremesh test_shmem_pe test_shmem_unit shmem_fault_prog
 	@cd build-asan && ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
-	  ctest --output-on-failure -j $(JOBS) -L "core|runtime|ops|parallel|model|train" -E "^parallel_pe_"
+	  ctest --output-on-failure -j $(JOBS) -L "core|runtime|ops|parallel|model|train|cli|shmem"
 
 # Benchmarks, each beside its peer in the same run; results and the commands
 # that made them go to docs/performance.md (one section per script).

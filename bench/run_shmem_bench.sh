@@ -5,6 +5,10 @@
 #             local memcpy; bench/shmem_mpi_bench.c: MPI_Put over osc sm
 #   colls  -- bench_shmem_collectives vs bench/shmem_mpi_bench.c: allreduce (f32
 #             sum), alltoall, alltoallv at 1 MiB and 64 MiB per PE, 2 and 4 PEs
+#   net    -- the network path: 2 PEs under mpirun, TCP over loopback. coremesh's
+#             mpi transport on MPI-3 RMA over ob1/tcp (osc pt2pt) and over UCX/tcp
+#             (osc ucx) vs OpenMPI OSHMEM (spml ucx, UCX_TLS=tcp); allreduce vs
+#             MPI_Allreduce on the same TCP path. Fewer iterations (RMA_BENCH_*).
 # Prints markdown tables on stdout.
 # usage: bench/run_shmem_bench.sh [BUILD_DIR]   (default: build)
 set -euo pipefail
@@ -33,6 +37,22 @@ for n in 2 4; do
   "${run[@]}" -n $n --heap 512M "$build/bench/bench_shmem_collectives" >> "$work/out.txt"
   "${mpi[@]}" -np $n "$work/mpi_bench" coll 2>/dev/null | grep '^mpi_' >> "$work/out.txt"
 done
+
+# Network path: every PE reached over TCP on the loopback device.
+net=(-x RMA_BENCH_LAT_ITERS=2000 -x RMA_BENCH_MIB=16 -x RMA_BENCH_TRIALS=1 -x SHMEM_SYMMETRIC_SIZE=512M)
+ob1_tcp=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca osc pt2pt)
+ucx_tcp=(--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=tcp,self
+         -x UCX_NET_DEVICES=lo)
+"${mpi[@]}" "${ob1_tcp[@]}" "${net[@]}" -np 2 "$work/rma_coremesh" 2>/dev/null \
+  | grep -E '^(put|get)_' | sed 's/^/net_cm_ob1_/' >> "$work/out.txt"
+"${mpi[@]}" "${ucx_tcp[@]}" --mca osc ucx "${net[@]}" -np 2 "$work/rma_coremesh" 2>/dev/null \
+  | grep -E '^(put|get)_' | sed 's/^/net_cm_ucx_/' >> "$work/out.txt"
+oshrun --allow-run-as-root --oversubscribe "${ucx_tcp[@]}" --mca spml ucx "${net[@]}" -np 2 \
+  "$work/rma_oshmem" 2>/dev/null | grep -E '^(put|get)_' | sed 's/^/net_oshmem_/' >> "$work/out.txt"
+"${mpi[@]}" "${ob1_tcp[@]}" -x SHMEM_SYMMETRIC_SIZE=512M -np 2 "$build/bench/bench_shmem_collectives" \
+  2>/dev/null | grep '^cm_' | sed 's/^/net_/' >> "$work/out.txt"
+"${mpi[@]}" "${ob1_tcp[@]}" -np 2 "$work/mpi_bench" coll 2>/dev/null | grep '^mpi_' \
+  | sed 's/^/net_/' >> "$work/out.txt"
 
 python3 - "$work/out.txt" <<'PY'
 import sys
@@ -64,4 +84,25 @@ for c in ("allreduce", "alltoall", "alltoallv"):
         for s in (1 << 20, 64 << 20):
             a, b = g(f"cm_{c}_np{n}", s), g(f"mpi_{c}_np{n}", s)
             print(f"| {c} | {n} | {size_name(s)} | {a:.3f} | {b:.3f} | {b / a:.1f}x |")
+print("\n### Network path: 2 PEs, mpirun, TCP over loopback\n")
+print("Latency, 8 bytes (us per operation; put = put + quiet):\n")
+print("| operation | coremesh mpi (ob1/tcp, osc pt2pt) | coremesh mpi (UCX tcp, osc ucx) | OSHMEM (UCX tcp) | best coremesh / OSHMEM |")
+print("|---|---:|---:|---:|---:|")
+for op in ("put", "get"):
+    a, b, o = g(f"net_cm_ob1_{op}_lat", 8) / 1e3, g(f"net_cm_ucx_{op}_lat", 8) / 1e3, g(f"net_oshmem_{op}_lat", 8) / 1e3
+    print(f"| {op} | {a:.1f} | {b:.1f} | {o:.1f} | {o / min(a, b):.2f}x |")
+print("\nBandwidth (GB/s, PE 0 -> PE 1):\n")
+print("| size | cm put (ob1) | cm get (ob1) | cm put (ucx) | cm get (ucx) | OSHMEM put | OSHMEM get |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+s = 4096
+while s <= 64 << 20:
+    row = [g(f"net_{k}_bw", s) for k in ("cm_ob1_put", "cm_ob1_get", "cm_ucx_put", "cm_ucx_get", "oshmem_put", "oshmem_get")]
+    print(f"| {size_name(s)} | " + " | ".join(f"{x:.3f}" for x in row) + " |")
+    s *= 4
+print("\nallreduce (f32 sum, ms per call), mpi transport (ob1/tcp) vs MPI_Allreduce on the same path:\n")
+print("| size | coremesh | MPI_Allreduce | speed-up |")
+print("|---|---:|---:|---:|")
+for s in (1 << 20, 64 << 20):
+    a, b = g("net_cm_allreduce_np2", s), g("net_mpi_allreduce_np2", s)
+    print(f"| {size_name(s)} | {a:.3f} | {b:.3f} | {b / a:.1f}x |")
 PY

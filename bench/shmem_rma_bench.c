@@ -27,7 +27,8 @@ int main(void) {
   memset(local2, 3, MAX_BYTES);
   shmem_barrier_all();
   if (me == 0 && shmem_n_pes() > 1) {
-    const int iters = 200000;
+    /* RMA_BENCH_LAT_ITERS: fewer for a network path (default 200000) */
+    const int iters = getenv("RMA_BENCH_LAT_ITERS") ? atoi(getenv("RMA_BENCH_LAT_ITERS")) : 200000;
     for (int round = 0; round < 2; ++round) { /* round 0 warms up */
       double t = now();
       for (int i = 0; i < iters; ++i) {
@@ -41,11 +42,14 @@ int main(void) {
       if (round) printf("put_lat 8 %.1f\nget_lat 8 %.1f\n", put_ns, get_ns);
     }
     for (long bytes = 4096; bytes <= MAX_BYTES; bytes *= 4) {
-      int reps = (int)((512L << 20) / bytes);
-      if (reps < 8) reps = 8;
+      /* RMA_BENCH_MIB: bytes moved per size and trial (default 512 MiB) */
+      const long budget = (getenv("RMA_BENCH_MIB") ? atol(getenv("RMA_BENCH_MIB")) : 512L) << 20;
+      int reps = (int)(budget / bytes);
+      if (reps < 3) reps = 3;
       if (reps > 20000) reps = 20000;
       double put = 0, get = 0, copy = 0; /* best of 3 trials: the machine is shared */
-      for (int trial = 0; trial < 3; ++trial) {
+      const int trials = getenv("RMA_BENCH_TRIALS") ? atoi(getenv("RMA_BENCH_TRIALS")) : 3;
+      for (int trial = 0; trial < trials; ++trial) {
         shmem_putmem(remote, local, bytes, 1); /* warm up */
         shmem_quiet();
         double t = now();

@@ -6,16 +6,18 @@
  *   coremesh-cc prog.c -o prog        (see docs/shmem.md)
  *   coremesh run -n 4 ./prog
  *
- * Symmetric objects are the ones allocated with shmem_malloc & co.; global
- * and static variables are not symmetric in coremesh (an RMA on them is an
+ * Symmetric objects are the ones allocated with shmem_malloc & co. and the
+ * program's global and static variables (an RMA on anything else is an
  * error that names the address). Errors in the C API print a message with
  * file:line and a hint and end the PE with status 1 (the launcher then stops
  * the job and names the PE).
  *
  * Every typed routine is declared from the type tables in
  * coremesh/shmem/c_type_tables.h; nothing is written out type by type.
- * Not provided: communication contexts beyond SHMEM_CTX_DEFAULT (shmem_ctx_*
- * typed RMA), the profiling interface (shmem_pcontrol is a no-op). */
+ * Contexts (shmem_ctx_create, shmem_team_create_ctx) order and complete
+ * their own operations as the default context does; a team context's PE
+ * numbers are team-relative. shmem_pcontrol accepts every level and does
+ * nothing (no profiling interface is attached). */
 #ifndef COREMESH_SHMEM_H
 #define COREMESH_SHMEM_H
 
@@ -41,7 +43,7 @@ typedef float _Complex cm_shmem_complexf;
 #define _SHMEM_MINOR_VERSION SHMEM_MINOR_VERSION
 #define SHMEM_MAX_NAME_LEN 256
 #define _SHMEM_MAX_NAME_LEN SHMEM_MAX_NAME_LEN
-#define SHMEM_VENDOR_STRING "coremesh 0.1 (shm transport)"
+#define SHMEM_VENDOR_STRING "coremesh 0.1"
 #define _SHMEM_VENDOR_STRING SHMEM_VENDOR_STRING
 
 #define SHMEM_THREAD_SINGLE 0
@@ -118,6 +120,7 @@ void shmem_info_get_name(char* name);
 int shmem_pe_accessible(int pe);
 int shmem_addr_accessible(const void* addr, int pe);
 void* shmem_ptr(const void* dest, int pe);
+void* shmem_team_ptr(shmem_team_t team, const void* dest, int pe);
 void shmem_pcontrol(const int level, ...);
 
 void* shmem_malloc(size_t size);
@@ -133,6 +136,8 @@ int shmem_ctx_create(long options, shmem_ctx_t* ctx);
 void shmem_ctx_destroy(shmem_ctx_t ctx);
 void shmem_ctx_fence(shmem_ctx_t ctx);
 void shmem_ctx_quiet(shmem_ctx_t ctx);
+int shmem_team_create_ctx(shmem_team_t team, long options, shmem_ctx_t* ctx);
+int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t* team);
 
 void shmem_set_lock(long* lock);
 void shmem_clear_lock(long* lock);
@@ -223,6 +228,88 @@ CM_SHMEM_AMO_STD_TYPES(CM_SHMEM_DECL_AMO_STD)
 CM_SHMEM_AMO_EXT_ONLY_TYPES(CM_SHMEM_DECL_AMO_EXT)
 CM_SHMEM_AMO_BITWISE_TYPES(CM_SHMEM_DECL_AMO_BITWISE)
 
+/* ---- the same RMA, signal and AMO routines on a context --------------- */
+#define CM_SHMEM_DECL_CTX_RMA(T, N)                                                          \
+  void shmem_ctx_##N##_put(shmem_ctx_t ctx, T* dest, const T* source, size_t nelems, int pe); \
+  void shmem_ctx_##N##_get(shmem_ctx_t ctx, T* dest, const T* source, size_t nelems, int pe); \
+  void shmem_ctx_##N##_put_nbi(shmem_ctx_t ctx, T* dest, const T* source, size_t nelems,     \
+                               int pe);                                                      \
+  void shmem_ctx_##N##_get_nbi(shmem_ctx_t ctx, T* dest, const T* source, size_t nelems,     \
+                               int pe);                                                      \
+  void shmem_ctx_##N##_p(shmem_ctx_t ctx, T* dest, T value, int pe);                         \
+  T shmem_ctx_##N##_g(shmem_ctx_t ctx, const T* source, int pe);                             \
+  void shmem_ctx_##N##_iput(shmem_ctx_t ctx, T* dest, const T* source, ptrdiff_t dst,        \
+                            ptrdiff_t sst, size_t nelems, int pe);                           \
+  void shmem_ctx_##N##_iget(shmem_ctx_t ctx, T* dest, const T* source, ptrdiff_t dst,        \
+                            ptrdiff_t sst, size_t nelems, int pe);                           \
+  void shmem_ctx_##N##_put_signal(shmem_ctx_t ctx, T* dest, const T* source, size_t nelems,  \
+                                  uint64_t* sig_addr, uint64_t signal, int sig_op, int pe);  \
+  void shmem_ctx_##N##_put_signal_nbi(shmem_ctx_t ctx, T* dest, const T* source,             \
+                                      size_t nelems, uint64_t* sig_addr, uint64_t signal,    \
+                                      int sig_op, int pe);
+CM_SHMEM_RMA_TYPES(CM_SHMEM_DECL_CTX_RMA)
+#define CM_SHMEM_DECL_CTX_SIZED(S)                                                           \
+  void shmem_ctx_put##S(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems,      \
+                        int pe);                                                             \
+  void shmem_ctx_get##S(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems,      \
+                        int pe);                                                             \
+  void shmem_ctx_put##S##_nbi(shmem_ctx_t ctx, void* dest, const void* source,               \
+                              size_t nelems, int pe);                                        \
+  void shmem_ctx_get##S##_nbi(shmem_ctx_t ctx, void* dest, const void* source,               \
+                              size_t nelems, int pe);                                        \
+  void shmem_ctx_iput##S(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst,     \
+                         ptrdiff_t sst, size_t nelems, int pe);                              \
+  void shmem_ctx_iget##S(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst,     \
+                         ptrdiff_t sst, size_t nelems, int pe);                              \
+  void shmem_ctx_put##S##_signal(shmem_ctx_t ctx, void* dest, const void* source,            \
+                                 size_t nelems, uint64_t* sig_addr, uint64_t signal,         \
+                                 int sig_op, int pe);                                        \
+  void shmem_ctx_put##S##_signal_nbi(shmem_ctx_t ctx, void* dest, const void* source,        \
+                                     size_t nelems, uint64_t* sig_addr, uint64_t signal,     \
+                                     int sig_op, int pe);
+CM_SHMEM_SIZES(CM_SHMEM_DECL_CTX_SIZED)
+void shmem_ctx_putmem(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems, int pe);
+void shmem_ctx_getmem(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems, int pe);
+void shmem_ctx_putmem_nbi(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems,
+                          int pe);
+void shmem_ctx_getmem_nbi(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems,
+                          int pe);
+void shmem_ctx_putmem_signal(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems,
+                             uint64_t* sig_addr, uint64_t signal, int sig_op, int pe);
+void shmem_ctx_putmem_signal_nbi(shmem_ctx_t ctx, void* dest, const void* source,
+                                 size_t nelems, uint64_t* sig_addr, uint64_t signal,
+                                 int sig_op, int pe);
+
+#define CM_SHMEM_DECL_CTX_AMO_EXT(T, N)                                                      \
+  T shmem_ctx_##N##_atomic_fetch(shmem_ctx_t ctx, const T* source, int pe);                  \
+  void shmem_ctx_##N##_atomic_fetch_nbi(shmem_ctx_t ctx, T* fetch, const T* source, int pe); \
+  void shmem_ctx_##N##_atomic_set(shmem_ctx_t ctx, T* dest, T value, int pe);                \
+  T shmem_ctx_##N##_atomic_swap(shmem_ctx_t ctx, T* dest, T value, int pe);                  \
+  void shmem_ctx_##N##_atomic_swap_nbi(shmem_ctx_t ctx, T* fetch, T* dest, T value, int pe);
+#define CM_SHMEM_DECL_CTX_AMO_STD(T, N)                                                      \
+  CM_SHMEM_DECL_CTX_AMO_EXT(T, N)                                                            \
+  T shmem_ctx_##N##_atomic_compare_swap(shmem_ctx_t ctx, T* dest, T cond, T value, int pe);  \
+  void shmem_ctx_##N##_atomic_compare_swap_nbi(shmem_ctx_t ctx, T* fetch, T* dest, T cond,   \
+                                               T value, int pe);                             \
+  T shmem_ctx_##N##_atomic_fetch_inc(shmem_ctx_t ctx, T* dest, int pe);                      \
+  void shmem_ctx_##N##_atomic_fetch_inc_nbi(shmem_ctx_t ctx, T* fetch, T* dest, int pe);     \
+  void shmem_ctx_##N##_atomic_inc(shmem_ctx_t ctx, T* dest, int pe);                         \
+  T shmem_ctx_##N##_atomic_fetch_add(shmem_ctx_t ctx, T* dest, T value, int pe);             \
+  void shmem_ctx_##N##_atomic_fetch_add_nbi(shmem_ctx_t ctx, T* fetch, T* dest, T value,     \
+                                            int pe);                                         \
+  void shmem_ctx_##N##_atomic_add(shmem_ctx_t ctx, T* dest, T value, int pe);
+#define CM_SHMEM_DECL_CTX_AMO_BITWISE_OP(T, N, OP)                                           \
+  T shmem_ctx_##N##_atomic_fetch_##OP(shmem_ctx_t ctx, T* dest, T value, int pe);            \
+  void shmem_ctx_##N##_atomic_fetch_##OP##_nbi(shmem_ctx_t ctx, T* fetch, T* dest, T value,  \
+                                               int pe);                                      \
+  void shmem_ctx_##N##_atomic_##OP(shmem_ctx_t ctx, T* dest, T value, int pe);
+#define CM_SHMEM_DECL_CTX_AMO_BITWISE(T, N)                                                  \
+  CM_SHMEM_DECL_CTX_AMO_BITWISE_OP(T, N, and)                                                \
+  CM_SHMEM_DECL_CTX_AMO_BITWISE_OP(T, N, or) CM_SHMEM_DECL_CTX_AMO_BITWISE_OP(T, N, xor)
+CM_SHMEM_AMO_STD_TYPES(CM_SHMEM_DECL_CTX_AMO_STD)
+CM_SHMEM_AMO_EXT_ONLY_TYPES(CM_SHMEM_DECL_CTX_AMO_EXT)
+CM_SHMEM_AMO_BITWISE_TYPES(CM_SHMEM_DECL_CTX_AMO_BITWISE)
+
 /* ---- point-to-point synchronization ------------------------------------ */
 #define CM_SHMEM_DECL_P2P(T, N)                                                              \
   void shmem_##N##_wait_until(T* ivar, int cmp, T cmp_value);                                \
@@ -289,6 +376,11 @@ CM_SHMEM_REDUCE_COMPLEX_TYPES(CM_SHMEM_DECL_REDUCE_ARITH)
 /* ---- deprecated active-set collectives (still widely used) -------------- */
 void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long* pSync);
 void shmem_sync(int PE_start, int logPE_stride, int PE_size, long* pSync);
+/* shmem_sync(team) (1.5) and the deprecated shmem_sync(start, log_stride,
+ * size, pSync) share a name: pick by the number of arguments. */
+#define CM_SHMEM_SYNC_PICK(_1, _2, _3, _4, NAME, ...) NAME
+#define shmem_sync(...) \
+  CM_SHMEM_SYNC_PICK(__VA_ARGS__, shmem_sync, _3, _2, shmem_team_sync, _0)(__VA_ARGS__)
 #define CM_SHMEM_DECL_ACTIVE_SET(S)                                                          \
   void shmem_broadcast##S(void* dest, const void* source, size_t nelems, int PE_root,        \
                           int PE_start, int logPE_stride, int PE_size, long* pSync);         \
@@ -317,119 +409,129 @@ CM_SHMEM_TOALL_MINMAX_TYPES(CM_SHMEM_DECL_TO_ALL_MINMAX)
 CM_SHMEM_TOALL_MINMAX_TYPES(CM_SHMEM_DECL_TO_ALL_ARITH)
 CM_SHMEM_REDUCE_COMPLEX_TYPES(CM_SHMEM_DECL_TO_ALL_ARITH)
 
+/* ---- deprecated names still found in OpenSHMEM programs --------------- */
+void start_pes(int npes);
+void* shmalloc(size_t size);
+void shfree(void* ptr);
+void* shrealloc(void* ptr, size_t size);
+void* shmemalign(size_t alignment, size_t size);
+void shmem_clear_cache_inv(void);
+void shmem_set_cache_inv(void);
+void shmem_clear_cache_line_inv(void* dest);
+void shmem_set_cache_line_inv(void* dest);
+void shmem_udcflush(void);
+void shmem_udcflush_line(void* dest);
+/* Pre-1.4 atomics (shmem_TYPENAME_{cswap,swap,finc,inc,fadd,add,fetch,set}). */
+#define CM_SHMEM_DECL_OLD_AMO_EXT(T, N)                                                      \
+  T shmem_##N##_swap(T* dest, T value, int pe);                                              \
+  T shmem_##N##_fetch(const T* source, int pe);                                              \
+  void shmem_##N##_set(T* dest, T value, int pe);
+#define CM_SHMEM_DECL_OLD_AMO(T, N)                                                          \
+  CM_SHMEM_DECL_OLD_AMO_EXT(T, N)                                                            \
+  T shmem_##N##_cswap(T* dest, T cond, T value, int pe);                                     \
+  T shmem_##N##_finc(T* dest, int pe);                                                       \
+  void shmem_##N##_inc(T* dest, int pe);                                                     \
+  T shmem_##N##_fadd(T* dest, T value, int pe);                                              \
+  void shmem_##N##_add(T* dest, T value, int pe);
+CM_SHMEM_OLD_AMO_TYPES(CM_SHMEM_DECL_OLD_AMO)
+CM_SHMEM_AMO_EXT_ONLY_TYPES(CM_SHMEM_DECL_OLD_AMO_EXT)
+/* shmem_TYPENAME_wait(ivar, value): waits until *ivar != value. */
+#define CM_SHMEM_DECL_OLD_WAIT(T, N) void shmem_##N##_wait(T* ivar, T cmp_value);
+CM_SHMEM_OLD_WAIT_TYPES(CM_SHMEM_DECL_OLD_WAIT)
+void shmem_wait(long* ivar, long cmp_value);
+
 #ifdef __cplusplus
 }
 #endif
 
 /* ---- C11 type-generic interfaces ---------------------------------------- */
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__cplusplus)
-void cm_shmem_generic_type_not_supported(void);
-#define CM_SHMEM_GEN(T, N, NAME) T: shmem_##N##_##NAME,
-#define CM_SHMEM_GEN_put(T, N) CM_SHMEM_GEN(T, N, put)
-#define CM_SHMEM_GEN_get(T, N) CM_SHMEM_GEN(T, N, get)
-#define CM_SHMEM_GEN_put_nbi(T, N) CM_SHMEM_GEN(T, N, put_nbi)
-#define CM_SHMEM_GEN_get_nbi(T, N) CM_SHMEM_GEN(T, N, get_nbi)
-#define CM_SHMEM_GEN_p(T, N) CM_SHMEM_GEN(T, N, p)
-#define CM_SHMEM_GEN_g(T, N) CM_SHMEM_GEN(T, N, g)
-#define CM_SHMEM_GEN_iput(T, N) CM_SHMEM_GEN(T, N, iput)
-#define CM_SHMEM_GEN_iget(T, N) CM_SHMEM_GEN(T, N, iget)
-#define CM_SHMEM_GEN_put_signal(T, N) CM_SHMEM_GEN(T, N, put_signal)
-#define CM_SHMEM_GEN_put_signal_nbi(T, N) CM_SHMEM_GEN(T, N, put_signal_nbi)
-#define CM_SHMEM_GEN_atomic_fetch(T, N) CM_SHMEM_GEN(T, N, atomic_fetch)
-#define CM_SHMEM_GEN_atomic_fetch_nbi(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_nbi)
-#define CM_SHMEM_GEN_atomic_set(T, N) CM_SHMEM_GEN(T, N, atomic_set)
-#define CM_SHMEM_GEN_atomic_swap(T, N) CM_SHMEM_GEN(T, N, atomic_swap)
-#define CM_SHMEM_GEN_atomic_swap_nbi(T, N) CM_SHMEM_GEN(T, N, atomic_swap_nbi)
-#define CM_SHMEM_GEN_atomic_compare_swap(T, N) CM_SHMEM_GEN(T, N, atomic_compare_swap)
-#define CM_SHMEM_GEN_atomic_compare_swap_nbi(T, N) CM_SHMEM_GEN(T, N, atomic_compare_swap_nbi)
-#define CM_SHMEM_GEN_atomic_fetch_inc(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_inc)
-#define CM_SHMEM_GEN_atomic_fetch_inc_nbi(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_inc_nbi)
-#define CM_SHMEM_GEN_atomic_inc(T, N) CM_SHMEM_GEN(T, N, atomic_inc)
-#define CM_SHMEM_GEN_atomic_fetch_add(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_add)
-#define CM_SHMEM_GEN_atomic_fetch_add_nbi(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_add_nbi)
-#define CM_SHMEM_GEN_atomic_add(T, N) CM_SHMEM_GEN(T, N, atomic_add)
-#define CM_SHMEM_GEN_atomic_fetch_and(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_and)
-#define CM_SHMEM_GEN_atomic_fetch_or(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_or)
-#define CM_SHMEM_GEN_atomic_fetch_xor(T, N) CM_SHMEM_GEN(T, N, atomic_fetch_xor)
-#define CM_SHMEM_GEN_atomic_and(T, N) CM_SHMEM_GEN(T, N, atomic_and)
-#define CM_SHMEM_GEN_atomic_or(T, N) CM_SHMEM_GEN(T, N, atomic_or)
-#define CM_SHMEM_GEN_atomic_xor(T, N) CM_SHMEM_GEN(T, N, atomic_xor)
-#define CM_SHMEM_GEN_wait_until(T, N) CM_SHMEM_GEN(T, N, wait_until)
-#define CM_SHMEM_GEN_wait_until_all(T, N) CM_SHMEM_GEN(T, N, wait_until_all)
-#define CM_SHMEM_GEN_wait_until_any(T, N) CM_SHMEM_GEN(T, N, wait_until_any)
-#define CM_SHMEM_GEN_wait_until_some(T, N) CM_SHMEM_GEN(T, N, wait_until_some)
-#define CM_SHMEM_GEN_test(T, N) CM_SHMEM_GEN(T, N, test)
-#define CM_SHMEM_GEN_test_all(T, N) CM_SHMEM_GEN(T, N, test_all)
-#define CM_SHMEM_GEN_test_any(T, N) CM_SHMEM_GEN(T, N, test_any)
-#define CM_SHMEM_GEN_test_some(T, N) CM_SHMEM_GEN(T, N, test_some)
-#define CM_SHMEM_GEN_broadcast(T, N) CM_SHMEM_GEN(T, N, broadcast)
-#define CM_SHMEM_GEN_collect(T, N) CM_SHMEM_GEN(T, N, collect)
-#define CM_SHMEM_GEN_fcollect(T, N) CM_SHMEM_GEN(T, N, fcollect)
-#define CM_SHMEM_GEN_alltoall(T, N) CM_SHMEM_GEN(T, N, alltoall)
-#define CM_SHMEM_GEN_alltoalls(T, N) CM_SHMEM_GEN(T, N, alltoalls)
-#define CM_SHMEM_GEN_sum_reduce(T, N) CM_SHMEM_GEN(T, N, sum_reduce)
-#define CM_SHMEM_GEN_prod_reduce(T, N) CM_SHMEM_GEN(T, N, prod_reduce)
-#define CM_SHMEM_GEN_max_reduce(T, N) CM_SHMEM_GEN(T, N, max_reduce)
-#define CM_SHMEM_GEN_min_reduce(T, N) CM_SHMEM_GEN(T, N, min_reduce)
-#define CM_SHMEM_GEN_and_reduce(T, N) CM_SHMEM_GEN(T, N, and_reduce)
-#define CM_SHMEM_GEN_or_reduce(T, N) CM_SHMEM_GEN(T, N, or_reduce)
-#define CM_SHMEM_GEN_xor_reduce(T, N) CM_SHMEM_GEN(T, N, xor_reduce)
+void cm_shmem_generic_type_not_supported(void); /* never defined: a link error names it */
+#define CM_SHMEM_FIRST(a, ...) a
+#define CM_SHMEM_SECOND(a, b, ...) b
+/* Point-to-point routines select on a pointer argument: shmem_put(dest, ...)
+ * or, with a context first, shmem_put(ctx, dest, ...). */
+#define CM_SHMEM_PTR(T, N, NAME) T*: shmem_##N##_##NAME, const T*: shmem_##N##_##NAME,
+#define CM_SHMEM_CTX_PTR(T, N, NAME) T*: shmem_ctx_##N##_##NAME, const T*: shmem_ctx_##N##_##NAME,
+#define CM_SHMEM_P2P_SELECT(TABLE, NAME, ...)                                                \
+  _Generic(CM_SHMEM_FIRST(__VA_ARGS__, 0),                                                   \
+      shmem_ctx_t: _Generic(CM_SHMEM_SECOND(__VA_ARGS__, 0, 0),                              \
+          TABLE(CM_SHMEM_CTX_PTR, NAME) default: cm_shmem_generic_type_not_supported),       \
+      default: _Generic(CM_SHMEM_FIRST(__VA_ARGS__, 0),                                      \
+          TABLE(CM_SHMEM_PTR, NAME) default: cm_shmem_generic_type_not_supported))(__VA_ARGS__)
+/* Waits and collectives select on the element type of a pointer argument. */
+#define CM_SHMEM_VAL(T, N, NAME) T: shmem_##N##_##NAME,
+#define CM_SHMEM_VAL_SELECT(TABLE, NAME, X) \
+  _Generic((X), TABLE(CM_SHMEM_VAL, NAME) default: cm_shmem_generic_type_not_supported)
 
-#define CM_SHMEM_SELECT(TABLE, NAME, X) \
-  _Generic((X), TABLE(CM_SHMEM_GEN_##NAME) default: cm_shmem_generic_type_not_supported)
+#define shmem_put(...) CM_SHMEM_P2P_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, put, __VA_ARGS__)
+#define shmem_get(...) CM_SHMEM_P2P_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, get, __VA_ARGS__)
+#define shmem_put_nbi(...) CM_SHMEM_P2P_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, put_nbi, __VA_ARGS__)
+#define shmem_get_nbi(...) CM_SHMEM_P2P_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, get_nbi, __VA_ARGS__)
+#define shmem_p(...) CM_SHMEM_P2P_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, p, __VA_ARGS__)
+#define shmem_g(...) CM_SHMEM_P2P_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, g, __VA_ARGS__)
+#define shmem_iput(...) CM_SHMEM_P2P_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, iput, __VA_ARGS__)
+#define shmem_iget(...) CM_SHMEM_P2P_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, iget, __VA_ARGS__)
+#define shmem_put_signal(...) CM_SHMEM_P2P_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, put_signal, __VA_ARGS__)
+#define shmem_put_signal_nbi(...) CM_SHMEM_P2P_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, put_signal_nbi, __VA_ARGS__)
 
-#define shmem_put(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, put, *(dest))(dest, __VA_ARGS__)
-#define shmem_get(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, get, *(dest))(dest, __VA_ARGS__)
-#define shmem_put_nbi(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, put_nbi, *(dest))(dest, __VA_ARGS__)
-#define shmem_get_nbi(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, get_nbi, *(dest))(dest, __VA_ARGS__)
-#define shmem_p(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, p, *(dest))(dest, __VA_ARGS__)
-#define shmem_g(source, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, g, *(source))(source, __VA_ARGS__)
-#define shmem_iput(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, iput, *(dest))(dest, __VA_ARGS__)
-#define shmem_iget(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, iget, *(dest))(dest, __VA_ARGS__)
-#define shmem_put_signal(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, put_signal, *(dest))(dest, __VA_ARGS__)
-#define shmem_put_signal_nbi(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, put_signal_nbi, *(dest))(dest, __VA_ARGS__)
+#define CM_SHMEM_AMO_EXT(NAME, ...) CM_SHMEM_P2P_SELECT(CM_SHMEM_GENERIC_AMO_EXT_TYPES, NAME, __VA_ARGS__)
+#define CM_SHMEM_AMO_STD(NAME, ...) CM_SHMEM_P2P_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, NAME, __VA_ARGS__)
+#define CM_SHMEM_AMO_BIT(NAME, ...) CM_SHMEM_P2P_SELECT(CM_SHMEM_GENERIC_AMO_BITWISE_TYPES, NAME, __VA_ARGS__)
+#define shmem_atomic_fetch(...) CM_SHMEM_AMO_EXT(atomic_fetch, __VA_ARGS__)
+#define shmem_atomic_fetch_nbi(...) CM_SHMEM_AMO_EXT(atomic_fetch_nbi, __VA_ARGS__)
+#define shmem_atomic_set(...) CM_SHMEM_AMO_EXT(atomic_set, __VA_ARGS__)
+#define shmem_atomic_swap(...) CM_SHMEM_AMO_EXT(atomic_swap, __VA_ARGS__)
+#define shmem_atomic_swap_nbi(...) CM_SHMEM_AMO_EXT(atomic_swap_nbi, __VA_ARGS__)
+#define shmem_atomic_compare_swap(...) CM_SHMEM_AMO_STD(atomic_compare_swap, __VA_ARGS__)
+#define shmem_atomic_compare_swap_nbi(...) CM_SHMEM_AMO_STD(atomic_compare_swap_nbi, __VA_ARGS__)
+#define shmem_atomic_fetch_inc(...) CM_SHMEM_AMO_STD(atomic_fetch_inc, __VA_ARGS__)
+#define shmem_atomic_fetch_inc_nbi(...) CM_SHMEM_AMO_STD(atomic_fetch_inc_nbi, __VA_ARGS__)
+#define shmem_atomic_inc(...) CM_SHMEM_AMO_STD(atomic_inc, __VA_ARGS__)
+#define shmem_atomic_fetch_add(...) CM_SHMEM_AMO_STD(atomic_fetch_add, __VA_ARGS__)
+#define shmem_atomic_fetch_add_nbi(...) CM_SHMEM_AMO_STD(atomic_fetch_add_nbi, __VA_ARGS__)
+#define shmem_atomic_add(...) CM_SHMEM_AMO_STD(atomic_add, __VA_ARGS__)
+#define shmem_atomic_fetch_and(...) CM_SHMEM_AMO_BIT(atomic_fetch_and, __VA_ARGS__)
+#define shmem_atomic_fetch_or(...) CM_SHMEM_AMO_BIT(atomic_fetch_or, __VA_ARGS__)
+#define shmem_atomic_fetch_xor(...) CM_SHMEM_AMO_BIT(atomic_fetch_xor, __VA_ARGS__)
+#define shmem_atomic_fetch_and_nbi(...) CM_SHMEM_AMO_BIT(atomic_fetch_and_nbi, __VA_ARGS__)
+#define shmem_atomic_fetch_or_nbi(...) CM_SHMEM_AMO_BIT(atomic_fetch_or_nbi, __VA_ARGS__)
+#define shmem_atomic_fetch_xor_nbi(...) CM_SHMEM_AMO_BIT(atomic_fetch_xor_nbi, __VA_ARGS__)
+#define shmem_atomic_and(...) CM_SHMEM_AMO_BIT(atomic_and, __VA_ARGS__)
+#define shmem_atomic_or(...) CM_SHMEM_AMO_BIT(atomic_or, __VA_ARGS__)
+#define shmem_atomic_xor(...) CM_SHMEM_AMO_BIT(atomic_xor, __VA_ARGS__)
 
-#define shmem_atomic_fetch(source, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_EXT_TYPES, atomic_fetch, *(source))(source, __VA_ARGS__)
-#define shmem_atomic_fetch_nbi(fetch, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_EXT_TYPES, atomic_fetch_nbi, *(fetch))(fetch, __VA_ARGS__)
-#define shmem_atomic_set(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_EXT_TYPES, atomic_set, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_swap(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_EXT_TYPES, atomic_swap, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_swap_nbi(fetch, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_EXT_TYPES, atomic_swap_nbi, *(fetch))(fetch, __VA_ARGS__)
-#define shmem_atomic_compare_swap(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_compare_swap, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_compare_swap_nbi(fetch, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_compare_swap_nbi, *(fetch))(fetch, __VA_ARGS__)
-#define shmem_atomic_fetch_inc(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_fetch_inc, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_fetch_inc_nbi(fetch, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_fetch_inc_nbi, *(fetch))(fetch, __VA_ARGS__)
-#define shmem_atomic_inc(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_inc, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_fetch_add(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_fetch_add, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_fetch_add_nbi(fetch, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_fetch_add_nbi, *(fetch))(fetch, __VA_ARGS__)
-#define shmem_atomic_add(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_STD_TYPES, atomic_add, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_fetch_and(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_BITWISE_TYPES, atomic_fetch_and, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_fetch_or(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_BITWISE_TYPES, atomic_fetch_or, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_fetch_xor(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_BITWISE_TYPES, atomic_fetch_xor, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_and(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_BITWISE_TYPES, atomic_and, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_or(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_BITWISE_TYPES, atomic_or, *(dest))(dest, __VA_ARGS__)
-#define shmem_atomic_xor(dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_AMO_BITWISE_TYPES, atomic_xor, *(dest))(dest, __VA_ARGS__)
+#define CM_SHMEM_WAIT(NAME, ivar, ...) \
+  CM_SHMEM_VAL_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, NAME, *(ivar))(ivar, __VA_ARGS__)
+#define shmem_wait_until(ivar, ...) CM_SHMEM_WAIT(wait_until, ivar, __VA_ARGS__)
+#define shmem_wait_until_all(ivars, ...) CM_SHMEM_WAIT(wait_until_all, ivars, __VA_ARGS__)
+#define shmem_wait_until_any(ivars, ...) CM_SHMEM_WAIT(wait_until_any, ivars, __VA_ARGS__)
+#define shmem_wait_until_some(ivars, ...) CM_SHMEM_WAIT(wait_until_some, ivars, __VA_ARGS__)
+#define shmem_wait_until_all_vector(ivars, ...) CM_SHMEM_WAIT(wait_until_all_vector, ivars, __VA_ARGS__)
+#define shmem_wait_until_any_vector(ivars, ...) CM_SHMEM_WAIT(wait_until_any_vector, ivars, __VA_ARGS__)
+#define shmem_wait_until_some_vector(ivars, ...) CM_SHMEM_WAIT(wait_until_some_vector, ivars, __VA_ARGS__)
+#define shmem_test(ivar, ...) CM_SHMEM_WAIT(test, ivar, __VA_ARGS__)
+#define shmem_test_all(ivars, ...) CM_SHMEM_WAIT(test_all, ivars, __VA_ARGS__)
+#define shmem_test_any(ivars, ...) CM_SHMEM_WAIT(test_any, ivars, __VA_ARGS__)
+#define shmem_test_some(ivars, ...) CM_SHMEM_WAIT(test_some, ivars, __VA_ARGS__)
+#define shmem_test_all_vector(ivars, ...) CM_SHMEM_WAIT(test_all_vector, ivars, __VA_ARGS__)
+#define shmem_test_any_vector(ivars, ...) CM_SHMEM_WAIT(test_any_vector, ivars, __VA_ARGS__)
+#define shmem_test_some_vector(ivars, ...) CM_SHMEM_WAIT(test_some_vector, ivars, __VA_ARGS__)
 
-#define shmem_wait_until(ivar, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, wait_until, *(ivar))(ivar, __VA_ARGS__)
-#define shmem_wait_until_all(ivars, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, wait_until_all, *(ivars))(ivars, __VA_ARGS__)
-#define shmem_wait_until_any(ivars, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, wait_until_any, *(ivars))(ivars, __VA_ARGS__)
-#define shmem_wait_until_some(ivars, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, wait_until_some, *(ivars))(ivars, __VA_ARGS__)
-#define shmem_test(ivar, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, test, *(ivar))(ivar, __VA_ARGS__)
-#define shmem_test_all(ivars, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, test_all, *(ivars))(ivars, __VA_ARGS__)
-#define shmem_test_any(ivars, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, test_any, *(ivars))(ivars, __VA_ARGS__)
-#define shmem_test_some(ivars, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_P2P_TYPES, test_some, *(ivars))(ivars, __VA_ARGS__)
-
-#define shmem_broadcast(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, broadcast, *(dest))(team, dest, __VA_ARGS__)
-#define shmem_collect(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, collect, *(dest))(team, dest, __VA_ARGS__)
-#define shmem_fcollect(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, fcollect, *(dest))(team, dest, __VA_ARGS__)
-#define shmem_alltoall(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, alltoall, *(dest))(team, dest, __VA_ARGS__)
-#define shmem_alltoalls(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_RMA_TYPES, alltoalls, *(dest))(team, dest, __VA_ARGS__)
-#define shmem_sum_reduce(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, sum_reduce, *(dest))(team, dest, __VA_ARGS__)
-#define shmem_prod_reduce(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, prod_reduce, *(dest))(team, dest, __VA_ARGS__)
-#define shmem_max_reduce(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, max_reduce, *(dest))(team, dest, __VA_ARGS__)
-#define shmem_min_reduce(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, min_reduce, *(dest))(team, dest, __VA_ARGS__)
-#define shmem_and_reduce(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_REDUCE_BITWISE_TYPES, and_reduce, *(dest))(team, dest, __VA_ARGS__)
-#define shmem_or_reduce(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_REDUCE_BITWISE_TYPES, or_reduce, *(dest))(team, dest, __VA_ARGS__)
-#define shmem_xor_reduce(team, dest, ...) CM_SHMEM_SELECT(CM_SHMEM_GENERIC_REDUCE_BITWISE_TYPES, xor_reduce, *(dest))(team, dest, __VA_ARGS__)
+#define CM_SHMEM_COLL(TABLE, NAME, team, dest, ...) \
+  CM_SHMEM_VAL_SELECT(TABLE, NAME, *(dest))(team, dest, __VA_ARGS__)
+#define shmem_broadcast(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_RMA_TYPES, broadcast, team, dest, __VA_ARGS__)
+#define shmem_collect(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_RMA_TYPES, collect, team, dest, __VA_ARGS__)
+#define shmem_fcollect(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_RMA_TYPES, fcollect, team, dest, __VA_ARGS__)
+#define shmem_alltoall(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_RMA_TYPES, alltoall, team, dest, __VA_ARGS__)
+#define shmem_alltoalls(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_RMA_TYPES, alltoalls, team, dest, __VA_ARGS__)
+#define shmem_sum_reduce(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, sum_reduce, team, dest, __VA_ARGS__)
+#define shmem_prod_reduce(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, prod_reduce, team, dest, __VA_ARGS__)
+#define shmem_max_reduce(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, max_reduce, team, dest, __VA_ARGS__)
+#define shmem_min_reduce(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, min_reduce, team, dest, __VA_ARGS__)
+#define shmem_and_reduce(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_REDUCE_BITWISE_TYPES, and_reduce, team, dest, __VA_ARGS__)
+#define shmem_or_reduce(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_REDUCE_BITWISE_TYPES, or_reduce, team, dest, __VA_ARGS__)
+#define shmem_xor_reduce(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_REDUCE_BITWISE_TYPES, xor_reduce, team, dest, __VA_ARGS__)
 #endif /* C11 */
 
 #endif /* COREMESH_SHMEM_H */

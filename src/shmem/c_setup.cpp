@@ -102,9 +102,20 @@ int shmem_addr_accessible(const void* addr, int pe) {
     return 0;
   }
 }
+// NULL where only RMA reaches `pe`; this PE's own memory always has its address.
 void* shmem_ptr(const void* dest, int pe) {
   if (!shmem_addr_accessible(dest, pe)) return nullptr;
-  return in::peer_address(pe, in::sym_offset(dest, 0, "shmem_ptr"));
+  if (pe == in::state().my_pe) return const_cast<void*>(dest);
+  return in::transport().peer_pointer(pe, in::sym_offset(dest, 0, "shmem_ptr"));
+}
+// The address of `dest` on the team's PE `pe`, when load/store reaches it.
+void* shmem_team_ptr(shmem_team_t t, const void* dest, int pe) {
+  if (t == SHMEM_TEAM_INVALID) return nullptr;
+  CM_C_API("shmem_team_ptr", {
+    const in::TeamData* data = team(t, "shmem_team_ptr");
+    if (pe < 0 || pe >= data->size()) return nullptr;
+    return shmem_ptr(dest, data->world_pe(pe));
+  });
 }
 void shmem_pcontrol(const int, ...) {}
 
@@ -128,14 +139,6 @@ void shmem_free(void* ptr) { CM_C_API("shmem_free", in::sym_free(ptr, "shmem_fre
 
 void shmem_fence(void) { in::fence(); }
 void shmem_quiet(void) { in::quiet(); }
-int shmem_ctx_create(long, shmem_ctx_t* ctx) {
-  *ctx = SHMEM_CTX_INVALID;
-  return 1;  // additional contexts are not supported: callers fall back to the default
-}
-void shmem_ctx_destroy(shmem_ctx_t) {}
-void shmem_ctx_fence(shmem_ctx_t) { in::fence(); }
-void shmem_ctx_quiet(shmem_ctx_t) { in::quiet(); }
-
 void shmem_set_lock(long* lock) { CM_C_API("shmem_set_lock", in::set_lock(lock)); }
 void shmem_clear_lock(long* lock) { CM_C_API("shmem_clear_lock", in::clear_lock(lock)); }
 int shmem_test_lock(long* lock) { CM_C_API("shmem_test_lock", return in::test_lock(lock) ? 1 : 0); }
@@ -146,10 +149,10 @@ int shmem_team_my_pe(shmem_team_t t) {
 }
 int shmem_team_n_pes(shmem_team_t t) {
   if (t == SHMEM_TEAM_INVALID) return -1;
-  CM_C_API("shmem_team_n_pes", return team(t, "shmem_team_n_pes")->size);
+  CM_C_API("shmem_team_n_pes", return team(t, "shmem_team_n_pes")->size());
 }
 int shmem_team_get_config(shmem_team_t t, long mask, shmem_team_config_t* config) {
-  if (t == SHMEM_TEAM_INVALID) return -1;
+  if (t == SHMEM_TEAM_INVALID || config == nullptr) return -1;
   CM_C_API("shmem_team_get_config", {
     if (mask & SHMEM_TEAM_NUM_CONTEXTS) config->num_contexts = team(t, "shmem_team_get_config")->num_contexts;
     return 0;
@@ -161,20 +164,34 @@ int shmem_team_translate_pe(shmem_team_t src, int src_pe, shmem_team_t dest) {
            return in::team_translate(*team(src, "shmem_team_translate_pe"), src_pe,
                                      *team(dest, "shmem_team_translate_pe")));
 }
+namespace {
+int contexts(const shmem_team_config_t* config, long mask) {
+  return config && (mask & SHMEM_TEAM_NUM_CONTEXTS) ? config->num_contexts : 0;
+}
+}  // namespace
+// An invalid parent or triplet is not an error in OpenSHMEM: the call
+// returns non-zero on every PE (all see the same arguments) and yields
+// SHMEM_TEAM_INVALID.
 int shmem_team_split_strided(shmem_team_t parent, int start, int stride, int size,
                              const shmem_team_config_t* config, long mask, shmem_team_t* new_team) {
+  *new_team = SHMEM_TEAM_INVALID;
+  if (parent == SHMEM_TEAM_INVALID) return 1;
   CM_C_API("shmem_team_split_strided", {
-    const int contexts = config && (mask & SHMEM_TEAM_NUM_CONTEXTS) ? config->num_contexts : 0;
-    *new_team = handle(in::team_split_strided(*team(parent, "shmem_team_split_strided"), start,
-                                              stride, size, contexts));
+    in::TeamData* p = team(parent, "shmem_team_split_strided");
+    if (!in::valid_triplet(p->size(), start, stride, size)) return 1;
+    *new_team = handle(in::team_split_strided(*p, start, stride, size, contexts(config, mask)));
     return 0;
   });
 }
-int shmem_team_split_2d(shmem_team_t parent, int xrange, const shmem_team_config_t*, long,
-                        shmem_team_t* xteam, const shmem_team_config_t*, long, shmem_team_t* yteam) {
+int shmem_team_split_2d(shmem_team_t parent, int xrange, const shmem_team_config_t* xconfig,
+                        long xmask, shmem_team_t* xteam, const shmem_team_config_t* yconfig,
+                        long ymask, shmem_team_t* yteam) {
+  *xteam = *yteam = SHMEM_TEAM_INVALID;
+  if (parent == SHMEM_TEAM_INVALID || xrange < 1) return 1;
   CM_C_API("shmem_team_split_2d", {
     in::TeamData *x = nullptr, *y = nullptr;
-    in::team_split_2d(*team(parent, "shmem_team_split_2d"), xrange, &x, &y);
+    in::team_split_2d(*team(parent, "shmem_team_split_2d"), xrange, contexts(xconfig, xmask),
+                      contexts(yconfig, ymask), &x, &y);
     *xteam = handle(x);
     *yteam = handle(y);
     return 0;

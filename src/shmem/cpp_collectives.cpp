@@ -42,7 +42,7 @@ void alltoallv_bytes(const Team& team, void* dest, std::span<const size_t> recv_
            "pass one count and one offset per team member",
            "alltoallv on {} of {} PEs: got {} recv counts, {} recv offsets, {} send counts, {} "
            "send offsets",
-           *g.label, n, recv_counts.size(), recv_offsets.size(), send_counts.size(),
+           g.label, n, recv_counts.size(), recv_offsets.size(), send_counts.size(),
            send_offsets.size());
   internal::alltoallv(g, dest, recv_counts.data(), recv_offsets.data(), src, send_counts.data(),
                       send_offsets.data(), elem_bytes, "alltoallv");

@@ -24,13 +24,16 @@ Session::~Session() {
 bool initialized() { return internal::is_initialized(); }
 int my_pe() { return internal::state("my_pe").my_pe; }
 int n_pes() { return internal::state("n_pes").n_pes; }
+const char* transport_name() { return internal::state("transport_name").transport->name(); }
 void global_exit(int status) { internal::global_exit(status); }
 void fence() { internal::fence(); }
 void quiet() { internal::quiet(); }
 
 void* peer_ptr(const void* sym, int pe) {
   internal::check_pe(pe, "peer_ptr");
-  return internal::peer_address(pe, internal::sym_offset(sym, 0, "peer_ptr"));
+  const size_t offset = internal::sym_offset(sym, 0, "peer_ptr");
+  if (pe == internal::state().my_pe) return const_cast<void*>(sym);
+  return internal::transport().peer_pointer(pe, offset);
 }
 
 namespace detail {
@@ -47,12 +50,11 @@ void put_signal_bytes(void* dest, const void* src, size_t bytes, uint64_t* signa
   internal::put_signal(dest, src, bytes, signal, value, static_cast<int>(op), pe, nbi,
                        nbi ? "put_signal_nbi" : "put_signal");
 }
-void* remote(const void* sym, size_t bytes, int pe, const char* api) {
-  internal::check_pe(pe, api);
-  const size_t offset = internal::sym_offset(sym, bytes, api);
-  return internal::peer_address(pe, offset);
+uint64_t amo_bits(const void* sym, int width, int pe, Amo op, uint64_t operand, uint64_t compare,
+                  const char* api) {
+  return internal::atomic(const_cast<void*>(sym), pe, static_cast<internal::AmoOp>(op), width,
+                          operand, compare, api);
 }
-void notify(int pe) { internal::notify(pe); }
 int self() { return internal::state().my_pe; }
 
 void wait_for(const void* sym, const char* api, const std::function<bool()>& ready,
@@ -66,7 +68,7 @@ void wait_for(const void* sym, const char* api, const std::function<bool()>& rea
     where = fmt::format("heap offset {}", p - s.base);
   else if (p >= s.data_base && p < s.data_base + s.data_bytes)
     where = fmt::format("global data offset {}", p - s.data_base);
-  internal::wait_until_ready(internal::doorbell(s.my_pe), ready, [&] {
+  internal::wait_until_ready(internal::my_doorbell(), ready, [&] {
     return fmt::format("PE {} waits in {} on {} ({}), current value {}", s.my_pe, api, sym, where,
                        current());
   }, timeout_s);
@@ -119,7 +121,7 @@ internal::TeamData& Team::checked(const char* api) const {
   return *data_;
 }
 int Team::my_pe() const { return checked("Team::my_pe").my_index; }
-int Team::n_pes() const { return checked("Team::n_pes").size; }
+int Team::n_pes() const { return checked("Team::n_pes").size(); }
 int Team::translate(int pe, const Team& other) const {
   return internal::team_translate(checked("Team::translate"), pe, other.checked("Team::translate"));
 }
@@ -129,8 +131,19 @@ Team Team::split_strided(int start, int stride, int size) const {
 }
 std::pair<Team, Team> Team::split_2d(int xrange) const {
   internal::TeamData *x = nullptr, *y = nullptr;
-  internal::team_split_2d(checked("Team::split_2d"), xrange, &x, &y);
+  internal::team_split_2d(checked("Team::split_2d"), xrange, 0, 0, &x, &y);
   return {Team(owned(x)), Team(owned(y))};
+}
+int Team::world_pe(int pe) const {
+  const internal::TeamData& t = checked("Team::world_pe");
+  return pe >= 0 && pe < t.size() ? t.world_pe(pe) : -1;
+}
+std::vector<int> Team::world_pes() const { return checked("Team::world_pes").pes; }
+Team Team::from_pes(const Team& parent, const std::vector<int>& world_pes) {
+  return Team(owned(internal::team_from_pes(parent.checked("Team::from_pes"), world_pes)));
+}
+Team Team::split(int color, int key) const {
+  return Team(owned(internal::team_split_color(checked("Team::split"), color, key)));
 }
 
 }  // namespace coremesh::shmem

@@ -6,6 +6,7 @@
 
 #include "coremesh/core/env.hpp"
 #include "coremesh/core/error.hpp"
+#include "coremesh/shmem/launch.hpp"
 #include "coremesh/runtime/profiler.hpp"
 #include "internal.hpp"
 #include "wait.hpp"
@@ -26,21 +27,79 @@ void set_wait_policy(int n_pes) {
 }
 
 void init_team(TeamData& team, int slot, int n_pes, int my_pe, const char* label) {
-  team.start = 0;
-  team.stride = 1;
-  team.size = n_pes;
+  team.pes.resize(static_cast<size_t>(n_pes));
+  for (int pe = 0; pe < n_pes; ++pe) team.pes[static_cast<size_t>(pe)] = pe;
   team.my_index = my_pe;
   team.slot = slot;
   team.label = label;
 }
+
+constexpr size_t kDefaultHeapBytes = size_t{512} << 20;  // sparse: untouched pages cost nothing
+
+// InitOptions, else COREMESH_HEAP_SIZE (`coremesh run --heap`), else the
+// standard SHMEM_SYMMETRIC_SIZE, else 512 MiB.
+size_t heap_bytes(size_t requested) {
+  if (requested != 0) return requested;
+  for (const char* name : {"COREMESH_HEAP_SIZE", "SHMEM_SYMMETRIC_SIZE"})
+    if (auto text = env::get(name)) return static_cast<size_t>(env::parse_size(*text));
+  return kDefaultHeapBytes;
+}
+
+// COREMESH_TRANSPORT: shm (the default under `coremesh run` and alone),
+// shm-rma (shm without load/store), mpi (the default under mpirun; every
+// PE reached over MPI, also on one host).
+std::unique_ptr<Transport> make_transport(size_t bytes) {
+  const bool mpirun = launched_by_mpirun() && !env::get(kJobIdEnv);
+  const std::string kind = env::get("COREMESH_TRANSPORT").value_or(mpirun ? "mpi" : "shm");
+  CM_CHECK(kind == "shm" || kind == "shm-rma" || kind == "mpi",
+           "set COREMESH_TRANSPORT to shm, shm-rma or mpi",
+           "unknown transport COREMESH_TRANSPORT={}", kind);
+  if (kind == "mpi") {
+    CM_CHECK(mpirun, "start the PEs with mpirun -n N prog (or choose COREMESH_TRANSPORT=shm)",
+             "COREMESH_TRANSPORT=mpi but this process was not started by mpirun");
+    return make_mpi_transport(bytes);
+  }
+  CM_CHECK(!mpirun, "under mpirun, use the mpi transport (unset COREMESH_TRANSPORT)",
+           "COREMESH_TRANSPORT={} cannot join a job started by mpirun", kind);
+  auto shm = make_shm_transport(bytes);
+  return kind == "shm-rma" ? without_peer_pointers(std::move(shm)) : std::move(shm);
+}
+// The standard environment variables that print: SHMEM_VERSION (the
+// library version, PE 0), SHMEM_INFO (version and every variable the
+// library reads, PE 0), SHMEM_DEBUG (one line per PE: transport and heap).
+void report_environment(const State& s) {
+  auto on = [](const char* name) {
+    auto v = env::get(name);
+    return v && !v->empty() && *v != "0";
+  };
+  if (s.my_pe == 0 && (on("SHMEM_VERSION") || on("SHMEM_INFO")))
+    std::printf("coremesh 0.1: OpenSHMEM %d.%d (%s transport, %d PEs)\n", 1, 5,
+                s.transport->name(), s.n_pes);
+  if (s.my_pe == 0 && on("SHMEM_INFO")) {
+    std::printf(
+        "Environment variables:\n"
+        "  SHMEM_SYMMETRIC_SIZE    symmetric heap bytes per PE (K/M/G suffixes; default 512M;\n"
+        "                          COREMESH_HEAP_SIZE and `coremesh run --heap` take precedence)\n"
+        "  SHMEM_VERSION           print the library version at start-up\n"
+        "  SHMEM_INFO              print this text at start-up\n"
+        "  SHMEM_DEBUG             print per-PE transport and heap details at start-up\n"
+        "  COREMESH_TRANSPORT      shm (default) or shm-rma (no load/store between PEs)\n"
+        "  COREMESH_WAIT_TIMEOUT_S watchdog of every blocking wait (default 300)\n"
+        "  COREMESH_SPIN_US        spin before sleeping in a wait (default 20, 0 when PEs > CPUs)\n"
+        "  COREMESH_SYMMETRIC_DATA 0: global variables are not symmetric\n");
+  }
+  if (on("SHMEM_DEBUG"))
+    std::fprintf(stderr, "[shmem debug] PE %d of %d: transport %s, heap %zu B at %p, globals %zu B\n",
+                 s.my_pe, s.n_pes, s.transport->name(), s.segment_bytes - s.user_base,
+                 static_cast<void*>(s.base + s.user_base), s.data_bytes);
+  std::fflush(stdout);
+}
 }  // namespace
 
 int TeamData::index_of(int world_pe) const {
-  const int delta = world_pe - start;
-  if (stride == 0) return delta == 0 ? 0 : -1;
-  if (delta % stride != 0) return -1;
-  const int index = delta / stride;
-  return index >= 0 && index < size ? index : -1;
+  for (size_t i = 0; i < pes.size(); ++i)
+    if (pes[i] == world_pe) return static_cast<int>(i);
+  return -1;
 }
 
 bool is_initialized() { return g_state != nullptr; }
@@ -51,10 +110,10 @@ State& state(const char* api) {
   return *g_state;
 }
 
-void init(size_t heap_bytes) {
+void init(size_t requested_heap_bytes) {
   if (g_state) return;  // repeated init is a no-op, as in most OpenSHMEMs
   auto s = std::make_unique<State>();
-  s->transport = make_shm_transport(heap_bytes);
+  s->transport = make_transport(heap_bytes(requested_heap_bytes));
   s->my_pe = s->transport->my_pe();
   s->n_pes = s->transport->n_pes();
   s->base = s->transport->local_base();
@@ -66,6 +125,12 @@ void init(size_t heap_bytes) {
   s->allocator = SymmetricAllocator(s->user_base, s->segment_bytes - s->user_base);
   init_team(s->world, 0, s->n_pes, s->my_pe, "team world");
   init_team(s->shared, 1, s->n_pes, s->my_pe, "team shared");
+  // SHMEM_TEAM_SHARED: the PEs whose memory this one reaches by load/store.
+  const bool load_store = s->n_pes == 1 || s->transport->peer_pointer((s->my_pe + 1) % s->n_pes, 0);
+  if (!load_store) {
+    s->shared.pes = {s->my_pe};
+    s->shared.my_index = 0;
+  }
   s->free_slots = ~uint64_t{0} << 2;
   set_wait_identity(s->my_pe, s->transport->job());
   set_wait_policy(s->n_pes);
@@ -73,6 +138,7 @@ void init(size_t heap_bytes) {
   g_state = std::move(s);
   Group world = team_group(g_state->world, "shmem_init");
   group_sync(world, "shmem_init");
+  report_environment(*g_state);
 }
 
 void finalize() {
@@ -92,6 +158,11 @@ void global_exit(int status) {
       job->abort_status = status;
       job->global_exit = 1;
       ring(job->abort);  // abort.seq != 0 now: every waiting PE stops
+    }
+    if (std::string(g_state->transport->name()) == "mpi") {
+      std::fflush(stdout);
+      std::fflush(stderr);
+      abort_mpi_job(status);  // mpirun stops every PE and reports the status
     }
   }
   std::fflush(stdout);
@@ -132,14 +203,37 @@ void check_pe(int pe, const char* api) {
            "{}: PE {} is out of range; the job has {} PEs", api, pe, s.n_pes);
 }
 
-std::byte* peer_address(int pe, size_t offset) {
+std::byte* local_address(size_t offset) {
   const State& s = *g_state;
-  if (offset < s.segment_bytes) return s.transport->peer_base(pe) + offset;
-  return s.transport->peer_data_base(pe) + (offset - s.segment_bytes);
+  if (offset < s.segment_bytes) return s.base + offset;
+  return s.data_base + (offset - s.segment_bytes);
 }
 
-Bell& doorbell(int pe) {
-  return reinterpret_cast<HeapHeader*>(g_state->transport->peer_base(pe))->doorbell;
+Bell& my_doorbell() { return reinterpret_cast<HeapHeader*>(g_state->base)->doorbell; }
+Transport& transport() { return *state().transport; }
+
+const std::byte* view(int pe, size_t offset, size_t bytes, std::vector<std::byte>& scratch) {
+  Transport& t = *g_state->transport;
+  if (const std::byte* p = t.peer_pointer(pe, offset)) return p;
+  scratch.resize(bytes);
+  t.get(scratch.data(), pe, offset, bytes);
+  return scratch.data();
+}
+
+std::vector<int64_t> exchange(const Group& g, int parity, std::span<const int64_t> values,
+                              const char* what) {
+  CM_ASSERT(values.size() <= 8);
+  SyncArea* mine = my_sync_area(g.sync_offset);
+  std::copy(values.begin(), values.end(), mine->published[parity]);
+  group_sync(g, what);
+  const size_t k = values.size();
+  std::vector<int64_t> all(k * static_cast<size_t>(g.size));
+  const size_t at = g.sync_offset + offsetof(SyncArea, published) + parity * 8 * sizeof(int64_t);
+  for (int i = 0; i < g.size; ++i) {
+    if (i == g.my_index) std::copy(values.begin(), values.end(), all.begin() + i * k);
+    else transport().get(all.data() + i * k, g.world_pe(i), at, k * sizeof(int64_t));
+  }
+  return all;
 }
 
 }  // namespace coremesh::shmem::internal

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,37 +17,35 @@
 
 namespace coremesh::shmem::internal {
 
-// A team: the world PEs start, start + stride, ... (size of them). Teams of
-// one machine are always strided sets of world PEs (split_strided and
-// split_2d of strided sets are strided).
+// A team: a list of distinct world PEs, in team order. The C API makes
+// strided ones (split_strided, split_2d); the C++ API also any list
+// (Team::from_pes, Team::split), the shape of an MPI communicator.
 struct TeamData {
-  int start = 0;
-  int stride = 1;
-  int size = 0;
-  int my_index = -1;  // this PE's index in the team; -1: not a member
-  int slot = -1;      // team slot (its SyncArea) in every member's heap
+  std::vector<int> pes;  // world PE of each team index
+  int my_index = -1;     // this PE's index in the team; -1: not a member
+  int slot = -1;         // team slot (its SyncArea) in every member's heap
   int num_contexts = 0;
   int64_t calls = 0;  // collective calls this PE made on the team
-  std::string label;  // "team world", "team 3 (start 0, stride 2, size 4)"
+  std::string label;  // "team world", "team in slot 3 (world PEs 0, 2, 4)"
 
-  int world_pe(int index) const { return start + index * stride; }
+  int size() const { return static_cast<int>(pes.size()); }
+  int world_pe(int index) const { return pes[static_cast<size_t>(index)]; }
   // The team index of a world PE, or -1.
   int index_of(int world_pe) const;
 };
 
-// What a collective needs: the member set, where the SyncArea is (a team
+// What a collective needs: the member list, where the SyncArea is (a team
 // slot or a user pSync array) and this PE's call counter for that area.
 struct Group {
-  int start = 0;
-  int stride = 1;
+  std::vector<int> pes;  // world PEs in member order
   int size = 1;
   int my_index = 0;
-  size_t sync_offset = 0;      // segment offset of the SyncArea, on every member
+  size_t sync_offset = 0;      // symmetric offset of the SyncArea, on every member
   int64_t* calls = nullptr;    // this PE's call counter
-  const std::string* label = nullptr;
+  std::string label;           // for messages
   bool has_team_slot = false;  // the alltoallv metadata area exists
 
-  int world_pe(int index) const { return start + index * stride; }
+  int world_pe(int index) const { return pes[static_cast<size_t>(index)]; }
 };
 
 struct State {
@@ -79,14 +78,27 @@ void finalize();
 // Translation. sym_offset checks that [addr, addr + bytes) lies in the
 // symmetric heap or in the global data segment and returns its symmetric
 // offset: heap offsets are [0, segment_bytes), data segment offsets follow
-// (segment_bytes + offset in the data segment). peer_address maps both back.
+// (segment_bytes + offset in the data segment). local_address maps an
+// offset back to this PE's memory.
 size_t sym_offset(const void* addr, size_t bytes, const char* api);
 void check_pe(int pe, const char* api);
-std::byte* peer_address(int pe, size_t offset);
-inline SyncArea* sync_area(int pe, size_t offset) {
-  return reinterpret_cast<SyncArea*>(peer_address(pe, offset));
+std::byte* local_address(size_t offset);
+inline SyncArea* my_sync_area(size_t offset) {
+  return reinterpret_cast<SyncArea*>(local_address(offset));
 }
-Bell& doorbell(int pe);
+// This PE's doorbell: every remote write to this PE rings it.
+Bell& my_doorbell();
+Transport& transport();
+
+// Reading peers' memory, always through the transport: `view` returns the
+// transport's load/store address when it offers one, else gets the bytes
+// into `scratch` and returns that.
+const std::byte* view(int pe, size_t offset, size_t bytes, std::vector<std::byte>& scratch);
+// Every member's `values` (same count on each): each member publishes its
+// own in its SyncArea (call parity `parity`), a sync, then reads the others'.
+// Returns values of member i at [i * values.size(), ...).
+std::vector<int64_t> exchange(const Group& g, int parity, std::span<const int64_t> values,
+                              const char* what);
 
 // Groups.
 Group team_group(TeamData& team, const char* api);
@@ -97,11 +109,19 @@ void group_sync(const Group& group, const char* what);
 // Starts a collective call: returns the parity (published[] index).
 int begin_call(const Group& group);
 
-// Teams.
+// Teams. Splits return nullptr on PEs outside the new team.
 TeamData* team_split_strided(TeamData& parent, int start, int stride, int size, int contexts);
-void team_split_2d(TeamData& parent, int xrange, TeamData** xteam, TeamData** yteam);
+void team_split_2d(TeamData& parent, int xrange, int x_contexts, int y_contexts, TeamData** xteam,
+                   TeamData** yteam);
+// A team of `world_pes` (in that order); collective over `parent`, whose
+// members all pass the same list.
+TeamData* team_from_pes(TeamData& parent, std::span<const int> world_pes);
+// MPI_Comm_split: members with equal color >= 0 form a team, ordered by
+// (key, parent index); collective over `parent`.
+TeamData* team_split_color(TeamData& parent, int color, int key);
 void team_destroy(TeamData* team);
 int team_translate(const TeamData& from, int pe, const TeamData& to);
+bool valid_triplet(int parent_size, int start, int stride, int size);
 
 // Memory (collective over the world).
 void* sym_alloc(size_t bytes, size_t alignment, bool zero, const char* api);
@@ -119,9 +139,11 @@ void iget(void* dest, const void* src, ptrdiff_t dst, ptrdiff_t sst, size_t nele
           size_t elem_bytes, int pe, const char* api);
 void put_signal(void* dest, const void* src, size_t bytes, uint64_t* signal, uint64_t value,
                 int sig_op, int pe, bool nbi, const char* api);
+// Atomic op on a 4- or 8-byte symmetric word at `pe` (bits in and out).
+uint64_t atomic(void* dest, int pe, AmoOp op, int width, uint64_t operand, uint64_t compare,
+                const char* api);
 void quiet();
 void fence();
-void notify(int pe);
 
 // Locks (a symmetric long; the lock word at PE 0 is the lock).
 void set_lock(long* lock);
@@ -147,8 +169,9 @@ std::string describe_group(const Group& g);
 // every PE and returns this PE's copies; run_copies performs part `part` of
 // `parts` of them; a final group_sync ends the call.
 struct CopySpan {
-  std::byte* dst;
-  const std::byte* src;
+  std::byte* dst;  // local
+  int pe;          // source PE and symmetric offset there
+  size_t offset;
   size_t bytes;
 };
 std::vector<CopySpan> alltoallv_exchange(const Group& g, void* dest, const size_t* recv_counts,

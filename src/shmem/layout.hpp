@@ -29,27 +29,32 @@ struct Bell {
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
-// Synchronisation state of one group (team slot or user pSync array). The
-// barrier counters are used at the group's first PE only; `published` holds
-// small per-call values that the other members read (double buffered by call
+// Synchronisation state of one group (team slot or user pSync array).
+// Barriers are dissemination barriers (transport.cpp): in round k a member
+// adds 1 to `arrivals[k]` of the member 2^k places on, and waits until its
+// own arrivals[k] exceeds consumed[k]. The counters only grow, so a slot
+// or pSync array is reusable at once by any group. `published` holds small
+// per-call values that the other members read (double buffered by call
 // parity, so one barrier per call suffices). Every field is 0 initially,
 // which is SHMEM_SYNC_VALUE.
 struct SyncArea {
-  std::atomic<uint32_t> arrived;  // barrier arrivals (at the group's root)
-  uint32_t pad0[15];
-  Bell generation;                // bumped when a barrier completes (root)
-  int64_t entered;                // barriers this PE entered (watchdog info)
-  int64_t calls;                  // collective calls this PE made (pSync groups)
-  uint64_t pad1[5];
-  int64_t published[2][8];        // per-call values, [call parity][item]
+  std::atomic<uint32_t> arrivals[8];  // written by peers (atomic add)
+  uint32_t consumed[8];               // written by this PE only
+  int64_t entered;                    // barriers this PE entered (watchdog info)
+  int64_t calls;                      // collective calls this PE made (pSync groups)
+  uint64_t pad[6];
+  int64_t published[2][8];            // per-call values, [call parity][item]
 };
 static_assert(sizeof(SyncArea) == 256);
+static_assert(offsetof(SyncArea, entered) == 64);
+static_assert(offsetof(SyncArea, published) == 128);
 inline constexpr size_t kSyncAreaLongs = sizeof(SyncArea) / sizeof(long);
 
 struct alignas(64) HeapHeader {
   uint64_t magic;
   uint64_t segment_bytes;
-  alignas(64) Bell doorbell;  // rung after every remote write to this PE
+  alignas(64) Bell doorbell;   // rung after every remote write to this PE
+  alignas(64) Bell sync_bell;  // rung by barrier arrivals (transport.cpp)
 };
 
 inline constexpr uint64_t kHeapMagic = 0x636d2d68656170ULL;  // "cm-heap"

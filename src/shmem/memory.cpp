@@ -14,25 +14,20 @@ namespace {
 // Publishes (a, b) for this call and checks every member published the same.
 void agree(State& s, const char* api, const char* what, int64_t a, int64_t b) {
   Group world = team_group(s.world, api);
-  const int parity = begin_call(world);
-  SyncArea* mine = sync_area(s.my_pe, world.sync_offset);
-  mine->published[parity][0] = a;
-  mine->published[parity][1] = b;
   const uint64_t call = ++s.allocations;
-  group_sync(world, api);
+  const int64_t mine[2] = {a, b};
+  const std::vector<int64_t> all = exchange(world, begin_call(world), mine, api);
   bool same = true;
-  std::string all;
+  std::string text;
   for (int pe = 0; pe < s.n_pes; ++pe) {
-    const SyncArea* peer = sync_area(pe, world.sync_offset);
-    const int64_t pa = peer->published[parity][0], pb = peer->published[parity][1];
+    const int64_t pa = all[2 * pe], pb = all[2 * pe + 1];
     same = same && pa == a && pb == b;
-    all += fmt::format("{}PE {}: {}", pe ? ", " : "", pe,
-                       fmt::format(fmt::runtime(what), pa, pb));
+    text += fmt::format("{}PE {}: {}", pe ? ", " : "", pe, fmt::format(fmt::runtime(what), pa, pb));
   }
   CM_CHECK(same,
            "symmetric allocation is collective: every PE must make the same calls with the same "
            "arguments in the same order",
-           "{} (collective allocation #{}) differs between PEs: {}", api, call, all);
+           "{} (collective allocation #{}) differs between PEs: {}", api, call, text);
 }
 }  // namespace
 

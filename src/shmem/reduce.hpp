@@ -1,5 +1,6 @@
-// Reductions as reduce-scatter + allgather, with peers reading each other's
-// buffers directly (the bandwidth-optimal scheme inside one machine):
+// Reductions as reduce-scatter + allgather, each PE pulling the peers'
+// buffers through the transport (load/store where it offers the fast path,
+// the bandwidth-optimal scheme inside one machine):
 //
 //   barrier
 //   PE r reduces chunk r of every member's source into chunk r of its dest
@@ -8,14 +9,17 @@
 //   PE r copies chunk k != r from member k's dest         (allreduce only)
 //   barrier
 //
-// Each PE reads n elements and writes n; every chunk is reduced by one PE in
-// member order, so all PEs end with bit-identical results. bf16 accumulates
-// in f32 and rounds once.
+// Each PE reads n elements and writes n. Every chunk is reduced by one PE
+// in member order -- dest[i] = ((src_0[i] op src_1[i]) op src_2[i]) ...
+// with src_m the buffer of team member m -- so all PEs end with bit-identical
+// results, equal to that sum taken on one PE. bf16 accumulates in f32 and
+// rounds once.
 #pragma once
 
 #include <complex>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "coremesh/core/dtype.hpp"
 #include "coremesh/core/error.hpp"
@@ -62,21 +66,41 @@ inline A combine(A a, A b) {
 
 // Reduces chunk [lo, hi) of every member's `src` (at segment offset
 // src_offset) into out[0 .. hi - lo).
+// Through the fast path a tile is read in place (8 KiB, in cache); without
+// it the members' tiles of 256 KiB are fetched with get_nbi, all members at
+// once, and one quiet -- one round trip per tile, not per member.
 template <typename T, ReduceKind K>
 void reduce_chunk(const Group& g, size_t src_offset, size_t lo, size_t hi, T* out) {
   using Acc = Accumulator<T>;
   using A = typename Acc::type;
-  constexpr size_t kTile = 8192 / sizeof(A) > 0 ? 8192 / sizeof(A) : 1;
-  A acc[kTile];
-  for (size_t t = lo; t < hi; t += kTile) {
-    const size_t len = std::min(kTile, hi - t);
-    const T* first = reinterpret_cast<const T*>(peer_address(g.world_pe(0), src_offset)) + t;
+  Transport& t = transport();
+  bool direct = true;
+  for (int m = 0; m < g.size && direct; ++m)
+    direct = t.peer_pointer(g.world_pe(m), src_offset) != nullptr;
+  const size_t tile = std::max<size_t>(1, (direct ? 8192 : 256 * 1024) / sizeof(T));
+  std::vector<A> acc(std::min(tile, hi - lo));
+  std::vector<std::vector<T>> fetched(direct ? 0 : static_cast<size_t>(g.size));
+  for (size_t at = lo; at < hi; at += tile) {
+    const size_t len = std::min(tile, hi - at);
+    const size_t offset = src_offset + at * sizeof(T);
+    auto member = [&](int m) -> const T* {
+      if (direct) return reinterpret_cast<const T*>(t.peer_pointer(g.world_pe(m), offset));
+      return fetched[static_cast<size_t>(m)].data();
+    };
+    if (!direct) {
+      for (int m = 0; m < g.size; ++m) {
+        fetched[static_cast<size_t>(m)].resize(len);
+        t.get_nbi(fetched[static_cast<size_t>(m)].data(), g.world_pe(m), offset, len * sizeof(T));
+      }
+      t.quiet();
+    }
+    const T* first = member(0);
     for (size_t i = 0; i < len; ++i) acc[i] = Acc::load(first[i]);
     for (int m = 1; m < g.size; ++m) {
-      const T* in = reinterpret_cast<const T*>(peer_address(g.world_pe(m), src_offset)) + t;
+      const T* in = member(m);
       for (size_t i = 0; i < len; ++i) acc[i] = combine<K>(acc[i], Acc::load(in[i]));
     }
-    T* o = out + (t - lo);
+    T* o = out + (at - lo);
     for (size_t i = 0; i < len; ++i) o[i] = Acc::store(acc[i]);
   }
 }
@@ -85,12 +109,17 @@ void reduce_chunk(const Group& g, size_t src_offset, size_t lo, size_t hi, T* ou
 // holds n = size * chunk elements and dest receives this PE's chunk.
 template <typename T, ReduceKind K>
 void reduce(const Group& g, T* dest, const T* src, size_t n, bool scatter, const char* api) {
-  const size_t src_offset = sym_offset(src, n * sizeof(T), api);
-  auto chunk_lo = [&](int r) { return n * static_cast<size_t>(r) / g.size; };
   if (scatter) {
     CM_CHECK(n % g.size == 0, "reduce_scatter takes count_per_pe * team size elements",
              "{}: {} elements do not split evenly over {} PEs", api, n, g.size);
   }
+  if (n == 0) {  // still collective
+    begin_call(g);
+    group_sync(g, api);
+    return;
+  }
+  const size_t src_offset = sym_offset(src, n * sizeof(T), api);
+  auto chunk_lo = [&](int r) { return n * static_cast<size_t>(r) / g.size; };
   const size_t my_lo = chunk_lo(g.my_index), my_hi = chunk_lo(g.my_index + 1);
   const size_t dest_offset = sym_offset(dest, (scatter ? my_hi - my_lo : n) * sizeof(T), api);
   begin_call(g);
@@ -101,8 +130,8 @@ void reduce(const Group& g, T* dest, const T* src, size_t n, bool scatter, const
   for (int k = 1; k < g.size; ++k) {
     const int r = (g.my_index + k) % g.size;
     const size_t lo = chunk_lo(r), hi = chunk_lo(r + 1);
-    std::memcpy(dest + lo, peer_address(g.world_pe(r), dest_offset + lo * sizeof(T)),
-                (hi - lo) * sizeof(T));
+    if (hi > lo)
+      transport().get(dest + lo, g.world_pe(r), dest_offset + lo * sizeof(T), (hi - lo) * sizeof(T));
   }
   group_sync(g, api);
 }

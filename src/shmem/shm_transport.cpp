@@ -36,8 +36,6 @@ namespace coremesh::shmem::internal {
 
 namespace {
 
-constexpr size_t kDefaultHeapBytes = size_t{128} << 20;
-
 void* map_fd(int fd, size_t bytes, const std::string& what) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   CM_CHECK(p != MAP_FAILED, "check free memory in /dev/shm (df -h /dev/shm) and ulimit -v",
@@ -55,10 +53,9 @@ class ShmTransport final : public Transport {
   int n_pes() const override { return n_pes_; }
   std::byte* local_base() const override { return bases_[my_pe_]; }
   size_t segment_bytes() const override { return segment_bytes_; }
-  std::byte* peer_base(int pe) const override { return bases_[pe]; }
   std::byte* local_data_base() const override { return data_.base; }
   size_t data_bytes() const override { return data_.bytes; }
-  std::byte* peer_data_base(int pe) const override { return data_bases_[pe]; }
+  std::byte* peer_pointer(int pe, size_t offset) const override { return at(pe, offset); }
 
   void put(int pe, size_t offset, const void* src, size_t bytes) override {
     perform({at(pe, offset), static_cast<const std::byte*>(src), bytes, nullptr, 0, false,
@@ -83,16 +80,50 @@ class ShmTransport final : public Transport {
     if (nbi) engine_.submit(copy);
     else perform(copy);
   }
-  // The engine runs ops in submission order, which already orders puts to
-  // each PE; blocking puts are complete on return. So fence has nothing to do.
+  uint64_t atomic(int pe, size_t offset, AmoOp op, int width, uint64_t operand,
+                  uint64_t compare) override {
+    std::byte* word = at(pe, offset);
+    const uint64_t old = width == 4 ? amo<uint32_t>(word, op, operand, compare)
+                                    : amo<uint64_t>(word, op, operand, compare);
+    if (op != AmoOp::fetch) ring(doorbell(pe));
+    return old;
+  }
+  // The engine runs nbi operations in submission order on its own thread,
+  // while blocking puts and AMOs run on the caller's: a fence therefore
+  // waits for the engine, so that nothing issued after it can overtake a
+  // put_nbi issued before it (quiet does the same and more).
   void quiet() override { engine_.drain(); }
-  void fence() override {}
-  void notify(int pe) override { ring(doorbell(pe)); }
+  void fence() override { engine_.drain(); }
+  void notify(int pe, Wake who) override {
+    auto* header = reinterpret_cast<HeapHeader*>(bases_[pe]);
+    ring(who == Wake::sync ? header->sync_bell : header->doorbell);
+  }
   JobControl* job() const override { return launched_ ? job_ : nullptr; }
   void close() override;
 
  private:
   Bell& doorbell(int pe) { return reinterpret_cast<HeapHeader*>(bases_[pe])->doorbell; }
+  template <typename W>
+  static uint64_t amo(std::byte* word, AmoOp op, uint64_t operand, uint64_t compare) {
+    std::atomic_ref<W> ref(*reinterpret_cast<W*>(word));
+    const W v = static_cast<W>(operand);
+    constexpr auto order = std::memory_order_seq_cst;
+    switch (op) {
+      case AmoOp::fetch: return ref.load(order);
+      case AmoOp::set: ref.store(v, order); return 0;
+      case AmoOp::swap: return ref.exchange(v, order);
+      case AmoOp::compare_swap: {
+        W expected = static_cast<W>(compare);
+        ref.compare_exchange_strong(expected, v, order);
+        return expected;  // the old value, whether or not it matched
+      }
+      case AmoOp::add: return ref.fetch_add(v, order);
+      case AmoOp::band: return ref.fetch_and(v, order);
+      case AmoOp::bor: return ref.fetch_or(v, order);
+      case AmoOp::bxor: return ref.fetch_xor(v, order);
+    }
+    return 0;
+  }
   // A symmetric offset's address at `pe` (heap or data segment).
   std::byte* at(int pe, size_t offset) const {
     return offset < segment_bytes_ ? bases_[pe] + offset
@@ -120,10 +151,6 @@ class ShmTransport final : public Transport {
 };
 
 ShmTransport::ShmTransport(size_t user_heap_bytes) {
-  if (user_heap_bytes == 0) {
-    auto text = env::get("COREMESH_HEAP_SIZE");
-    user_heap_bytes = text ? static_cast<size_t>(env::parse_size(*text)) : kDefaultHeapBytes;
-  }
   CM_CHECK(user_heap_bytes >= 4096, "use a heap of at least 4K",
            "symmetric heap size {} B is too small", user_heap_bytes);
   user_heap_bytes_ = (user_heap_bytes + 4095) / 4096 * 4096;

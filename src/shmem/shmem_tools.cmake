@@ -21,7 +21,15 @@ else
 fi
 ]=])
 
-set(_cm_libs "$<TARGET_FILE:coremesh_shmem> $<TARGET_FILE:coremesh_runtime> $<TARGET_FILE:coremesh_core> $<TARGET_LINKER_FILE:fmt::fmt>")
+# A sanitizer build's libraries need the sanitizer runtime in the program too.
+set(_cm_sanitize "")
+if(COREMESH_SANITIZE STREQUAL "address")
+  set(_cm_sanitize "-fsanitize=address,undefined ")
+elseif(COREMESH_SANITIZE STREQUAL "thread")
+  set(_cm_sanitize "-fsanitize=thread ")
+endif()
+list(JOIN MPI_C_LIBRARIES " " _cm_mpi_libs)  # the mpi transport
+set(_cm_libs "${_cm_sanitize}$<TARGET_FILE:coremesh_shmem> $<TARGET_FILE:coremesh_runtime> $<TARGET_FILE:coremesh_core> $<TARGET_LINKER_FILE:fmt::fmt> ${_cm_mpi_libs}")
 string(REPLACE "@CC@" "${CMAKE_C_COMPILER}" _cm_build "${_cm_wrapper}")
 string(REPLACE "@INCLUDE@" "${PROJECT_SOURCE_DIR}/include" _cm_build "${_cm_build}")
 string(REPLACE "@LIBS@" "${_cm_libs}" _cm_build "${_cm_build}")
@@ -30,7 +38,7 @@ file(GENERATE OUTPUT ${CMAKE_BINARY_DIR}/bin/coremesh-cc CONTENT "${_cm_build}"
 
 include(GNUInstallDirs)
 set(_cm_libdir ${CMAKE_INSTALL_FULL_LIBDIR})
-set(_cm_install_libs "${_cm_libdir}/$<TARGET_FILE_NAME:coremesh_shmem> ${_cm_libdir}/$<TARGET_FILE_NAME:coremesh_runtime> ${_cm_libdir}/$<TARGET_FILE_NAME:coremesh_core> $<TARGET_LINKER_FILE:fmt::fmt>")
+set(_cm_install_libs "${_cm_libdir}/$<TARGET_FILE_NAME:coremesh_shmem> ${_cm_libdir}/$<TARGET_FILE_NAME:coremesh_runtime> ${_cm_libdir}/$<TARGET_FILE_NAME:coremesh_core> $<TARGET_LINKER_FILE:fmt::fmt> ${_cm_mpi_libs}")
 string(REPLACE "@CC@" "${CMAKE_C_COMPILER}" _cm_install "${_cm_wrapper}")
 string(REPLACE "@INCLUDE@" "${CMAKE_INSTALL_FULL_INCLUDEDIR}" _cm_install "${_cm_install}")
 string(REPLACE "@LIBS@" "${_cm_install_libs}" _cm_install "${_cm_install}")

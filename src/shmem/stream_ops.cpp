@@ -52,26 +52,22 @@ void put_on_stream_bytes(runtime::Stream& stream, void* dest, const void* src, s
                          int pe, uint64_t* signal, uint64_t value, SignalOp op) {
   const char* api = signal ? "put_signal_on_stream" : "put_on_stream";
   internal::check_pe(pe, api);
-  std::byte* target = internal::peer_address(pe, internal::sym_offset(dest, bytes, api));
-  std::atomic<uint64_t>* sig = nullptr;
-  if (signal) {
-    sig = reinterpret_cast<std::atomic<uint64_t>*>(
-        internal::peer_address(pe, internal::sym_offset(signal, sizeof(uint64_t), api)));
-  }
+  const size_t offset = bytes ? internal::sym_offset(dest, bytes, api) : 0;
+  const size_t signal_offset = signal ? internal::sym_offset(signal, sizeof(uint64_t), api) : 0;
+  internal::Transport* t = &internal::transport();
   const int blocks = comm_block_dim(stream, bytes);
   auto left = std::make_shared<std::atomic<int>>(blocks);
   const auto* source = static_cast<const std::byte*>(src);
   stream.launch(comm(signal ? "shmem_put_signal" : "shmem_put", blocks),
                 [=](const runtime::BlockContext& ctx) {
                   auto [lo, hi] = block_range(bytes, ctx.block_idx, ctx.block_dim, 64);
-                  std::memcpy(target + lo, source + lo, hi - lo);
-                  // The last block to finish publishes: every copy happens-before it.
-                  if (left->fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-                  if (sig) {
-                    if (op == SignalOp::add) sig->fetch_add(value, std::memory_order_release);
-                    else sig->store(value, std::memory_order_release);
-                  }
-                  internal::notify(pe);
+                  if (hi > lo) t->put(pe, offset + lo, source + lo, hi - lo);
+                  // The last block to finish signals: every block's put is
+                  // complete (blocking) and happens-before this point.
+                  if (left->fetch_sub(1, std::memory_order_acq_rel) != 1 || !signal) return;
+                  t->atomic(pe, signal_offset,
+                            op == SignalOp::add ? internal::AmoOp::add : internal::AmoOp::set, 8,
+                            value, 0);
                 });
 }
 }  // namespace detail
@@ -95,56 +91,119 @@ void barrier_on_stream(runtime::Stream& stream, const Team& team) {
   });
 }
 
-// allreduce as kernels: sync | reduce my chunk (blocks) | sync | gather the
-// other chunks (blocks) | sync.
+// Collectives as kernels: sync | pull (blocks) | sync [| pull | sync].
+// The pulls are reductions of this PE's chunk (reduce.hpp, member order) or
+// copies through the transport split over the blocks.
 namespace {
+using Copies = std::shared_ptr<std::vector<internal::CopySpan>>;
+
+void launch_copies(runtime::Stream& stream, const char* name, Copies copies) {
+  size_t bytes = 0;
+  for (const internal::CopySpan& c : *copies) bytes += c.bytes;
+  stream.launch(comm(name, comm_block_dim(stream, bytes)),
+                [copies](const runtime::BlockContext& ctx) {
+                  internal::run_copies(*copies, ctx.block_idx, ctx.block_dim);
+                });
+}
+
 template <typename T, internal::ReduceKind K>
-void allreduce_kernels(runtime::Stream& stream, const internal::Group& g, T* dest, const T* src,
-                       size_t n) {
-  const char* api = "allreduce_on_stream";
-  const size_t src_offset = internal::sym_offset(src, n * sizeof(T), api);
-  const size_t dest_offset = internal::sym_offset(dest, n * sizeof(T), api);
+void reduce_kernels(runtime::Stream& stream, const internal::Group& g, T* dest, const T* src,
+                    size_t n, bool scatter, const char* api) {
+  CM_CHECK(!scatter || n % g.size == 0, "reduce_scatter takes count_per_pe * team size elements",
+           "{}: {} elements do not split evenly over {} PEs", api, n, g.size);
   auto chunk_lo = [n, size = g.size](int r) { return n * static_cast<size_t>(r) / size; };
   const size_t my_lo = chunk_lo(g.my_index), my_hi = chunk_lo(g.my_index + 1);
+  const size_t src_offset = n ? internal::sym_offset(src, n * sizeof(T), api) : 0;
+  const size_t dest_offset =
+      n ? internal::sym_offset(dest, (scatter ? my_hi - my_lo : n) * sizeof(T), api) : 0;
   internal::begin_call(g);
   launch_sync(stream, g, api);
+  T* out = scatter ? dest : dest + my_lo;
   const int reduce_blocks = comm_block_dim(stream, (my_hi - my_lo) * sizeof(T) * g.size);
-  stream.launch(comm("shmem_allreduce_reduce", reduce_blocks),
+  stream.launch(comm(scatter ? "shmem_reduce_scatter" : "shmem_allreduce_reduce", reduce_blocks),
                 [=](const runtime::BlockContext& ctx) {
                   auto [lo, hi] = block_range(my_hi - my_lo, ctx.block_idx, ctx.block_dim, 16);
-                  internal::reduce_chunk<T, K>(g, src_offset, my_lo + lo, my_lo + hi,
-                                               dest + my_lo + lo);
+                  if (hi > lo)
+                    internal::reduce_chunk<T, K>(g, src_offset, my_lo + lo, my_lo + hi, out + lo);
                 });
   launch_sync(stream, g, api);
+  if (scatter) return;
   auto copies = std::make_shared<std::vector<internal::CopySpan>>();
   for (int k = 1; k < g.size; ++k) {
     const int r = (g.my_index + k) % g.size;
     const size_t lo = chunk_lo(r), hi = chunk_lo(r + 1);
-    copies->push_back({reinterpret_cast<std::byte*>(dest + lo),
-                       internal::peer_address(g.world_pe(r), dest_offset + lo * sizeof(T)),
-                       (hi - lo) * sizeof(T)});
+    if (hi > lo)
+      copies->push_back({reinterpret_cast<std::byte*>(dest + lo), g.world_pe(r),
+                         dest_offset + lo * sizeof(T), (hi - lo) * sizeof(T)});
   }
-  const int gather_blocks = comm_block_dim(stream, (n - (my_hi - my_lo)) * sizeof(T));
-  stream.launch(comm("shmem_allreduce_gather", gather_blocks),
-                [copies](const runtime::BlockContext& ctx) {
-                  internal::run_copies(*copies, ctx.block_idx, ctx.block_dim);
-                });
+  launch_copies(stream, "shmem_allreduce_gather", copies);
   launch_sync(stream, g, api);
+}
+
+template <typename T>
+void reduce_on_stream(runtime::Stream& stream, const Team& team, T* dest, const T* src, size_t n,
+                      ReduceOp op, bool scatter, const char* api) {
+  internal::Group g = group_of(team, api);
+  using K = internal::ReduceKind;
+  switch (op) {
+    case ReduceOp::sum: return reduce_kernels<T, K::sum>(stream, g, dest, src, n, scatter, api);
+    case ReduceOp::max: return reduce_kernels<T, K::max>(stream, g, dest, src, n, scatter, api);
+    case ReduceOp::min: return reduce_kernels<T, K::min>(stream, g, dest, src, n, scatter, api);
+    case ReduceOp::prod: return reduce_kernels<T, K::prod>(stream, g, dest, src, n, scatter, api);
+  }
 }
 }  // namespace
 
 template <typename T>
 void allreduce_on_stream(runtime::Stream& stream, const Team& team, T* dest, const T* src,
                          size_t count, ReduceOp op) {
-  internal::Group g = group_of(team, "allreduce_on_stream");
-  using K = internal::ReduceKind;
-  switch (op) {
-    case ReduceOp::sum: return allreduce_kernels<T, K::sum>(stream, g, dest, src, count);
-    case ReduceOp::max: return allreduce_kernels<T, K::max>(stream, g, dest, src, count);
-    case ReduceOp::min: return allreduce_kernels<T, K::min>(stream, g, dest, src, count);
-    case ReduceOp::prod: return allreduce_kernels<T, K::prod>(stream, g, dest, src, count);
-  }
+  reduce_on_stream(stream, team, dest, src, count, op, false, "allreduce_on_stream");
 }
+
+template <typename T>
+void reduce_scatter_on_stream(runtime::Stream& stream, const Team& team, T* dest, const T* src,
+                              size_t count_per_pe, ReduceOp op) {
+  CM_CHECK(team.valid(), "use a valid team", "reduce_scatter_on_stream on an invalid team");
+  reduce_on_stream(stream, team, dest, src, count_per_pe * static_cast<size_t>(team.n_pes()), op,
+                   true, "reduce_scatter_on_stream");
+}
+
+namespace detail {
+void allgather_on_stream_bytes(runtime::Stream& stream, const Team& team, void* dest,
+                               const void* src, size_t bytes) {
+  const char* api = "allgather_on_stream";
+  internal::Group g = group_of(team, api);
+  const size_t src_offset = bytes ? internal::sym_offset(src, bytes, api) : 0;
+  if (bytes) internal::sym_offset(dest, bytes * g.size, api);
+  auto copies = std::make_shared<std::vector<internal::CopySpan>>();
+  for (int k = 0; k < g.size && bytes; ++k) {
+    const int i = (g.my_index + k) % g.size;
+    copies->push_back({static_cast<std::byte*>(dest) + i * bytes, g.world_pe(i), src_offset, bytes});
+  }
+  internal::begin_call(g);
+  launch_sync(stream, g, api);
+  launch_copies(stream, "shmem_allgather", copies);
+  launch_sync(stream, g, api);
+}
+
+void broadcast_on_stream_bytes(runtime::Stream& stream, const Team& team, void* dest,
+                               const void* src, size_t bytes, int root) {
+  const char* api = "broadcast_on_stream";
+  internal::Group g = group_of(team, api);
+  CM_CHECK(root >= 0 && root < g.size, "root is a PE index within the team",
+           "{}: root {} is not in {} of {} PEs", api, root, g.label, g.size);
+  const size_t src_offset = bytes ? internal::sym_offset(src, bytes, api) : 0;
+  if (bytes) internal::sym_offset(dest, bytes, api);
+  auto copies = std::make_shared<std::vector<internal::CopySpan>>();
+  // The root copies its own src too (a local get), unless dest is src.
+  if (bytes && (g.my_index != root || dest != src))
+    copies->push_back({static_cast<std::byte*>(dest), g.world_pe(root), src_offset, bytes});
+  internal::begin_call(g);
+  launch_sync(stream, g, api);
+  launch_copies(stream, "shmem_broadcast", copies);
+  launch_sync(stream, g, api);
+}
+}  // namespace detail
 
 template <typename T>
 void alltoallv_on_stream(runtime::Stream& stream, const Team& team, T* dest,
@@ -179,10 +238,13 @@ void alltoallv_on_stream(runtime::Stream& stream, const Team& team, T* dest,
 #define INSTANTIATE(T)                                                                        \
   template void allreduce_on_stream<T>(runtime::Stream&, const Team&, T*, const T*, size_t,   \
                                        ReduceOp);                                             \
+  template void reduce_scatter_on_stream<T>(runtime::Stream&, const Team&, T*, const T*,      \
+                                            size_t, ReduceOp);                                \
   template void alltoallv_on_stream<T>(runtime::Stream&, const Team&, T*, std::vector<size_t>, \
                                        std::vector<size_t>, const T*, std::vector<size_t>,    \
                                        std::vector<size_t>);
 INSTANTIATE(float)
+INSTANTIATE(double)
 INSTANTIATE(bf16)
 INSTANTIATE(int32_t)
 INSTANTIATE(int64_t)

@@ -1,22 +1,44 @@
 // The transport tier (SOS style): shmem_* (C API) and coremesh::shmem (C++)
-// call the internal tier (internal.hpp), which calls a Transport for
-// everything that depends on how PEs reach each other's memory.
+// call the internal tier (internal.hpp), which reaches another PE's memory
+// only through a Transport. Nothing above this table touches a peer's
+// memory: RMA, atomics, signals, ordering and synchronisation are calls
+// here; `peer_pointer` is an optional fast path that a transport may refuse
+// (nullptr), and then every access goes through the calls.
 //
-// Implementations: shm (shm_transport.cpp; POSIX shared memory, every PE maps
-// every heap segment). An MPI transport would implement the same table with
-// RMA windows and return nullptr from peer_base(), which makes the internal
-// tier use put/get instead of load/store (see collectives.cpp).
+// Implementations (chosen in init.cpp from COREMESH_TRANSPORT):
+//   shm      shm_transport.cpp: POSIX shared memory, every PE maps every
+//            heap and data segment; peer_pointer is the mapping.
+//   shm-rma  the shm transport with peer_pointer refused: proves that the
+//            internal tier needs nothing but the calls (what a network
+//            transport offers).
+//   mpi      mpi_transport.cpp: PEs started by mpirun; MPI-3 RMA windows,
+//            waits poll (peers cannot ring this PE's futex bells).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
+#include <string>
 
 #include "layout.hpp"
 
 namespace coremesh::shmem::internal {
 
 enum class SignalOp : int { set = 0, add = 1 };
+// Atomic memory operations on a 4- or 8-byte word. Integers of either
+// signedness add alike in two's complement, and fetch/set/swap move bits,
+// so one bit-level table serves every OpenSHMEM AMO type.
+enum class AmoOp : int { fetch, set, swap, compare_swap, add, band, bor, bxor };
+
+// Who takes part in a synchronisation and where its SyncArea is.
+struct SyncSpec {
+  std::span<const int> world_pes;  // members in team order
+  int my_index = 0;
+  size_t sync_offset = 0;  // symmetric offset of the SyncArea, the same on every member
+  std::function<std::string()> describe;  // "barrier #3 on team world" for the watchdog
+};
 
 class Transport {
  public:
@@ -29,18 +51,21 @@ class Transport {
   // which is the same on every PE.
   virtual std::byte* local_base() const = 0;
   virtual size_t segment_bytes() const = 0;
-  // Load/store address of `pe`'s segment; nullptr when not mapped (optional).
-  virtual std::byte* peer_base(int pe) const = 0;
   // The executable's writable data (global and static variables,
-  // data_segment.hpp) on this PE / on `pe`; its size is the same on every PE,
-  // 0 when globals are not symmetric.
+  // data_segment.hpp) on this PE; its size is the same on every PE, 0 when
+  // globals are not symmetric.
   virtual std::byte* local_data_base() const = 0;
   virtual size_t data_bytes() const = 0;
-  virtual std::byte* peer_data_base(int pe) const = 0;
 
   // Offsets below are symmetric offsets, already bounds-checked:
   // [0, segment_bytes) is the heap segment, [segment_bytes, segment_bytes +
   // data_bytes) the data segment.
+
+  // Optional fast path: a load/store address of `offset` on `pe`, or
+  // nullptr when the transport cannot (or will not) map it. Callers that
+  // get an address must ring notify(pe) after storing through it.
+  virtual std::byte* peer_pointer(int pe, size_t offset) const = 0;
+
   // Blocking RMA: returns when `src` may be reused (put) / `dst` holds the data (get).
   virtual void put(int pe, size_t offset, const void* src, size_t bytes) = 0;
   virtual void get(void* dst, int pe, size_t offset, size_t bytes) = 0;
@@ -51,12 +76,29 @@ class Transport {
   // signal sees the data.
   virtual void put_signal(int pe, size_t offset, const void* src, size_t bytes,
                           size_t signal_offset, uint64_t value, SignalOp op, bool nbi) = 0;
+  // Atomic `op` on the `width`-byte (4 or 8) word at `offset` on `pe`;
+  // returns the old value (zero-extended bits). `compare` is used by
+  // compare_swap only. Complete on return, ordered after earlier blocking
+  // operations of this PE.
+  virtual uint64_t atomic(int pe, size_t offset, AmoOp op, int width, uint64_t operand,
+                          uint64_t compare) = 0;
   // Completes all outstanding non-blocking operations of this PE.
   virtual void quiet() = 0;
-  // Orders earlier puts to each PE before later ones.
+  // Orders every earlier put, put_nbi, AMO and store to each PE before
+  // later ones to the same PE.
   virtual void fence() = 0;
-  // Wakes whoever sleeps waiting for memory of `pe` to change.
-  virtual void notify(int pe) = 0;
+  // Wakes whoever on `pe` sleeps waiting for its memory to change: `data`
+  // waiters (wait_until, signal waits, locks; put, put_signal and atomic
+  // wake them by themselves) or `sync` waiters (barriers, rung by sync()
+  // only, so that puts to a PE sleeping in a barrier cost no wake-up).
+  enum class Wake { data, sync };
+  virtual void notify(int pe, Wake who = Wake::data) = 0;
+
+  // Returns when every member of `spec` has entered (no quiet). The default
+  // is a dissemination barrier built from atomic adds on the members'
+  // SyncAreas and waits on this PE's own one (transport.cpp); a transport
+  // with a native barrier may override it.
+  virtual void sync(const SyncSpec& spec);
 
   // The job control block; nullptr when the process runs alone.
   virtual JobControl* job() const = 0;
@@ -64,9 +106,16 @@ class Transport {
   virtual void close() = 0;
 };
 
-// Creates the shm transport. `user_heap_bytes` = 0: COREMESH_HEAP_SIZE or
-// the default (128 MiB). Inside a job started by `coremesh run` it joins the
+// Creates the shm transport. `user_heap_bytes` = 0: the environment
+// (init.cpp) decides. Inside a job started by `coremesh run` it joins the
 // job; otherwise it runs as a single PE.
 std::unique_ptr<Transport> make_shm_transport(size_t user_heap_bytes);
+// `inner` without its fast path: peer_pointer() is always nullptr.
+std::unique_ptr<Transport> without_peer_pointers(std::unique_ptr<Transport> inner);
+// The MPI transport (mpi_transport.cpp); initialises MPI if needed.
+std::unique_ptr<Transport> make_mpi_transport(size_t user_heap_bytes);
+bool launched_by_mpirun();
+// MPI_Abort when MPI is up (shmem_global_exit under mpirun).
+void abort_mpi_job(int status);
 
 }  // namespace coremesh::shmem::internal

@@ -37,6 +37,16 @@ void throw_wait_timeout(const Describe& describe, double timeout_s) {
 }
 
 namespace {
+std::atomic<PollHook> g_poll_hook{nullptr};
+}  // namespace
+void set_poll_hook(PollHook hook) { g_poll_hook.store(hook); }
+PollHook poll_hook() { return g_poll_hook.load(std::memory_order_relaxed); }
+void poll_pause(int64_t us) {
+  timespec ts{0, static_cast<long>(us * 1000)};
+  nanosleep(&ts, nullptr);
+}
+
+namespace {
 std::atomic<JobControl*> g_job{nullptr};
 std::atomic<int> g_pe{0};
 }  // namespace

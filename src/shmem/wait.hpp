@@ -42,6 +42,15 @@ void check_job_alive();
 
 using Describe = std::function<std::string()>;
 
+// Transports whose peers write this PE's memory without ringing its bells
+// (mpi) set a poll hook: waits then poll, calling the hook, which lets
+// incoming RMA land (over TCP, a PE's library applies its peers' RMA only
+// while it is called). Between polls a wait yields the CPU when every PE
+// has one (the spin policy is on), else sleeps 20-200 us.
+using PollHook = void (*)();
+void set_poll_hook(PollHook hook);
+PollHook poll_hook();
+
 // Blocks until `ready()` is true; `bell` must be rung after every change
 // that can make it true. ready() is not called again after it returned true. `timeout_s` < 0 uses the policy's watchdog.
 template <typename Ready>
@@ -49,6 +58,7 @@ void wait_until_ready(Bell& bell, Ready&& ready, const Describe& describe,
                       double timeout_s = -1.0);
 
 void throw_wait_timeout(const Describe& describe, double timeout_s);
+void poll_pause(int64_t us);
 
 template <typename Ready>
 void wait_until_ready(Bell& bell, Ready&& ready, const Describe& describe, double timeout_s) {
@@ -68,6 +78,15 @@ void wait_until_ready(Bell& bell, Ready&& ready, const Describe& describe, doubl
   const double limit = timeout_s < 0 ? policy.timeout_s : timeout_s;
   const auto deadline = start + std::chrono::duration_cast<clock::duration>(
                                     std::chrono::duration<double>(limit));
+  if (PollHook hook = poll_hook()) {
+    for (int64_t pause_us = 20;; pause_us = std::min<int64_t>(pause_us * 2, 200)) {
+      hook();
+      if (ready()) return;
+      check_job_alive();
+      if (clock::now() >= deadline) throw_wait_timeout(describe, limit);
+      if (policy.spin_ns == 0) poll_pause(pause_us);
+    }
+  }
   for (;;) {
     const uint32_t seq = bell.seq.load(std::memory_order_seq_cst);
     if (ready()) return;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "coremesh/core/error.hpp"
@@ -83,9 +84,18 @@ TEST(Rma, OutOfRangePeAndNonSymmetricAddressAreErrors) {
   shmem::sym_free(buf);
 }
 
+// The load/store fast path exists on the shm transport and not on shm-rma
+// or mpi, where shmem_ptr returns NULL for every other PE.
 TEST(Rma, PeerPointerIsLoadStore) {
   auto* v = static_cast<int*>(shmem::sym_calloc(1, sizeof(int)));
   int* right = shmem::peer_ptr(v, (me() + 1) % npes());
+  EXPECT_EQ(shmem::peer_ptr(v, me()), v);
+  if (std::string(shmem::transport_name()) != "shm" && npes() > 1) {
+    EXPECT_EQ(right, nullptr);
+    shmem::barrier();
+    shmem::sym_free(v);
+    return;
+  }
   ASSERT_NE(right, nullptr);
   shmem::barrier();
   *right = 100 + me();
@@ -93,4 +103,14 @@ TEST(Rma, PeerPointerIsLoadStore) {
   EXPECT_EQ(*v, 100 + (me() + npes() - 1) % npes());
   shmem::barrier();
   shmem::sym_free(v);
+}
+
+// A zero-length transfer is a no-op whatever its addresses.
+TEST(Rma, ZeroLengthWithNullAddressesIsANoOp) {
+  shmem::put<int>(nullptr, nullptr, 0, 0);
+  shmem::get<int>(nullptr, nullptr, 0, 0);
+  shmem::put_nbi<int>(nullptr, nullptr, 0, 0);
+  shmem::get_nbi<int>(nullptr, nullptr, 0, 0);
+  shmem::quiet();
+  shmem::barrier();
 }

@@ -54,6 +54,11 @@
 #define CM_SHMEM_REDUCE_COMPLEX_TYPES(X) \
   X(cm_shmem_complexd, complexd) X(cm_shmem_complexf, complexf)
 
+/* Deprecated (pre-1.4) atomics and waits. */
+#define CM_SHMEM_OLD_AMO_TYPES(X) X(int, int) X(long, long) X(long long, longlong)
+#define CM_SHMEM_OLD_WAIT_TYPES(X) \
+  X(short, short) X(int, int) X(long, long) X(long long, longlong)
+
 /* Deprecated active-set reductions (shmem_TYPENAME_OP_to_all). */
 #define CM_SHMEM_TOALL_BITWISE_TYPES(X) \
   X(short, short) X(int, int) X(long, long) X(long long, longlong)
@@ -61,29 +66,32 @@
   CM_SHMEM_TOALL_BITWISE_TYPES(X) X(float, float) X(double, double) X(long double, longdouble)
 
 /* C11 generic selection lists: base types only (the fixed-width and
- * size_t/ptrdiff_t names alias them and may not appear twice). */
-#define CM_SHMEM_GENERIC_RMA_TYPES(X)                                                  \
-  X(float, float) X(double, double) X(long double, longdouble) X(char, char)           \
-  X(signed char, schar) X(short, short) X(int, int) X(long, long)                      \
-  X(long long, longlong) X(unsigned char, uchar) X(unsigned short, ushort)             \
-  X(unsigned int, uint) X(unsigned long, ulong) X(unsigned long long, ulonglong)
-#define CM_SHMEM_GENERIC_AMO_STD_TYPES(X)                                              \
-  X(int, int) X(long, long) X(long long, longlong) X(unsigned int, uint)               \
-  X(unsigned long, ulong) X(unsigned long long, ulonglong)
-#define CM_SHMEM_GENERIC_AMO_EXT_TYPES(X) CM_SHMEM_GENERIC_AMO_STD_TYPES(X) X(float, float) X(double, double)
-#define CM_SHMEM_GENERIC_AMO_BITWISE_TYPES(X) \
-  X(unsigned int, uint) X(unsigned long, ulong) X(unsigned long long, ulonglong)
-#define CM_SHMEM_GENERIC_P2P_TYPES(X)                                                  \
-  X(short, short) X(int, int) X(long, long) X(long long, longlong)                     \
-  X(unsigned short, ushort) X(unsigned int, uint) X(unsigned long, ulong)              \
-  X(unsigned long long, ulonglong)
-#define CM_SHMEM_GENERIC_REDUCE_BITWISE_TYPES(X)                                       \
-  X(unsigned char, uchar) X(unsigned short, ushort) X(unsigned int, uint)              \
-  X(unsigned long, ulong) X(unsigned long long, ulonglong)
-#define CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES(X)                                        \
-  X(char, char) X(signed char, schar) X(short, short) X(int, int) X(long, long)        \
-  X(long long, longlong) X(unsigned char, uchar) X(unsigned short, ushort)             \
-  X(unsigned int, uint) X(unsigned long, ulong) X(unsigned long long, ulonglong)       \
-  X(float, float) X(double, double) X(long double, longdouble)
+ * size_t/ptrdiff_t names alias them and may not appear twice). X(TYPE,
+ * TYPENAME, A) passes A through (the routine name). */
+#define CM_SHMEM_GENERIC_RMA_TYPES(X, A)                                               \
+  X(float, float, A) X(double, double, A) X(long double, longdouble, A) X(char, char, A) \
+  X(signed char, schar, A) X(short, short, A) X(int, int, A) X(long, long, A)          \
+  X(long long, longlong, A) X(unsigned char, uchar, A) X(unsigned short, ushort, A)    \
+  X(unsigned int, uint, A) X(unsigned long, ulong, A) X(unsigned long long, ulonglong, A)
+#define CM_SHMEM_GENERIC_AMO_STD_TYPES(X, A)                                           \
+  X(int, int, A) X(long, long, A) X(long long, longlong, A) X(unsigned int, uint, A)   \
+  X(unsigned long, ulong, A) X(unsigned long long, ulonglong, A)
+#define CM_SHMEM_GENERIC_AMO_EXT_TYPES(X, A) \
+  CM_SHMEM_GENERIC_AMO_STD_TYPES(X, A) X(float, float, A) X(double, double, A)
+#define CM_SHMEM_GENERIC_AMO_BITWISE_TYPES(X, A) \
+  X(unsigned int, uint, A) X(unsigned long, ulong, A) X(unsigned long long, ulonglong, A)
+#define CM_SHMEM_GENERIC_P2P_TYPES(X, A)                                               \
+  X(short, short, A) X(int, int, A) X(long, long, A) X(long long, longlong, A)         \
+  X(unsigned short, ushort, A) X(unsigned int, uint, A) X(unsigned long, ulong, A)     \
+  X(unsigned long long, ulonglong, A)
+#define CM_SHMEM_GENERIC_REDUCE_BITWISE_TYPES(X, A)                                    \
+  X(unsigned char, uchar, A) X(unsigned short, ushort, A) X(unsigned int, uint, A)     \
+  X(unsigned long, ulong, A) X(unsigned long long, ulonglong, A)
+#define CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES(X, A)                                     \
+  X(char, char, A) X(signed char, schar, A) X(short, short, A) X(int, int, A)          \
+  X(long, long, A) X(long long, longlong, A) X(unsigned char, uchar, A)                \
+  X(unsigned short, ushort, A) X(unsigned int, uint, A) X(unsigned long, ulong, A)     \
+  X(unsigned long long, ulonglong, A) X(float, float, A) X(double, double, A)          \
+  X(long double, longdouble, A)
 
 #endif

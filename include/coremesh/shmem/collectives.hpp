@@ -54,7 +54,10 @@ void alltoallv(const Team& team, T* dest, std::span<const size_t> recv_counts,
 }
 
 // Element-wise reduction over the members; dest may equal src. Defined for
-// float, double, bf16, int32_t, int64_t (sum, max, min, prod).
+// float, double, bf16, int32_t, int64_t (sum, max, min, prod). Deterministic
+// and rank-ordered: dest[i] = ((src_0[i] op src_1[i]) op src_2[i]) ... with
+// src_m the buffer of team member m, evaluated left to right (bf16 in float,
+// rounded once), identical bits on every member.
 template <typename T>
 void allreduce(const Team& team, T* dest, const T* src, size_t count, ReduceOp op);
 // src holds count_per_pe * n_pes elements; dest receives this member's

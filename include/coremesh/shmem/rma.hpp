@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -23,9 +24,26 @@ void put_bytes(void* dest, const void* src, size_t bytes, int pe, bool nbi);
 void get_bytes(void* dest, const void* src, size_t bytes, int pe, bool nbi);
 void put_signal_bytes(void* dest, const void* src, size_t bytes, uint64_t* signal,
                       uint64_t value, SignalOp op, int pe, bool nbi);
-// Checked load/store address of symmetric `sym` on `pe`.
-void* remote(const void* sym, size_t bytes, int pe, const char* api);
-void notify(int pe);
+enum class Amo : int { fetch, set, swap, compare_swap, add, band, bor, bxor };
+// Atomic `op` on the sizeof-4 or -8 symmetric word `sym` at `pe`, through
+// the transport; values travel as bits. Returns the old value.
+uint64_t amo_bits(const void* sym, int width, int pe, Amo op, uint64_t operand, uint64_t compare,
+                  const char* api);
+template <typename T>
+uint64_t to_bits(T v) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomics take 4- and 8-byte types");
+  if constexpr (sizeof(T) == 4) return std::bit_cast<uint32_t>(v);
+  else return std::bit_cast<uint64_t>(v);
+}
+template <typename T>
+T from_bits(uint64_t bits) {
+  if constexpr (sizeof(T) == 4) return std::bit_cast<T>(static_cast<uint32_t>(bits));
+  else return std::bit_cast<T>(bits);
+}
+template <typename T>
+T amo(const T* sym, int pe, Amo op, T operand, T compare, const char* api) {
+  return from_bits<T>(amo_bits(sym, sizeof(T), pe, op, to_bits(operand), to_bits(compare), api));
+}
 int self();
 // Sleeps until `ready()`; `sym` is the watched symmetric location (for the
 // watchdog message). timeout_s < 0: COREMESH_WAIT_TIMEOUT_S.
@@ -99,47 +117,36 @@ bool test(T* ivar, Cmp cmp, T value) {
   return detail::compare(std::atomic_ref<T>(*ivar).load(std::memory_order_acquire), cmp, value);
 }
 
-// Atomics on symmetric `dest` at `pe`. The arithmetic and bitwise ones take
+// Atomics on symmetric `dest` at `pe`, performed by the transport (the only
+// door to another PE's memory). The arithmetic and bitwise ones take
 // integers; fetch/set/swap/compare_swap also take float and double.
 template <typename T>
 T atomic_fetch(const T* src, int pe) {
-  return std::atomic_ref<T>(*static_cast<T*>(detail::remote(src, sizeof(T), pe, "atomic_fetch")))
-      .load(std::memory_order_acquire);
+  return detail::amo(src, pe, detail::Amo::fetch, T{}, T{}, "atomic_fetch");
 }
 template <typename T>
 void atomic_set(T* dest, T value, int pe) {
-  std::atomic_ref<T>(*static_cast<T*>(detail::remote(dest, sizeof(T), pe, "atomic_set")))
-      .store(value, std::memory_order_release);
-  detail::notify(pe);
+  detail::amo(dest, pe, detail::Amo::set, value, T{}, "atomic_set");
 }
 template <typename T>
 T atomic_swap(T* dest, T value, int pe) {
-  T old = std::atomic_ref<T>(*static_cast<T*>(detail::remote(dest, sizeof(T), pe, "atomic_swap")))
-              .exchange(value, std::memory_order_acq_rel);
-  detail::notify(pe);
-  return old;
+  return detail::amo(dest, pe, detail::Amo::swap, value, T{}, "atomic_swap");
 }
+// Returns the old value, whether or not it matched.
 template <typename T>
 T atomic_compare_swap(T* dest, T cond, T value, int pe) {
-  std::atomic_ref<T>(
-      *static_cast<T*>(detail::remote(dest, sizeof(T), pe, "atomic_compare_swap")))
-      .compare_exchange_strong(cond, value, std::memory_order_acq_rel);
-  detail::notify(pe);
-  return cond;  // the old value, whether or not it matched
+  return detail::amo(dest, pe, detail::Amo::compare_swap, value, cond, "atomic_compare_swap");
 }
 
 enum class AtomicOp { add, band, bor, bxor };
 template <AtomicOp Op, typename T>
 T atomic_fetch_op(T* dest, T value, int pe) {
   static_assert(std::is_integral_v<T>, "arithmetic and bitwise atomics take integer types");
-  std::atomic_ref<T> ref(*static_cast<T*>(detail::remote(dest, sizeof(T), pe, "atomic")));
-  T old;
-  if constexpr (Op == AtomicOp::add) old = ref.fetch_add(value, std::memory_order_acq_rel);
-  else if constexpr (Op == AtomicOp::band) old = ref.fetch_and(value, std::memory_order_acq_rel);
-  else if constexpr (Op == AtomicOp::bor) old = ref.fetch_or(value, std::memory_order_acq_rel);
-  else old = ref.fetch_xor(value, std::memory_order_acq_rel);
-  detail::notify(pe);
-  return old;
+  constexpr detail::Amo amo = Op == AtomicOp::add    ? detail::Amo::add
+                              : Op == AtomicOp::band ? detail::Amo::band
+                              : Op == AtomicOp::bor  ? detail::Amo::bor
+                                                     : detail::Amo::bxor;
+  return detail::amo(dest, pe, amo, value, T{}, "atomic");
 }
 template <typename T>
 T atomic_fetch_add(T* dest, T value, int pe) { return atomic_fetch_op<AtomicOp::add>(dest, value, pe); }

@@ -34,6 +34,9 @@ class Session {
 bool initialized();
 int my_pe();
 int n_pes();
+// The transport in use: "shm", "shm-rma" or "mpi" (COREMESH_TRANSPORT,
+// docs/shmem.md).
+const char* transport_name();
 // Stops every PE of the job with `status` (the launcher reports it).
 [[noreturn]] void global_exit(int status);
 

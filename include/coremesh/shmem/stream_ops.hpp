@@ -30,6 +30,10 @@ int comm_block_dim(const runtime::Stream& stream, size_t bytes);
 namespace detail {
 void put_on_stream_bytes(runtime::Stream& stream, void* dest, const void* src, size_t bytes,
                          int pe, uint64_t* signal, uint64_t value, SignalOp op);
+void allgather_on_stream_bytes(runtime::Stream& stream, const Team& team, void* dest,
+                               const void* src, size_t bytes);
+void broadcast_on_stream_bytes(runtime::Stream& stream, const Team& team, void* dest,
+                               const void* src, size_t bytes, int root);
 }  // namespace detail
 
 template <typename T>
@@ -48,10 +52,38 @@ void signal_wait_on_stream(runtime::Stream& stream, uint64_t* signal, Cmp cmp, u
 void quiet_on_stream(runtime::Stream& stream);
 void barrier_on_stream(runtime::Stream& stream, const Team& team = Team::world());
 
-// Defined for float, bf16, int32_t, int64_t and sum, max, min.
+// Collectives on a stream. Each is collective over the team (every member
+// enqueues the same sequence of collectives on the team) and runs as comm
+// kernels: a barrier, the data movement in blocks, a barrier.
+//
+// Reductions are deterministic and rank-ordered: element i of the result is
+//   ((src_0[i] op src_1[i]) op src_2[i]) ... op src_{n-1}[i]
+// where src_m is the buffer of team member m (team order, Team::my_pe()),
+// evaluated left to right in the element type (bf16: in float, rounded once
+// at the end) -- the same bits on every member, and the same bits as adding
+// the members' buffers in member order on one PE.
+// Defined for float, double, bf16, int32_t, int64_t and sum, max, min, prod.
 template <typename T>
 void allreduce_on_stream(runtime::Stream& stream, const Team& team, T* dest, const T* src,
                          size_t count, ReduceOp op);
+// ZeRO-1's gradient reduction: src holds count_per_pe * n_pes elements;
+// member r's dest receives the reduction of chunk r, src[r * count_per_pe ..
+// (r + 1) * count_per_pe), in the order above.
+template <typename T>
+void reduce_scatter_on_stream(runtime::Stream& stream, const Team& team, T* dest, const T* src,
+                              size_t count_per_pe, ReduceOp op);
+// ZeRO-1's parameter gather: dest[k * count ...] = member k's src[0 .. count).
+template <typename T>
+void allgather_on_stream(runtime::Stream& stream, const Team& team, T* dest, const T* src,
+                         size_t count) {
+  detail::allgather_on_stream_bytes(stream, team, dest, src, count * sizeof(T));
+}
+// dest on every member (the root included) gets member `root`'s src.
+template <typename T>
+void broadcast_on_stream(runtime::Stream& stream, const Team& team, T* dest, const T* src,
+                         size_t count, int root) {
+  detail::broadcast_on_stream_bytes(stream, team, dest, src, count * sizeof(T), root);
+}
 // Counts/offsets are copied at the call.
 template <typename T>
 void alltoallv_on_stream(runtime::Stream& stream, const Team& team, T* dest,

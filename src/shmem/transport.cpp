@@ -1,0 +1,94 @@
+// What every transport shares: the dissemination barrier built from the
+// table's atomics, and the decorator that takes the load/store fast path
+// away (the `shm-rma` transport).
+#include <bit>
+
+#include "coremesh/core/error.hpp"
+
+#include "transport.hpp"
+#include "wait.hpp"
+
+namespace coremesh::shmem::internal {
+
+// Dissemination barrier (Hensgen, Finkel, Manber): ceil(log2 n) rounds; in
+// round k member i adds 1 to arrivals[k] of member (i + 2^k) mod n and waits
+// for its own arrivals[k] to pass consumed[k]. Every member sends and
+// consumes exactly one signal per round per barrier, so the counters stay
+// matched across barriers, groups and reuse of the area. Only this PE's
+// own SyncArea is ever read; peers are reached by atomic adds.
+void Transport::sync(const SyncSpec& spec) {
+  const int n = static_cast<int>(spec.world_pes.size());
+  if (n <= 1) return;
+  auto* mine = reinterpret_cast<SyncArea*>(local_base() + spec.sync_offset);
+  if (spec.sync_offset >= segment_bytes())
+    mine = reinterpret_cast<SyncArea*>(local_data_base() + (spec.sync_offset - segment_bytes()));
+  ++mine->entered;
+  Bell& bell = reinterpret_cast<HeapHeader*>(local_base())->sync_bell;
+  for (int k = 0, step = 1; step < n; ++k, step <<= 1) {
+    const int to = spec.world_pes[static_cast<size_t>((spec.my_index + step) % n)];
+    atomic(to, spec.sync_offset + offsetof(SyncArea, arrivals) + k * sizeof(uint32_t), AmoOp::add,
+           4, 1, 0);
+    notify(to, Wake::sync);
+    const uint32_t want = mine->consumed[k] + 1;
+    auto arrived = [&] {
+      // Wrap-safe: the counters may pass 2^32 in a very long run.
+      return static_cast<int32_t>(mine->arrivals[k].load(std::memory_order_acquire) - want) >= 0;
+    };
+    wait_until_ready(bell, arrived, [&] {
+      return fmt::format("{} (round {} of {}: waiting for PE {})", spec.describe(), k + 1,
+                         std::bit_width(static_cast<unsigned>(n - 1)),
+                         spec.world_pes[static_cast<size_t>((spec.my_index - step % n + n) % n)]);
+    });
+    mine->consumed[k] = want;
+  }
+}
+
+namespace {
+// Forwards everything but the fast path.
+class WithoutPeerPointers final : public Transport {
+ public:
+  explicit WithoutPeerPointers(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  const char* name() const override { return "shm-rma"; }
+  int my_pe() const override { return inner_->my_pe(); }
+  int n_pes() const override { return inner_->n_pes(); }
+  std::byte* local_base() const override { return inner_->local_base(); }
+  size_t segment_bytes() const override { return inner_->segment_bytes(); }
+  std::byte* local_data_base() const override { return inner_->local_data_base(); }
+  size_t data_bytes() const override { return inner_->data_bytes(); }
+  std::byte* peer_pointer(int, size_t) const override { return nullptr; }
+  void put(int pe, size_t offset, const void* src, size_t bytes) override {
+    inner_->put(pe, offset, src, bytes);
+  }
+  void get(void* dst, int pe, size_t offset, size_t bytes) override {
+    inner_->get(dst, pe, offset, bytes);
+  }
+  void put_nbi(int pe, size_t offset, const void* src, size_t bytes) override {
+    inner_->put_nbi(pe, offset, src, bytes);
+  }
+  void get_nbi(void* dst, int pe, size_t offset, size_t bytes) override {
+    inner_->get_nbi(dst, pe, offset, bytes);
+  }
+  void put_signal(int pe, size_t offset, const void* src, size_t bytes, size_t signal_offset,
+                  uint64_t value, SignalOp op, bool nbi) override {
+    inner_->put_signal(pe, offset, src, bytes, signal_offset, value, op, nbi);
+  }
+  uint64_t atomic(int pe, size_t offset, AmoOp op, int width, uint64_t operand,
+                  uint64_t compare) override {
+    return inner_->atomic(pe, offset, op, width, operand, compare);
+  }
+  void quiet() override { inner_->quiet(); }
+  void fence() override { inner_->fence(); }
+  void notify(int pe, Wake who) override { inner_->notify(pe, who); }
+  JobControl* job() const override { return inner_->job(); }
+  void close() override { inner_->close(); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+};
+}  // namespace
+
+std::unique_ptr<Transport> without_peer_pointers(std::unique_ptr<Transport> inner) {
+  return std::make_unique<WithoutPeerPointers>(std::move(inner));
+}
+
+}  // namespace coremesh::shmem::internal
