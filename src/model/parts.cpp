@@ -150,7 +150,7 @@ Tensor Parts::attention_backward(Model& m, Model::Slot& s, const Model::PartPara
   return norm_backward(sink, p.norm, dan, a.x, m.wview(p.norm), a.arstd, dr);
 }
 
-void Parts::embedding_backward(Model& m, Model::Slot& s, const Model::PartParams& p, const Tensor& dr,
+void Parts::embedding_backward(Model&, Model::Slot& s, const Model::PartParams& p, const Tensor& dr,
                                WgradSink& sink) {
   // x = wte[tokens]  =>  dwte[token] += dx (onto the head's gradient when tied)
   const Tensor ids = s.ids;

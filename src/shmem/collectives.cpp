@@ -111,7 +111,7 @@ std::vector<CopySpan> alltoallv_exchange(const Group& g, void* dest, const size_
                                          const size_t* send_counts, const size_t* send_offsets,
                                          size_t elem_bytes, const char* api) {
   CM_ASSERT(g.has_team_slot);
-  State& s = state(api);
+  state(api);  // checks that the library is initialized
   const size_t n = static_cast<size_t>(g.size);
   size_t src_end = 0, dest_end = 0;
   for (size_t i = 0; i < n; ++i) {

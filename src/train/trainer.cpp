@@ -106,10 +106,12 @@ std::vector<std::string> config_differences(const TrainConfig& a, const TrainCon
 Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
     : cfg_(config), stream_(device), rng_(config.seed) {
   cfg_.validate();
-  const int world = shmem::initialized() ? shmem::n_pes() : 1;
-  CM_CHECK(cfg_.parallel.world() == world,
-           "start a parallel layout with `coremesh train` (it launches its PEs) or under `coremesh run -n N`",
-           "the parallel layout needs {} PEs, this job has {}", cfg_.parallel.world(), world);
+  // A layout of one PE trains alone, also inside a job of several.
+  const int world = cfg_.parallel.world();
+  if (world > 1)
+    CM_CHECK(shmem::initialized() && shmem::n_pes() == world,
+             "start a parallel layout with `coremesh train` (it launches its PEs) or under `coremesh run -n N`",
+             "the parallel layout needs {} PEs, this job has {}", world, shmem::initialized() ? shmem::n_pes() : 1);
   // kernels tile over the device's cores: this run's stream may use `cores` of them
   const runtime::CoreLimits spec = device.spec();
   cores_ = cfg_.cores > 0 ? std::min({cfg_.cores, spec.cube, spec.vector}) : std::min(spec.cube, spec.vector);

@@ -58,7 +58,9 @@ TEST(ShardedSum, SumsInMemberOrderAndGathers) {
     for (int m = 0; m < sum.group(r).size(); ++m) {
       const auto [b, e] = sum.shard(r, m);
       EXPECT_EQ(b, at);
-      if (e != ranges[size_t(r)].end) EXPECT_EQ(e % 64, 0);
+      if (e != ranges[size_t(r)].end) {
+        EXPECT_EQ(e % 64, 0);
+      }
       at = e;
     }
     EXPECT_EQ(at, ranges[size_t(r)].end);
