@@ -61,11 +61,6 @@ void sum_in_order(const std::vector<Tensor>& inputs, const Tensor& out) {
                 });
 }
 
-namespace {
-
-// The element-wise largest of every PE's `values` (collective over the
-// world): symmetric layouts must be the same on every PE, whatever the size
-// of the groups this PE is in.
 std::vector<int64_t> max_over_world(const std::vector<int64_t>& values) {
   const int64_t n = std::max<int64_t>(int64_t(values.size()), 1);
   Tensor v = symmetric_tensor({2 * n}, DType::i64);
@@ -74,8 +69,6 @@ std::vector<int64_t> max_over_world(const std::vector<int64_t>& values) {
   shmem::allreduce(shmem::Team::world(), p + n, p, size_t(n), shmem::ReduceOp::max);
   return std::vector<int64_t>(p + n, p + n + int64_t(values.size()));
 }
-
-}  // namespace
 
 ShardedSum::ShardedSum(Tensor arena, std::vector<Group> groups, std::vector<Range> ranges, int64_t align)
     : arena_(std::move(arena)), groups_(std::move(groups)), ranges_(std::move(ranges)), align_(align) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "coremesh/core/error.hpp"
+#include "coremesh/shmem/collectives.hpp"
 #include "coremesh/shmem/session.hpp"
 #include "coremesh/train/generate.hpp"
 
@@ -124,7 +125,7 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
     dist_ = std::make_unique<Distributed>(cfg_, device);
     model_ = std::make_unique<model::Model>(cfg_.model, dist_->stage(), dist_->seams(), dist_->arena());
     dist_->attach(*model_);
-    opt_ = std::make_unique<AdamW>(*model_, cfg_.adam, dist_->owned_ranges());
+    opt_ = std::make_unique<AdamW>(*model_, cfg_.adam, dist_->owned_ranges(), dist_->state_allocator());
   } else {
     model_ = std::make_unique<model::Model>(cfg_.model);
     opt_ = std::make_unique<AdamW>(*model_, cfg_.adam);
@@ -133,7 +134,41 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
   schedule_ = LrSchedule{cfg_.lr, cfg_.min_lr, cfg_.warmup_steps, cfg_.steps};
 }
 
-CheckpointState Trainer::checkpoint_state() const {
+namespace {
+
+// This PE's share of whole-model tensors (by name): its parameters (its
+// experts' rows) and its AdamW state (the ranges it owns).
+void load_state(model::Model& model, AdamW& opt, const NamedTensors& params,
+                             const NamedTensors& adam_m, const NamedTensors& adam_v) {
+  std::map<std::string, Tensor> P(params.begin(), params.end()), M(adam_m.begin(), adam_m.end()),
+      V(adam_v.begin(), adam_v.end());
+  auto whole = [&](const std::map<std::string, Tensor>& from, const model::ParamInfo& p) -> const float* {
+    auto it = from.find(p.name);
+    CM_CHECK(it != from.end(), "resume from a complete checkpoint", "the checkpoint lacks '{}'", p.name);
+    const Tensor& t = it->second;
+    const int64_t rows = p.expert() ? p.numel / p.shape[0] : 0;
+    CM_CHECK(t.numel() >= p.numel + p.expert_begin * rows, "resume a checkpoint of this model",
+             "'{}' has {} elements, this PE needs {}", p.name, t.numel(), p.numel + p.expert_begin * rows);
+    return t.data<float>() + p.expert_begin * rows;  // this PE's experts' rows
+  };
+  for (const model::ParamInfo& p : model.params())
+    std::memcpy(model.param_data() + p.offset, whole(P, p), size_t(p.numel) * sizeof(float));
+  // AdamW state: each owned range, element by element from the parameters it covers
+  for (size_t i = 0; i < opt.owned().size(); ++i) {
+    const auto [b, e] = opt.owned()[i];
+    for (const model::ParamInfo& p : model.params()) {
+      const int64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.numel);
+      if (lo >= hi) continue;
+      const int64_t to = opt.state_offset(i) + (lo - b), from = lo - p.offset;
+      std::memcpy(opt.m().data<float>() + to, whole(M, p) + from, size_t(hi - lo) * sizeof(float));
+      std::memcpy(opt.v().data<float>() + to, whole(V, p) + from, size_t(hi - lo) * sizeof(float));
+    }
+  }
+}
+
+}  // namespace
+
+CheckpointState Trainer::checkpoint_state() {
   CheckpointState s;
   s.config = cfg_.model;
   s.train_config = to_json(cfg_)["train"];
@@ -142,12 +177,16 @@ CheckpointState Trainer::checkpoint_state() const {
   s.rng_state = rng_.state();
   s.data_position = train_loader_->position();
   s.data_fingerprint = data_->fingerprint();
+  s.buffers = model_->named_buffers();  // router biases: the same on every PE
+  if (dist_) {
+    dist_->gather_state(*model_, *opt_, s.params, s.adam_m, s.adam_v);  // whole-model tensors on the leader
+    return s;
+  }
   s.params = model_->named_params();
   for (const auto& p : model_->params()) {
-    s.adam_m.emplace_back(p.name, opt_->m().slice(0, p.offset, p.offset + p.numel).view(p.shape));
-    s.adam_v.emplace_back(p.name, opt_->v().slice(0, p.offset, p.offset + p.numel).view(p.shape));
+    s.adam_m.emplace_back(p.name, opt_->m_of(p));
+    s.adam_v.emplace_back(p.name, opt_->v_of(p));
   }
-  s.buffers = model_->named_buffers();
   return s;
 }
 
@@ -155,8 +194,12 @@ std::string Trainer::save_checkpoint_now() {
   stream_.synchronize();  // the weights and the optimizer state as of the last step
   const std::string dir = (fs::path(cfg_.out_dir) / "checkpoints").string();
   const std::string path = checkpoint_path(dir, step_);
-  save_checkpoint(path, checkpoint_state());
-  prune_checkpoints(dir, cfg_.keep_checkpoints);
+  const CheckpointState s = checkpoint_state();  // collective when parallel
+  if (leader()) {
+    save_checkpoint(path, s);
+    prune_checkpoints(dir, cfg_.keep_checkpoints);
+  }
+  if (dist_) shmem::barrier();  // the file is complete before any PE goes on (and may read it)
   return path;
 }
 
@@ -169,26 +212,15 @@ void Trainer::resume(const std::string& where) {
              "no checkpoint found in '{}'", where);
   }
   CheckpointState s = load_checkpoint(path);
-  check_compatible(s, cfg_.model, model_->named_params(), path);
+  std::vector<std::pair<std::string, Shape>> whole;  // the 1-PE model's names and shapes
+  for (const auto& p : model::layout_params(cfg_.model).params) whole.emplace_back(p.name, p.shape);
+  check_compatible(s, cfg_.model, whole, path);
   CM_CHECK(s.data_fingerprint == data_->fingerprint(),
            "resume with the same data files as the run that saved the checkpoint",
            "checkpoint '{}' was trained on different data (fingerprint {} vs {})", path,
            s.data_fingerprint, data_->fingerprint());
   stream_.synchronize();
-  auto copy = [&](const NamedTensors& from, const std::function<Tensor(const model::ParamInfo&)>& to,
-                  const char* what) {
-    std::map<std::string, Tensor> by_name(from.begin(), from.end());
-    for (const auto& p : model_->params()) {
-      auto it = by_name.find(p.name);
-      CM_CHECK(it != by_name.end(), "resume from a complete checkpoint",
-               "checkpoint '{}' lacks {} of '{}'", path, what, p.name);
-      Tensor dst = to(p);
-      dst.copy_from(it->second);
-    }
-  };
-  copy(s.params, [&](const model::ParamInfo& p) { return model_->param(p.name); }, "weights");
-  copy(s.adam_m, [&](const model::ParamInfo& p) { return opt_->m().slice(0, p.offset, p.offset + p.numel).view(p.shape); }, "AdamW m");
-  copy(s.adam_v, [&](const model::ParamInfo& p) { return opt_->v().slice(0, p.offset, p.offset + p.numel).view(p.shape); }, "AdamW v");
+  load_state(*model_, *opt_, s.params, s.adam_m, s.adam_v);
   std::map<std::string, Tensor> bufs(s.buffers.begin(), s.buffers.end());
   for (auto& [name, b] : model_->named_buffers()) {
     auto it = bufs.find(name);
@@ -225,6 +257,10 @@ std::string Trainer::sample() {
   SampleOptions o;
   o.tokens = cfg_.sample_tokens;
   return generate(*model_, cfg_.sample_prompt, o);
+}
+
+int64_t Trainer::tokens_per_step() const {
+  return cfg_.tokens_per_step() * (dist_ ? dist_->data_ranks() : 1);
 }
 
 void Trainer::queue_step() {
@@ -274,7 +310,7 @@ StepRecord& Trainer::finish_step() {
   CM_CHECK(std::isfinite(r.loss), "lower the learning rate or enable gradient clipping",
            "loss became {} at step {}", r.loss, step_ + 1);
   r.seconds = now_seconds() - step_start_;
-  r.tokens_per_s = double(cfg_.tokens_per_step()) / r.seconds;
+  r.tokens_per_s = double(tokens_per_step()) / r.seconds;
   last_load_ = {step_, {}};
   for (const auto& counts : st.expert_load) {
     r.expert_balance = std::max(r.expert_balance, expert_balance(counts));
@@ -293,7 +329,8 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   runtime::StreamGuard on(stream_);
   const int64_t end = until_step < 0 ? cfg_.steps : std::min(until_step, cfg_.steps);
   const double flops_tok = model::flops_per_token(cfg_.model, cfg_.seq_len);
-  const double peak = measured_peak_flops(cores_);
+  const int pes = dist_ ? dist_->mesh().world() : 1;  // MFU over every PE's cores
+  const double peak = measured_peak_flops(cores_) * pes;
   Progress progress(cfg_.steps, step_, cfg_.log_every, stderr, cfg_.progress ? -1 : 0);
   const int64_t heat_every = std::max<int64_t>(1, cfg_.steps / 200);
   TrainResult result;
@@ -329,11 +366,11 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   // Throughput over the steady part (the first step warms caches and allocations).
   double tok = 0, sec = 0;
   for (size_t i = records_.size() > 1 ? 1 : 0; i < records_.size(); ++i)
-    tok += double(cfg_.tokens_per_step()), sec += records_[i].seconds;
+    tok += double(tokens_per_step()), sec += records_[i].seconds;
   result.mean_tokens_per_s = sec > 0 ? tok / sec : 0;
   // Runs long enough to report MFU take the higher of the peaks measured at
   // their start and end (the core's speed drifts).
-  result.mean_mfu = flops_tok * result.mean_tokens_per_s / (sec >= 2 ? remeasure_peak_flops(cores_) : peak);
+  result.mean_mfu = flops_tok * result.mean_tokens_per_s / (sec >= 2 ? remeasure_peak_flops(cores_) * pes : peak);
   if (save_at_end) result.checkpoint = save_checkpoint_now();
   if (cfg_.report) {
     fs::create_directories(cfg_.out_dir);

@@ -119,7 +119,9 @@ TEST(ParallelTraining, ReproducesTheOnePeRun) {
       for (size_t i = 0; i < x.size(); ++i) num += (x[i] - y[i]) * double(x[i] - y[i]), den += double(y[i]) * y[i];
       worst_weight = std::max(worst_weight, std::sqrt(num / std::max(den, 1e-30)));
     }
-    if (L.exact) EXPECT_EQ(different, 0) << "parameters differ from the 1-PE run";
+    if (L.exact) {
+      EXPECT_EQ(different, 0) << "parameters differ from the 1-PE run";
+    }
     EXPECT_LE(worst_weight, 1e-5);
     // Router biases: the same global load on every PE, the same update.
     const auto want_buffers = ref.model().named_buffers(), buffers = t.model().named_buffers();
@@ -134,6 +136,108 @@ TEST(ParallelTraining, ReproducesTheOnePeRun) {
                   "%d tensors not bit-identical; loss %.4f -> %.4f, grad norm %.3f -> %.3f (clip 0.5)\n",
                   L.dp, L.ep, L.zero, worst_loss, worst_weight, different, ref.records().front().loss,
                   ref.records().back().loss, ref.records().front().grad_norm, ref.records().back().grad_norm);
+    shmem::barrier();
+  }
+}
+
+namespace {
+
+// The relative L2 error of every tensor of two checkpoints' states.
+double worst_difference(const CheckpointState& a, const CheckpointState& b) {
+  double worst = 0;
+  using List = NamedTensors CheckpointState::*;
+  for (List list : {&CheckpointState::params, &CheckpointState::adam_m, &CheckpointState::adam_v}) {
+    const NamedTensors &x = a.*list, &y = b.*list;
+    EXPECT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
+      EXPECT_EQ(x[i].first, y[i].first);
+      const auto u = x[i].second.to_float_vector(), v = y[i].second.to_float_vector();
+      double num = 0, den = 0;
+      for (size_t k = 0; k < u.size(); ++k) num += (u[k] - v[k]) * double(u[k] - v[k]), den += double(v[k]) * v[k];
+      worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+    }
+  }
+  return worst;
+}
+
+struct Resume {
+  Layout from, to;  // to.dp == 0: one PE (inside the job), accumulating the same global batch
+};
+
+std::vector<Resume> resumes(int n) {
+  switch (n) {
+    case 2: return {{{2, 1, 1, true}, {1, 2, 0, false}}, {{1, 2, 1, false}, {0, 0, 0, false}}, {{1, 2, 1, false}, {1, 2, 1, false}}};
+    case 3: return {{{3, 1, 1, true}, {0, 0, 0, true}}};
+    case 4: return {{{2, 2, 1, false}, {1, 4, 0, false}}, {{2, 2, 1, false}, {0, 0, 0, false}}, {{2, 2, 1, false}, {2, 2, 1, false}}};
+    default: return {};
+  }
+}
+
+TrainConfig layout_config(const Layout& L, int ranks, const std::string& dir) {
+  TrainConfig c = base_config();
+  if (L.dp > 0) c.parallel.dp = L.dp, c.parallel.ep = L.ep, c.parallel.zero = L.zero;
+  else c.grad_accum = ranks;  // one PE
+  c.out_dir = dir;
+  return c;
+}
+
+}  // namespace
+
+// A checkpoint written under one layout holds the 1-PE model's tensors (the
+// same names and values as one PE's checkpoint) and resumes under another.
+TEST(ParallelTraining, CheckpointsMoveBetweenLayouts) {
+  const int n = shmem::n_pes(), me = shmem::my_pe();
+  for (const Resume& R : resumes(n)) {
+    SCOPED_TRACE(::testing::Message() << "dp " << R.from.dp << " ep " << R.from.ep << " zero " << R.from.zero
+                                      << " -> " << (R.to.dp ? "" : "one PE ") << "dp " << R.to.dp << " ep " << R.to.ep
+                                      << " zero " << R.to.zero);
+    const int ranks = R.from.dp * R.from.ep;
+    const std::string local = "/tmp/coremesh_pe_ckpt_" + std::to_string(me);
+    // The 1-PE reference: 10 steps straight, and its checkpoint at step 5.
+    Trainer ref(layout_config({0, 0, 0, true}, ranks, local + "_ref"), one_core());
+    const std::string ref5 = ref.run(5, true).checkpoint;
+    ref.run(-1, false);
+    // Layout `from` for 5 steps: its checkpoint is the 1-PE one.
+    std::string ckpt;
+    {
+      Trainer a(layout_config(R.from, ranks, "/tmp/coremesh_pe_ckpt_from"), one_core());
+      ckpt = a.run(5, true).checkpoint;
+    }
+    const double saved = worst_difference(load_checkpoint(ckpt), load_checkpoint(ref5));
+    if (R.from.exact) {
+      EXPECT_EQ(saved, 0.0) << "the checkpoint differs from the 1-PE checkpoint";
+    }
+    EXPECT_LE(saved, 1e-5);
+    // Layout `to` resumes it and trains 5 more steps.
+    const bool one = R.to.dp == 0;
+    Trainer b(layout_config(R.to, ranks, one ? local + "_to" : "/tmp/coremesh_pe_ckpt_to"), one_core());
+    b.resume(ckpt);
+    EXPECT_EQ(b.step(), 5);
+    b.run(-1, false);
+    ASSERT_EQ(b.records().size(), 5u);
+    double worst = 0;
+    for (size_t s = 0; s < 5; ++s) {
+      const double x = b.records()[s].loss, y = ref.records()[5 + s].loss;
+      if (R.from.exact && R.to.exact) {
+        EXPECT_EQ(x, y) << "step " << 5 + s;
+      }
+      worst = std::max(worst, rel(x, y));
+    }
+    EXPECT_LE(worst, 1e-6);
+    // The same layout resumes bit-exactly: against that layout's own straight run.
+    if (R.to.dp == R.from.dp && R.to.ep == R.from.ep && R.to.zero == R.from.zero) {
+      Trainer straight(layout_config(R.from, ranks, "/tmp/coremesh_pe_ckpt_straight"), one_core());
+      straight.run(-1, false);
+      for (size_t s = 0; s < 5; ++s) EXPECT_EQ(b.records()[s].loss, straight.records()[5 + s].loss) << "step " << 5 + s;
+      for (const auto& p : b.model().params())
+        EXPECT_EQ(0, std::memcmp(b.model().param(p.name).raw_data(), straight.model().param(p.name).raw_data(),
+                                 size_t(p.numel) * 4))
+            << p.name;
+    }
+    if (me == 0)
+      std::printf("checkpoint of dp %d ep %d zero %d: %.1e from the 1-PE one; resumed as %s dp %d ep %d: losses "
+                  "within %.1e of the 1-PE run\n",
+                  R.from.dp, R.from.ep, R.from.zero, saved, one ? "one PE," : "", R.to.dp, R.to.ep, worst);
     shmem::barrier();
   }
 }

@@ -38,6 +38,10 @@ struct Group {
 // order when the tensor dies).
 Tensor symmetric_tensor(const Shape& shape, DType dtype = DType::f32);
 
+// The element-wise largest of every PE's `values` (collective over the
+// world, on the host): symmetric layouts must be the same on every PE.
+std::vector<int64_t> max_over_world(const std::vector<int64_t>& values);
+
 // out = ((inputs[0] + inputs[1]) + inputs[2]) ..., element-wise, f32 or i64,
 // on the current stream (out may be one of the inputs).
 void sum_in_order(const std::vector<Tensor>& inputs, const Tensor& out);

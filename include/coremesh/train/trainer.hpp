@@ -106,6 +106,8 @@ class Trainer {
   std::string save_checkpoint_now();
 
   int64_t step() const { return step_; }
+  // Tokens of one optimizer step over every data-parallel rank.
+  int64_t tokens_per_step() const;
   int cores() const { return cores_; }
   runtime::Stream& stream() { return stream_; }
   model::Model& model() { return *model_; }
@@ -117,7 +119,7 @@ class Trainer {
   ReportData report_data() const;
 
  private:
-  CheckpointState checkpoint_state() const;
+  CheckpointState checkpoint_state();
 
   TrainConfig cfg_;
   int cores_ = 1;
