@@ -144,47 +144,60 @@ void run_train(const TrainFlags& f) {
   // A PE of a launched job: join it and take this PE's share of the cores.
   std::unique_ptr<shmem::Session> session;
   std::unique_ptr<runtime::Device> device;
+  std::unique_ptr<train::Trainer> trainer;
   bool leader = true;
-  if (under_launcher()) {
-    ::setenv("COREMESH_SYMMETRIC_DATA", "0", 0);  // the trainer keeps nothing symmetric in globals
-    session = std::make_unique<shmem::Session>();
-    CM_CHECK(shmem::n_pes() == world,
-             fmt::format("set the parallel degrees so that dp x cp x pp x ep x tp = {}, or start {} PEs",
-                         shmem::n_pes(), world),
-             "the parallel layout needs {} PEs, the job has {}", world, shmem::n_pes());
-    const int64_t need = train::Distributed::symmetric_bytes(cfg, world);
-    const int64_t have = int64_t(shmem::SymmetricHeap::instance().stats().capacity);
-    CM_CHECK(have >= need, fmt::format("start the job with a symmetric heap of at least {} MiB (coremesh run --heap "
-                                       "{}M, or COREMESH_HEAP_SIZE / SHMEM_SYMMETRIC_SIZE)",
-                                       need >> 20, (need >> 20) + 1),
-             "this layout needs {} MiB of symmetric heap per PE, the job has {} MiB", need >> 20, have >> 20);
-    const std::vector<int> cpus = take_core_share();
-    device = std::make_unique<runtime::Device>(runtime::DeviceOptions{.cores = int(cpus.size())});
-    cfg.cores = cfg.cores > 0 ? std::min(cfg.cores, int(cpus.size())) : int(cpus.size());
-    leader = shmem::my_pe() == 0;
-    if (!leader) cfg.progress = false, cfg.report = false;
-    fmt::print("PE {} of {}: {} core{} (CPU {})\n", shmem::my_pe(), world, cfg.cores, cfg.cores == 1 ? "" : "s",
-               fmt::join(cpus, ","));
+  train::TrainResult r;
+  try {
+    if (under_launcher()) {
+      ::setenv("COREMESH_SYMMETRIC_DATA", "0", 0);  // the trainer keeps nothing symmetric in globals
+      session = std::make_unique<shmem::Session>();
+      CM_CHECK(shmem::n_pes() == world,
+               fmt::format("set the parallel degrees so that dp x cp x pp x ep x tp = {}, or start {} PEs",
+                           shmem::n_pes(), world),
+               "the parallel layout needs {} PEs, the job has {}", world, shmem::n_pes());
+      const int64_t need = train::Distributed::symmetric_bytes(cfg, world);
+      const int64_t have = int64_t(shmem::SymmetricHeap::instance().stats().capacity);
+      CM_CHECK(have >= need, fmt::format("start the job with a symmetric heap of at least {} MiB (coremesh run --heap "
+                                         "{}M, or COREMESH_HEAP_SIZE / SHMEM_SYMMETRIC_SIZE)",
+                                         need >> 20, (need >> 20) + 1),
+               "this layout needs {} MiB of symmetric heap per PE, the job has {} MiB", need >> 20, have >> 20);
+      const std::vector<int> cpus = take_core_share();
+      device = std::make_unique<runtime::Device>(runtime::DeviceOptions{.cores = int(cpus.size())});
+      cfg.cores = cfg.cores > 0 ? std::min(cfg.cores, int(cpus.size())) : int(cpus.size());
+      leader = shmem::my_pe() == 0;
+      if (!leader) cfg.progress = false, cfg.report = false;
+      fmt::print("PE {} of {}: {} core{} (CPU {})\n", shmem::my_pe(), world, cfg.cores, cfg.cores == 1 ? "" : "s",
+                 fmt::join(cpus, ","));
+      std::fflush(stdout);
+    }
+    if (leader) {
+      std::filesystem::create_directories(cfg.out_dir);
+      std::ofstream(std::filesystem::path(cfg.out_dir) / "config.json") << train::to_json(cfg).dump(2) << "\n";
+      print_dry_run(cfg);
+    }
+    trainer = std::make_unique<train::Trainer>(cfg, device ? *device : runtime::Device::default_device());
+    if (leader) fmt::print("compute cores: {}{}\n", trainer->cores(),
+                           world > 1 ? fmt::format(" per PE, {} PEs ({})", world, trainer->distributed()->mesh().describe()) : "");
+    if (!f.resume.empty()) {
+      trainer->resume(f.resume);
+      if (leader) fmt::print("resumed from '{}' at step {}\n", f.resume, trainer->step());
+    }
+    if (!f.profile_dir.empty()) runtime::profiler_start();
+    r = trainer->run();
+    if (!f.profile_dir.empty()) {
+      runtime::profiler_stop();
+      const std::string dir = world > 1 ? f.profile_dir + "/pe" + std::to_string(shmem::my_pe()) : f.profile_dir;
+      for (const auto& p : runtime::profiler_export(dir)) fmt::print("profile: {}\n", p);
+    }
+  } catch (const std::exception& e) {
+    // A failed PE must not unwind: freeing symmetric memory is collective and
+    // would wait for the others. It reports and exits; the launcher stops
+    // the job and removes its shared memory.
+    if (!session) throw;
+    std::fprintf(stderr, "coremesh: error on PE %d: %s\n", shmem::my_pe(), e.what());
     std::fflush(stdout);
-  }
-  if (leader) {
-    std::filesystem::create_directories(cfg.out_dir);
-    std::ofstream(std::filesystem::path(cfg.out_dir) / "config.json") << train::to_json(cfg).dump(2) << "\n";
-    print_dry_run(cfg);
-  }
-  train::Trainer trainer(cfg, device ? *device : runtime::Device::default_device());
-  if (leader) fmt::print("compute cores: {}{}\n", trainer.cores(),
-                         world > 1 ? fmt::format(" per PE, {} PEs ({})", world, trainer.distributed()->mesh().describe()) : "");
-  if (!f.resume.empty()) {
-    trainer.resume(f.resume);
-    if (leader) fmt::print("resumed from '{}' at step {}\n", f.resume, trainer.step());
-  }
-  if (!f.profile_dir.empty()) runtime::profiler_start();
-  train::TrainResult r = trainer.run();
-  if (!f.profile_dir.empty()) {
-    runtime::profiler_stop();
-    const std::string dir = world > 1 ? f.profile_dir + "/pe" + std::to_string(shmem::my_pe()) : f.profile_dir;
-    for (const auto& p : runtime::profiler_export(dir)) fmt::print("profile: {}\n", p);
+    std::fflush(stderr);
+    std::_Exit(1);
   }
   if (!leader) return;
   fmt::print("done: {} steps, loss {:.4f}", r.steps_done, r.final_loss);

@@ -23,6 +23,25 @@ Group Group::of(std::vector<int> pes, int my_pe) {
   return g;
 }
 
+void wait_signal_on_stream(runtime::Stream& stream, uint64_t* signal, uint64_t value, std::string what) {
+  stream.launch({"signal_wait", runtime::KernelKind::comm, 1, 0},
+                [signal, value, what = std::move(what)](const runtime::BlockContext&) {
+                  try {
+                    shmem::signal_wait_until(signal, shmem::Cmp::ge, value);
+                  } catch (const TimeoutError& e) {
+                    CM_THROW(TimeoutError, "a PE of the group may have failed or fallen behind; see its output",
+                             "PE {} {}: {}", shmem::my_pe(), what, e.message());
+                  }
+                });
+}
+
+std::string others(const Group& g) {
+  std::string out;
+  for (int m = 0; m < g.size(); ++m)
+    if (m != g.me) out += (out.empty() ? "PE " : ", PE ") + std::to_string(g.pes[size_t(m)]);
+  return out.empty() ? "nobody" : out;
+}
+
 Tensor symmetric_tensor(const Shape& shape, DType dtype) {
   const size_t bytes = std::max<size_t>(size_t(shape_numel(shape)) * dtype_size(dtype), 64);
   // zeroed everywhere before any PE returns: a peer may signal into it at once
@@ -129,7 +148,9 @@ void ShardedSum::reduce_scatter(int r, runtime::Stream& stream) {
                                 shmem::SignalOp::add, g.pes[size_t(o)]);
   }
   ++rs_rounds_[size_t(r)];
-  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, rs_rounds_[size_t(r)] * uint64_t(g.size() - 1));
+  wait_signal_on_stream(stream, sig, rs_rounds_[size_t(r)] * uint64_t(g.size() - 1),
+                        fmt::format("waits for the copies of {} to sum range {} (round {})", others(g), r,
+                                    rs_rounds_[size_t(r)]));
   // my shard = the members' copies summed in member order
   const auto [b, e] = my_shard(r);
   if (e == b) return;
@@ -159,7 +180,9 @@ void ShardedSum::all_gather(int r, const Tensor& arena, runtime::Stream& stream)
       shmem::put_signal_on_stream(stream, base + b * elem, base + b * elem, size_t(e - b) * elem, sig, 1,
                                   shmem::SignalOp::add, g.pes[size_t(m)]);
   ++ag_rounds_[size_t(r)];
-  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, ag_rounds_[size_t(r)] * uint64_t(g.size() - 1));
+  wait_signal_on_stream(stream, sig, ag_rounds_[size_t(r)] * uint64_t(g.size() - 1),
+                        fmt::format("waits for the shards of {} of range {} (round {})", others(g), r,
+                                    ag_rounds_[size_t(r)]));
 }
 
 }  // namespace coremesh::parallel

@@ -90,12 +90,12 @@ void Event::synchronize() const {
   auto rec = impl_->snapshot();
   if (!rec) return;
   std::unique_lock lock(rec->mutex);
-  if (!rec->done_cv.wait_for(lock, wait_timeout(), [&] { return rec->done; })) {
+  if (!rec->done_cv.wait_for(lock, host_wait_timeout(), [&] { return rec->done; })) {
     CM_THROW(TimeoutError,
              "raise COREMESH_WAIT_TIMEOUT_S if the work is just slow; otherwise find what blocks "
              "the recording stream (Stream::synchronize on it names its running item)",
              "{} did not complete within {} s", rec->describe(),
-             wait_timeout().count() / 1000.0);
+             host_wait_timeout().count() / 1000.0);
   }
   if (rec->error) std::rethrow_exception(rec->error);
 }

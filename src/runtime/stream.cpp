@@ -19,6 +19,10 @@ thread_local std::shared_ptr<StreamImpl> t_current_stream;
 }  // namespace
 
 std::chrono::milliseconds wait_timeout() { return std::chrono::milliseconds(timeout_ms().load()); }
+std::chrono::milliseconds host_wait_timeout() {
+  const int64_t ms = timeout_ms().load();
+  return std::chrono::milliseconds(ms + ms / 10 + 2000);
+}
 
 void set_wait_timeout(std::chrono::milliseconds timeout) {
   CM_CHECK(timeout.count() > 0, "use a positive timeout", "wait timeout must be positive");
@@ -158,12 +162,12 @@ void StreamImpl::synchronize() {
     }
     lock.lock();
   }
-  if (!idle_cv.wait_for(lock, wait_timeout(), idle)) {
+  if (!idle_cv.wait_for(lock, host_wait_timeout(), idle)) {
     CM_THROW(TimeoutError,
              "raise COREMESH_WAIT_TIMEOUT_S if the work is just slow; otherwise look for a "
              "kernel that never returns or an event recorded on a stream that is stuck",
              "{} did not finish within {} s: it is running {} with {} more item(s) queued",
-             describe(), wait_timeout().count() / 1000.0, describe_head(), queue.size());
+             describe(), host_wait_timeout().count() / 1000.0, describe_head(), queue.size());
   }
   rethrow_pending_error(lock);
 }

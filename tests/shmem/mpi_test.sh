@@ -18,7 +18,8 @@ export SHMEM_SYMMETRIC_SIZE=${COREMESH_HEAP_SIZE:-64M} COREMESH_WAIT_TIMEOUT_S=$
 # errors are still caught.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 unset COREMESH_HEAP_SIZE
-ls /dev/shm | grep '^cm-' > "$out/shm_before.txt" || true
+. "$(dirname "$0")/../shm_names.sh"
+shm_names_before "$out/shm_before.txt"
 
 mpirun_tcp -n 3 "$pe_tests" > "$out/pe.txt" 2>&1 || { cat "$out/pe.txt"; exit 1; }
 grep -q 'PASSED' "$out/pe.txt" || { cat "$out/pe.txt"; exit 1; }
@@ -45,6 +46,6 @@ if mpirun_tcp -n 3 "$fault_prog" kill9 > "$out/kill9.txt" 2>&1; then
 fi
 [ $(( $(date +%s) - start )) -lt 30 ] || { echo "the job took too long to stop"; exit 1; }
 echo "a killed PE stops the job"
-left=$(ls /dev/shm | grep '^cm-' | grep -vxF -f "$out/shm_before.txt" || true)
+left=$(shm_names_left "$out/shm_before.txt")
 [ -z "$left" ] || { echo "left in /dev/shm: $left"; exit 1; }
 echo "nothing left in /dev/shm"

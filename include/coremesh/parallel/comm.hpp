@@ -38,6 +38,14 @@ struct Group {
 // order when the tensor dies).
 Tensor symmetric_tensor(const Shape& shape, DType dtype = DType::f32);
 
+// Later work on `stream` waits until the symmetric *signal >= value on this
+// PE. If the watchdog (COREMESH_WAIT_TIMEOUT_S) expires, the kernel fails
+// with a TimeoutError that says `what`: who is waited for and why.
+void wait_signal_on_stream(runtime::Stream& stream, uint64_t* signal, uint64_t value, std::string what);
+
+// "PEs 1, 3" for the members of a group other than this PE.
+std::string others(const Group& group);
+
 // The element-wise largest of every PE's `values` (collective over the
 // world, on the host): symmetric layouts must be the same on every PE.
 std::vector<int64_t> max_over_world(const std::vector<int64_t>& values);

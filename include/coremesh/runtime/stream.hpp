@@ -12,8 +12,11 @@
 // the streams that wait for them, and the next synchronize() or query() on it
 // rethrows the error (as KernelError, naming the kernel) and clears it.
 //
-// Watchdog: host waits give up after COREMESH_WAIT_TIMEOUT_S seconds (default
-// 300) with a TimeoutError that says what the stream or event waits on.
+// Watchdog: waits inside kernels (SHMEM signal waits) give up after
+// COREMESH_WAIT_TIMEOUT_S seconds (default 300); host waits on a stream or
+// event give up a little later (host_wait_timeout) with a TimeoutError that
+// says what the stream or event waits on, so that a kernel's own timeout,
+// which names its cause, reaches the host first.
 #pragma once
 
 #include <chrono>
@@ -115,8 +118,10 @@ void set_current_stream(const Stream& stream);
 // Waits for all work of the default device.
 void synchronize();
 
-// Watchdog for host waits; the default comes from COREMESH_WAIT_TIMEOUT_S.
+// The watchdog; the default comes from COREMESH_WAIT_TIMEOUT_S.
 std::chrono::milliseconds wait_timeout();
+// Host waits: wait_timeout() + 10% + 2 s.
+std::chrono::milliseconds host_wait_timeout();
 void set_wait_timeout(std::chrono::milliseconds timeout);
 
 // RAII `with StreamCtx(s)`: makes `stream` current for the scope.
