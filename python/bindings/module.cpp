@@ -5,6 +5,7 @@
 //   coremesh.profiler   kernel records, csv and Perfetto trace  runtime.cpp
 //   coremesh.ops        the kernel library                      ops.cpp, ops_moe.cpp
 //   coremesh.shmem      OpenSHMEM from Python                   shmem.cpp, shmem_collectives.cpp
+//   coremesh.train      the trainer through its JSON config     train.cpp
 //
 // Errors: coremesh::Error and its kinds become Python exceptions that keep
 // their message and HINT:
@@ -22,6 +23,22 @@ PyObject* g_error = nullptr;
 PyObject* g_invalid_argument = nullptr;
 PyObject* g_timeout = nullptr;
 PyObject* g_kernel_error = nullptr;
+
+// Sets the Python error for a coremesh error; rethrows anything else (a
+// pybind11 exception translator).
+void translate_coremesh_error(std::exception_ptr p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const KernelError& e) {
+    PyErr_SetString(g_kernel_error, e.what());
+  } catch (const TimeoutError& e) {
+    PyErr_SetString(g_timeout, e.what());
+  } catch (const InvalidArgument& e) {
+    PyErr_SetString(g_invalid_argument, e.what());
+  } catch (const Error& e) {
+    PyErr_SetString(g_error, e.what());
+  }
+}
 
 PyObject* new_exception(const char* name, const char* doc, py::tuple bases) {
   PyObject* type = PyErr_NewExceptionWithDoc(name, doc, bases.ptr(), nullptr);
@@ -47,36 +64,16 @@ void bind_exceptions(py::module_& m) {
   m.attr("InvalidArgument") = py::handle(g_invalid_argument);
   m.attr("TimeoutError") = py::handle(g_timeout);
   m.attr("KernelError") = py::handle(g_kernel_error);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const KernelError& e) {
-      PyErr_SetString(g_kernel_error, e.what());
-    } catch (const TimeoutError& e) {
-      PyErr_SetString(g_timeout, e.what());
-    } catch (const InvalidArgument& e) {
-      PyErr_SetString(g_invalid_argument, e.what());
-    } catch (const Error& e) {
-      PyErr_SetString(g_error, e.what());
-    }
-  });
+  py::register_exception_translator(translate_coremesh_error);
 }
 
 // For C slots that pybind does not wrap (the buffer protocol): sets the
 // Python error for the exception in flight.
 void set_python_error(std::exception_ptr p) {
   try {
-    std::rethrow_exception(p);
+    translate_coremesh_error(p);
   } catch (py::error_already_set& e) {
     e.restore();
-  } catch (const KernelError& e) {
-    PyErr_SetString(g_kernel_error, e.what());
-  } catch (const TimeoutError& e) {
-    PyErr_SetString(g_timeout, e.what());
-  } catch (const InvalidArgument& e) {
-    PyErr_SetString(g_invalid_argument, e.what());
-  } catch (const Error& e) {
-    PyErr_SetString(g_error, e.what());
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
   } catch (...) {
@@ -101,5 +98,7 @@ PYBIND11_MODULE(_C, m) {
   auto shmem = m.def_submodule("shmem", "OpenSHMEM from Python (run under `coremesh run -n N`).");
   bind_shmem(shmem);
   bind_shmem_collectives(shmem);
+  auto train = m.def_submodule("train", "The C++ trainer from Python (configs as `coremesh train` reads them).");
+  bind_train(train);
   install_python_hooks(m);
 }

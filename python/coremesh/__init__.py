@@ -12,7 +12,7 @@
     runtime.synchronize()
     np.asarray(c2)                                            # zero-copy view
 
-Submodules: runtime, ops, profiler, shmem. Errors: Error (a
+Submodules: runtime, ops, profiler, shmem, train. Errors: Error (a
 RuntimeError) and its kinds InvalidArgument (also a ValueError),
 TimeoutError and KernelError. See docs/python.md.
 """
@@ -27,7 +27,7 @@ from ._C import (Error, InvalidArgument, KernelError, Tensor, TimeoutError, empt
 
 # The extension's submodules under their public names: `import coremesh.runtime`
 # and `from coremesh.ops import matmul` work like for plain modules.
-for _name in ("runtime", "ops", "profiler", "shmem"):
+for _name in ("runtime", "ops", "profiler", "shmem", "train"):
     _module = getattr(_C, _name)
     _module.__name__ = f"{__name__}.{_name}"
     _sys.modules[_module.__name__] = _module
@@ -56,4 +56,4 @@ def tensor(data, dtype=None):
 
 __all__ = ["Tensor", "Error", "InvalidArgument", "KernelError", "TimeoutError", "empty", "zeros",
            "full", "tensor", "from_numpy", "from_dlpack", "runtime", "ops", "profiler", "shmem",
-           "float32", "bfloat16", "float8_e4m3", "float8_e5m2", "int32", "int64"]
+           "train", "float32", "bfloat16", "float8_e4m3", "float8_e5m2", "int32", "int64"]
