@@ -115,6 +115,12 @@ xs[g] (M_g,K) and ws[g] -> a list of ys[g] (M_g,N).)doc");
         py::arg("dw_into") = py::none(), py::arg("dw_beta") = 1.0f, R"doc(
 Layout B backward: dy (M,N) -> (dx (M,K), dw with w's shape). With dw_into,
 dw = d w + dw_beta * dw_into, written into dw_into.)doc");
+  m.def("grouped_matmul_dw", [](const Tensor& dy, const Tensor& x, const Tensor& offsets, const Tensor& dw,
+                                const std::string& layout, float beta) {
+          ops::grouped_matmul_dw(dy, x, offsets, dw, layout_arg(layout), beta);
+        }, py::arg("dy"), py::arg("x"), py::arg("offsets"), py::arg("dw"), py::arg("layout") = "nk",
+        py::arg("beta") = 0.0f,
+        "The weight-gradient half alone: dw[g] = dy_g^T x_g ['nk'] + beta * dw[g], into dw (w's shape).");
   m.def("grouped_matmul_fp8", &ops::grouped_matmul_fp8, py::arg("x"), py::arg("w"), py::arg("offsets"),
         "Layout B in FP8: x QuantizedTensor (M,K), w QuantizedTensor (G,N,K) -> y (M,N) f32.");
 }

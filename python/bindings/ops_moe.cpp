@@ -71,6 +71,17 @@ scores (renormalized if asked) times route_scale; ties go to the lower id.)doc")
           return py::make_tuple(r.loss, r.dscores);
         }, py::arg("scores"), py::arg("indices"), py::arg("num_experts"), py::arg("alpha"),
         "Switch-Transformer balance loss -> (loss (1), dscores (T,E)).");
+  m.def("sequence_balance_loss", &ops::sequence_balance_loss, py::arg("scores"), py::arg("selected"),
+        py::arg("sequences"), py::arg("alpha"), R"doc(
+DeepSeek-V3's sequence-wise balance loss -> (1): scores (N,E) with N =
+sequences*T, selected (N,k) the top-k before capacity;
+alpha/B sum_b sum_e f_be P_be, f_be = E/(kT) #{t in b: e selected},
+P_be = mean over b's tokens of the per-token normalized scores.)doc");
+  m.def("sequence_balance_loss_backward", &ops::sequence_balance_loss_backward, py::arg("scores"),
+        py::arg("selected"), py::arg("sequences"), py::arg("alpha"), py::arg("scale"),
+        "-> dscores (N,E) = d(scale * loss)/dscores.");
+  m.def("accumulate_expert_load", &ops::accumulate_expert_load, py::arg("selected"), py::arg("kept"),
+        py::arg("load"), "load (E+1) i64 += selections per expert of `selected`; load[E] += drops (-1) in `kept`.");
   m.def("expert_capacity", &ops::expert_capacity, py::arg("tokens"), py::arg("k"), py::arg("num_experts"),
         py::arg("factor"), "ceil(factor * tokens * k / num_experts).");
   m.def("apply_capacity", [](const ops::Routing& r, int64_t E, int64_t capacity, const std::string& policy) {

@@ -126,6 +126,9 @@ def test_grouped_matmul_layouts_and_backward(rng):
         exp_dw[g] = dy[rows].T @ x[rows]
     close(dx, exp_dx)
     close(dw, exp_dw)
+    dw_alone = cm_array(np.ones_like(w))
+    ops.grouped_matmul_dw(cm_array(dy), cm_array(x), off, dw_alone, beta=1.0)
+    close(dw_alone, exp_dw + 1)
     qx, qw = ops.quantize_fp8_act(cm_array(x)), ops.quantize_fp8_weight(cm_array(w))
     xd, wd = dequant_rows(qx.data, qx.scale), dequant_blocks(qw.data, qw.scale)
     exp_fp8 = np.zeros((20, N), np.float32)
@@ -269,6 +272,25 @@ def test_moe_routing_permute_and_combine(rng):
     loss, _ = ops.switch_aux_loss(scores, routing.indices, E, 0.01)
     f = np.bincount(order.ravel(), minlength=E) / (T * k)
     close(loss, [0.01 * E * np.sum(f * s.mean(0))])
+    # sequence-wise balance loss over 2 sequences of 5 tokens
+    B, L = 2, T // 2
+    p_norm = s / s.sum(1, keepdims=True)
+    expected = 0.0
+    for b in range(B):
+        f_b = np.bincount(order[b * L:(b + 1) * L].ravel(), minlength=E) * E / (k * L)
+        expected += np.sum(f_b * p_norm[b * L:(b + 1) * L].mean(0))
+    close(ops.sequence_balance_loss(scores, routing.indices, B, 0.1), [0.1 / B * expected])
+    ts = torch.tensor(s, requires_grad=True)
+    pn = ts / ts.sum(1, keepdim=True)
+    f_all = [np.bincount(order[b * L:(b + 1) * L].ravel(), minlength=E) * E / (k * L) for b in range(B)]
+    sum(0.1 / B * (torch.from_numpy(f_all[b]).float() * pn[b * L:(b + 1) * L].mean(0)).sum()
+        for b in range(B)).backward()
+    close(ops.sequence_balance_loss_backward(scores, routing.indices, B, 0.1, 1.0), ts.grad)
+    kept = np.asarray(routing.indices).copy()
+    kept[0, 1] = -1
+    load = cm.zeros([E + 1], "i64")
+    ops.accumulate_expert_load(routing.indices, cm.from_numpy(kept), load)
+    np.testing.assert_array_equal(np.asarray(load), list(np.bincount(order.ravel(), minlength=E)) + [1])
 
 
 def test_adamw_matches_torch(rng):
