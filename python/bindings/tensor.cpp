@@ -51,6 +51,8 @@ int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
                                   (flags & PyBUF_STRIDES) != PyBUF_STRIDES;
     CM_CHECK(t.is_contiguous() || !wants_contiguous, "call .contiguous() first",
              "the consumer asked for a contiguous buffer but {} is strided", t.describe());
+    CM_CHECK((flags & PyBUF_F_CONTIGUOUS) != PyBUF_F_CONTIGUOUS || t.dim() <= 1,
+             "ask for C order (np.asarray(t))", "coremesh exports row-major buffers, not Fortran order");
     wait_for_device();
     auto* layout = new BufferLayout;
     const auto esize = static_cast<Py_ssize_t>(dtype_size(t.dtype()));
@@ -65,7 +67,7 @@ int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
     view->itemsize = esize;
     view->readonly = 0;
     view->format = (flags & PyBUF_FORMAT) ? const_cast<char*>(buffer_format(t.dtype())) : nullptr;
-    view->ndim = t.dim();
+    view->ndim = (flags & PyBUF_ND) == PyBUF_ND ? t.dim() : 1;  // a flat byte view otherwise
     view->shape = (flags & PyBUF_ND) == PyBUF_ND ? layout->shape.data() : nullptr;
     view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? layout->strides.data() : nullptr;
     view->suboffsets = nullptr;

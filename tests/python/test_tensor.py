@@ -52,6 +52,10 @@ def test_strided_views_export_their_strides():
     np.testing.assert_array_equal(np.asarray(cm.from_numpy(a).slice(2, 1, 3)), a[:, :, 1:3])
     np.testing.assert_array_equal(np.asarray(cm.from_numpy(a).select(0, 1)), a[1])
     np.testing.assert_array_equal(np.asarray(t.contiguous()), a.transpose(0, 2, 1))
+    view = memoryview(t)
+    assert view.format == "f" and view.shape == (2, 4, 3) and view.strides == (48, 4, 16)
+    assert not view.c_contiguous
+    assert memoryview(cm.full([2, 3], 1.0)).c_contiguous
 
 
 def test_integer_dtypes_both_ways():
