@@ -60,6 +60,7 @@ py::dict result_dict(const train::TrainResult& r) {
   d["final_val_loss"] = r.final_val_loss;
   d["mean_tokens_per_s"] = r.mean_tokens_per_s;
   d["mean_mfu"] = r.mean_mfu;
+  d["final_balance"] = r.final_balance;
   d["checkpoint"] = r.checkpoint;
   d["report"] = r.report;
   return d;
@@ -107,6 +108,12 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
              return result_dict(r);
            }, py::arg("until_step") = -1, py::arg("save_at_end") = true,
            "Trains until `until_step` (default: the config's steps) -> result dict.")
+      .def("queue_step", &train::Trainer::queue_step, py::call_guard<py::gil_scoped_release>(),
+           "Launches one optimizer step on the trainer's stream and returns without waiting.")
+      .def("finish_step", [](train::Trainer& t) {
+             const train::StepRecord r = without_gil([&] { return t.finish_step(); });
+             return step_dict(r);
+           }, "Waits for the queued step and returns its record (mfu is left to run()).")
       .def("validate", &train::Trainer::validate, py::call_guard<py::gil_scoped_release>(),
            "Validation loss (nats/byte) over the config's val_batches.")
       .def("sample", &train::Trainer::sample, py::call_guard<py::gil_scoped_release>(),

@@ -66,6 +66,10 @@ def test_trainer_steps_validates_and_resumes(config, tmp_path):
     assert resumed.step == 6
     a, b = trainer.run(until_step=8, save_at_end=False), resumed.run(until_step=8, save_at_end=False)
     assert a["final_loss"] == b["final_loss"]  # a resumed run continues bit-exactly
+    assert len(a["final_balance"]) == 1  # one MoE layer
+    trainer.queue_step()  # returns at once; Python may work meanwhile
+    record = trainer.finish_step()
+    assert record["step"] == 8 and trainer.step == 9 and record["loss"] > 0
 
 
 def test_config_is_validated_with_a_hint(config):
