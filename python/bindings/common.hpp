@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "coremesh/core/tensor.hpp"
 
@@ -48,6 +49,18 @@ void wait_for_device();
 
 // An optional tensor argument (None: an undefined tensor, "not given").
 inline Tensor optional_tensor(const std::optional<Tensor>& t) { return t.value_or(Tensor{}); }
+
+// The value named `name` in `table`, for string-valued options; an unknown
+// name raises InvalidArgument that lists the names. `what` names the option.
+template <typename T, size_t N>
+T named_choice(const std::string& name, const std::pair<const char*, T> (&table)[N], const char* what) {
+  std::string names;
+  for (const auto& [n, value] : table) {
+    if (name == n) return value;
+    names += fmt::format("{}'{}'", names.empty() ? "" : ", ", n);
+  }
+  CM_THROW(InvalidArgument, fmt::format("pass one of {}", names), "unknown {} '{}'", what, name);
+}
 
 // dtype from a name ("f32", "bf16", "f8e4m3", "f8e5m2", "i32", "i64"), a
 // coremesh dtype or a NumPy/torch dtype-like object naming one of them.

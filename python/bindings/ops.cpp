@@ -24,15 +24,15 @@ namespace {
 using ops::QuantizedTensor;
 
 ops::WeightLayout layout_arg(const std::string& name) {
-  if (name == "nk") return ops::WeightLayout::nk;
-  CM_CHECK(name == "kn", "pass layout='nk' (nn.Linear's (N,K)) or 'kn'", "unknown layout '{}'", name);
-  return ops::WeightLayout::kn;
+  static const std::pair<const char*, ops::WeightLayout> table[] = {
+      {"nk", ops::WeightLayout::nk}, {"kn", ops::WeightLayout::kn}};  // nk: nn.Linear's (N,K)
+  return named_choice(name, table, "layout");
 }
 
 ops::GeluApprox gelu_arg(const std::string& name) {
-  if (name == "tanh") return ops::GeluApprox::tanh;
-  CM_CHECK(name == "none", "pass approximate='tanh' or 'none' (erf)", "unknown approximation '{}'", name);
-  return ops::GeluApprox::none;
+  static const std::pair<const char*, ops::GeluApprox> table[] = {
+      {"tanh", ops::GeluApprox::tanh}, {"none", ops::GeluApprox::none}};  // none: the erf form
+  return named_choice(name, table, "GELU approximation");
 }
 
 ops::RopeConfig rope_config(float base, bool interleaved) { return {base, interleaved}; }

@@ -10,15 +10,15 @@ namespace coremesh::python {
 namespace {
 
 ops::ScoreFunc score_func_arg(const std::string& name) {
-  if (name == "softmax") return ops::ScoreFunc::softmax;
-  CM_CHECK(name == "sigmoid", "pass func='softmax' or 'sigmoid'", "unknown score function '{}'", name);
-  return ops::ScoreFunc::sigmoid;
+  static const std::pair<const char*, ops::ScoreFunc> table[] = {
+      {"softmax", ops::ScoreFunc::softmax}, {"sigmoid", ops::ScoreFunc::sigmoid}};
+  return named_choice(name, table, "score function");
 }
 
 ops::DropPolicy drop_policy_arg(const std::string& name) {
-  if (name == "probability") return ops::DropPolicy::probability;
-  CM_CHECK(name == "position", "pass policy='probability' or 'position'", "unknown drop policy '{}'", name);
-  return ops::DropPolicy::position;
+  static const std::pair<const char*, ops::DropPolicy> table[] = {
+      {"probability", ops::DropPolicy::probability}, {"position", ops::DropPolicy::position}};
+  return named_choice(name, table, "drop policy");
 }
 
 ops::AdamWConfig adamw_config(float lr, float beta1, float beta2, float eps, float weight_decay) {

@@ -299,24 +299,20 @@ shmem::Cmp cmp_arg(const std::string& name) {
   static const std::pair<const char*, shmem::Cmp> table[] = {
       {"eq", shmem::Cmp::eq}, {"ne", shmem::Cmp::ne}, {"gt", shmem::Cmp::gt},
       {"ge", shmem::Cmp::ge}, {"lt", shmem::Cmp::lt}, {"le", shmem::Cmp::le}};
-  for (const auto& [n, c] : table)
-    if (name == n) return c;
-  CM_THROW(InvalidArgument, "pass 'eq', 'ne', 'gt', 'ge', 'lt' or 'le'", "unknown comparison '{}'", name);
+  return named_choice(name, table, "comparison");
 }
 
 shmem::SignalOp signal_op_arg(const std::string& name) {
-  if (name == "set") return shmem::SignalOp::set;
-  CM_CHECK(name == "add", "pass op='set' or 'add'", "unknown signal operation '{}'", name);
-  return shmem::SignalOp::add;
+  static const std::pair<const char*, shmem::SignalOp> table[] = {
+      {"set", shmem::SignalOp::set}, {"add", shmem::SignalOp::add}};
+  return named_choice(name, table, "signal operation");
 }
 
 shmem::ReduceOp reduce_op_arg(const std::string& name) {
   static const std::pair<const char*, shmem::ReduceOp> table[] = {
       {"sum", shmem::ReduceOp::sum}, {"max", shmem::ReduceOp::max},
       {"min", shmem::ReduceOp::min}, {"prod", shmem::ReduceOp::prod}};
-  for (const auto& [n, op] : table)
-    if (name == n) return op;
-  CM_THROW(InvalidArgument, "pass 'sum', 'max', 'min' or 'prod'", "unknown reduction '{}'", name);
+  return named_choice(name, table, "reduction");
 }
 
 void bind_shmem(py::module_& m) {
