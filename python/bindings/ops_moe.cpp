@@ -119,6 +119,10 @@ void bind_optimizer(py::module_& m) {
         "Sum of squares of every element of `grads` -> (1) f32 (deterministic).");
   m.def("grad_sq_sum", py::overload_cast<const Tensor&, const std::vector<ops::ParamSegment>&>(&ops::grad_sq_sum),
         py::arg("grad"), py::arg("segments"), "The same over the segments of one flat tensor.");
+  m.def("grad_sq_partials", &ops::grad_sq_partials, py::arg("grad"), py::arg("segments"),
+        "Per-chunk partial sums of squares (ceil(numel/4096) f32) of the elements in segments.");
+  m.def("sum_partials", &ops::sum_partials, py::arg("partials"),
+        "(1) total of partials in index order: grad_sq_sum's value, bit for bit.");
   m.def("clip_coefficient", &ops::clip_coefficient, py::arg("sq_sum"), py::arg("max_norm"),
         "(1) tensor min(1, max_norm / (sqrt(sq_sum) + 1e-6)).");
 

@@ -306,6 +306,13 @@ def test_adamw_matches_torch(rng):
     sq = ops.grad_sq_sum([cm_array(g1), cm_array(g2)])
     close(sq, [np.sum(g1 ** 2) + np.sum(g2 ** 2)], rtol=1e-5)
     close(ops.clip_coefficient(sq, 1.0), [1.0 / (np.sqrt(np.asarray(sq)[0]) + 1e-6)], rtol=1e-5)
+    flat = rand(rng, 9000)
+    segments = [ops.ParamSegment(0, 5000, True), ops.ParamSegment(6000, 3000)]
+    partials = ops.grad_sq_partials(cm_array(flat), segments)
+    inside = np.concatenate([flat[:5000], np.zeros(1000, np.float32), flat[6000:]])
+    close(partials, [np.sum(inside[i:i + 4096] ** 2) for i in range(0, 9000, 4096)], rtol=1e-5)
+    whole = ops.grad_sq_sum(cm_array(flat), segments)
+    np.testing.assert_array_equal(np.asarray(ops.sum_partials(partials)), np.asarray(whole))
 
 
 def test_transpose_moves_bits_of_any_dtype(rng):
