@@ -103,6 +103,7 @@ void bind_session_and_teams(py::module_& m) {
   m.def("initialized", &shmem::initialized);
   m.def("my_pe", &shmem::my_pe);
   m.def("n_pes", &shmem::n_pes);
+  m.def("transport_name", &shmem::transport_name, "'shm', 'shm-rma' or 'mpi' (COREMESH_TRANSPORT).");
   m.def("global_exit", &shmem::global_exit, py::arg("status"), "Stops every PE with `status`.");
   m.def("fence", &shmem::fence, "Orders this PE's puts to each PE.");
   m.def("quiet", &shmem::quiet, py::call_guard<py::gil_scoped_release>(),
@@ -121,6 +122,13 @@ void bind_session_and_teams(py::module_& m) {
       .def("n_pes", &shmem::Team::n_pes)
       .def("translate", &shmem::Team::translate, py::arg("pe"), py::arg("other"))
       .def("world_pe", &shmem::Team::world_pe, py::arg("pe"))
+      .def("world_pes", &shmem::Team::world_pes, "The world PE of every member, in team order.")
+      .def_static("from_pes", &shmem::Team::from_pes, py::arg("parent"), py::arg("world_pes"),
+                  py::call_guard<py::gil_scoped_release>(),
+                  "The team of these world PEs in this order (collective over parent; same list everywhere).")
+      .def("split", &shmem::Team::split, py::arg("color"), py::arg("key") = 0,
+           py::call_guard<py::gil_scoped_release>(),
+           "MPI_Comm_split: members with the same color form a team, ordered by (key, index).")
       .def("split_strided", &shmem::Team::split_strided, py::arg("start"), py::arg("stride"),
            py::arg("size"), py::call_guard<py::gil_scoped_release>(),
            "PEs start, start+stride, ...; an invalid Team on PEs outside it.")

@@ -185,14 +185,55 @@ void bind_on_stream(py::module_& m) {
           check_same_type(d, s, "allreduce_on_stream");
           CM_CHECK(d.bytes >= s.bytes, "make dest as large as src", "allreduce_on_stream: dest is too small");
           Stream st = stream_arg(stream);
-          dispatch_reduce<false>(s, dtype, "allreduce_on_stream", [&](auto zero) {
+          dispatch_reduce<true>(s, dtype, "allreduce_on_stream", [&](auto zero) {
             using T = decltype(zero);
             shmem::allreduce_on_stream<T>(st, team_arg(team), static_cast<T*>(d.ptr),
                                           static_cast<const T*>(s.ptr), element_count(s), reduce_op_arg(op));
           });
           keep_until_done(st, py::make_tuple(d.view, s.view));
         }, py::arg("dest"), py::arg("src"), py::arg("op") = "sum", py::arg("team") = py::none(),
-        py::arg("stream") = py::none(), py::arg("dtype") = py::none(), "'sum', 'max' or 'min' on the stream.");
+        py::arg("stream") = py::none(), py::arg("dtype") = py::none(),
+        "'sum', 'max', 'min' or 'prod' on the stream, rank-ordered (the same bits on every member).");
+  m.def("reduce_scatter_on_stream", [](const py::handle& dest, const py::handle& src, const std::string& op,
+                                       const std::optional<shmem::Team>& team, const std::optional<Stream>& stream,
+                                       const py::object& dtype) {
+          const Buffer d = buffer_arg(dest, "dest", true), s = buffer_arg(src, "src", false);
+          const shmem::Team t = team_arg(team);
+          check_same_type(d, s, "reduce_scatter_on_stream");
+          CM_CHECK(s.bytes == d.bytes * static_cast<size_t>(t.n_pes()), "src holds n_pes chunks of dest's size",
+                   "reduce_scatter_on_stream: {} source bytes for {} PEs x {} bytes", s.bytes, t.n_pes(), d.bytes);
+          Stream st = stream_arg(stream);
+          dispatch_reduce<true>(s, dtype, "reduce_scatter_on_stream", [&](auto zero) {
+            using T = decltype(zero);
+            shmem::reduce_scatter_on_stream<T>(st, t, static_cast<T*>(d.ptr), static_cast<const T*>(s.ptr),
+                                               element_count(d), reduce_op_arg(op));
+          });
+          keep_until_done(st, py::make_tuple(d.view, s.view));
+        }, py::arg("dest"), py::arg("src"), py::arg("op") = "sum", py::arg("team") = py::none(),
+        py::arg("stream") = py::none(), py::arg("dtype") = py::none(),
+        "ZeRO-1's gradient reduction: dest = this member's chunk of the rank-ordered reduction of src.");
+  m.def("allgather_on_stream", [](const py::handle& dest, const py::handle& src,
+                                  const std::optional<shmem::Team>& team, const std::optional<Stream>& stream) {
+          const Buffer d = buffer_arg(dest, "dest", true), s = buffer_arg(src, "src", false);
+          const shmem::Team t = team_arg(team);
+          check_same_type(d, s, "allgather_on_stream");
+          CM_CHECK(d.bytes >= s.bytes * static_cast<size_t>(t.n_pes()), "make dest n_pes times as large as src",
+                   "allgather_on_stream: dest is too small");
+          Stream st = stream_arg(stream);
+          shmem::detail::allgather_on_stream_bytes(st, t, d.ptr, s.ptr, s.bytes);
+          keep_until_done(st, py::make_tuple(d.view, s.view));
+        }, py::arg("dest"), py::arg("src"), py::arg("team") = py::none(), py::arg("stream") = py::none(),
+        "ZeRO-1's parameter gather on the stream: dest[k*len(src):...] = member k's src.");
+  m.def("broadcast_on_stream", [](const py::handle& dest, const py::handle& src, int root,
+                                  const std::optional<shmem::Team>& team, const std::optional<Stream>& stream) {
+          const Buffer d = buffer_arg(dest, "dest", true), s = buffer_arg(src, "src", false);
+          check_same_type(d, s, "broadcast_on_stream");
+          CM_CHECK(d.bytes >= s.bytes, "make dest as large as src", "broadcast_on_stream: dest is too small");
+          Stream st = stream_arg(stream);
+          shmem::detail::broadcast_on_stream_bytes(st, team_arg(team), d.ptr, s.ptr, s.bytes, root);
+          keep_until_done(st, py::make_tuple(d.view, s.view));
+        }, py::arg("dest"), py::arg("src"), py::arg("root"), py::arg("team") = py::none(),
+        py::arg("stream") = py::none(), "dest on every member = the root's src, on the stream.");
   m.def("alltoallv_on_stream", [](const py::handle& dest, std::vector<size_t> recv_counts,
                                   std::vector<size_t> recv_offsets, const py::handle& src,
                                   std::vector<size_t> send_counts, std::vector<size_t> send_offsets,

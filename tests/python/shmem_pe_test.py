@@ -31,7 +31,8 @@ def test_identity(me):
     pe, n = me
     assert shmem.initialized() and 0 <= pe < n
     world = shmem.Team.world()
-    assert world.my_pe() == pe and world.n_pes() == n
+    assert world.my_pe() == pe and world.n_pes() == n and world.world_pes() == list(range(n))
+    assert shmem.transport_name() in ("shm", "shm-rma", "mpi")
 
 
 def test_put_get_ring(me):
@@ -158,6 +159,10 @@ def test_teams(me):
         assert evens.n_pes() == (n + 1) // 2 and evens.world_pe(evens.my_pe()) == pe
         assert got == sum(range(0, n, 2))
     assert row.n_pes() == min(2, n - (pe // 2) * 2) and row.my_pe() == pe % 2
+    reversed_world = shmem.Team.from_pes(shmem.Team.world(), list(range(n - 1, -1, -1)))
+    parity = shmem.Team.world().split(pe % 2, key=-pe)  # ordered by descending PE
+    assert reversed_world.my_pe() == n - 1 - pe
+    assert parity.world_pes() == sorted(range(pe % 2, n, 2), reverse=True)
 
 
 def test_on_stream_put_signal_and_collectives_under_a_vector_limit(me):
@@ -172,10 +177,17 @@ def test_on_stream_put_signal_and_collectives_under_a_vector_limit(me):
     shmem.barrier()
     profiler.clear()
     profiler.start()
+    scattered, gathered, bcast = shmem.zeros(2, "float64"), shmem.zeros(2 * n, "float64"), shmem.zeros(2, "float64")
+    zero_src = shmem.zeros(2 * n, "float64")
+    zero_src[:] = np.arange(2 * n) * (pe + 1)
+    shmem.barrier()
     with runtime.StreamLimitCtx(s_comm, vector_num=2):
         shmem.put_signal_on_stream(data, np.full(1 << 16, pe, np.float32), sig, 1, (pe + 1) % n)
         shmem.allreduce_on_stream(reduced, part, op="sum")
         shmem.alltoallv_on_stream(v_dest, rc, ro, v_src, sc, so)
+        shmem.reduce_scatter_on_stream(scattered, zero_src, op="sum")
+        shmem.allgather_on_stream(gathered, scattered)
+        shmem.broadcast_on_stream(bcast, zero_src[:2], root=n - 1)
         shmem.barrier_on_stream()
     with runtime.StreamCtx(s_compute):
         shmem.signal_wait_on_stream(sig, "ge", 1)  # later work on s_compute waits for the data
@@ -183,10 +195,15 @@ def test_on_stream_put_signal_and_collectives_under_a_vector_limit(me):
     runtime.synchronize()
     profiler.stop()
     comm = [r for r in profiler.records() if r.stream == s_comm.id]
-    results = (np.asarray(doubled)[:3].copy(), reduced.copy(), v_dest[:len(expected)].copy())
+    results = (np.asarray(doubled)[:3].copy(), reduced.copy(), v_dest[:len(expected)].copy(),
+               scattered.copy(), gathered.copy(), bcast.copy())
     shmem.barrier()
-    for x in (v_dest, v_src, part, reduced, sig, data):
+    for x in (zero_src, bcast, gathered, scattered, v_dest, v_src, part, reduced, sig, data):
         shmem.free(x)
+    ranks = n * (n + 1) // 2  # sum over PEs of (pe + 1)
+    np.testing.assert_array_equal(results[3], (np.arange(2) + 2 * pe) * ranks)
+    np.testing.assert_array_equal(results[4], np.arange(2 * n) * ranks)
+    np.testing.assert_array_equal(results[5], np.arange(2) * n)
     left = (pe - 1) % n
     np.testing.assert_array_equal(results[0], [2 * left] * 3)
     np.testing.assert_array_equal(results[1], [n * (n + 1) // 2] * 4)
