@@ -48,6 +48,7 @@ test-asan: deps
 # that made them go to docs/performance.md (one section per script).
 bench: build
 	@bash bench/run_runtime_bench.sh
+	@bash bench/run_python_bench.sh
 	@bash bench/run_ops_bench.sh --write
 	@out=$$(bash bench/run_shmem_bench.sh build) && echo "$$out" && \
 	  python3 scripts/update_perf_section.py SHMEM "bash bench/run_shmem_bench.sh build" "$$out"

@@ -150,11 +150,13 @@ void Device::synchronize() {
     for (auto& weak : impl_->streams)
       if (auto s = weak.lock()) streams.push_back(std::move(s));
   }
+  // A kernel error on one stream still waits for the others; anything else
+  // (a watchdog timeout, an exception from the host wait hook) ends the wait.
   std::exception_ptr first;
   for (auto& s : streams) {
     try {
       s->synchronize();
-    } catch (...) {
+    } catch (const KernelError&) {
       if (!first) first = std::current_exception();
     }
   }

@@ -90,7 +90,7 @@ void Event::synchronize() const {
   auto rec = impl_->snapshot();
   if (!rec) return;
   std::unique_lock lock(rec->mutex);
-  if (!rec->done_cv.wait_for(lock, host_wait_timeout(), [&] { return rec->done; })) {
+  if (!host_wait(rec->done_cv, lock, [&] { return rec->done; })) {
     CM_THROW(TimeoutError,
              "raise COREMESH_WAIT_TIMEOUT_S if the work is just slow; otherwise find what blocks "
              "the recording stream (Stream::synchronize on it names its running item)",
@@ -107,7 +107,10 @@ float Event::elapsed_time(const Event& end) const {
   auto b = end.impl_->snapshot();
   CM_CHECK(a && b, "record both events before asking for the time between them",
            "event {} was never recorded", a ? end.impl_->id : impl_->id);
-  std::scoped_lock lock(a->mutex, b->mutex);
+  // An event timed against itself has one mutex: lock it once.
+  std::unique_lock lock_a(a->mutex, std::defer_lock), lock_b(b->mutex, std::defer_lock);
+  if (a == b) lock_a.lock();
+  else std::lock(lock_a, lock_b);
   CM_CHECK(a->done && b->done, "synchronize the end event first",
            "events {} and {} have not both completed", impl_->id, end.impl_->id);
   return static_cast<float>(static_cast<double>(b->time_ns - a->time_ns) / 1e6);

@@ -155,4 +155,25 @@ struct Device::Impl {
 
 void validate_limit_value(int value, int spec, const char* kind, const char* what);
 
+HostWaitHook host_wait_hook();
+
+// Sleeps on `cv` (with `lock` held) until `ready()` or the host watchdog
+// (host_wait_timeout) expires
+// (returns false); calls the host wait hook between slices of
+// kHostWaitHookPeriod, without the lock.
+template <typename Ready>
+bool host_wait(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Ready ready) {
+  const auto deadline = std::chrono::steady_clock::now() + host_wait_timeout();
+  for (;;) {
+    const HostWaitHook hook = host_wait_hook();
+    const auto now = std::chrono::steady_clock::now();
+    const auto until = hook ? std::min(deadline, now + kHostWaitHookPeriod) : deadline;
+    if (cv.wait_until(lock, until, ready)) return true;
+    if (until >= deadline) return false;
+    lock.unlock();
+    hook();
+    lock.lock();
+  }
+}
+
 }  // namespace coremesh::runtime

@@ -16,7 +16,11 @@ std::atomic<int64_t>& timeout_ms() {
 }
 
 thread_local std::shared_ptr<StreamImpl> t_current_stream;
+std::atomic<HostWaitHook> g_host_wait_hook{nullptr};
 }  // namespace
+
+void set_host_wait_hook(HostWaitHook hook) { g_host_wait_hook = hook; }
+HostWaitHook host_wait_hook() { return g_host_wait_hook.load(); }
 
 std::chrono::milliseconds wait_timeout() { return std::chrono::milliseconds(timeout_ms().load()); }
 std::chrono::milliseconds host_wait_timeout() {
@@ -162,7 +166,7 @@ void StreamImpl::synchronize() {
     }
     lock.lock();
   }
-  if (!idle_cv.wait_for(lock, host_wait_timeout(), idle)) {
+  if (!host_wait(idle_cv, lock, idle)) {
     CM_THROW(TimeoutError,
              "raise COREMESH_WAIT_TIMEOUT_S if the work is just slow; otherwise look for a "
              "kernel that never returns or an event recorded on a stream that is stuck",

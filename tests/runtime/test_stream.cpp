@@ -133,6 +133,40 @@ TEST(Stream, WatchdogNamesTheStreamAndWhatItWaitsOn) {
   consumer.synchronize();
 }
 
+// The host wait hook runs while a wait sleeps; throwing from it abandons the
+// wait (how Ctrl-C reaches a Python thread in synchronize()).
+std::atomic<int> g_hook_calls{0};
+std::atomic<bool> g_hook_throws{false};
+void counting_hook() {
+  ++g_hook_calls;
+  if (g_hook_throws) throw std::runtime_error("interrupted by the hook");
+}
+
+TEST(Stream, HostWaitHookRunsDuringWaitsAndMayAbandonThem) {
+  Device device(two_cores());
+  Stream s(device);
+  std::latch release(1);
+  s.launch({"held", KernelKind::vector, 1, 0}, [&](const BlockContext&) { release.wait(); });
+  Event e;
+  e.record(s);
+  set_host_wait_hook(counting_hook);
+  g_hook_throws = true;
+  EXPECT_THROW(s.synchronize(), std::runtime_error);
+  EXPECT_THROW(e.synchronize(), std::runtime_error);
+  EXPECT_THROW(device.synchronize(), std::runtime_error);
+  EXPECT_EQ(g_hook_calls.load(), 3);
+  g_hook_throws = false;
+  std::thread opener([&] {
+    std::this_thread::sleep_for(3 * kHostWaitHookPeriod);
+    release.count_down();
+  });
+  s.synchronize();  // the hook runs (and returns) while the kernel is held
+  opener.join();
+  EXPECT_GE(g_hook_calls.load(), 4);
+  e.synchronize();
+  set_host_wait_hook(nullptr);
+}
+
 TEST(Stream, BlockDimMustFitTheLimitOfItsKind) {
   Device device(two_cores());
   Stream s(device);

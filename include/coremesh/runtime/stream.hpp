@@ -124,6 +124,14 @@ std::chrono::milliseconds wait_timeout();
 std::chrono::milliseconds host_wait_timeout();
 void set_wait_timeout(std::chrono::milliseconds timeout);
 
+// A function that host waits (Stream/Event/Device synchronize) call on the
+// waiting thread every kHostWaitHookPeriod while they still wait; it may
+// throw to abandon the wait. The Python binding raises KeyboardInterrupt
+// there on Ctrl-C. nullptr (the default): a wait only sleeps.
+using HostWaitHook = void (*)();
+inline constexpr std::chrono::milliseconds kHostWaitHookPeriod{20};
+void set_host_wait_hook(HostWaitHook hook);
+
 // RAII `with StreamCtx(s)`: makes `stream` current for the scope.
 class StreamGuard {
  public:
