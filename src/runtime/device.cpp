@@ -283,7 +283,9 @@ void Device::Impl::run_block(KernelRun& run, int block, int core) {
   if (run.profiled) {
     profiler_add(KernelRecord{-1, id, run.stream->id, run.info.name, run.info.kind,
                               run.start_ns.load(), run.end_ns.load(), run.info.block_dim,
-                              run.limits, run.info.cache_id, std::move(run.blocks)});
+                              run.limits, run.info.cache_id, std::move(run.blocks),
+                              run.info.op ? run.info.op->describe([](const Tensor&) { return std::string(); })
+                                          : std::string()});
   }
   std::exception_ptr error;
   {

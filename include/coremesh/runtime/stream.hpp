@@ -23,6 +23,7 @@
 #include <string>
 
 #include "coremesh/runtime/device.hpp"
+#include "coremesh/runtime/op_desc.hpp"
 
 namespace coremesh::runtime {
 
@@ -43,6 +44,15 @@ struct LaunchInfo {
   KernelKind kind = KernelKind::vector;
   int block_dim = 1;
   uint64_t cache_id = 0;  // op cache entry the tiling came from, 0 if none
+  // What the kernel computes (every op of the ops library sets it); the
+  // profiler shows it and graph capture refuses a kernel without one.
+  std::shared_ptr<const OpDesc> op;
+};
+
+// A kernel ready to launch.
+struct Kernel {
+  LaunchInfo info;
+  KernelBody body;
 };
 
 class Stream {
