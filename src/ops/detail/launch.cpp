@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "coremesh/runtime/capture.hpp"
 #include "coremesh/runtime/op_cache.hpp"
 #include "coremesh/runtime/profiler.hpp"
 
@@ -61,7 +62,7 @@ runtime::Kernel make_kernel(Plan plan, const Args& args, runtime::KernelBody bod
 
 void launch(Plan plan, const Args& args, runtime::KernelBody body) {
   runtime::Stream stream = runtime::current_stream();
-  if (runtime::profiler_enabled()) {
+  if (runtime::is_capturing(stream) || runtime::profiler_enabled()) {
     runtime::Kernel k = make_kernel(std::move(plan), args, std::move(body));
     stream.launch(k.info, std::move(k.body));
     return;

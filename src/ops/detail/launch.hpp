@@ -7,8 +7,8 @@
 //                and the op descriptor (the key and the tensors the kernel
 //                reads and writes: Args), which the profiler and graph
 //                capture see. The descriptor (copies of the tensor handles)
-//                is made only while the profiler records: a plain eager
-//                launch would pay ~1 us for it;
+//                is made only while the stream captures or the profiler
+//                records: a plain eager launch would pay ~1 us for it;
 //   3. the body: block b of n works on split_range(items, b, n, align).
 // Bodies capture Tensor handles by value so storage outlives the kernel, and
 // keep no state from one run to the next (a captured graph replays them).
@@ -102,7 +102,7 @@ Plan plan_rows_for(runtime::OpKey key, KernelKind kind, int64_t items, int64_t u
 // The kernel of `plan` (LaunchInfo with block_dim, cache id and descriptor).
 runtime::Kernel make_kernel(Plan plan, const Args& args, runtime::KernelBody body);
 // The kernel, enqueued on the current stream (its descriptor made only while
-// the profiler records).
+// the stream captures or the profiler records).
 void launch(Plan plan, const Args& args, runtime::KernelBody body);
 
 // Body of a rows kernel: body(begin, end) gets the block's item range.
