@@ -44,8 +44,9 @@ struct LaunchInfo {
   KernelKind kind = KernelKind::vector;
   int block_dim = 1;
   uint64_t cache_id = 0;  // op cache entry the tiling came from, 0 if none
-  // What the kernel computes (every op of the ops library sets it); the
-  // profiler shows it and graph capture refuses a kernel without one.
+  // What the kernel computes. The ops library sets it whenever it will be
+  // read: while the profiler records or the stream captures (graph capture
+  // refuses a kernel without one); a plain eager launch skips making it.
   std::shared_ptr<const OpDesc> op;
 };
 
