@@ -144,6 +144,7 @@ CoreLimits Device::limit() const { return impl_->limit(); }
 Stream& Device::default_stream() { return *impl_->default_stream; }
 
 void Device::synchronize() {
+  if (impl_->capturing_streams.load() > 0) capture_refuse_device_sync(*impl_);
   std::vector<std::shared_ptr<StreamImpl>> streams;
   {
     std::lock_guard lock(impl_->streams_mutex);
@@ -205,7 +206,7 @@ void Device::Impl::submit(std::shared_ptr<KernelRun> run) {
     std::lock_guard lock(ready_mutex);
     // Higher priority first; FIFO among equal priorities.
     auto pos = std::find_if(ready.begin(), ready.end(), [&](const auto& r) {
-      return r->stream->priority < run->stream->priority;
+      return r->priority < run->priority;
     });
     ready.insert(pos, std::move(run));
     ready_count.fetch_add(1, std::memory_order_release);
@@ -283,9 +284,11 @@ void Device::Impl::run_block(KernelRun& run, int block, int core) {
 
   // Last block: the kernel is complete.
   if (run.profiled) {
-    profiler_add(KernelRecord{-1, id, run.stream->id, run.info.name, run.info.kind,
+    profiler_add(KernelRecord{-1, id, run.stream_id, run.info.name, run.info.kind,
                               run.start_ns.load(), run.end_ns.load(), run.info.block_dim,
-                              run.limits, run.info.cache_id, std::move(run.blocks)});
+                              run.limits, run.info.cache_id, std::move(run.blocks),
+                              run.info.op ? run.info.op->describe([](const Tensor&) { return std::string(); })
+                                          : std::string()});
   }
   std::exception_ptr error;
   {
@@ -297,19 +300,23 @@ void Device::Impl::run_block(KernelRun& run, int block, int core) {
       std::rethrow_exception(error);
     } catch (const std::exception& e) {
       error = std::make_exception_ptr(KernelError(
-          fmt::format("kernel '{}' on stream {} failed: {}", run.info.name, run.stream->id,
+          fmt::format("kernel '{}' on stream {} failed: {}", run.info.name, run.stream_id,
                       e.what()),
           "see the kernel's error above", __FILE__, __LINE__));
     } catch (...) {
       error = std::make_exception_ptr(KernelError(
           fmt::format("kernel '{}' on stream {} failed with a non-standard exception",
-                      run.info.name, run.stream->id),
+                      run.info.name, run.stream_id),
           "", __FILE__, __LINE__));
     }
   }
-  auto stream = std::move(run.stream);  // `run` may be freed once the stream moves on
   t_completing_on = this;
-  stream->item_done(error);
+  if (run.dag) {  // a graph replay's node: `run` is reset by the next run
+    run.dag->node_done(run.dag_node, error);
+  } else {
+    auto stream = std::move(run.stream);  // `run` may be freed once the stream moves on
+    stream->item_done(error);
+  }
   t_completing_on = nullptr;
 }
 

@@ -8,18 +8,6 @@ namespace {
 std::atomic<uint64_t> g_next_event_id{1};
 }  // namespace
 
-struct EventImpl {
-  uint64_t id = 0;
-  bool timing = false;
-  mutable std::mutex mutex;
-  std::shared_ptr<Recording> latest;  // most recent record(), null if never recorded
-
-  std::shared_ptr<Recording> snapshot() const {
-    std::lock_guard lock(mutex);
-    return latest;
-  }
-};
-
 void Recording::complete(std::exception_ptr stream_error) {
   std::vector<std::function<void(std::exception_ptr)>> to_run;
   {
@@ -57,6 +45,7 @@ void Event::record() {
 }
 
 void Event::record(Stream& stream) {
+  if (capture_record(*stream.impl(), *impl_)) return;
   auto rec = std::make_shared<Recording>();
   rec->event_id = impl_->id;
   rec->stream_id = stream.id();
@@ -74,12 +63,14 @@ void Event::wait() {
 }
 
 void Event::wait(Stream& stream) {
+  if (capture_wait(*stream.impl(), *impl_)) return;
   auto rec = impl_->snapshot();
   if (!rec) return;  // never recorded: nothing to wait for (CUDA semantics)
   stream.impl()->enqueue(WorkItem{WorkItem::Type::wait, nullptr, std::move(rec)});
 }
 
 bool Event::query() const {
+  capture_refuse_event_sync(*impl_, "Event::query()");
   auto rec = impl_->snapshot();
   if (!rec) return true;
   std::lock_guard lock(rec->mutex);
@@ -87,6 +78,7 @@ bool Event::query() const {
 }
 
 void Event::synchronize() const {
+  capture_refuse_event_sync(*impl_, "Event::synchronize()");
   auto rec = impl_->snapshot();
   if (!rec) return;
   std::unique_lock lock(rec->mutex);

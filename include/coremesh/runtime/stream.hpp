@@ -26,6 +26,7 @@
 #include <string>
 
 #include "coremesh/runtime/device.hpp"
+#include "coremesh/runtime/op_desc.hpp"
 
 namespace coremesh::runtime {
 
@@ -46,6 +47,16 @@ struct LaunchInfo {
   KernelKind kind = KernelKind::vector;
   int block_dim = 1;
   uint64_t cache_id = 0;  // op cache entry the tiling came from, 0 if none
+  // What the kernel computes. The ops library sets it whenever it will be
+  // read: while the profiler records or the stream captures (graph capture
+  // refuses a kernel without one); a plain eager launch skips making it.
+  std::shared_ptr<const OpDesc> op;
+};
+
+// A kernel ready to launch.
+struct Kernel {
+  LaunchInfo info;
+  KernelBody body;
 };
 
 class Stream {
