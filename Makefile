@@ -17,10 +17,9 @@ build: deps
 	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build -j $(JOBS)
 
-# The main job: until the trainer takes over, the RFC's concurrency demo.
+# The main job: train the demo MoE on the Bible (scripts/run-demo.sh).
 run: build
-	@if [ -x scripts/run-demo.sh ]; then bash scripts/run-demo.sh; \
-	 else ./build/coremesh demo --out out/demo; fi
+	@bash scripts/run-demo.sh
 
 # Every test: the whole suite, then the runtime under ThreadSanitizer and the
 # layers under AddressSanitizer + UndefinedBehaviorSanitizer, SHMEM's
