@@ -80,5 +80,6 @@ void bind_ops_moe(py::module_& m);
 void bind_shmem(py::module_& m);
 void bind_shmem_collectives(py::module_& m);
 void bind_train(py::module_& m);
+void bind_graph(py::module_& m);
 
 }  // namespace coremesh::python

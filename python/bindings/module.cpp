@@ -6,6 +6,7 @@
 //   coremesh.ops        the kernel library                      ops.cpp, ops_moe.cpp
 //   coremesh.shmem      OpenSHMEM from Python                   shmem.cpp, shmem_collectives.cpp
 //   coremesh.train      the trainer through its JSON config     train.cpp
+//   coremesh.graph      capture, instantiate, replay             graph.cpp
 //
 // Errors: coremesh::Error and its kinds become Python exceptions that keep
 // their message and HINT:
@@ -100,5 +101,7 @@ PYBIND11_MODULE(_C, m) {
   bind_shmem_collectives(shmem);
   auto train = m.def_submodule("train", "The C++ trainer from Python (configs as `coremesh train` reads them).");
   bind_train(train);
+  auto graph = m.def_submodule("graph", "Graph mode: capture stream work, instantiate it once, replay it.");
+  bind_graph(graph);
   install_python_hooks(m);
 }

@@ -12,7 +12,7 @@
     runtime.synchronize()
     np.asarray(c2)                                            # zero-copy view
 
-Submodules: runtime, ops, profiler, shmem, train. Errors: Error (a
+Submodules: runtime, ops, profiler, shmem, train, graph. Errors: Error (a
 RuntimeError) and its kinds InvalidArgument (also a ValueError),
 TimeoutError and KernelError. See docs/python.md.
 """
@@ -27,11 +27,38 @@ from ._C import (Error, InvalidArgument, KernelError, Tensor, TimeoutError, empt
 
 # The extension's submodules under their public names: `import coremesh.runtime`
 # and `from coremesh.ops import matmul` work like for plain modules.
-for _name in ("runtime", "ops", "profiler", "shmem", "train"):
+for _name in ("runtime", "ops", "profiler", "shmem", "train", "graph"):
     _module = getattr(_C, _name)
     _module.__name__ = f"{__name__}.{_name}"
     _sys.modules[_module.__name__] = _module
     globals()[_name] = _module
+
+
+class _Capture:
+    """with graph.capture(stream) as cap: ...  -- cap.graph is the captured Graph.
+
+    begin_capture(stream) on entry, end_capture() on a normal exit; an
+    exception inside the block ends the capture and propagates."""
+
+    def __init__(self, stream):
+        self.stream, self.graph = stream, None
+
+    def __enter__(self):
+        graph.begin_capture(self.stream)
+        return self
+
+    def __exit__(self, kind, value, tb):
+        captured = graph.end_capture() if kind is None else None
+        if kind is not None:
+            try:
+                graph.end_capture()
+            except Error:
+                pass  # the original exception says more
+        self.graph = captured
+        return False
+
+
+graph.capture = _Capture
 
 
 # dtype names, as ms.float32 & co.
@@ -56,4 +83,4 @@ def tensor(data, dtype=None):
 
 __all__ = ["Tensor", "Error", "InvalidArgument", "KernelError", "TimeoutError", "empty", "zeros",
            "full", "tensor", "from_numpy", "from_dlpack", "runtime", "ops", "profiler", "shmem",
-           "train", "float32", "bfloat16", "float8_e4m3", "float8_e5m2", "int32", "int64"]
+           "train", "graph", "float32", "bfloat16", "float8_e4m3", "float8_e5m2", "int32", "int64"]

@@ -19,6 +19,14 @@ std::atomic<int> g_next_device_id{0};
 // Set while a worker of this device completes a kernel: it claims a block
 // right after (see Device::Impl::submit).
 thread_local const Device::Impl* t_completing_on = nullptr;
+}  // namespace
+
+std::atomic<uint64_t>& work_progress() {
+  static std::atomic<uint64_t> blocks{0};
+  return blocks;
+}
+
+namespace {
 
 std::vector<int> affinity_cpus() {
   cpu_set_t set;
@@ -276,6 +284,7 @@ void Device::Impl::run_block(KernelRun& run, int block, int core) {
     if (!run.error) run.error = std::current_exception();
   }
   const int64_t end = profiler_now_ns();
+  work_progress().fetch_add(1, std::memory_order_relaxed);
   if (run.profiled) run.blocks[static_cast<size_t>(block)] = BlockRecord{block, core, start, end};
   expected = run.end_ns.load();
   while (end > expected && !run.end_ns.compare_exchange_weak(expected, end)) {

@@ -86,7 +86,7 @@ void Event::synchronize() const {
     CM_THROW(TimeoutError,
              "raise COREMESH_WAIT_TIMEOUT_S if the work is just slow; otherwise find what blocks "
              "the recording stream (Stream::synchronize on it names its running item)",
-             "{} did not complete within {} s", rec->describe(),
+             "{} did not complete: no kernel finished for {} s", rec->describe(),
              host_wait_timeout().count() / 1000.0);
   }
   if (rec->error) std::rethrow_exception(rec->error);

@@ -231,22 +231,36 @@ void validate_limit_value(int value, int spec, const char* kind, const char* wha
 
 HostWaitHook host_wait_hook();
 
-// Sleeps on `cv` (with `lock` held) until `ready()` or the host watchdog
-// (host_wait_timeout) expires
-// (returns false); calls the host wait hook between slices of
-// kHostWaitHookPeriod, without the lock.
+// Kernel blocks finished in this process so far: a host wait's watchdog
+// measures time without progress, so a slow queue on a starved machine is
+// not taken for a stuck one.
+std::atomic<uint64_t>& work_progress();
+
+// Sleeps on `cv` (with `lock` held) until `ready()`, or until no kernel block
+// of this process has finished for host_wait_timeout() (returns false);
+// calls the host wait hook between slices of kHostWaitHookPeriod, without
+// the lock.
 template <typename Ready>
 bool host_wait(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Ready ready) {
-  const auto deadline = std::chrono::steady_clock::now() + host_wait_timeout();
+  using clock = std::chrono::steady_clock;
+  auto deadline = clock::now() + host_wait_timeout();
+  uint64_t seen = work_progress().load(std::memory_order_relaxed);
   for (;;) {
     const HostWaitHook hook = host_wait_hook();
-    const auto now = std::chrono::steady_clock::now();
-    const auto until = hook ? std::min(deadline, now + kHostWaitHookPeriod) : deadline;
-    if (cv.wait_until(lock, until, ready)) return true;
-    if (until >= deadline) return false;
-    lock.unlock();
-    hook();
-    lock.lock();
+    const auto slice = hook ? kHostWaitHookPeriod : std::chrono::milliseconds(500);
+    if (cv.wait_until(lock, std::min(deadline, clock::now() + slice), ready)) return true;
+    const uint64_t now_seen = work_progress().load(std::memory_order_relaxed);
+    if (now_seen != seen) {
+      seen = now_seen;
+      deadline = clock::now() + host_wait_timeout();
+    } else if (clock::now() >= deadline) {
+      return false;
+    }
+    if (hook) {
+      lock.unlock();
+      hook();
+      lock.lock();
+    }
   }
 }
 

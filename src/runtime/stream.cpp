@@ -181,7 +181,7 @@ void StreamImpl::synchronize() {
     CM_THROW(TimeoutError,
              "raise COREMESH_WAIT_TIMEOUT_S if the work is just slow; otherwise look for a "
              "kernel that never returns or an event recorded on a stream that is stuck",
-             "{} did not finish within {} s: it is running {} with {} more item(s) queued",
+             "{} made no progress for {} s: it is running {} with {} more item(s) queued",
              describe(), host_wait_timeout().count() / 1000.0, describe_head(), queue.size());
   }
   rethrow_pending_error(lock);

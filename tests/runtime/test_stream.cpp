@@ -8,6 +8,7 @@
 
 #include <sched.h>
 
+#include "../../src/runtime/internal.hpp"  // Device::Impl::sleepers
 #include "coremesh/core/error.hpp"
 #include "helpers.hpp"
 
@@ -253,7 +254,13 @@ TEST(Stream, ChainOfOneBlockKernelsStaysOnTheCompletingCore) {
     if (device_limit) device.set_limit(1, 1);
     Stream s(device);
     if (!device_limit) set_stream_limit(s, 1, 1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // both workers asleep
+    for (;;) {  // both workers asleep (on a loaded machine that may take a while)
+      {
+        std::lock_guard lock(device.impl().ready_mutex);
+        if (device.impl().sleepers == 2) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     // The chain waits behind a gate until it is all queued: otherwise the
     // worker may drain the queue and the host submit the next link itself.
     std::atomic<bool> queued{false};
@@ -311,7 +318,13 @@ TEST(Stream, HostSubmitWakesAWorkerOffItsOwnCpu) {
     CPU_ZERO(&one);
     CPU_SET(cpus[host_cpu], &one);
     ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // both workers asleep
+    for (;;) {  // both workers asleep (on a loaded machine that may take a while)
+      {
+        std::lock_guard lock(device.impl().ready_mutex);
+        if (device.impl().sleepers == 2) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     int core = -1;
     s.launch({"probe", KernelKind::vector, 1, 0}, [&core](const BlockContext& ctx) { core = ctx.core_id; });
     s.synchronize();

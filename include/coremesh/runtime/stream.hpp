@@ -14,9 +14,11 @@
 //
 // Watchdog: waits inside kernels (SHMEM signal waits) give up after
 // COREMESH_WAIT_TIMEOUT_S seconds (default 300); host waits on a stream or
-// event give up a little later (host_wait_timeout) with a TimeoutError that
-// says what the stream or event waits on, so that a kernel's own timeout,
-// which names its cause, reaches the host first.
+// event give up when no kernel of the process has made progress for a
+// little longer (host_wait_timeout), with a TimeoutError that says what the
+// stream or event waits on, so that a kernel's own timeout, which names its
+// cause, reaches the host first. A long queue on a starved machine is slow,
+// not stuck: it does not time out.
 #pragma once
 
 #include <chrono>
