@@ -319,6 +319,14 @@ void Device::Impl::run_block(KernelRun& run, int block, int core) {
           "", __FILE__, __LINE__));
     }
   }
+  if (!run.dag) {
+    // Drop what the kernel captured (tensors, symmetric ones included) before
+    // its stream moves on, so that nothing of it dies later on this worker,
+    // after the host's synchronize: a symmetric free is collective, and PEs
+    // must free in the same order. (A graph's nodes keep theirs for replays.)
+    run.body = nullptr;
+    run.info.op.reset();
+  }
   t_completing_on = this;
   if (run.dag) {  // a graph replay's node: `run` is reset by the next run
     run.dag->node_done(run.dag_node, error);
