@@ -267,6 +267,7 @@ double Distributed::sum_over_data_ranks(double local) {
 }
 
 int64_t Distributed::symmetric_bytes(const TrainConfig& c, int world) {
+  if (c.parallel.pp > 1) return Pipeline::symmetric_bytes(c);
   const parallel::Mesh mesh(c.parallel, world, split_sizes(c));
   const int ep = c.parallel.ep, E = c.model.n_routed_experts;
   model::StageLayout stage;

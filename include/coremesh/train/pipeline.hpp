@@ -1,0 +1,122 @@
+// One PE's stage of a pipeline-parallel run (issue 16): the executor that
+// walks this rank's actions of any valid schedule (schedule.hpp) over the
+// model's chunks, and what keeps the run the 1-PE run bit for bit.
+//
+//   stages      the model's parts cut into schedule.num_stages() contiguous
+//               runs (stage_parts); rank r holds the stages its placement
+//               gives its chunks, as a StageLayout of one or two chunks
+//   messages    F's output and B's (or I's) input gradient cross ranks by a
+//               one-sided put with a signal into the receiver's symmetric
+//               buffer for (kind, chunk, micro-batch); RECV waits for the
+//               signal on the stream and copies the data out. No barrier.
+//               Stages on one rank (the tip of a V) hand over directly.
+//   tied table  the head's stage puts the head's gradient of the table for
+//               each micro-batch to the embedding's stage, which adds its
+//               rows onto it (the TiedEmbedding seam): one PE's arithmetic.
+//               After the optimizer the embedding's stage puts the table
+//               into the head's replica.
+//   norm        the 1-PE norm is a sum of per-chunk partials over the whole
+//               model's arena (ops::grad_sq_partials, kOptimizerChunk). Each
+//               chunk has one owner, the PE holding its first element: a chunk
+//               inside one stage's run is computed where it lies; one that
+//               straddles stages is assembled on its owner (puts with
+//               signals) and computed there. The partials are summed over the
+//               world (each non-zero on one PE) and totalled in chunk order.
+//   statistics  the loss lives on the last stage; after the step's
+//               synchronization every PE's values are gathered (host).
+//   checkpoints the leader gets every parameter, AdamW moment and router
+//               bias from its stage under the 1-PE names.
+//
+// Gradients of a stage are summed in micro-batch order by the model, which
+// holds for a schedule that runs each chunk's backwards (or W) in
+// micro-batch order (every generator but DualPipe's, whose two model copies
+// the executor does not sum yet).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coremesh/model/model.hpp"
+#include "coremesh/parallel/comm.hpp"
+#include "coremesh/parallel/schedule.hpp"
+#include "coremesh/runtime/stream.hpp"
+#include "coremesh/train/checkpoint.hpp"
+#include "coremesh/train/optimizer.hpp"
+
+namespace coremesh::train {
+
+struct TrainConfig;
+
+// Parts [0, num_parts) cut into `stages` contiguous, balanced runs.
+std::vector<model::PartRange> stage_parts(const model::ModelConfig& config, int stages);
+// The schedule a training config runs (pp, schedule, grad_accum, virtual_stages).
+parallel::Schedule pipeline_schedule(const TrainConfig& config);
+
+class Pipeline {
+ public:
+  // Collective over the job's pp PEs (SHMEM initialized); checks the schedule.
+  explicit Pipeline(const TrainConfig& config);
+  ~Pipeline();
+
+  const parallel::Schedule& schedule() const { return schedule_; }
+  int rank() const { return rank_; }
+  bool leader() const { return rank_ == 0; }
+  // What this PE's model is built with.
+  model::StageLayout stage() const { return stage_of(rank_); }
+  parallel::Seams seams();
+  model::Model::ArenaAllocator arena() const;  // symmetric, the largest stage's size
+  // After the model exists (collective): buffers, the norm's plan.
+  void attach(model::Model& model);
+  // The arena without the head's replica of a tied table (it follows the embedding).
+  std::vector<AdamW::Range> owned_ranges() const;
+  model::Model::ArenaAllocator state_allocator() const;
+
+  // ---- the step, on the current stream
+  // This rank's actions; micro-batch i is batches[i] (tokens and targets).
+  void run(const std::vector<model::MicroBatch>& batches);
+  Tensor grad_sq_sum();    // (1): the 1-PE sum of squares, on every PE
+  void sync_tied_table();  // the embedding's table into the head's replica
+
+  // ---- host
+  // Forward only, one batch at a time (validation): the last stage's token
+  // losses (N), undefined elsewhere. Synchronizes.
+  Tensor forward_only(const model::MicroBatch& batch);
+  // Every PE's `local`, gathered: sum and max in rank order.
+  struct Totals {
+    double sum = 0, max = 0;
+  };
+  std::vector<Totals> over_world(const std::vector<double>& local);
+  // Collective: the leader assembles the whole model's tensors.
+  void gather_state(model::Model& model, AdamW& opt, NamedTensors& params, NamedTensors& adam_m,
+                    NamedTensors& adam_v, NamedTensors& buffers);
+  // Symmetric bytes one PE needs (weights, gradients, AdamW, buffers).
+  static int64_t symmetric_bytes(const TrainConfig& config);
+
+ private:
+  class Tied;
+  struct NormPlan;
+  model::StageLayout stage_of(int rank) const;
+  void plan_norm(int signal_base);
+  int buffer(bool grad, int chunk, int micro_batch) const;  // index of a receive buffer (and its signal)
+  uint64_t* signal(int index) const { return static_cast<uint64_t*>(signals_.raw_data()) + index; }
+  void wait(int index, std::string what);  // the stream waits for the signal's next round
+  Tensor receive(bool grad, int chunk, int micro_batch);
+  void send(const Tensor& data, const parallel::Action& a);
+
+  const TrainConfig& cfg_;
+  parallel::Schedule schedule_;
+  int rank_ = 0;
+  int64_t rows_ = 0;  // tokens per micro-batch (N)
+  model::Model* model_ = nullptr;
+  std::unique_ptr<Tied> tied_;
+  std::unique_ptr<NormPlan> norm_;
+  Tensor recv_, signals_, host_values_, buffers_;
+  std::vector<uint64_t> rounds_;  // per signal: rounds waited for
+  // the step in flight: outputs to send or hand over, received inputs, kept sources of puts
+  std::map<std::pair<int, int>, Tensor> outputs_, grads_, inputs_, grad_inputs_;
+  std::vector<Tensor> keep_;
+};
+
+}  // namespace coremesh::train
