@@ -92,6 +92,14 @@ parallel::SplitSizes split_sizes(const train::TrainConfig& c) {
   return {c.model.n_routed_experts, c.model.n_heads, c.model.n_layers, c.seq_len};
 }
 
+// "dp 2 x pp 2", and the schedule of a pipeline.
+std::string layout_name(const train::TrainConfig& c, int world) {
+  std::string out = parallel::Mesh(c.parallel, world, split_sizes(c)).describe();
+  if (c.parallel.pp > 1)
+    out += fmt::format(", schedule {} with {} micro-batches", parallel::schedule_name(c.parallel.schedule), c.grad_accum);
+  return out;
+}
+
 // --dry-run of a parallel layout: what each rank holds and needs.
 void print_layout(const train::TrainConfig& c) {
   const int world = c.parallel.world();
@@ -177,7 +185,7 @@ void run_train(const TrainFlags& f) {
     }
     trainer = std::make_unique<train::Trainer>(cfg, device ? *device : runtime::Device::default_device());
     if (leader) fmt::print("compute cores: {}{}\n", trainer->cores(),
-                           world > 1 ? fmt::format(" per PE, {} PEs ({})", world, trainer->distributed()->mesh().describe()) : "");
+                           world > 1 ? fmt::format(" per PE, {} PEs ({})", world, layout_name(cfg, world)) : "");
     if (!f.resume.empty()) {
       trainer->resume(f.resume);
       if (leader) fmt::print("resumed from '{}' at step {}\n", f.resume, trainer->step());
