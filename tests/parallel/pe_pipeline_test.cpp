@@ -25,13 +25,14 @@ namespace {
 struct Case {
   PipelineSchedule schedule;
   int micro_batches, virtual_stages;
+  bool tied = true;  // the head's table is the embedding's
 };
 
 std::vector<Case> cases(int pp) {
   using S = PipelineSchedule;
   switch (pp) {
     case 2: return {{S::gpipe, 4, 1}, {S::one_f_one_b, 4, 1}, {S::interleaved, 4, 2}, {S::zb_h1, 4, 1},
-                    {S::zbv, 4, 1}, {S::dualpipev, 4, 1}};
+                    {S::zbv, 4, 1}, {S::dualpipev, 4, 1}, {S::one_f_one_b, 4, 1, false}};
     case 3: return {{S::one_f_one_b, 3, 1}};
     case 4: return {{S::gpipe, 4, 1}, {S::one_f_one_b, 8, 1}, {S::zb_h1, 4, 1}};
     default: return {};
@@ -42,13 +43,15 @@ TrainConfig pipeline_config(const Case& c, int pp) {
   TrainConfig t = base_config();
   t.steps = 4, t.grad_accum = c.micro_batches;
   t.parallel.pp = pp, t.parallel.schedule = c.schedule, t.parallel.virtual_stages = c.virtual_stages;
+  t.model.tied_embeddings = c.tied;
   t.out_dir = "/tmp/coremesh_pe_pipeline_par";
   return t;
 }
 
-TrainConfig one_pe_config(int micro_batches, const std::string& dir) {
+TrainConfig one_pe_config(int micro_batches, const std::string& dir, bool tied = true) {
   TrainConfig t = base_config();
   t.steps = 4, t.grad_accum = micro_batches, t.out_dir = dir;
+  t.model.tied_embeddings = tied;
   return t;
 }
 
@@ -58,8 +61,9 @@ TEST(PipelineTraining, EverySchedulesReproducesTheOnePeRun) {
   const int pp = shmem::n_pes(), me = shmem::my_pe();
   for (const Case& c : cases(pp)) {
     SCOPED_TRACE(::testing::Message() << parallel::schedule_name(c.schedule) << " pp " << pp << " m "
-                                      << c.micro_batches);
-    Trainer ref(one_pe_config(c.micro_batches, "/tmp/coremesh_pe_pipeline_one_" + std::to_string(me)), one_core());
+                                      << c.micro_batches << (c.tied ? "" : " untied"));
+    Trainer ref(one_pe_config(c.micro_batches, "/tmp/coremesh_pe_pipeline_one_" + std::to_string(me), c.tied),
+                one_core());
     ref.run(-1, false);
     Trainer t(pipeline_config(c, pp), one_core());
     t.run(-1, false);
@@ -86,9 +90,10 @@ TEST(PipelineTraining, EverySchedulesReproducesTheOnePeRun) {
       EXPECT_EQ(0, std::memcmp(b.raw_data(), it->second.raw_data(), b.nbytes())) << name;
     }
     if (me == 0)
-      std::printf("[%s pp %d m %d] %zu steps, %d of this stage's tensors differ; loss %.4f -> %.4f, grad norm "
+      std::printf("[%s pp %d m %d%s] %zu steps, %d of this stage's tensors differ; loss %.4f -> %.4f, grad norm "
                   "%.3f -> %.3f\n",
-                  parallel::schedule_name(c.schedule).c_str(), pp, c.micro_batches, t.records().size(), different,
+                  parallel::schedule_name(c.schedule).c_str(), pp, c.micro_batches, c.tied ? "" : " untied",
+                  t.records().size(), different,
                   t.records().front().loss, t.records().back().loss, t.records().front().grad_norm,
                   t.records().back().grad_norm);
     shmem::barrier();
@@ -181,4 +186,24 @@ TEST(PipelineTraining, NormIsTheOnePeNorm) {
     EXPECT_EQ(differ, 0) << "of 40 random gradients";
     shmem::barrier();
   }
+}
+
+// Layouts the executor cannot run are refused before anything is allocated,
+// with a message that says what to change.
+TEST(PipelineTraining, RefusesWhatItCannotRun) {
+  const int pp = shmem::n_pes();
+  if (pp < 2) return;
+  auto message = [&](TrainConfig c) -> std::string {
+    try {
+      Trainer t(c, one_core());
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  TrainConfig dual = pipeline_config({PipelineSchedule::dualpipe, 4, 1}, pp);
+  if (pp % 2 == 0) EXPECT_NE(message(dual).find("DualPipe"), std::string::npos) << message(dual);
+  TrainConfig deep = pipeline_config({PipelineSchedule::interleaved, 4 * pp, 4}, pp);  // 4 pp stages, 6 parts
+  EXPECT_NE(message(deep).find("pipeline stages"), std::string::npos) << message(deep);
+  shmem::barrier();
 }
