@@ -93,7 +93,7 @@ class Pipeline::Tied final : public parallel::TiedEmbedding {
     runtime::Stream stream = runtime::current_stream();
     shmem::put_signal_on_stream(stream, buffers_.data<float>() + slot * numel_, grad.data<float>(), size_t(numel_),
                                 p_.signal(signal_base_ + slot), 1, shmem::SignalOp::add,
-                                embedding_rank_);
+                                p_.pe(embedding_rank_));
   }
   Tensor take_head_gradient(int slot) override {
     if (embedding_rank_ == head_rank_) {
@@ -105,7 +105,7 @@ class Pipeline::Tied final : public parallel::TiedEmbedding {
       return g;
     }
     p_.wait(signal_base_ + slot, fmt::format("waits for PE {}'s head gradient of the tied table, micro-batch {}",
-                                             head_rank_, slot));
+                                             p_.pe(head_rank_), slot));
     return buffers_.slice(0, slot * numel_, (slot + 1) * numel_);
   }
   // After the optimizer: the embedding's table into the head's replica.
@@ -119,9 +119,9 @@ class Pipeline::Tied final : public parallel::TiedEmbedding {
       }
       runtime::Stream stream = runtime::current_stream();
       shmem::put_signal_on_stream(stream, model.param_data() + replica_offset_, table.data<float>(), size_t(numel_),
-                                  p_.signal(sig), 1, shmem::SignalOp::add, head_rank_);
+                                  p_.signal(sig), 1, shmem::SignalOp::add, p_.pe(head_rank_));
     } else if (me == head_rank_) {
-      p_.wait(sig, fmt::format("waits for PE {}'s updated embedding table", embedding_rank_));
+      p_.wait(sig, fmt::format("waits for PE {}'s updated embedding table", p_.pe(embedding_rank_)));
     }
   }
   static int signals(const parallel::Schedule& s) { return s.micro_batches + 1; }
@@ -155,10 +155,19 @@ struct Pipeline::NormPlan {
 
 // ---- construction
 
-Pipeline::Pipeline(const TrainConfig& cfg) : cfg_(cfg), schedule_(pipeline_schedule(cfg)), rank_(shmem::my_pe()) {
+Pipeline::Pipeline(const TrainConfig& cfg)
+    : cfg_(cfg),
+      schedule_(pipeline_schedule(cfg)),
+      mesh_(cfg.parallel, cfg.parallel.world(), {cfg.model.n_routed_experts, cfg.model.n_heads, cfg.model.n_layers,
+                                                 cfg.seq_len}) {
   const parallel::ParallelConfig& p = cfg.parallel;
-  CM_CHECK(p.world() == p.pp, "set dp, cp, ep and tp to 1 with pp > 1: this build runs pipelines alone",
-           "the layout asks for pp {} with dp {} x cp {} x ep {} x tp {}", p.pp, p.dp, p.cp, p.ep, p.tp);
+  CM_CHECK(p.world() == p.pp * p.dp && p.zero == 0,
+           "with pp > 1 set cp, ep and tp to 1 and zero to 0: pipelines combine with data parallelism only",
+           "the layout asks for pp {} with dp {} x cp {} x ep {} x tp {}, zero {}", p.pp, p.dp, p.cp, p.ep, p.tp,
+           p.zero);
+  const int me = shmem::my_pe();
+  rank_ = mesh_.coords(me)[parallel::Dim::pp];
+  pes_ = mesh_.group(parallel::Dim::pp, me);
   CM_CHECK(schedule_.placement != parallel::Placement::bidirectional,
            "use gpipe, 1f1b, interleaved, zb-h1, zbv or dualpipev: the executor does not sum DualPipe's two "
            "model copies yet", "schedule '{}' runs two copies of the model", schedule_.name);
@@ -177,6 +186,11 @@ Pipeline::Pipeline(const TrainConfig& cfg) : cfg_(cfg), schedule_(pipeline_sched
   host_values_ = parallel::symmetric_tensor({int64_t(4 * (shmem::n_pes() + 1))}, DType::i64);  // doubles, 8 bytes each
   const int64_t E = cfg.model.n_routed_experts;
   buffers_ = parallel::symmetric_tensor({std::max<int64_t>(1, cfg.model.n_layers * E)});
+  const int64_t loads = int64_t(cfg.model.n_layers) * (E + 1);
+  load_arena_ = parallel::symmetric_tensor({std::max<int64_t>(loads, 1)}, DType::i64);
+  const parallel::Group data = parallel::Group::of(mesh_.group(parallel::Dim::dp, me), me);
+  load_sum_ = std::make_unique<parallel::ShardedSum>(load_arena_, std::vector<parallel::Group>{data},
+                                                     std::vector<parallel::ShardedSum::Range>{{0, loads, 0}}, 1);
 }
 
 // Every PE's runs of the 1-PE arena, the owner of each chunk, the edge slots.
@@ -213,13 +227,14 @@ void Pipeline::plan_norm(int signal_base) {
   q.signal_base = signal_base;
   q.edges = parallel::symmetric_tensor({std::max<int64_t>(1, int64_t(q.expected.size()) * K)});
   q.partials = parallel::symmetric_tensor({q.chunks});
-  std::vector<int> world;
-  for (int pe = 0; pe < shmem::n_pes(); ++pe) world.push_back(pe);
-  q.sum = std::make_unique<parallel::ShardedSum>(q.partials, std::vector<parallel::Group>{parallel::Group::of(world, rank_)},
+  q.sum = std::make_unique<parallel::ShardedSum>(q.partials,
+                                                 std::vector<parallel::Group>{parallel::Group::of(pes_, pe(rank_))},
                                                  std::vector<parallel::ShardedSum::Range>{{0, q.chunks, 0}}, 1);
 }
 
 Pipeline::~Pipeline() = default;
+
+bool Pipeline::leader() const { return shmem::my_pe() == 0; }
 
 model::StageLayout Pipeline::stage_of(int rank) const {
   const std::vector<model::PartRange> parts = stage_parts(cfg_.model, schedule_.num_stages());
@@ -253,7 +268,14 @@ void Pipeline::wait(int index, std::string what) {
                                   std::move(what));
 }
 
-void Pipeline::attach(model::Model& model) { model_ = &model; }
+void Pipeline::attach(model::Model& model) {
+  model_ = &model;
+  // the stage's gradients summed over the data-parallel replicas of the stage (collective)
+  const int me = shmem::my_pe();
+  const parallel::Group data = parallel::Group::of(mesh_.group(parallel::Dim::dp, me), me);
+  grad_sum_ = std::make_unique<parallel::ShardedSum>(model.grad_arena(), std::vector<parallel::Group>{data},
+                                                     std::vector<parallel::ShardedSum::Range>{{0, model.num_params(), 0}});
+}
 
 std::vector<AdamW::Range> Pipeline::owned_ranges() const {
   const model::ParamLayout& l = model_->layout();
@@ -271,7 +293,7 @@ Tensor Pipeline::receive(bool grad, int chunk, int mb) {
   const int i = buffer(grad, chunk, mb);
   const int64_t size = rows_ * cfg_.model.d_model;
   const parallel::StageRef from = schedule_.peer(rank_, {grad ? ActionKind::RecvB : ActionKind::RecvF, chunk, mb});
-  wait(i, fmt::format("waits for PE {}'s {} of micro-batch {} (chunk {})", from.rank,
+  wait(i, fmt::format("waits for PE {}'s {} of micro-batch {} (chunk {})", pe(from.rank),
                       grad ? "input gradient" : "activations", mb, chunk));
   // a copy of its own: the buffer is free again, the model may keep the input for its backward
   Tensor out = Tensor::empty({rows_, cfg_.model.d_model});
@@ -289,7 +311,7 @@ void Pipeline::send(const Tensor& data, const parallel::Action& a) {
   keep_.push_back(src);  // the put reads it when the stream gets there
   runtime::Stream stream = runtime::current_stream();
   shmem::put_signal_on_stream(stream, recv_.data<float>() + i * size, src.data<float>(), size_t(size),
-                              signal(i), 1, shmem::SignalOp::add, to.rank);
+                              signal(i), 1, shmem::SignalOp::add, pe(to.rank));
 }
 
 // ---- the step
@@ -352,6 +374,20 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
   CM_ASSERT(outputs_.empty() && grads_.empty() && inputs_.empty() && grad_inputs_.empty());
 }
 
+void Pipeline::sum_over_data_ranks() {
+  runtime::Stream stream = runtime::current_stream();
+  // gradients: replica d holds micro-batches [d a, (d+1) a); summed in replica order
+  grad_sum_->reduce_scatter(0, stream);
+  grad_sum_->all_gather(0, model_->grad_arena(), stream);
+  // the routers' loads: every replica updates its biases from the global load
+  const std::vector<Tensor>& loads = model_->expert_load();
+  const int64_t n = cfg_.model.n_routed_experts + 1;
+  for (size_t i = 0; i < loads.size(); ++i) copy_on_stream(loads[i], load_arena_.slice(0, int64_t(i) * n, int64_t(i + 1) * n));
+  load_sum_->reduce_scatter(0, stream);
+  load_sum_->all_gather(0, load_arena_, stream);
+  for (size_t i = 0; i < loads.size(); ++i) copy_on_stream(load_arena_.slice(0, int64_t(i) * n, int64_t(i + 1) * n), loads[i]);
+}
+
 Tensor Pipeline::grad_sq_sum() {
   NormPlan& q = *norm_;
   const Tensor grad = model_->grad_arena(), P = q.partials;
@@ -383,7 +419,7 @@ Tensor Pipeline::grad_sq_sum() {
       else
         shmem::put_signal_on_stream(stream, q.edges.data<float>() + at, src.data<float>(), size_t(hi - lo),
                                     signal(q.signal_base + slot), 1, shmem::SignalOp::add,
-                                    q.owner[size_t(c)]);
+                                    pe(q.owner[size_t(c)]));
       ++c;
     }
   }
@@ -454,8 +490,8 @@ void Pipeline::gather_state(model::Model& model, AdamW& opt, NamedTensors& param
     std::memcpy(buffers_.data<float>() + l * E, b.data<float>(), size_t(E) * sizeof(float));
   }
   shmem::barrier();  // every PE's step is done and its buffers staged
-  if (leader()) {
-    // the holder of each part, and its layout
+  if (shmem::my_pe() == 0) {
+    // the holder of each part (a pipeline rank of data replica 0), and its layout
     std::vector<int> holder(size_t(model::num_parts(cfg_.model)));
     std::vector<model::ParamLayout> layouts;
     for (int pe = 0; pe < schedule_.ranks; ++pe) {
@@ -476,14 +512,15 @@ void Pipeline::gather_state(model::Model& model, AdamW& opt, NamedTensors& param
       CM_ASSERT(offset >= 0);
       // AdamW's state sits at the parameter's arena offset: every range before the replica is owned
       Tensor x = Tensor::empty(w.shape), m = Tensor::empty(w.shape), v = Tensor::empty(w.shape);
-      get(x, model.param_arena(), offset, pe), get(m, opt.m(), offset, pe), get(v, opt.v(), offset, pe);
+      const int from = this->pe(pe);
+      get(x, model.param_arena(), offset, from), get(m, opt.m(), offset, from), get(v, opt.v(), offset, from);
       params.emplace_back(w.name, x), adam_m.emplace_back(w.name, m), adam_v.emplace_back(w.name, v);
     }
     buffers.clear();
     for (int l = 0; l < cfg_.model.n_layers; ++l) {
       if (!cfg_.model.is_moe_layer(l)) continue;
       Tensor b = Tensor::empty({E});
-      get(b, buffers_, l * E, holder[size_t(2 + 2 * l)]);
+      get(b, buffers_, l * E, pe(holder[size_t(2 + 2 * l)]));
       buffers.emplace_back("layers." + std::to_string(l) + ".router_bias", b);
     }
   }
@@ -497,7 +534,8 @@ int64_t Pipeline::symmetric_bytes(const TrainConfig& c) {
   const int64_t messages = 2 * chunks * mb * int64_t(c.batch_size) * c.seq_len * m.d_model;
   // weights, gradients, AdamW m and v (the largest stage, at most the whole model and a
   // replica), receive buffers, the tied table's per micro-batch, norm slots
-  return 4 * (4 * (whole + table) + messages + mb * table + (c.parallel.pp * 2 + 2) * K) + (16 << 20);
+  const int64_t staging = c.parallel.dp > 1 ? whole + table : 0;  // the gradients' reduce-scatter
+  return 4 * (4 * (whole + table) + staging + messages + mb * table + (c.parallel.pp * 2 + 2) * K) + (16 << 20);
 }
 
 }  // namespace coremesh::train

@@ -267,7 +267,7 @@ double Trainer::validate() {
   stream_.synchronize();
   double sum = 0;
   for (const Tensor& l : losses) sum += mean_of(l);
-  if (pipe_) sum = pipe_->over_world({sum})[0].sum;
+  if (pipe_) sum = pipe_->over_world({pipe_->data_index() == 0 ? sum : 0.0})[0].sum;  // one replica's
   return sum / cfg_.val_batches;
 }
 
@@ -279,7 +279,7 @@ std::string Trainer::sample() {
 }
 
 int64_t Trainer::tokens_per_step() const {
-  return cfg_.tokens_per_step() * (dist_ ? dist_->data_ranks() : 1);
+  return cfg_.tokens_per_step() * (dist_ ? dist_->data_ranks() : pipe_ ? pipe_->data_ranks() : 1);
 }
 
 void Trainer::queue_step() {
@@ -291,17 +291,22 @@ void Trainer::queue_step() {
   // The step's micro-batches are those of a 1-PE run accumulating
   // grad_accum x data_ranks of them; this PE takes its data_index-th run of
   // grad_accum, and every micro-batch's loss weighs 1 / (their number).
-  const int a = cfg_.grad_accum, ranks = dist_ ? dist_->data_ranks() : 1, mine = dist_ ? dist_->data_index() : 0;
+  const int a = cfg_.grad_accum;
+  const int ranks = dist_ ? dist_->data_ranks() : pipe_ ? pipe_->data_ranks() : 1;
+  const int mine = dist_ ? dist_->data_index() : pipe_ ? pipe_->data_index() : 0;
   const float scale = 1.0f / float(a * ranks);
   if (pipe_) {  // every stage reads the step's micro-batches; the schedule says when each runs
     xs_.resize(size_t(a)), ys_.resize(size_t(a));
     std::vector<model::MicroBatch> batches;
-    for (int m = 0; m < a; ++m) {
-      train_loader_->next_batch(xs_[size_t(m)], ys_[size_t(m)]);
-      batches.push_back({xs_[size_t(m)].data(), ys_[size_t(m)].data(), cfg_.batch_size, cfg_.seq_len, scale});
+    for (int g = 0; g < a * ranks; ++g) {
+      const bool here = g / a == mine;
+      std::vector<int32_t> &x = here ? xs_[size_t(g % a)] : x_, &y = here ? ys_[size_t(g % a)] : y_;
+      train_loader_->next_batch(x, y);
+      if (here) batches.push_back({x.data(), y.data(), cfg_.batch_size, cfg_.seq_len, scale});
     }
     pipe_->run(batches);
     model_->seal_gradients();
+    if (ranks > 1) pipe_->sum_over_data_ranks();
     grad_sq_ = pipe_->grad_sq_sum();
     opt_->clip_gradients(grad_sq_);
     opt_->step(schedule_.at(step_));

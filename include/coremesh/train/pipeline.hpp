@@ -26,6 +26,11 @@
 //               synchronization every PE's values are gathered (host).
 //   checkpoints the leader gets every parameter, AdamW moment and router
 //               bias from its stage under the 1-PE names.
+//   dp          replicas of the pipeline (mesh rank order [DP][PP]) read
+//               consecutive runs of the step's micro-batches; after the
+//               backward each stage's gradients and router loads are summed
+//               over its replicas in replica order (bit-identical to one PE
+//               when each replica runs one micro-batch).
 //
 // Gradients of a stage are summed in micro-batch order by the model, which
 // holds for a schedule that runs each chunk's backwards (or W) in
@@ -40,6 +45,7 @@
 
 #include "coremesh/model/model.hpp"
 #include "coremesh/parallel/comm.hpp"
+#include "coremesh/parallel/mesh.hpp"
 #include "coremesh/parallel/schedule.hpp"
 #include "coremesh/runtime/stream.hpp"
 #include "coremesh/train/checkpoint.hpp"
@@ -61,8 +67,12 @@ class Pipeline {
   ~Pipeline();
 
   const parallel::Schedule& schedule() const { return schedule_; }
-  int rank() const { return rank_; }
-  bool leader() const { return rank_ == 0; }
+  int rank() const { return rank_; }  // in the pipeline
+  bool leader() const;                // PE 0: logs, checkpoints
+  // This PE's replica of the pipeline reads micro-batches [data_index * a,
+  // (data_index + 1) * a) of each step's data_ranks * a (a = grad_accum).
+  int data_index() const { return mesh_.coords(pe(rank_))[parallel::Dim::dp]; }
+  int data_ranks() const { return mesh_.degree(parallel::Dim::dp); }
   // What this PE's model is built with.
   model::StageLayout stage() const { return stage_of(rank_); }
   parallel::Seams seams();
@@ -76,6 +86,9 @@ class Pipeline {
   // ---- the step, on the current stream
   // This rank's actions; micro-batch i is batches[i] (tokens and targets).
   void run(const std::vector<model::MicroBatch>& batches);
+  // dp > 1: the stage's gradients and the routers' loads summed over the
+  // replicas of the stage, in replica order.
+  void sum_over_data_ranks();
   Tensor grad_sq_sum();    // (1): the 1-PE sum of squares, on every PE
   void sync_tied_table();  // the embedding's table into the head's replica
 
@@ -98,6 +111,7 @@ class Pipeline {
   class Tied;
   struct NormPlan;
   model::StageLayout stage_of(int rank) const;
+  int pe(int rank) const { return pes_[size_t(rank)]; }  // the PE of a pipeline rank (this replica's)
   void plan_norm(int signal_base);
   int buffer(bool grad, int chunk, int micro_batch) const;  // index of a receive buffer (and its signal)
   uint64_t* signal(int index) const { return static_cast<uint64_t*>(signals_.raw_data()) + index; }
@@ -107,11 +121,15 @@ class Pipeline {
 
   const TrainConfig& cfg_;
   parallel::Schedule schedule_;
+  parallel::Mesh mesh_;
   int rank_ = 0;
+  std::vector<int> pes_;  // this replica's PEs, by pipeline rank
   int64_t rows_ = 0;  // tokens per micro-batch (N)
   model::Model* model_ = nullptr;
   std::unique_ptr<Tied> tied_;
   std::unique_ptr<NormPlan> norm_;
+  std::unique_ptr<parallel::ShardedSum> grad_sum_, load_sum_;  // over the data-parallel replicas of the stage
+  Tensor load_arena_;
   Tensor recv_, signals_, host_values_, buffers_;
   std::vector<uint64_t> rounds_;  // per signal: rounds waited for
   // the step in flight: outputs to send or hand over, received inputs, kept sources of puts

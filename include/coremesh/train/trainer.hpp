@@ -116,7 +116,7 @@ class Trainer {
   Distributed* distributed() { return dist_.get(); }
   // The pipeline stage this PE runs; nullptr unless pp > 1.
   Pipeline* pipeline() { return pipe_.get(); }
-  bool leader() const { return (!dist_ || dist_->leader()) && (!pipe_ || pipe_->leader()); }
+  bool leader() const { return dist_ ? dist_->leader() : !pipe_ || pipe_->leader(); }
   const std::vector<StepRecord>& records() const { return records_; }
   const std::vector<ValRecord>& validation() const { return val_records_; }
   ReportData report_data() const;
