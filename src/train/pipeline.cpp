@@ -20,15 +20,6 @@ namespace {
 using parallel::ActionKind;
 constexpr int64_t K = ops::kOptimizerChunk;
 
-// dst = src (same bytes) on the current stream.
-void copy_on_stream(const Tensor& src, const Tensor& dst) {
-  CM_ASSERT(src.nbytes() == dst.nbytes() && src.is_contiguous() && dst.is_contiguous());
-  runtime::current_stream().launch({"copy", runtime::KernelKind::vector, 1, 0},
-                                   [src, dst](const runtime::BlockContext&) {
-                                     std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
-                                   });
-}
-
 void zero_on_stream(const Tensor& t) {
   runtime::current_stream().launch({"zero", runtime::KernelKind::vector, 1, 0},
                                    [t](const runtime::BlockContext&) { std::memset(t.raw_data(), 0, t.nbytes()); });
@@ -114,7 +105,7 @@ class Pipeline::Tied final : public parallel::TiedEmbedding {
     if (me == embedding_rank_) {
       const Tensor table = model.param("wte");
       if (me == head_rank_) {
-        copy_on_stream(table, model.param_arena().slice(0, replica_offset_, replica_offset_ + numel_));
+        parallel::copy_on_stream(table, model.param_arena().slice(0, replica_offset_, replica_offset_ + numel_));
         return;
       }
       runtime::Stream stream = runtime::current_stream();
@@ -297,7 +288,7 @@ Tensor Pipeline::receive(bool grad, int chunk, int mb) {
                       grad ? "input gradient" : "activations", mb, chunk));
   // a copy of its own: the buffer is free again, the model may keep the input for its backward
   Tensor out = Tensor::empty({rows_, cfg_.model.d_model});
-  copy_on_stream(recv_.slice(0, i * size, (i + 1) * size), out.view({size}));
+  parallel::copy_on_stream(recv_.slice(0, i * size, (i + 1) * size), out.view({size}));
   return out;
 }
 
@@ -380,12 +371,7 @@ void Pipeline::sum_over_data_ranks() {
   grad_sum_->reduce_scatter(0, stream);
   grad_sum_->all_gather(0, model_->grad_arena(), stream);
   // the routers' loads: every replica updates its biases from the global load
-  const std::vector<Tensor>& loads = model_->expert_load();
-  const int64_t n = cfg_.model.n_routed_experts + 1;
-  for (size_t i = 0; i < loads.size(); ++i) copy_on_stream(loads[i], load_arena_.slice(0, int64_t(i) * n, int64_t(i + 1) * n));
-  load_sum_->reduce_scatter(0, stream);
-  load_sum_->all_gather(0, load_arena_, stream);
-  for (size_t i = 0; i < loads.size(); ++i) copy_on_stream(load_arena_.slice(0, int64_t(i) * n, int64_t(i + 1) * n), loads[i]);
+  if (!model_->expert_load().empty()) load_sum_->sum_packed(model_->expert_load(), stream);
 }
 
 Tensor Pipeline::grad_sq_sum() {
@@ -415,7 +401,7 @@ Tensor Pipeline::grad_sq_sum() {
       const int64_t lo = std::max(r.begin, c * K), hi = std::min(r.end, (c + 1) * K);
       const Tensor src = grad.slice(0, r.at + (lo - r.begin), r.at + (hi - r.begin));
       const int64_t at = slot * K + (lo - c * K);
-      if (q.owner[size_t(c)] == rank_) copy_on_stream(src, q.edges.slice(0, at, at + (hi - lo)));
+      if (q.owner[size_t(c)] == rank_) parallel::copy_on_stream(src, q.edges.slice(0, at, at + (hi - lo)));
       else
         shmem::put_signal_on_stream(stream, q.edges.data<float>() + at, src.data<float>(), size_t(hi - lo),
                                     signal(q.signal_base + slot), 1, shmem::SignalOp::add,
