@@ -65,29 +65,36 @@ parallel::Schedule pipeline_schedule(const TrainConfig& c) {
 
 class Pipeline::Tied final : public parallel::TiedEmbedding {
  public:
+  // Micro-batch mb's embedding and head lie on the ranks of stages 0 and
+  // last of its copy (DualPipe runs two copies in opposite directions).
   Tied(Pipeline& p, int signal_base) : p_(p), signal_base_(signal_base) {
     const parallel::Schedule& s = p.schedule_;
-    embedding_rank_ = s.locate(0, 0).rank;
-    head_rank_ = s.locate(0, s.num_stages() - 1).rank;
+    bool remote = false;
+    for (int mb = 0; mb < s.micro_batches; ++mb) {
+      embedding_rank_.push_back(s.locate(mb, 0).rank);
+      head_rank_.push_back(s.locate(mb, s.num_stages() - 1).rank);
+      remote = remote || embedding_rank_.back() != head_rank_.back();
+    }
     const model::ModelConfig& m = p.cfg_.model;
-    const model::ParamLayout head = model::layout_params(m, p.stage_of(head_rank_));
+    const model::ParamLayout head = model::layout_params(m, p.stage_of(head_rank_[0]));
     replica_offset_ = head.params[size_t(replica_index(head))].offset;
     numel_ = int64_t(m.vocab_size) * m.d_model;
-    if (embedding_rank_ != head_rank_) buffers_ = parallel::symmetric_tensor({s.micro_batches * numel_});
+    if (remote) buffers_ = parallel::symmetric_tensor({s.micro_batches * numel_});
   }
   void head_gradient(int slot, const Tensor& grad) override {
-    if (embedding_rank_ == head_rank_) {
+    const int to = embedding_rank_.at(size_t(slot));
+    if (to == p_.rank_) {
       local_[slot] = grad;
       return;
     }
     p_.keep_.push_back(grad);
     runtime::Stream stream = runtime::current_stream();
     shmem::put_signal_on_stream(stream, buffers_.data<float>() + slot * numel_, grad.data<float>(), size_t(numel_),
-                                p_.signal(signal_base_ + slot), 1, shmem::SignalOp::add,
-                                p_.pe(embedding_rank_));
+                                p_.signal(signal_base_ + slot), 1, shmem::SignalOp::add, p_.pe(to));
   }
   Tensor take_head_gradient(int slot) override {
-    if (embedding_rank_ == head_rank_) {
+    const int from = head_rank_.at(size_t(slot));
+    if (from == p_.rank_) {
       auto it = local_.find(slot);
       CM_CHECK(it != local_.end(), "run the head's backward of a micro-batch before the embedding's",
                "micro-batch {}: no gradient of the head for the tied table", slot);
@@ -96,23 +103,27 @@ class Pipeline::Tied final : public parallel::TiedEmbedding {
       return g;
     }
     p_.wait(signal_base_ + slot, fmt::format("waits for PE {}'s head gradient of the tied table, micro-batch {}",
-                                             p_.pe(head_rank_), slot));
+                                             p_.pe(from), slot));
     return buffers_.slice(0, slot * numel_, (slot + 1) * numel_);
   }
-  // After the optimizer: the embedding's table into the head's replica.
+  // After the optimizer: the embedding's table into the head's replica. Under
+  // DualPipe every rank holds the table and a replica, and both copies of
+  // the table take the same steps: the replica follows the rank's own table.
   void sync(model::Model& model) {
     const int me = p_.rank_, sig = signal_base_ + p_.schedule_.micro_batches;
-    if (me == embedding_rank_) {
+    const int embedding = embedding_rank_[0], head = head_rank_[0];
+    const bool both = p_.schedule_.placement == parallel::Placement::bidirectional || embedding == head;
+    if (both) {
+      const int r = replica_index(model.layout());
+      const int64_t at = r < 0 ? 0 : model.layout().params[size_t(r)].offset;
+      if (r >= 0) parallel::copy_on_stream(model.param("wte"), model.param_arena().slice(0, at, at + numel_));
+    } else if (me == embedding) {
       const Tensor table = model.param("wte");
-      if (me == head_rank_) {
-        parallel::copy_on_stream(table, model.param_arena().slice(0, replica_offset_, replica_offset_ + numel_));
-        return;
-      }
       runtime::Stream stream = runtime::current_stream();
       shmem::put_signal_on_stream(stream, model.param_data() + replica_offset_, table.data<float>(), size_t(numel_),
-                                  p_.signal(sig), 1, shmem::SignalOp::add, p_.pe(head_rank_));
-    } else if (me == head_rank_) {
-      p_.wait(sig, fmt::format("waits for PE {}'s updated embedding table", p_.pe(embedding_rank_)));
+                                  p_.signal(sig), 1, shmem::SignalOp::add, p_.pe(head));
+    } else if (me == head) {
+      p_.wait(sig, fmt::format("waits for PE {}'s updated embedding table", p_.pe(embedding)));
     }
   }
   static int signals(const parallel::Schedule& s) { return s.micro_batches + 1; }
@@ -120,7 +131,7 @@ class Pipeline::Tied final : public parallel::TiedEmbedding {
  private:
   Pipeline& p_;
   int signal_base_;
-  int embedding_rank_ = 0, head_rank_ = 0;
+  std::vector<int> embedding_rank_, head_rank_;  // per micro-batch
   int64_t replica_offset_ = 0, numel_ = 0;
   Tensor buffers_;
   std::map<int, Tensor> local_;
@@ -159,9 +170,6 @@ Pipeline::Pipeline(const TrainConfig& cfg)
   const int me = shmem::my_pe();
   rank_ = mesh_.coords(me)[parallel::Dim::pp];
   pes_ = mesh_.group(parallel::Dim::pp, me);
-  CM_CHECK(schedule_.placement != parallel::Placement::bidirectional,
-           "use gpipe, 1f1b, interleaved, zb-h1, zbv or dualpipev: the executor does not sum DualPipe's two "
-           "model copies yet", "schedule '{}' runs two copies of the model", schedule_.name);
   stage_parts(cfg.model, schedule_.num_stages());  // checks the stage count
   rows_ = int64_t(cfg.batch_size) * cfg.seq_len;
   // Symmetric allocations, in the same order on every PE: receive buffers per
@@ -170,7 +178,7 @@ Pipeline::Pipeline(const TrainConfig& cfg)
   const int messages = 2 * schedule_.chunks * schedule_.micro_batches;
   recv_ = parallel::symmetric_tensor({int64_t(messages) * rows_ * cfg.model.d_model});
   plan_norm(messages + Tied::signals(schedule_));
-  const int signals = norm_->signal_base + int(norm_->expected.size());
+  const int signals = norm_->signal_base + int(norm_->expected.size()) + 2;  // + DualPipe's copy sums
   signals_ = parallel::symmetric_tensor({signals}, DType::i64);
   rounds_.assign(size_t(signals), 0);
   if (cfg.model.tied_embeddings) tied_ = std::make_unique<Tied>(*this, messages);
@@ -182,6 +190,17 @@ Pipeline::Pipeline(const TrainConfig& cfg)
   const parallel::Group data = parallel::Group::of(mesh_.group(parallel::Dim::dp, me), me);
   load_sum_ = std::make_unique<parallel::ShardedSum>(load_arena_, std::vector<parallel::Group>{data},
                                                      std::vector<parallel::ShardedSum::Range>{{0, loads, 0}}, 1);
+  if (schedule_.placement == parallel::Placement::bidirectional) {  // the partner's gradients and loads
+    const int64_t arena = model::layout_params(cfg.model, stage()).arena_size;
+    copy_grads_ = parallel::symmetric_tensor({parallel::max_over_world({arena})[0]});
+    copy_loads_ = parallel::symmetric_tensor({std::max<int64_t>(loads, 1)}, DType::i64);
+  }
+}
+
+std::vector<model::PartRange> Pipeline::canonical_chunks(int rank) const {
+  std::vector<model::PartRange> chunks = stage_of(rank).chunks;
+  if (schedule_.placement == parallel::Placement::bidirectional) chunks.resize(1);  // copy 0's stage
+  return chunks;
 }
 
 // Every PE's runs of the 1-PE arena, the owner of each chunk, the edge slots.
@@ -193,9 +212,8 @@ void Pipeline::plan_norm(int signal_base) {
   q.n = whole.arena_size;
   q.chunks = (q.n + K - 1) / K;
   for (int pe = 0; pe < schedule_.ranks; ++pe) {
-    const model::StageLayout st = stage_of(pe);
-    const model::ParamLayout mine = model::layout_params(cfg_.model, st);
-    for (const model::PartRange& r : st.chunks) {
+    const model::ParamLayout mine = model::layout_params(cfg_.model, stage_of(pe));
+    for (const model::PartRange& r : canonical_chunks(pe)) {
       const int64_t b = whole.region_offset[size_t(r.begin)];
       const int64_t e = whole.region_offset[size_t(r.end - 1)] + whole.region_size[size_t(r.end - 1)];
       q.runs.push_back({pe, b, e, mine.region_offset[size_t(r.begin)]});
@@ -336,6 +354,10 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
     Tensor out = m.forward_chunk(mb, c, in);
     if (stage < last) outputs_[{c, mb}] = out;
   };
+  // DualPipe: a micro-batch passes one chunk of a rank; its slot closes after that backward
+  std::vector<int> passes(size_t(schedule_.micro_batches), 0);
+  for (int mb = 0; mb < schedule_.micro_batches; ++mb)
+    for (int c = 0; c < schedule_.chunks; ++c) passes[size_t(mb)] += schedule_.passes_through(mb, c);
   auto backward = [&](int c, int mb, bool defer) {
     const int stage = schedule_.stage_of(rank_, c);
     Tensor dout;
@@ -345,6 +367,7 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
     }
     Tensor din = m.backward_chunk(mb, c, dout, defer);
     if (stage > 0) grads_[{c, mb}] = din;
+    if (--passes[size_t(mb)] == 0 && m.slot_open(mb)) m.close_slot(mb);
   };
   for (const parallel::Action& a : schedule_.actions[size_t(rank_)]) {
     switch (a.kind) {
@@ -363,6 +386,37 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
     }
   }
   CM_ASSERT(outputs_.empty() && grads_.empty() && inputs_.empty() && grad_inputs_.empty());
+  if (copy_grads_.defined()) sum_copies();
+}
+
+// DualPipe: rank r holds stage r of copy 0 and stage p-1-r of copy 1, its
+// partner p-1-r the same stages the other way round (the same arena
+// layout). Each puts its gradients and loads to the other and adds the
+// other's: both copies take the same steps. The copies' sums are
+// ((g0 + g1) ...) + ((g_m/2 + ...) ...), one PE's within rounding.
+void Pipeline::sum_copies() {
+  const int partner = schedule_.ranks - 1 - rank_, sig = norm_->signal_base + int(norm_->expected.size());
+  runtime::Stream stream = runtime::current_stream();
+  const Tensor grad = model_->grad_arena(), theirs = copy_grads_.slice(0, 0, grad.numel());
+  shmem::put_signal_on_stream(stream, theirs.data<float>(), grad.data<float>(), size_t(grad.numel()), signal(sig), 1,
+                              shmem::SignalOp::add, pe(partner));
+  int64_t n = 0;
+  for (const Tensor& l : model_->expert_load()) {
+    parallel::copy_on_stream(l, load_arena_.slice(0, n, n + l.numel()));
+    n += l.numel();
+  }
+  if (n > 0)
+    shmem::put_signal_on_stream(stream, copy_loads_.data<int64_t>(), load_arena_.data<int64_t>(), size_t(n),
+                                signal(sig + 1), 1, shmem::SignalOp::add, pe(partner));
+  wait(sig, fmt::format("waits for PE {}'s gradients of the other model copy", pe(partner)));
+  parallel::sum_in_order({grad, theirs}, grad);  // a + b = b + a: the same bits on both
+  if (n == 0) return;
+  wait(sig + 1, fmt::format("waits for PE {}'s expert loads of the other model copy", pe(partner)));
+  n = 0;
+  for (const Tensor& l : model_->expert_load()) {
+    parallel::sum_in_order({l, copy_loads_.slice(0, n, n + l.numel())}, l);
+    n += l.numel();
+  }
 }
 
 void Pipeline::sum_over_data_ranks() {
@@ -438,6 +492,7 @@ Tensor Pipeline::forward_only(const model::MicroBatch& batch) {
   m.open_slot(slot, batch);
   Tensor x, losses;
   for (int c : order) {
+    if (!schedule_.passes_through(slot, c)) continue;
     const int stage = schedule_.stage_of(rank_, c);
     if (stage > 0 && schedule_.locate(slot, stage - 1).rank != rank_) x = receive(false, c, slot);
     x = m.forward_chunk(slot, c, x);
@@ -481,10 +536,9 @@ void Pipeline::gather_state(model::Model& model, AdamW& opt, NamedTensors& param
     std::vector<int> holder(size_t(model::num_parts(cfg_.model)));
     std::vector<model::ParamLayout> layouts;
     for (int pe = 0; pe < schedule_.ranks; ++pe) {
-      const model::StageLayout st = stage_of(pe);
-      for (const model::PartRange& r : st.chunks)
+      for (const model::PartRange& r : canonical_chunks(pe))
         for (int part = r.begin; part < r.end; ++part) holder[size_t(part)] = pe;
-      layouts.push_back(model::layout_params(cfg_.model, st));
+      layouts.push_back(model::layout_params(cfg_.model, stage_of(pe)));
     }
     auto get = [](Tensor& to, const Tensor& from, int64_t offset, int pe) {
       shmem::get(to.data<float>(), from.data<float>() + offset, size_t(to.numel()), pe);

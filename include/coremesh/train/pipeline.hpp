@@ -34,8 +34,8 @@
 //
 // Gradients of a stage are summed in micro-batch order by the model, which
 // holds for a schedule that runs each chunk's backwards (or W) in
-// micro-batch order (every generator but DualPipe's, whose two model copies
-// the executor does not sum yet).
+// micro-batch order. DualPipe's two model copies are summed after the
+// backward (copy 0's micro-batches, then copy 1's): within rounding of one PE.
 #pragma once
 
 #include <map>
@@ -111,6 +111,9 @@ class Pipeline {
   class Tied;
   struct NormPlan;
   model::StageLayout stage_of(int rank) const;
+  // The chunks whose parts `rank` holds for the whole model (DualPipe: copy 0's).
+  std::vector<model::PartRange> canonical_chunks(int rank) const;
+  void sum_copies();
   int pe(int rank) const { return pes_[size_t(rank)]; }  // the PE of a pipeline rank (this replica's)
   void plan_norm(int signal_base);
   int buffer(bool grad, int chunk, int micro_batch) const;  // index of a receive buffer (and its signal)
@@ -129,7 +132,7 @@ class Pipeline {
   std::unique_ptr<Tied> tied_;
   std::unique_ptr<NormPlan> norm_;
   std::unique_ptr<parallel::ShardedSum> grad_sum_, load_sum_;  // over the data-parallel replicas of the stage
-  Tensor load_arena_;
+  Tensor load_arena_, copy_grads_, copy_loads_;  // copy_*: DualPipe's partner's
   Tensor recv_, signals_, host_values_, buffers_;
   std::vector<uint64_t> rounds_;  // per signal: rounds waited for
   // the step in flight: outputs to send or hand over, received inputs, kept sources of puts
