@@ -279,6 +279,7 @@ void Pipeline::wait(int index, std::string what) {
 
 void Pipeline::attach(model::Model& model) {
   model_ = &model;
+  if (data_ranks() == 1) return;
   // the stage's gradients summed over the data-parallel replicas of the stage (collective)
   const int me = shmem::my_pe();
   const parallel::Group data = parallel::Group::of(mesh_.group(parallel::Dim::dp, me), me);
@@ -420,6 +421,7 @@ void Pipeline::sum_copies() {
 }
 
 void Pipeline::sum_over_data_ranks() {
+  CM_ASSERT(grad_sum_);
   runtime::Stream stream = runtime::current_stream();
   // gradients: replica d holds micro-batches [d a, (d+1) a); summed in replica order
   grad_sum_->reduce_scatter(0, stream);
@@ -574,8 +576,10 @@ int64_t Pipeline::symmetric_bytes(const TrainConfig& c) {
   const int64_t messages = 2 * chunks * mb * int64_t(c.batch_size) * c.seq_len * m.d_model;
   // weights, gradients, AdamW m and v (the largest stage, at most the whole model and a
   // replica), receive buffers, the tied table's per micro-batch, norm slots
-  const int64_t staging = c.parallel.dp > 1 ? whole + table : 0;  // the gradients' reduce-scatter
-  return 4 * (4 * (whole + table) + staging + messages + mb * table + (c.parallel.pp * 2 + 2) * K) + (16 << 20);
+  // the gradients' reduce-scatter (dp), the partner's gradients (DualPipe)
+  const int64_t staging = (c.parallel.dp > 1) + (c.parallel.schedule == parallel::PipelineSchedule::dualpipe);
+  const int64_t staged = staging * (whole + table);
+  return 4 * (4 * (whole + table) + staged + messages + mb * table + (c.parallel.pp * 2 + 2) * K) + (16 << 20);
 }
 
 }  // namespace coremesh::train

@@ -21,7 +21,8 @@
 //               inside one stage's run is computed where it lies; one that
 //               straddles stages is assembled on its owner (puts with
 //               signals) and computed there. The partials are summed over the
-//               world (each non-zero on one PE) and totalled in chunk order.
+//               pipeline's PEs (each non-zero on one) and totalled in chunk
+//               order.
 //   statistics  the loss lives on the last stage; after the step's
 //               synchronization every PE's values are gathered (host).
 //   checkpoints the leader gets every parameter, AdamW moment and router
@@ -36,6 +37,8 @@
 // holds for a schedule that runs each chunk's backwards (or W) in
 // micro-batch order. DualPipe's two model copies are summed after the
 // backward (copy 0's micro-batches, then copy 1's): within rounding of one PE.
+// Thread safety: one thread (the trainer's) drives a Pipeline; every call
+// but the host ones launches on the current stream and returns.
 #pragma once
 
 #include <map>
@@ -62,7 +65,8 @@ parallel::Schedule pipeline_schedule(const TrainConfig& config);
 
 class Pipeline {
  public:
-  // Collective over the job's pp PEs (SHMEM initialized); checks the schedule.
+  // Collective over the job's PEs (SHMEM initialized, dp x pp of them):
+  // checks the layout and the schedule, allocates the symmetric buffers.
   explicit Pipeline(const TrainConfig& config);
   ~Pipeline();
 
@@ -77,7 +81,7 @@ class Pipeline {
   model::StageLayout stage() const { return stage_of(rank_); }
   parallel::Seams seams();
   model::Model::ArenaAllocator arena() const;  // symmetric, the largest stage's size
-  // After the model exists (collective): buffers, the norm's plan.
+  // After the model exists (collective): the data-parallel gradient sum.
   void attach(model::Model& model);
   // The arena without the head's replica of a tied table (it follows the embedding).
   std::vector<AdamW::Range> owned_ranges() const;
@@ -85,6 +89,7 @@ class Pipeline {
 
   // ---- the step, on the current stream
   // This rank's actions; micro-batch i is batches[i] (tokens and targets).
+  // DualPipe: ends with the sum of the two model copies.
   void run(const std::vector<model::MicroBatch>& batches);
   // dp > 1: the stage's gradients and the routers' loads summed over the
   // replicas of the stage, in replica order.
@@ -96,7 +101,7 @@ class Pipeline {
   // Forward only, one batch at a time (validation): the last stage's token
   // losses (N), undefined elsewhere. Synchronizes.
   Tensor forward_only(const model::MicroBatch& batch);
-  // Every PE's `local`, gathered: sum and max in rank order.
+  // Every PE's `local` (at most 4 values), gathered: sum in PE order, and max.
   struct Totals {
     double sum = 0, max = 0;
   };
