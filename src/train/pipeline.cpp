@@ -53,6 +53,13 @@ std::vector<model::PartRange> stage_parts(const model::ModelConfig& c, int stage
   return out;
 }
 
+model::StageLayout pipeline_stage(const model::ModelConfig& config, const parallel::Schedule& schedule, int rank) {
+  const std::vector<model::PartRange> parts = stage_parts(config, schedule.num_stages());
+  model::StageLayout s;
+  for (int c = 0; c < schedule.chunks; ++c) s.chunks.push_back(parts[size_t(schedule.stage_of(rank, c))]);
+  return s;
+}
+
 parallel::Schedule pipeline_schedule(const TrainConfig& c) {
   const parallel::ParallelConfig& p = c.parallel;
   const bool interleaved = p.schedule == parallel::PipelineSchedule::interleaved;
@@ -245,12 +252,7 @@ Pipeline::~Pipeline() = default;
 
 bool Pipeline::leader() const { return shmem::my_pe() == 0; }
 
-model::StageLayout Pipeline::stage_of(int rank) const {
-  const std::vector<model::PartRange> parts = stage_parts(cfg_.model, schedule_.num_stages());
-  model::StageLayout s;
-  for (int c = 0; c < schedule_.chunks; ++c) s.chunks.push_back(parts[size_t(schedule_.stage_of(rank, c))]);
-  return s;
-}
+model::StageLayout Pipeline::stage_of(int rank) const { return pipeline_stage(cfg_.model, schedule_, rank); }
 
 parallel::Seams Pipeline::seams() {
   parallel::Seams s;

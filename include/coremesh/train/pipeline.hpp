@@ -62,6 +62,8 @@ struct TrainConfig;
 std::vector<model::PartRange> stage_parts(const model::ModelConfig& config, int stages);
 // The schedule a training config runs (pp, schedule, grad_accum, virtual_stages).
 parallel::Schedule pipeline_schedule(const TrainConfig& config);
+// What pipeline rank `rank` holds: one chunk per stage its placement gives it.
+model::StageLayout pipeline_stage(const model::ModelConfig& config, const parallel::Schedule& schedule, int rank);
 
 class Pipeline {
  public:
