@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "coremesh/ops/optimizer.hpp"
 #include "coremesh/parallel/comm.hpp"
@@ -108,14 +109,14 @@ TEST(PipelineTraining, CheckpointsAreTheOnePeCheckpoints) {
   const int pp = shmem::n_pes(), me = shmem::my_pe();
   if (pp < 2) return;
   const Case c{PipelineSchedule::one_f_one_b, 4, 1};
-  const std::string local = "/tmp/coremesh_pe_pipeline_ckpt_" + std::to_string(me);
+  const std::string shared = job_dir("pipeline_ckpt"), local = shared + "_" + std::to_string(me);
   Trainer ref(one_pe_config(c.micro_batches, local + "_ref"), one_core());
   const std::string ref2 = ref.run(2, true).checkpoint;
   ref.run(-1, false);
   std::string ckpt;
   {
     TrainConfig cfg = pipeline_config(c, pp);
-    cfg.out_dir = "/tmp/coremesh_pe_pipeline_ckpt_from";
+    cfg.out_dir = shared + "_from";
     Trainer a(cfg, one_core());
     ckpt = a.run(2, true).checkpoint;
   }
@@ -132,7 +133,7 @@ TEST(PipelineTraining, CheckpointsAreTheOnePeCheckpoints) {
   one.resume(ckpt);
   one.run(-1, false);
   TrainConfig cfg = pipeline_config(c, pp);
-  cfg.out_dir = "/tmp/coremesh_pe_pipeline_ckpt_to";
+  cfg.out_dir = shared + "_to";
   Trainer piped(cfg, one_core());
   piped.resume(ref2);
   piped.run(-1, false);
@@ -143,6 +144,8 @@ TEST(PipelineTraining, CheckpointsAreTheOnePeCheckpoints) {
     EXPECT_EQ(piped.records()[s].loss, ref.records()[2 + s].loss) << "pipeline, step " << 2 + s;
   }
   shmem::barrier();
+  std::filesystem::remove_all(local + "_ref"), std::filesystem::remove_all(local + "_to");
+  if (me == 0) std::filesystem::remove_all(shared + "_from"), std::filesystem::remove_all(shared + "_to");
 }
 
 // The gradient norm is the 1-PE norm bit for bit, also where a chunk of its
@@ -215,9 +218,12 @@ TEST(PipelineTraining, DualPipeWithinRounding) {
   const int pp = shmem::n_pes(), me = shmem::my_pe();
   if (pp != 2 && pp != 4) return;
   const Case c{PipelineSchedule::dualpipe, 2 * pp, 1};
-  Trainer ref(one_pe_config(c.micro_batches, "/tmp/coremesh_pe_pipeline_dual_" + std::to_string(me)), one_core());
+  const std::string dir = job_dir("pipeline_dual");
+  Trainer ref(one_pe_config(c.micro_batches, dir + "_" + std::to_string(me)), one_core());
   const std::string want = ref.run(-1, true).checkpoint;
-  Trainer t(pipeline_config(c, pp), one_core());
+  TrainConfig cfg = pipeline_config(c, pp);
+  cfg.out_dir = dir;
+  Trainer t(cfg, one_core());
   const std::string ckpt = t.run(-1, true).checkpoint;  // gathered from copy 0's stages
   EXPECT_LE(worst_difference(load_checkpoint(ckpt), load_checkpoint(want)), 1e-5);
   ASSERT_EQ(t.records().size(), ref.records().size());
@@ -249,6 +255,8 @@ TEST(PipelineTraining, DualPipeWithinRounding) {
     std::printf("[dualpipe pp %d m %d] %zu steps within rounding: worst weight rel err %.1e, copies identical\n", pp,
                 c.micro_batches, t.records().size(), worst);
   shmem::barrier();
+  std::filesystem::remove_all(dir + "_" + std::to_string(me));
+  if (me == 0) std::filesystem::remove_all(dir);
 }
 
 // Pipelines replicated over data-parallel ranks (pp 2 x dp 2 on 4 PEs):

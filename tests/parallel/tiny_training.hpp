@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -21,6 +22,13 @@ using train::NamedTensors;
 inline runtime::Device& one_core() {
   static runtime::Device device(runtime::DeviceOptions{.cores = 1, .pin = false});
   return device;
+}
+
+// A /tmp directory of this job only: jobs of other worktrees may run the
+// same tests at the same time. Remove it at the end of the test.
+inline std::string job_dir(const std::string& name) {
+  const char* id = std::getenv(shmem::kJobIdEnv);
+  return "/tmp/coremesh_pe_" + name + "_" + (id ? std::string(id).substr(0, 12) : "job");
 }
 
 // Written once per job (a file another PE has mapped must not be rewritten).
