@@ -23,8 +23,9 @@
 //               signals) and computed there. The partials are summed over the
 //               pipeline's PEs (each non-zero on one) and totalled in chunk
 //               order.
-//   statistics  the loss lives on the last stage; after the step's
-//               synchronization every PE's values are gathered (host).
+//   statistics  the loss lives on the last stage, each MoE layer's load on
+//               its stage; after the step's synchronization they are
+//               gathered on the host (every PE gets them).
 //   checkpoints the leader gets every parameter, AdamW moment and router
 //               bias from its stage under the 1-PE names.
 //   dp          replicas of the pipeline (mesh rank order [DP][PP]) read
@@ -108,6 +109,9 @@ class Pipeline {
     double sum = 0, max = 0;
   };
   std::vector<Totals> over_world(const std::vector<double>& local);
+  // Every MoE layer's expert load (in layer order) from this stage's
+  // (`mine`, the layers it holds, after the step's sums).
+  std::vector<std::vector<double>> every_expert_load(const std::vector<std::vector<double>>& mine);
   // Collective: the leader assembles the whole model's tensors.
   void gather_state(model::Model& model, AdamW& opt, NamedTensors& params, NamedTensors& adam_m,
                     NamedTensors& adam_v, NamedTensors& buffers);
@@ -140,7 +144,7 @@ class Pipeline {
   std::unique_ptr<NormPlan> norm_;
   std::unique_ptr<parallel::ShardedSum> grad_sum_, load_sum_;  // over the data-parallel replicas of the stage
   Tensor load_arena_, copy_grads_, copy_loads_;  // copy_*: DualPipe's partner's
-  Tensor recv_, signals_, host_values_, buffers_;
+  Tensor recv_, signals_, host_values_, buffers_, load_values_;
   std::vector<uint64_t> rounds_;  // per signal: rounds waited for
   // the step in flight: outputs to send or hand over, received inputs, kept sources of puts
   std::map<std::pair<int, int>, Tensor> outputs_, grads_, inputs_, grad_inputs_;
