@@ -96,7 +96,7 @@ parallel::SplitSizes split_sizes(const train::TrainConfig& c) {
 std::string layout_name(const train::TrainConfig& c, int world) {
   std::string out = parallel::Mesh(c.parallel, world, split_sizes(c)).describe();
   if (c.parallel.pp > 1)
-    out += fmt::format(", schedule {} with {} micro-batches", parallel::schedule_name(c.parallel.schedule), c.grad_accum);
+    out += fmt::format(", schedule {} with {} micro-batches", train::pipeline_schedule(c).name, c.grad_accum);
   return out;
 }
 

@@ -63,7 +63,13 @@ model::StageLayout pipeline_stage(const model::ModelConfig& config, const parall
 parallel::Schedule pipeline_schedule(const TrainConfig& c) {
   const parallel::ParallelConfig& p = c.parallel;
   const bool interleaved = p.schedule == parallel::PipelineSchedule::interleaved;
-  parallel::Schedule s = parallel::make_schedule(p.schedule, p.pp, c.grad_accum, interleaved ? p.virtual_stages : 2);
+  parallel::Schedule s = p.schedule_file.empty()
+                             ? parallel::make_schedule(p.schedule, p.pp, c.grad_accum, interleaved ? p.virtual_stages : 2)
+                             : parallel::load_schedule(p.schedule_file);
+  CM_CHECK(s.ranks == p.pp && s.micro_batches == c.grad_accum,
+           "run a schedule written for this pp and number of micro-batches (grad_accum)",
+           "schedule '{}' is for pp {} and {} micro-batches, the run has pp {} and {}", s.name, s.ranks,
+           s.micro_batches, p.pp, c.grad_accum);
   parallel::validate(s);
   return s;
 }
@@ -192,6 +198,7 @@ Pipeline::Pipeline(const TrainConfig& cfg)
   host_values_ = parallel::symmetric_tensor({int64_t(4 * (shmem::n_pes() + 1))}, DType::i64);  // doubles, 8 bytes each
   const int64_t E = cfg.model.n_routed_experts;
   buffers_ = parallel::symmetric_tensor({std::max<int64_t>(1, cfg.model.n_layers * E)});
+  load_values_ = parallel::symmetric_tensor({std::max<int64_t>(1, 2 * cfg.model.n_layers * E)}, DType::i64);
   const int64_t loads = int64_t(cfg.model.n_layers) * (E + 1);
   load_arena_ = parallel::symmetric_tensor({std::max<int64_t>(loads, 1)}, DType::i64);
   const parallel::Group data = parallel::Group::of(mesh_.group(parallel::Dim::dp, me), me);
@@ -527,6 +534,26 @@ std::vector<Pipeline::Totals> Pipeline::over_world(const std::vector<double>& lo
   return out;
 }
 
+std::vector<std::vector<double>> Pipeline::every_expert_load(const std::vector<std::vector<double>>& mine) {
+  const model::ModelConfig& m = cfg_.model;
+  const int64_t E = m.n_routed_experts, n = m.n_layers * E;
+  auto* v = reinterpret_cast<double*>(load_values_.raw_data());  // [0, n) mine, [n, 2n) everyone's
+  std::fill(v, v + n, 0.0);
+  // one holder per layer: data replica 0, copy 0 under DualPipe
+  const std::vector<model::PartRange> held = canonical_chunks(rank_), all = stage().chunks;
+  size_t i = 0;
+  for (int l = 0; l < m.n_layers; ++l) {
+    if (!m.is_moe_layer(l) || !model::holds_part({all}, 2 + 2 * l)) continue;
+    const std::vector<double>& counts = mine.at(i++);
+    if (data_index() == 0 && model::holds_part({held}, 2 + 2 * l)) std::copy(counts.begin(), counts.end(), v + l * E);
+  }
+  shmem::allreduce(shmem::Team::world(), v + n, v, size_t(n), shmem::ReduceOp::sum);
+  std::vector<std::vector<double>> out;
+  for (int l = 0; l < m.n_layers; ++l)
+    if (m.is_moe_layer(l)) out.emplace_back(v + n + l * E, v + n + (l + 1) * E);
+  return out;
+}
+
 void Pipeline::gather_state(model::Model& model, AdamW& opt, NamedTensors& params, NamedTensors& adam_m,
                             NamedTensors& adam_v, NamedTensors& buffers) {
   const int64_t E = cfg_.model.n_routed_experts;
@@ -574,12 +601,13 @@ void Pipeline::gather_state(model::Model& model, AdamW& opt, NamedTensors& param
 int64_t Pipeline::symmetric_bytes(const TrainConfig& c) {
   const model::ModelConfig& m = c.model;
   const int64_t whole = model::layout_params(m).arena_size, table = int64_t(m.vocab_size) * m.d_model;
-  const int64_t mb = c.grad_accum, chunks = std::max(c.parallel.virtual_stages, 2);
+  const parallel::Schedule s = pipeline_schedule(c);
+  const int64_t mb = c.grad_accum, chunks = s.chunks;
   const int64_t messages = 2 * chunks * mb * int64_t(c.batch_size) * c.seq_len * m.d_model;
   // weights, gradients, AdamW m and v (the largest stage, at most the whole model and a
   // replica), receive buffers, the tied table's per micro-batch, norm slots
   // the gradients' reduce-scatter (dp), the partner's gradients (DualPipe)
-  const int64_t staging = (c.parallel.dp > 1) + (c.parallel.schedule == parallel::PipelineSchedule::dualpipe);
+  const int64_t staging = (c.parallel.dp > 1) + (s.placement == parallel::Placement::bidirectional);
   const int64_t staged = staging * (whole + table);
   return 4 * (4 * (whole + table) + staged + messages + mb * table + (c.parallel.pp * 2 + 2) * K) + (16 << 20);
 }

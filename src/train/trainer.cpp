@@ -341,12 +341,17 @@ StepRecord& Trainer::finish_step() {
   CM_CHECK(step_queued_, "queue_step() before finish_step()", "no step is queued");
   stream_.synchronize();
   step_queued_ = false;
-  const model::StepStats st = model_->read_stats();
+  model::StepStats st = model_->read_stats();
   StepRecord r;
   r.step = step_;
   r.lr = schedule_.at(step_);
   r.loss = dist_ ? dist_->sum_over_data_ranks(st.loss) : st.loss;
   r.aux_loss = dist_ ? dist_->sum_over_data_ranks(st.aux_loss) : st.aux_loss;
+  if (pipe_) {  // the loss on the last stage(s), the balance losses and loads of every stage
+    const auto t = pipe_->over_world({st.loss, st.aux_loss});
+    r.loss = t[0].sum, r.aux_loss = t[1].sum;
+    st.expert_load = pipe_->every_expert_load(st.expert_load);
+  }
   r.grad_norm = AdamW::grad_norm(grad_sq_);
   CM_CHECK(std::isfinite(r.loss), "lower the learning rate or enable gradient clipping",
            "loss became {} at step {}", r.loss, step_ + 1);
@@ -360,10 +365,6 @@ StepRecord& Trainer::finish_step() {
     std::vector<double> share;
     for (double c : counts) share.push_back(sum > 0 ? c / sum : 0);
     last_load_.load.push_back(share);
-  }
-  if (pipe_) {  // the loss on the last stage, each stage's balance losses and MoE layers
-    const auto t = pipe_->over_world({st.loss, st.aux_loss, r.expert_balance});
-    r.loss = t[0].sum, r.aux_loss = t[1].sum, r.expert_balance = t[2].max;
   }
   records_.push_back(r);
   ++step_;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "coremesh/ops/optimizer.hpp"
 #include "coremesh/parallel/comm.hpp"
@@ -190,6 +191,46 @@ TEST(PipelineTraining, NormIsTheOnePeNorm) {
     EXPECT_EQ(differ, 0) << "of 40 random gradients";
     shmem::barrier();
   }
+}
+
+// A schedule written by hand runs too: 1F1B on pp 2 with the backwards split
+// into I and W, each W as late as it can be (after the last I), from its text
+// form. Still one PE's run bit for bit.
+TEST(PipelineTraining, RunsAScheduleFromItsTextForm) {
+  const int pp = shmem::n_pes(), me = shmem::my_pe();
+  if (pp != 2) return;
+  const std::string text =
+      "schedule late-w placement=interleaved pp=2 chunks=1 microbatches=4\n"
+      "0F0 0F1 0I0 0F2 0I1 0F3 0I2 0I3 0W0 0W1 0W2 0W3\n"
+      "0F0 0I0 0F1 0I1 0F2 0I2 0F3 0I3 0W0 0W1 0W2 0W3\n";
+  const std::string dir = job_dir("pipeline_text"), file = dir + "_" + std::to_string(me) + ".txt";
+  std::ofstream(file) << text;
+  Trainer ref(one_pe_config(4, dir + "_one_" + std::to_string(me)), one_core());
+  ref.run(-1, false);
+  TrainConfig cfg = pipeline_config({PipelineSchedule::one_f_one_b, 4, 1}, pp);
+  cfg.parallel.schedule_file = file;
+  Trainer t(cfg, one_core());
+  EXPECT_EQ(t.pipeline()->schedule().name, "late-w");
+  t.run(-1, false);
+  ASSERT_EQ(t.records().size(), ref.records().size());
+  for (size_t s = 0; s < ref.records().size(); ++s) {
+    EXPECT_EQ(t.records()[s].loss, ref.records()[s].loss) << "step " << s;
+    EXPECT_EQ(t.records()[s].grad_norm, ref.records()[s].grad_norm) << "step " << s;
+  }
+  for (const auto& p : t.model().params())
+    EXPECT_EQ(0, std::memcmp(t.model().param_data() + p.offset, ref.model().param(p.name).raw_data(),
+                             size_t(p.numel) * sizeof(float)))
+        << p.name;
+  // a schedule for another size is refused with the sizes named
+  cfg.grad_accum = 8;
+  try {
+    Trainer bad(cfg, one_core());
+    ADD_FAILURE() << "a schedule of 4 micro-batches ran with 8";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("4 micro-batches"), std::string::npos) << e.what();
+  }
+  shmem::barrier();
+  std::filesystem::remove(file);
 }
 
 // Layouts the executor cannot run are refused before anything is allocated,
