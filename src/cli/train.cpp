@@ -92,20 +92,32 @@ parallel::SplitSizes split_sizes(const train::TrainConfig& c) {
   return {c.model.n_routed_experts, c.model.n_heads, c.model.n_layers, c.seq_len};
 }
 
+// "dp 2 x pp 2", and the schedule of a pipeline.
+std::string layout_name(const train::TrainConfig& c, int world) {
+  std::string out = parallel::Mesh(c.parallel, world, split_sizes(c)).describe();
+  if (c.parallel.pp > 1)
+    out += fmt::format(", schedule {} with {} micro-batches", train::pipeline_schedule(c).name, c.grad_accum);
+  return out;
+}
+
 // --dry-run of a parallel layout: what each rank holds and needs.
 void print_layout(const train::TrainConfig& c) {
   const int world = c.parallel.world();
   const parallel::Mesh mesh(c.parallel, world, split_sizes(c));
-  fmt::print("layout: {}, ZeRO-{}\n", mesh.describe(), c.parallel.zero);
+  fmt::print("layout: {}, ZeRO-{}\n", layout_name(c, world), c.parallel.zero);
   fmt::print("{:>5}  {:<20} {:>8} {:>10} {:>10} {:>10} {:>12} {:>14}\n", "rank", "coordinates", "experts",
              "weights", "gradients", "AdamW", "activations", "symmetric heap");
+  const bool pipeline = c.parallel.pp > 1;
+  const parallel::Schedule schedule = pipeline ? train::pipeline_schedule(c) : parallel::Schedule{};
   const int ep = c.parallel.ep, E = c.model.n_routed_experts;
   const int64_t heap = train::Distributed::symmetric_bytes(c, world);
   for (int r = 0; r < world; ++r) {
     if (world > 16 && r == 8) fmt::print("  ... ({} more ranks with the same shares)\n", world - 9);
     if (world > 16 && r >= 8 && r < world - 1) continue;
     const parallel::Coords k = mesh.coords(r);
-    model::StageLayout stage;
+    // the parts of its pipeline stage(s) (activations: one micro-batch through them)
+    model::StageLayout stage = pipeline ? train::pipeline_stage(c.model, schedule, k[parallel::Dim::pp])
+                                        : model::StageLayout{};
     if (ep > 1) stage.expert_begin = k[parallel::Dim::ep] * (E / ep), stage.expert_end = stage.expert_begin + E / ep;
     const auto mem = model::estimate_memory(c.model, c.batch_size, c.seq_len, stage);
     // ZeRO-1 keeps each group's share of the optimizer state
@@ -115,7 +127,8 @@ void print_layout(const train::TrainConfig& c) {
                                                  expert / double(mesh.expert_grad_group(r).size()))
                                         : double(mem.optimizer);
     fmt::print("{:>5}  {:<20} {:>8} {:>10} {:>10} {:>10} {:>12} {:>14}\n", r,
-               fmt::format("dp {} ep {}", k[parallel::Dim::dp], k[parallel::Dim::ep]),
+               pipeline ? fmt::format("dp {} pp {}", k[parallel::Dim::dp], k[parallel::Dim::pp])
+                        : fmt::format("dp {} ep {}", k[parallel::Dim::dp], k[parallel::Dim::ep]),
                fmt::format("{}-{}", stage.expert_begin, (stage.expert_end < 0 ? E : stage.expert_end) - 1),
                train::format_bytes(double(mem.weights)), train::format_bytes(double(mem.gradients)),
                train::format_bytes(adam), train::format_bytes(double(mem.activations)),
@@ -177,7 +190,7 @@ void run_train(const TrainFlags& f) {
     }
     trainer = std::make_unique<train::Trainer>(cfg, device ? *device : runtime::Device::default_device());
     if (leader) fmt::print("compute cores: {}{}\n", trainer->cores(),
-                           world > 1 ? fmt::format(" per PE, {} PEs ({})", world, trainer->distributed()->mesh().describe()) : "");
+                           world > 1 ? fmt::format(" per PE, {} PEs ({})", world, layout_name(cfg, world)) : "");
     if (!f.resume.empty()) {
       trainer->resume(f.resume);
       if (leader) fmt::print("resumed from '{}' at step {}\n", f.resume, trainer->step());

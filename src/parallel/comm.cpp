@@ -50,6 +50,15 @@ Tensor symmetric_tensor(const Shape& shape, DType dtype) {
   return Tensor::wrap(p, shape, dtype, owner);
 }
 
+void copy_on_stream(const Tensor& src, const Tensor& dst) {
+  CM_CHECK(src.nbytes() == dst.nbytes() && src.is_contiguous() && dst.is_contiguous(),
+           "copy between contiguous tensors of the same size", "copy of {} into {}", src.describe(), dst.describe());
+  runtime::current_stream().launch({"copy", runtime::KernelKind::vector, 1, 0},
+                                   [src, dst](const runtime::BlockContext&) {
+                                     std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+                                   });
+}
+
 void sum_in_order(const std::vector<Tensor>& inputs, const Tensor& out) {
   CM_CHECK(!inputs.empty(), "pass at least one input", "sum of nothing");
   for (const Tensor& t : inputs)
@@ -183,6 +192,19 @@ void ShardedSum::all_gather(int r, const Tensor& arena, runtime::Stream& stream)
   wait_signal_on_stream(stream, sig, ag_rounds_[size_t(r)] * uint64_t(g.size() - 1),
                         fmt::format("waits for the shards of {} of range {} (round {})", others(g), r,
                                     ag_rounds_[size_t(r)]));
+}
+
+
+void ShardedSum::sum_packed(const std::vector<Tensor>& tensors, runtime::Stream& stream) {
+  runtime::StreamGuard on(stream);
+  int64_t at = 0;
+  for (const Tensor& t : tensors) copy_on_stream(t, arena_.slice(0, at, at + t.numel())), at += t.numel();
+  CM_CHECK(!ranges_.empty() && ranges_[0].begin == 0 && at <= ranges_[0].end, "size the first range for the tensors",
+           "{} elements packed into a range of {}", at, ranges_.empty() ? 0 : ranges_[0].end);
+  reduce_scatter(0, stream);
+  all_gather(0, arena_, stream);
+  at = 0;
+  for (const Tensor& t : tensors) copy_on_stream(arena_.slice(0, at, at + t.numel()), t), at += t.numel();
 }
 
 }  // namespace coremesh::parallel

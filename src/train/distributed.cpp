@@ -20,15 +20,6 @@ parallel::SplitSizes split_sizes(const TrainConfig& c) {
   return {c.model.n_routed_experts, c.model.n_heads, c.model.n_layers, c.seq_len};
 }
 
-// Copies src into dst (same bytes) on the current stream.
-void copy_on_stream(const Tensor& src, const Tensor& dst) {
-  CM_ASSERT(src.nbytes() == dst.nbytes() && src.is_contiguous() && dst.is_contiguous());
-  runtime::current_stream().launch({"copy", runtime::KernelKind::vector, 1, 0},
-                                   [src, dst](const runtime::BlockContext&) {
-                                     std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
-                                   });
-}
-
 int64_t round_up(int64_t x, int64_t unit, int64_t cap) { return std::min(cap, (x + unit - 1) / unit * unit); }
 
 }  // namespace
@@ -181,14 +172,9 @@ void Distributed::after_optimizer() {
 }
 
 void Distributed::sum_expert_load() {
-  const std::vector<Tensor>& loads = model_->expert_load();
-  if (loads.empty()) return;
-  const int64_t n = cfg_.model.n_routed_experts + 1;
-  for (size_t i = 0; i < loads.size(); ++i) copy_on_stream(loads[i], load_arena_.slice(0, int64_t(i) * n, int64_t(i + 1) * n));
+  if (model_->expert_load().empty()) return;
   runtime::Stream s = runtime::current_stream();
-  load_->reduce_scatter(0, s);
-  load_->all_gather(0, load_arena_, s);
-  for (size_t i = 0; i < loads.size(); ++i) copy_on_stream(load_arena_.slice(0, int64_t(i) * n, int64_t(i + 1) * n), loads[i]);
+  load_->sum_packed(model_->expert_load(), s);
 }
 
 model::Model::ArenaAllocator Distributed::state_allocator() const {
@@ -267,6 +253,7 @@ double Distributed::sum_over_data_ranks(double local) {
 }
 
 int64_t Distributed::symmetric_bytes(const TrainConfig& c, int world) {
+  if (c.parallel.pp > 1) return Pipeline::symmetric_bytes(c);
   const parallel::Mesh mesh(c.parallel, world, split_sizes(c));
   const int ep = c.parallel.ep, E = c.model.n_routed_experts;
   model::StageLayout stage;

@@ -121,7 +121,12 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
   train_loader_ = std::make_unique<DataLoader>(*data_, Split::train, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
   if (cfg_.val_fraction > 0)
     val_loader_ = std::make_unique<DataLoader>(*data_, Split::validation, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
-  if (world > 1) {
+  if (cfg_.parallel.pp > 1) {
+    pipe_ = std::make_unique<Pipeline>(cfg_);
+    model_ = std::make_unique<model::Model>(cfg_.model, pipe_->stage(), pipe_->seams(), pipe_->arena());
+    pipe_->attach(*model_);
+    opt_ = std::make_unique<AdamW>(*model_, cfg_.adam, pipe_->owned_ranges(), pipe_->state_allocator());
+  } else if (world > 1) {
     dist_ = std::make_unique<Distributed>(cfg_, device);
     model_ = std::make_unique<model::Model>(cfg_.model, dist_->stage(), dist_->seams(), dist_->arena());
     dist_->attach(*model_);
@@ -131,6 +136,10 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
     opt_ = std::make_unique<AdamW>(*model_, cfg_.adam);
   }
   model_->init_weights(rng_.next_u64());
+  if (pipe_) {
+    runtime::StreamGuard on(stream_);
+    pipe_->sync_tied_table();  // a head beside the embedding on one PE holds a replica of it too
+  }
   schedule_ = LrSchedule{cfg_.lr, cfg_.min_lr, cfg_.warmup_steps, cfg_.steps};
 }
 
@@ -178,6 +187,10 @@ CheckpointState Trainer::checkpoint_state() {
   s.data_position = train_loader_->position();
   s.data_fingerprint = data_->fingerprint();
   s.buffers = model_->named_buffers();  // router biases: the same on every PE
+  if (pipe_) {
+    pipe_->gather_state(*model_, *opt_, s.params, s.adam_m, s.adam_v, s.buffers);  // each stage's, on the leader
+    return s;
+  }
   if (dist_) {
     dist_->gather_state(*model_, *opt_, s.params, s.adam_m, s.adam_v);  // whole-model tensors on the leader
     return s;
@@ -199,7 +212,7 @@ std::string Trainer::save_checkpoint_now() {
     save_checkpoint(path, s);
     prune_checkpoints(dir, cfg_.keep_checkpoints);
   }
-  if (dist_) shmem::barrier();  // the file is complete before any PE goes on (and may read it)
+  if (dist_ || pipe_) shmem::barrier();  // the file is complete before any PE goes on (and may read it)
   return path;
 }
 
@@ -242,6 +255,11 @@ double Trainer::validate() {
   std::vector<Tensor> losses;
   for (int i = 0; i < cfg_.val_batches; ++i) {
     val_loader_->next_batch(x, y);
+    if (pipe_) {  // the last stage has the losses
+      const Tensor l = pipe_->forward_only({x.data(), y.data(), cfg_.batch_size, cfg_.seq_len});
+      if (l.defined()) losses.push_back(l);
+      continue;
+    }
     model_->forward(0, {x.data(), y.data(), cfg_.batch_size, cfg_.seq_len});
     losses.push_back(model_->token_losses(0));
     model_->close_slot(0);
@@ -249,6 +267,7 @@ double Trainer::validate() {
   stream_.synchronize();
   double sum = 0;
   for (const Tensor& l : losses) sum += mean_of(l);
+  if (pipe_) sum = pipe_->over_world({pipe_->data_index() == 0 ? sum : 0.0})[0].sum;  // one replica's
   return sum / cfg_.val_batches;
 }
 
@@ -260,7 +279,7 @@ std::string Trainer::sample() {
 }
 
 int64_t Trainer::tokens_per_step() const {
-  return cfg_.tokens_per_step() * (dist_ ? dist_->data_ranks() : 1);
+  return cfg_.tokens_per_step() * (dist_ ? dist_->data_ranks() : pipe_ ? pipe_->data_ranks() : 1);
 }
 
 void Trainer::queue_step() {
@@ -272,8 +291,30 @@ void Trainer::queue_step() {
   // The step's micro-batches are those of a 1-PE run accumulating
   // grad_accum x data_ranks of them; this PE takes its data_index-th run of
   // grad_accum, and every micro-batch's loss weighs 1 / (their number).
-  const int a = cfg_.grad_accum, ranks = dist_ ? dist_->data_ranks() : 1, mine = dist_ ? dist_->data_index() : 0;
+  const int a = cfg_.grad_accum;
+  const int ranks = dist_ ? dist_->data_ranks() : pipe_ ? pipe_->data_ranks() : 1;
+  const int mine = dist_ ? dist_->data_index() : pipe_ ? pipe_->data_index() : 0;
   const float scale = 1.0f / float(a * ranks);
+  if (pipe_) {  // every stage reads the step's micro-batches; the schedule says when each runs
+    xs_.resize(size_t(a)), ys_.resize(size_t(a));
+    std::vector<model::MicroBatch> batches;
+    for (int g = 0; g < a * ranks; ++g) {
+      const bool here = g / a == mine;
+      std::vector<int32_t> &x = here ? xs_[size_t(g % a)] : x_, &y = here ? ys_[size_t(g % a)] : y_;
+      train_loader_->next_batch(x, y);
+      if (here) batches.push_back({x.data(), y.data(), cfg_.batch_size, cfg_.seq_len, scale});
+    }
+    pipe_->run(batches);
+    model_->seal_gradients();
+    if (ranks > 1) pipe_->sum_over_data_ranks();
+    grad_sq_ = pipe_->grad_sq_sum();
+    opt_->clip_gradients(grad_sq_);
+    opt_->step(schedule_.at(step_));
+    pipe_->sync_tied_table();
+    model_->update_router_bias();  // each stage's routers see all of the step's micro-batches
+    step_queued_ = true;
+    return;
+  }
   for (int g = 0; g < a * ranks; ++g) {
     train_loader_->next_batch(x_, y_);
     if (g / a != mine) continue;
@@ -300,12 +341,17 @@ StepRecord& Trainer::finish_step() {
   CM_CHECK(step_queued_, "queue_step() before finish_step()", "no step is queued");
   stream_.synchronize();
   step_queued_ = false;
-  const model::StepStats st = model_->read_stats();
+  model::StepStats st = model_->read_stats();
   StepRecord r;
   r.step = step_;
   r.lr = schedule_.at(step_);
   r.loss = dist_ ? dist_->sum_over_data_ranks(st.loss) : st.loss;
   r.aux_loss = dist_ ? dist_->sum_over_data_ranks(st.aux_loss) : st.aux_loss;
+  if (pipe_) {  // the loss on the last stage(s), the balance losses and loads of every stage
+    const auto t = pipe_->over_world({st.loss, st.aux_loss});
+    r.loss = t[0].sum, r.aux_loss = t[1].sum;
+    st.expert_load = pipe_->every_expert_load(st.expert_load);
+  }
   r.grad_norm = AdamW::grad_norm(grad_sq_);
   CM_CHECK(std::isfinite(r.loss), "lower the learning rate or enable gradient clipping",
            "loss became {} at step {}", r.loss, step_ + 1);
@@ -329,7 +375,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   runtime::StreamGuard on(stream_);
   const int64_t end = until_step < 0 ? cfg_.steps : std::min(until_step, cfg_.steps);
   const double flops_tok = model::flops_per_token(cfg_.model, cfg_.seq_len);
-  const int pes = dist_ ? dist_->mesh().world() : 1;  // MFU over every PE's cores
+  const int pes = dist_ || pipe_ ? cfg_.parallel.world() : 1;  // MFU over every PE's cores
   const double peak = measured_peak_flops(cores_) * pes;
   Progress progress(cfg_.steps, step_, cfg_.log_every, stderr, cfg_.progress ? -1 : 0);
   const int64_t heat_every = std::max<int64_t>(1, cfg_.steps / 200);
@@ -345,7 +391,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
     if ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || done == cfg_.steps) {
       val = validate();
       if (val >= 0) val_records_.push_back({r.step, val});
-      if (cfg_.sample_tokens > 0) {
+      if (cfg_.sample_tokens > 0 && !pipe_) {  // sampling runs a whole model on one PE
         samples_.push_back({r.step, cfg_.sample_prompt, sample()});
         if (cfg_.progress)
           progress.message(fmt::format("sample at step {}: {}", done,

@@ -50,6 +50,9 @@ std::string others(const Group& group);
 // world, on the host): symmetric layouts must be the same on every PE.
 std::vector<int64_t> max_over_world(const std::vector<int64_t>& values);
 
+// dst = src (contiguous, the same bytes) on the current stream.
+void copy_on_stream(const Tensor& src, const Tensor& dst);
+
 // out = ((inputs[0] + inputs[1]) + inputs[2]) ..., element-wise, f32 or i64,
 // on the current stream (out may be one of the inputs).
 void sum_in_order(const std::vector<Tensor>& inputs, const Tensor& out);
@@ -79,6 +82,10 @@ class ShardedSum {
   // the one summed; may be another arena, e.g. the weights) into every
   // member's, and waits for the members' shards.
   void all_gather(int range, const Tensor& arena, runtime::Stream& stream);
+  // On `stream`: `tensors` packed one after the other into the arena (the
+  // first range covers them), summed over its group and unpacked, each
+  // replaced by the members' sum (expert loads of several layers).
+  void sum_packed(const std::vector<Tensor>& tensors, runtime::Stream& stream);
 
  private:
   Tensor arena_, staging_, signals_;  // signals_: per range, reduce-scatter and all-gather counters (u64)
