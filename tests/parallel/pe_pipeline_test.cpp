@@ -47,7 +47,7 @@ TrainConfig pipeline_config(const Case& c, int pp) {
   t.steps = 4, t.grad_accum = c.micro_batches;
   t.parallel.pp = pp, t.parallel.schedule = c.schedule, t.parallel.virtual_stages = c.virtual_stages;
   t.model.tied_embeddings = c.tied;
-  t.out_dir = "/tmp/coremesh_pe_pipeline_par";
+  t.out_dir = job_dir("pipeline_par");
   return t;
 }
 
@@ -65,7 +65,7 @@ TEST(PipelineTraining, EverySchedulesReproducesTheOnePeRun) {
   for (const Case& c : cases(pp)) {
     SCOPED_TRACE(::testing::Message() << parallel::schedule_name(c.schedule) << " pp " << pp << " m "
                                       << c.micro_batches << (c.tied ? "" : " untied"));
-    Trainer ref(one_pe_config(c.micro_batches, "/tmp/coremesh_pe_pipeline_one_" + std::to_string(me), c.tied),
+    Trainer ref(one_pe_config(c.micro_batches, job_dir("pipeline_one") + "_" + std::to_string(me), c.tied),
                 one_core());
     ref.run(-1, false);
     Trainer t(pipeline_config(c, pp), one_core());
@@ -312,7 +312,7 @@ TEST(PipelineTraining, ComposesWithDataParallelism) {
                         Case{PipelineSchedule::one_f_one_b, 2, 1}}) {
     SCOPED_TRACE(::testing::Message() << parallel::schedule_name(c.schedule) << " m " << c.micro_batches);
     const bool exact = c.micro_batches == 1;
-    Trainer ref(one_pe_config(2 * c.micro_batches, "/tmp/coremesh_pe_pipeline_dp_one_" + std::to_string(me)),
+    Trainer ref(one_pe_config(2 * c.micro_batches, job_dir("pipeline_dp_one") + "_" + std::to_string(me)),
                 one_core());
     ref.run(-1, false);
     TrainConfig cfg = pipeline_config(c, 2);

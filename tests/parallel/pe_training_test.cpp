@@ -47,13 +47,13 @@ TEST(ParallelTraining, ReproducesTheOnePeRun) {
     SCOPED_TRACE(::testing::Message() << "dp " << L.dp << " ep " << L.ep << " zero " << L.zero);
     TrainConfig one = base_config();
     one.grad_accum = L.dp * L.ep;  // the same global batch on one PE
-    one.out_dir = "/tmp/coremesh_pe_training_one_" + std::to_string(shmem::my_pe());
+    one.out_dir = job_dir("training_one") + "_" + std::to_string(shmem::my_pe());
     Trainer ref(one, one_core());
     ref.run(-1, false);
 
     TrainConfig par = base_config();
     par.parallel.dp = L.dp, par.parallel.ep = L.ep, par.parallel.zero = L.zero;
-    par.out_dir = "/tmp/coremesh_pe_training_par";
+    par.out_dir = job_dir("training_par");
     Trainer t(par, one_core());
     t.run(-1, false);
 
@@ -136,7 +136,7 @@ TEST(ParallelTraining, CheckpointsMoveBetweenLayouts) {
                                       << " -> " << (R.to.dp ? "" : "one PE ") << "dp " << R.to.dp << " ep " << R.to.ep
                                       << " zero " << R.to.zero);
     const int ranks = R.from.dp * R.from.ep;
-    const std::string local = "/tmp/coremesh_pe_ckpt_" + std::to_string(me);
+    const std::string local = job_dir("ckpt") + "_" + std::to_string(me);
     // The 1-PE reference: 10 steps straight, and its checkpoint at step 5.
     Trainer ref(layout_config({0, 0, 0, true}, ranks, local + "_ref"), one_core());
     const std::string ref5 = ref.run(5, true).checkpoint;
@@ -144,7 +144,7 @@ TEST(ParallelTraining, CheckpointsMoveBetweenLayouts) {
     // Layout `from` for 5 steps: its checkpoint is the 1-PE one.
     std::string ckpt;
     {
-      Trainer a(layout_config(R.from, ranks, "/tmp/coremesh_pe_ckpt_from"), one_core());
+      Trainer a(layout_config(R.from, ranks, job_dir("ckpt_from")), one_core());
       ckpt = a.run(5, true).checkpoint;
     }
     const double saved = worst_difference(load_checkpoint(ckpt), load_checkpoint(ref5));
@@ -154,7 +154,7 @@ TEST(ParallelTraining, CheckpointsMoveBetweenLayouts) {
     EXPECT_LE(saved, 1e-5);
     // Layout `to` resumes it and trains 5 more steps.
     const bool one = R.to.dp == 0;
-    Trainer b(layout_config(R.to, ranks, one ? local + "_to" : "/tmp/coremesh_pe_ckpt_to"), one_core());
+    Trainer b(layout_config(R.to, ranks, one ? local + "_to" : job_dir("ckpt_to")), one_core());
     b.resume(ckpt);
     EXPECT_EQ(b.step(), 5);
     b.run(-1, false);
@@ -170,7 +170,7 @@ TEST(ParallelTraining, CheckpointsMoveBetweenLayouts) {
     EXPECT_LE(worst, 1e-6);
     // The same layout resumes bit-exactly: against that layout's own straight run.
     if (R.to.dp == R.from.dp && R.to.ep == R.from.ep && R.to.zero == R.from.zero) {
-      Trainer straight(layout_config(R.from, ranks, "/tmp/coremesh_pe_ckpt_straight"), one_core());
+      Trainer straight(layout_config(R.from, ranks, job_dir("ckpt_straight")), one_core());
       straight.run(-1, false);
       for (size_t s = 0; s < 5; ++s) EXPECT_EQ(b.records()[s].loss, straight.records()[5 + s].loss) << "step " << 5 + s;
       for (const auto& p : b.model().params())

@@ -34,7 +34,7 @@ inline std::string job_dir(const std::string& name) {
 // Written once per job (a file another PE has mapped must not be rewritten).
 inline std::string corpus() {
   static bool written = false;
-  const std::string path = "/tmp/coremesh_pe_training_corpus_" + std::to_string(shmem::n_pes()) + ".txt";
+  const std::string path = job_dir("training_corpus") + ".txt";
   if (written) return path;
   written = true;
   if (shmem::my_pe() == 0) {
