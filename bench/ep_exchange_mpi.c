@@ -26,6 +26,24 @@ static double median(double* v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* Moves the rows of each (source, local expert) between the by-source layout
+ * MPI_Alltoallv delivers (rdispl: floats) and the by-expert one, one way or
+ * the other; returns the floats of the by-expert rows. */
+static long reorder(float* by_expert, float* by_source, const int* got, const int* rdispl, int n, int El,
+                    int to_expert) {
+  long at = 0;
+  for (int e = 0; e < El; ++e)
+    for (int s = 0; s < n; ++s) {
+      long from = rdispl[s];
+      for (int j = 0; j < e; ++j) from += (long)got[s * El + j] * EPX_WIDTH;
+      const size_t bytes = sizeof(float) * (size_t)got[s * El + e] * EPX_WIDTH;
+      if (to_expert) memcpy(by_expert + at, by_source + from, bytes);
+      else memcpy(by_source + from, by_expert + at, bytes);
+      at += (long)got[s * El + e] * EPX_WIDTH;
+    }
+  return at;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   const int iters = argc > 1 ? atoi(argv[1]) : 300, warmup = 20;
@@ -60,26 +78,10 @@ int main(int argc, char** argv) {
       rcount[d] = r * C, rdispl[d] = rat, rat += r * C;
     }
     MPI_Alltoallv(xp, scount, sdispl, MPI_FLOAT, by_source, rcount, rdispl, MPI_FLOAT, MPI_COMM_WORLD);
-    long at = 0;
-    for (int e = 0; e < El; ++e)
-      for (int s = 0; s < n; ++s) {
-        long from = rdispl[s];
-        for (int j = 0; j < e; ++j) from += (long)got[s * El + j] * C;
-        const long len = (long)got[s * El + e] * C;
-        memcpy(by_expert + at, by_source + from, sizeof(float) * (size_t)len);
-        at += len;
-      }
+    const long at = reorder(by_expert, by_source, got, rdispl, n, El, 1);
     const double t1 = MPI_Wtime();
     /* combine: the identity experts' outputs (by_expert) back by source, then home */
-    at = 0;
-    for (int e = 0; e < El; ++e)
-      for (int s = 0; s < n; ++s) {
-        long to = rdispl[s];
-        for (int j = 0; j < e; ++j) to += (long)got[s * El + j] * C;
-        const long len = (long)got[s * El + e] * C;
-        memcpy(by_source + to, by_expert + at, sizeof(float) * (size_t)len);
-        at += len;
-      }
+    reorder(by_expert, by_source, got, rdispl, n, El, 0);
     MPI_Alltoallv(by_source, rcount, rdispl, MPI_FLOAT, back, scount, sdispl, MPI_FLOAT, MPI_COMM_WORLD);
     const double t2 = MPI_Wtime();
     if (it >= 0) t[3 * it] = t1 - t0, t[3 * it + 1] = t2 - t1, t[3 * it + 2] = t2 - t0;

@@ -69,9 +69,27 @@ def batches(tr, steps, ranks=1, rank=0):
         yield chunk[:, :-1].contiguous(), chunk[:, 1:].contiguous()
 
 
+def timed_steps(tr, steps, ranks, rank, step):
+    """Seconds of each step(x, y) over this rank's batches."""
+    times = []
+    for x, y in batches(tr, steps, ranks, rank):
+        t0 = time.perf_counter()
+        step(x, y)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
 def tokens_per_s(tr, ranks, times):
     steady = times[2:] if len(times) > 3 else times
     return ranks * tr["batch_size"] * tr["seq_len"] * len(steady) / sum(steady)
+
+
+def forward_backward(cfg, P, B_, x, y):
+    """Loss of one batch and its backward; returns the expert loads."""
+    stats = {}
+    _, ce, aux = moe_model.forward(cfg, P, B_, x, y, stats)
+    (ce + aux).backward()
+    return stats
 
 
 def single(cfg, tr, steps):
@@ -79,18 +97,14 @@ def single(cfg, tr, steps):
     for t in P.values():
         t.requires_grad_(True)
     opt = torch.optim.AdamW(P.values(), lr=tr["lr"], weight_decay=tr["weight_decay"])
-    times = []
-    for x, y in batches(tr, steps):
-        t0 = time.perf_counter()
+
+    def step(x, y):
         opt.zero_grad()
-        stats = {}
-        _, ce, aux = moe_model.forward(cfg, P, B_, x, y, stats)
-        (ce + aux).backward()
+        stats = forward_backward(cfg, P, B_, x, y)
         torch.nn.utils.clip_grad_norm_(list(P.values()), tr["grad_clip"])
         opt.step()
         moe_model.update_bias(cfg, B_, stats)
-        times.append(time.perf_counter() - t0)
-    return tokens_per_s(tr, 1, times)
+    return tokens_per_s(tr, 1, timed_steps(tr, steps, 1, 0, step))
 
 
 class Params(torch.nn.Module):
@@ -116,9 +130,8 @@ def ddp_steps(rank, world, cfg, tr, steps):
     P, B_ = build_params(cfg)  # the same on every rank (DDP broadcasts rank 0's anyway)
     model = torch.nn.parallel.DistributedDataParallel(Params(cfg, P, B_))
     opt = torch.optim.AdamW(model.parameters(), lr=tr["lr"], weight_decay=tr["weight_decay"])
-    times = []
-    for x, y in batches(tr, steps, world, rank):
-        t0 = time.perf_counter()
+
+    def step(x, y):
         opt.zero_grad()
         stats = {}
         model(x, y, stats).backward()  # gradients averaged over the ranks, bucket by bucket
@@ -126,8 +139,7 @@ def ddp_steps(rank, world, cfg, tr, steps):
         opt.step()
         sum_load(stats)
         moe_model.update_bias(cfg, B_, stats)
-        times.append(time.perf_counter() - t0)
-    return times
+    return timed_steps(tr, steps, world, rank, step)
 
 
 class AllToAll(torch.autograd.Function):
@@ -186,13 +198,10 @@ def ep_steps(rank, world, cfg, tr, steps):
     dense = [t for n, t in P.items() if ".experts." not in n]
     experts = [t for n, t in P.items() if ".experts." in n]
     opt = torch.optim.AdamW(P.values(), lr=tr["lr"], weight_decay=tr["weight_decay"])
-    times = []
-    for x, y in batches(tr, steps, world, rank):
-        t0 = time.perf_counter()
+
+    def step(x, y):
         opt.zero_grad()
-        stats = {}
-        _, ce, aux = moe_model.forward(cfg, P, B_, x, y, stats)
-        (ce + aux).backward()
+        stats = forward_backward(cfg, P, B_, x, y)
         # the global loss is the ranks' mean: dense gradients averaged, expert ones scaled
         flat = torch._utils._flatten_dense_tensors([t.grad for t in dense])
         dist.all_reduce(flat)
@@ -209,8 +218,7 @@ def ep_steps(rank, world, cfg, tr, steps):
         opt.step()
         sum_load(stats)
         moe_model.update_bias(cfg, B_, stats)
-        times.append(time.perf_counter() - t0)
-    return times
+    return timed_steps(tr, steps, world, rank, step)
 
 
 def worker(rank, world, mode, config, steps, port):
