@@ -38,7 +38,7 @@ config() {  # name steps grad_accum
       -e "s|\"out_dir\": \"[^\"]*\"|\"out_dir\": \"$WORK/run_$1\"|" bench/train_demo_config.json >"$WORK/$1.json"
 }
 ours() {  # config flags...: tokens/s
-  "$COREMESH" train --config "$WORK/$1.json" --no-progress "${@:2}" | sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p'
+  "$COREMESH" train --config "$WORK/$1.json" --no-progress --sample-tokens 0 --val-batches 1 --report false "${@:2}" | sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p'
 }
 torch() { /usr/bin/python3 bench/train_torch.py "$WORK/run_two/config.json" "$STEPS" "$@"; }
 config one "$STEPS" 2
@@ -60,7 +60,7 @@ for _ in $(seq "$ROUNDS"); do
 done
 for layout in "" "--dp 2" "--dp 2 --zero 1" "--ep 2" "--ep 2 --zero 1"; do
   # shellcheck disable=SC2086
-  "$COREMESH" train --config "$WORK/mem.json" --no-progress $layout | grep -E '^memory( on PE [0-9]+)?: AdamW' \
+  "$COREMESH" train --config "$WORK/mem.json" --no-progress --sample-tokens 0 --val-batches 1 --report false $layout | grep -E '^memory( on PE [0-9]+)?: AdamW' \
     | sed "s/^/layout ${layout:-1 PE}: /" >>"$RAW"
 done
 
@@ -92,6 +92,8 @@ print(f"| PyTorch 1.13 DDP (gloo), 2 processes x 1 thread | {med('torch_ddp2'):.
 print(f"| coremesh ep=2, 2 PEs x 1 core | {med('cm_ep2'):.0f} | {ratio('cm_ep2', 'cm_1pe'):.2f}x | "
       f"{ratio('cm_ep2', 'torch_ep2'):.2f}x |")
 print(f"| PyTorch 1.13 expert parallel (all_to_all_single, gloo), 2 x 1 thread | {med('torch_ep2'):.0f} | | |")
+names = {"cm_1pe": "coremesh 1 PE", "cm_dp2": "dp=2", "torch_ddp2": "DDP", "cm_ep2": "ep=2", "torch_ep2": "PyTorch EP"}
+print("\nPer round, tokens/s: " + "; ".join(f"{n} " + ", ".join("%.0f" % x for x in v[k]) for k, n in names.items()))
 same = sums.get("cm_checksum") == sums.get("mpi_checksum") and len(sums.get("cm_checksum", ())) == 2
 print("\nDispatch + combine of one MoE layer, 2 PEs x (8 x 128 tokens, top-2 of 8 experts, width 256, f32), "
       "identity experts; slowest PE per iteration, median of 300 iterations, median over the rounds (us); "
