@@ -46,12 +46,14 @@ config two "$STEPS" 1
 config mem 4 1
 
 for _ in $(seq "$ROUNDS"); do
-  echo "load $(cut -d' ' -f1 /proc/loadavg)" >>"$RAW"
-  echo "cm_1pe $(ours one)" >>"$RAW"
-  echo "cm_dp2 $(ours two --dp 2)" >>"$RAW"
-  echo "torch_ddp2 $(torch --ddp 2)" >>"$RAW"
-  echo "cm_ep2 $(ours two --ep 2)" >>"$RAW"
-  echo "torch_ep2 $(torch --ep 2)" >>"$RAW"
+  {
+    echo "load $(cut -d' ' -f1 /proc/loadavg)"
+    echo "cm_1pe $(ours one)"
+    echo "cm_dp2 $(ours two --dp 2)"
+    echo "torch_ddp2 $(torch --ddp 2)"
+    echo "cm_ep2 $(ours two --ep 2)"
+    echo "torch_ep2 $(torch --ep 2)"
+  } >>"$RAW"
 done
 for _ in $(seq "$ROUNDS"); do
   "$COREMESH" run -n 2 "$BUILD/bench/bench_ep_exchange" 300 | sed 's/^checksum/cm_checksum/' >>"$RAW"
