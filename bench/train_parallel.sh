@@ -108,7 +108,8 @@ for p in ("dispatch", "combine", "total"):
 print("\nMemory per PE, measured by `coremesh train` (4 steps): AdamW state it holds, peak RSS (VmHWM):\n")
 print("| layout | PE | AdamW state | peak RSS |")
 print("|---|---:|---:|---:|")
-for layout, pe, adam, rss in mem:
+order = {layout: i for i, (layout, *_) in reversed(list(enumerate(mem)))}
+for layout, pe, adam, rss in sorted(mem, key=lambda m: (order[m[0]], int(m[1]))):
     print(f"| {layout} | {pe} | {adam} | {rss} |")
 if not same:
     sys.exit("the two sides of the exchange moved different rows")
