@@ -54,6 +54,8 @@ bench: build
 	  python3 scripts/update_perf_section.py SHMEM "bash bench/run_shmem_bench.sh build" "$$out"
 	@out=$$(bash bench/train_vs_torch.sh) && echo "$$out" && \
 	  python3 scripts/update_perf_section.py Training "bash bench/train_vs_torch.sh" "$$out"
+	@out=$$(bash bench/train_parallel.sh) && echo "$$out" && \
+	  python3 scripts/update_perf_section.py "Parallel training" "bash bench/train_parallel.sh" "$$out"
 
 clean:
 	rm -rf build build-tsan build-asan out

@@ -8,6 +8,7 @@
 // "train": {...}, "parallel": {...}}) < flags. The flags are generated from
 // the configs' field tables (`coremesh train --help` lists them all).
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -202,6 +203,13 @@ void run_train(const TrainFlags& f) {
       const std::string dir = world > 1 ? f.profile_dir + "/pe" + std::to_string(shmem::my_pe()) : f.profile_dir;
       for (const auto& p : runtime::profiler_export(dir)) fmt::print("profile: {}\n", p);
     }
+    // measured, per PE: what ZeRO-1 shards, and the process's high-water mark
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    fmt::print("memory{}: AdamW state {}, peak RSS {}\n", session ? fmt::format(" on PE {}", shmem::my_pe()) : "",
+               train::format_bytes(double(trainer->optimizer_state_bytes())),
+               train::format_bytes(double(usage.ru_maxrss) * 1024));
+    std::fflush(stdout);
   } catch (const std::exception& e) {
     // A failed PE must not unwind: freeing symmetric memory is collective and
     // would wait for the others. It reports and exits; the launcher stops

@@ -110,6 +110,7 @@ class Trainer {
   // Tokens of one optimizer step over every data-parallel rank.
   int64_t tokens_per_step() const;
   int cores() const { return cores_; }
+  int64_t optimizer_state_bytes() const { return opt_->state_bytes(); }
   runtime::Stream& stream() { return stream_; }
   model::Model& model() { return *model_; }
   // The parallel run this PE is part of; nullptr on one PE (and under pp > 1).
