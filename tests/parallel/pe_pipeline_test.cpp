@@ -333,7 +333,9 @@ TEST(PipelineTraining, ComposesWithDataParallelism) {
     for (const auto& p : t.model().params()) {
       const float* x = t.model().param_data() + p.offset;
       const float* y = ref.model().param(p.name).data<float>();
-      if (exact) EXPECT_EQ(0, std::memcmp(x, y, size_t(p.numel) * sizeof(float))) << p.name;
+      if (exact) {
+        EXPECT_EQ(0, std::memcmp(x, y, size_t(p.numel) * sizeof(float))) << p.name;
+      }
       double num = 0, den = 0;
       for (int64_t i = 0; i < p.numel; ++i) num += (x[i] - y[i]) * double(x[i] - y[i]), den += double(y[i]) * y[i];
       worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
@@ -343,7 +345,9 @@ TEST(PipelineTraining, ComposesWithDataParallelism) {
     for (const auto& [name, b] : t.model().named_buffers()) {
       const auto it = std::find_if(want.begin(), want.end(), [&](const auto& w) { return w.first == name; });
       ASSERT_NE(it, want.end()) << name;
-      if (exact) EXPECT_EQ(0, std::memcmp(b.raw_data(), it->second.raw_data(), b.nbytes())) << name;
+      if (exact) {
+        EXPECT_EQ(0, std::memcmp(b.raw_data(), it->second.raw_data(), b.nbytes())) << name;
+      }
     }
     if (me == 0)
       std::printf("[%s pp 2 x dp 2, m %d per replica] %s; worst weight rel err %.1e\n",
