@@ -28,6 +28,16 @@ def profiled():
     runtime.reset_stream_limit(runtime.default_stream())
 
 
+class Operands:
+    """The RFC tests' operands: 384x384 matrices a, b and vectors x (1.0), y (2.0)."""
+
+    def __init__(self, vector_len=1 << 20):
+        self.a = cm.full([384, 384], 0.01)
+        self.b = cm.full([384, 384], 0.02)
+        self.x = cm.full([vector_len], 1.0)
+        self.y = cm.full([vector_len], 2.0)
+
+
 def records_of(stream):
     """Profiler records of the kernels that ran on `stream`, by start time."""
     return sorted((r for r in profiler.records() if r.stream == stream.id), key=lambda r: r.start_ns)

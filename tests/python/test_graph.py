@@ -10,21 +10,13 @@ import coremesh as cm
 from coremesh import graph, ops, profiler
 from coremesh.runtime import (Event, Stream, StreamCtx, StreamLimitCtx, get_stream_limit,
                               synchronize)
-from conftest import any_overlap, kernel_details, records_of, rows_named
-
-
-class Operands:
-    def __init__(self):
-        self.a = cm.full([384, 384], 0.01)
-        self.b = cm.full([384, 384], 0.02)
-        self.x = cm.full([1 << 16], 1.0)
-        self.y = cm.full([1 << 16], 2.0)
+from conftest import Operands, any_overlap, kernel_details, records_of, rows_named
 
 
 def test_core_limit_4_limit_ctx_in_graph_mode(profiled, tmp_path):
     """分核 4: StreamLimitCtx in a capture; the replay runs with its counts."""
     s = Stream()
-    t = Operands()
+    t = Operands(vector_len=1 << 16)
     with graph.capture(s) as cap:
         with StreamLimitCtx(s, cube_num=3, vector_num=1):
             assert get_stream_limit(s) == {"cube_core_num": 3, "vector_core_num": 1}
@@ -45,7 +37,7 @@ def test_core_limit_4_limit_ctx_in_graph_mode(profiled, tmp_path):
 def test_core_limit_5_each_scope_replays_with_its_count(profiled, tmp_path):
     """分核 5: matmuls in scopes of 1, 3, 2 cube cores, and the default outside them."""
     s = Stream()
-    t = Operands()
+    t = Operands(vector_len=1 << 16)
     outs = []  # kept: a result nobody holds is a dead node, and the pass drops it
     with graph.capture(s) as cap:
         with StreamCtx(s):
@@ -65,7 +57,7 @@ def test_core_limit_5_each_scope_replays_with_its_count(profiled, tmp_path):
 def test_results_nobody_holds_are_dead_nodes():
     """The dead-node pass drops work whose results nobody outside the graph holds."""
     s = Stream()
-    t = Operands()
+    t = Operands(vector_len=1 << 16)
     kept = None
     with graph.capture(s) as cap:
         with StreamCtx(s):
@@ -83,7 +75,7 @@ def test_cross_2_two_streams_replay_concurrently(profiled):
     """交叉 2: matmul on S1 (cube limit) and add on S2 (vector limit), forked and
     joined by events, overlap in replay with their counts."""
     s1, s2 = Stream(), Stream()
-    t = Operands()
+    t = Operands(vector_len=1 << 16)
     big = cm.full([768, 768], 0.1)
     fork, join = Event(), Event()
     with graph.capture(s1) as cap:
@@ -119,7 +111,7 @@ def test_cross_3_matmul_assign_add_fusion_respects_streams_and_limits():
     """交叉 3: C += A B fuses without stream/limit attributes; not across two
     streams; not under different core limits. Every variant equals eager bit for bit."""
     s1, s2 = Stream(), Stream()
-    t = Operands()
+    t = Operands(vector_len=1 << 16)
     c0 = np.full((384, 384), 1.0, np.float32)
     eager = eager_assign_add(t, c0)
 
@@ -170,7 +162,7 @@ def test_cross_3_matmul_assign_add_fusion_respects_streams_and_limits():
 def test_replay_again_and_without_passes_matches_eager():
     """A graph replays as often as wanted; with passes=False nothing is rewritten."""
     s = Stream()
-    t = Operands()
+    t = Operands(vector_len=1 << 16)
     acc = cm.zeros([1 << 16])
     with graph.capture(s) as cap:
         with StreamCtx(s):
@@ -185,7 +177,7 @@ def test_replay_again_and_without_passes_matches_eager():
 
 def test_host_synchronization_inside_a_capture_is_refused():
     s = Stream()
-    t = Operands()
+    t = Operands(vector_len=1 << 16)
     with pytest.raises(cm.Error, match="captur"):
         with graph.capture(s):
             with StreamCtx(s):

@@ -18,15 +18,7 @@ from coremesh.runtime import (Event, Stream, StreamCtx, StreamLimitCtx, current_
                               current_stream, get_device_limit, get_stream_limit,
                               reset_stream_limit, set_device_limit, set_stream_limit,
                               synchronize)
-from conftest import any_overlap, kernel_details, records_of, rows_named, span_of
-
-
-class Operands:
-    def __init__(self):
-        self.a = cm.full([384, 384], 0.01)
-        self.b = cm.full([384, 384], 0.02)
-        self.x = cm.full([1 << 20], 1.0)
-        self.y = cm.full([1 << 20], 2.0)
+from conftest import Operands, any_overlap, kernel_details, records_of, rows_named, span_of
 
 
 def test_multi_stream_1_dual_stream_single_op_overlaps(profiled):
