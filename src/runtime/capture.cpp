@@ -175,13 +175,13 @@ Captured end_stream_capture(const std::shared_ptr<CaptureSession>& session) {
   session->ended = true;
   // Kernels the origin's next launch would wait for: its deps and their ancestors.
   std::vector<char> joined(session->kernels.size(), 0);
-  std::vector<int> todo = session->origin->capture_deps;
-  while (!todo.empty()) {
-    const int k = todo.back();
-    todo.pop_back();
+  std::vector<int> to_visit = session->origin->capture_deps;
+  while (!to_visit.empty()) {
+    const int k = to_visit.back();
+    to_visit.pop_back();
     if (joined[size_t(k)]) continue;
     joined[size_t(k)] = 1;
-    for (int d : session->kernels[size_t(k)].deps) todo.push_back(d);
+    for (int d : session->kernels[size_t(k)].deps) to_visit.push_back(d);
   }
   std::string unjoined;
   for (auto& s : session->streams)

@@ -13,6 +13,7 @@
 #include "coremesh/runtime/device.hpp"
 #include "coremesh/shmem/shmem.hpp"
 #include "coremesh/train/trainer.hpp"
+#include "train/test_util.hpp"
 
 namespace coremesh::test_support {
 using train::CheckpointState;
@@ -38,14 +39,7 @@ inline std::string corpus() {
   if (written) return path;
   written = true;
   if (shmem::my_pe() == 0) {
-    std::ofstream out(path);
-    const char* words[] = {"in the beginning ", "god created ", "the heaven ", "and the earth. ",
-                           "and the earth was ", "without form, ", "and void; ", "and darkness "};
-    uint64_t x = 7;
-    for (int i = 0; i < 4000; ++i) {
-      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-      out << words[(x >> 33) % 8];
-    }
+    write_tiny_corpus(path, 4000);
   }
   shmem::barrier();
   return path;
