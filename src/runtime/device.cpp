@@ -339,6 +339,12 @@ void Device::Impl::run_block(KernelRun& run, int block, int core) {
 
 void Device::Impl::shutdown() {
   {
+    std::lock_guard lock(parked_mutex);
+    poller_stopping = true;
+  }
+  parked_cv.notify_one();
+  if (poller.joinable()) poller.join();
+  {
     std::lock_guard lock(ready_mutex);
     stopping = true;
   }

@@ -6,7 +6,10 @@
 // finishes the last block reports completion to the stream, which starts its
 // next item. Event records and waits are WorkItems too: a record completes a
 // Recording when it reaches the head; a wait parks the stream until its
-// Recording completes. No thread other than the device's workers is created.
+// Recording completes. A value wait (value_wait.cpp) parks the stream until
+// a word in memory satisfies a comparison; the device's poller thread,
+// started with the first one, re-checks parked waits. No other thread than
+// the workers and the poller is created.
 // A graph replay (dag.cpp) is one WorkItem whose kernels go to the ready
 // list as their dependencies finish; while a stream captures (capture.cpp),
 // launches, records and waits are recorded instead of enqueued.
@@ -83,11 +86,25 @@ struct KernelRun {
   std::vector<BlockRecord> blocks;    // one slot per block when profiled
 };
 
+// A stream parked on a value wait (value_wait.cpp).
+struct ParkedWait {
+  ValueWait wait;
+  int stream_id = 0;
+  std::shared_ptr<StreamImpl> stream;  // set while parked
+  std::chrono::steady_clock::time_point deadline;
+  int64_t start_ns = 0;  // for the profiler
+  bool profiled = false;
+
+  bool ready() const;
+  std::string describe() const;
+};
+
 struct WorkItem {
-  enum class Type { kernel, record, wait, dag } type;
+  enum class Type { kernel, record, wait, dag, value_wait } type;
   std::shared_ptr<KernelRun> kernel;
   std::shared_ptr<Recording> recording;
   std::shared_ptr<DagRun> dag;
+  std::shared_ptr<ParkedWait> value_wait;
 };
 
 // One KernelDag's nodes and the state of its current run (dag.cpp).
@@ -162,6 +179,7 @@ struct StreamImpl : std::enable_shared_from_this<StreamImpl> {
   std::shared_ptr<KernelRun> head_kernel;
   std::shared_ptr<Recording> head_wait;
   std::shared_ptr<DagRun> head_dag;
+  std::shared_ptr<ParkedWait> head_value_wait;
   // Items enqueued and not yet finished; lets host waits spin without the lock.
   std::atomic<int64_t> pending{0};
 
@@ -217,6 +235,14 @@ struct Device::Impl {
   std::vector<std::weak_ptr<StreamImpl>> streams;
   std::atomic<int> next_stream_id{0};
   std::unique_ptr<Stream> default_stream;
+
+  // Parked value waits and the thread that re-checks them (value_wait.cpp).
+  std::mutex parked_mutex;
+  std::condition_variable parked_cv;
+  std::vector<std::shared_ptr<ParkedWait>> parked;
+  bool parked_added = false;  // a wait was parked since the poller last looked
+  std::thread poller;
+  bool poller_stopping = false;
   std::atomic<int> capturing_streams{0};  // a host synchronize is refused while > 0
 
   CoreLimits limit() const;
@@ -224,6 +250,9 @@ struct Device::Impl {
   void submit(std::shared_ptr<KernelRun> run);
   void worker_loop(int core);
   void run_block(KernelRun& run, int block, int core);
+  // Parks `w` (its stream's head item) until it is ready, fails or times out.
+  void park(std::shared_ptr<ParkedWait> w);
+  void poller_loop();
   void shutdown();
 };
 
@@ -267,6 +296,8 @@ bool host_wait(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, 
 // Capture hooks (capture.cpp). The *_record/*_wait ones return true when
 // the capture took the call (the eager path must not run it).
 void capture_launch(StreamImpl& s, const LaunchInfo& info, KernelBody body, CoreLimits limits);
+// A value wait inside a capture: a node whose replay waits in a worker.
+void capture_value_wait(StreamImpl& s, ValueWait wait);
 bool capture_record(StreamImpl& s, EventImpl& e);
 bool capture_wait(StreamImpl& s, EventImpl& e);
 // Throw CaptureError if the host would synchronize with captured work.

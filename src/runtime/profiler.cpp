@@ -118,7 +118,8 @@ void write_chrome_trace(const std::string& path) {
                  {"vector_num", r.limits.vector}, {"kind", kernel_kind_name(r.kind)},
                  {"cache_id", fmt::format("{:016x}", r.cache_id)}};
     if (!r.op.empty()) args["op"] = r.op;
-    events.push_back({{"name", r.name}, {"cat", "kernel"}, {"ph", "X"}, {"pid", pid},
+    // A parked wait (block_dim 0) holds no core: it shows on its stream's track only.
+    events.push_back({{"name", r.name}, {"cat", r.block_dim == 0 ? "wait" : "kernel"}, {"ph", "X"}, {"pid", pid},
                       {"tid", stream_tid}, {"ts", r.start_ns / 1e3},
                       {"dur", (r.end_ns - r.start_ns) / 1e3}, {"args", args}});
     for (const auto& b : r.blocks) {

@@ -47,6 +47,7 @@ std::string StreamImpl::describe() const { return fmt::format("stream {}", id); 
 
 std::string StreamImpl::describe_head() const {
   if (head_wait) return "a wait for " + head_wait->describe();
+  if (head_value_wait) return "a parked wait: " + head_value_wait->describe();
   if (head_dag) return head_dag->describe();
   if (head_kernel)
     return fmt::format("kernel '{}' ({} blocks)", head_kernel->info.name, head_kernel->info.block_dim);
@@ -70,6 +71,7 @@ void StreamImpl::item_done(std::exception_ptr item_error) {
     head_kernel.reset();
     head_wait.reset();
     head_dag.reset();
+    head_value_wait.reset();
     if (item_error && !error) error = item_error;
     pending.fetch_sub(1, std::memory_order_release);
   }
@@ -138,6 +140,17 @@ bool StreamImpl::start(WorkItem& item, std::exception_ptr& finished_error) {
       std::lock_guard lock(item.recording->mutex);
       finished_error = item.recording->error;
       return true;
+    }
+    case WorkItem::Type::value_wait: {
+      if (current_error) return true;  // skipped like a kernel
+      if (item.value_wait->ready()) return true;
+      item.value_wait->stream = shared_from_this();
+      {
+        std::lock_guard lock(mutex);
+        head_value_wait = item.value_wait;
+      }
+      device->park(std::move(item.value_wait));
+      return false;
     }
     case WorkItem::Type::dag: {
       if (current_error) return true;  // skipped like a kernel

@@ -12,6 +12,12 @@
 // the streams that wait for them, and the next synchronize() or query() on it
 // rethrows the error (as KernelError, naming the kernel) and clears it.
 //
+// Value waits (wait_value, CUDA's cuStreamWaitValue64): the stream parks
+// until a 64-bit word in memory that other processes write (SHMEM signals)
+// satisfies a comparison. A parked stream holds no worker: the device's
+// poller thread re-checks its parked waits, sleeping between checks with a
+// short bounded backoff, and the workers keep running other streams.
+//
 // Watchdog: waits inside kernels (SHMEM signal waits) give up after
 // COREMESH_WAIT_TIMEOUT_S seconds (default 300); host waits on a stream or
 // event give up when no kernel of the process has made progress for a
@@ -26,6 +32,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "coremesh/runtime/device.hpp"
 #include "coremesh/runtime/op_desc.hpp"
@@ -55,6 +62,30 @@ struct LaunchInfo {
   std::shared_ptr<const OpDesc> op;
 };
 
+// wait_value's comparison: `word cmp value`.
+enum class WaitCmp { eq, ne, gt, ge, lt, le };
+std::string_view wait_cmp_name(WaitCmp cmp);  // "==", ">=", ...
+bool wait_cmp_holds(uint64_t word, WaitCmp cmp, uint64_t value);
+
+struct ValueWait {
+  const uint64_t* word = nullptr;  // 8-byte aligned; written by others with atomics
+  WaitCmp cmp = WaitCmp::ge;
+  uint64_t value = 0;
+  std::string name = "wait_value";  // the profiler's name for the parked interval
+  // Who waits for what, for the watchdog's message ("PE 1 waits for ...").
+  std::function<std::string()> describe;
+  // Called on each check that finds the word not ready (transport progress,
+  // a check that the job is alive); an exception it throws ends the wait
+  // with that error.
+  std::function<void()> poll;
+  // Optional: sleeps at most the given time, returning early when a writer
+  // may have changed the word (a futex doorbell the writers ring). Without
+  // it the poller sleeps for its backoff.
+  std::function<void(std::chrono::nanoseconds)> sleep;
+  // The watchdog: 0 uses wait_timeout().
+  std::chrono::milliseconds timeout{0};
+};
+
 // A kernel ready to launch.
 struct Kernel {
   LaunchInfo info;
@@ -80,6 +111,12 @@ class Stream {
   bool query();
   // Blocks until all enqueued work is done; rethrows a pending kernel error.
   void synchronize();
+
+  // Later work on this stream starts once `wait.word` satisfies the
+  // comparison; the wait holds no worker while parked. On timeout the stream
+  // errors with a TimeoutError naming what it waits for (wait.describe).
+  // Captured as a node (op "wait_value") whose replay waits in a worker.
+  void wait_value(ValueWait wait);
 
   Event record_event();
   void wait_event(const Event& event);
