@@ -24,15 +24,7 @@ Group Group::of(std::vector<int> pes, int my_pe) {
 }
 
 void wait_signal_on_stream(runtime::Stream& stream, uint64_t* signal, uint64_t value, std::string what) {
-  stream.launch({"signal_wait", runtime::KernelKind::comm, 1, 0},
-                [signal, value, what = std::move(what)](const runtime::BlockContext&) {
-                  try {
-                    shmem::signal_wait_until(signal, shmem::Cmp::ge, value);
-                  } catch (const TimeoutError& e) {
-                    CM_THROW(TimeoutError, "a PE of the group may have failed or fallen behind; see its output",
-                             "PE {} {}: {}", shmem::my_pe(), what, e.message());
-                  }
-                });
+  shmem::signal_wait_on_stream(stream, signal, shmem::Cmp::ge, value, std::move(what));
 }
 
 std::string others(const Group& g) {

@@ -9,6 +9,7 @@
 #include "coremesh/runtime/device.hpp"
 #include "internal.hpp"
 #include "reduce.hpp"
+#include "wait.hpp"
 
 namespace coremesh::shmem {
 
@@ -72,11 +73,39 @@ void put_on_stream_bytes(runtime::Stream& stream, void* dest, const void* src, s
 }
 }  // namespace detail
 
-void signal_wait_on_stream(runtime::Stream& stream, uint64_t* signal, Cmp cmp, uint64_t value) {
-  internal::sym_offset(signal, sizeof(uint64_t), "signal_wait_on_stream");
-  stream.launch(comm("shmem_signal_wait", 1), [=](const runtime::BlockContext&) {
-    signal_wait_until(signal, cmp, value);
-  });
+static_assert(int(Cmp::eq) == int(runtime::WaitCmp::eq) && int(Cmp::ne) == int(runtime::WaitCmp::ne) &&
+              int(Cmp::gt) == int(runtime::WaitCmp::gt) && int(Cmp::ge) == int(runtime::WaitCmp::ge) &&
+              int(Cmp::lt) == int(runtime::WaitCmp::lt) && int(Cmp::le) == int(runtime::WaitCmp::le));
+
+void signal_wait_on_stream(runtime::Stream& stream, uint64_t* signal, Cmp cmp, uint64_t value,
+                           std::string what) {
+  const size_t offset = internal::sym_offset(signal, sizeof(uint64_t), "signal_wait_on_stream");
+  runtime::ValueWait wait;
+  wait.word = signal;
+  wait.cmp = static_cast<runtime::WaitCmp>(cmp);
+  wait.value = value;
+  wait.name = "shmem_signal_wait";
+  wait.describe = [me = internal::state().my_pe, offset, what = std::move(what)] {
+    return what.empty() ? fmt::format("PE {} waits in signal_wait_on_stream on the signal at offset {}", me, offset)
+                        : fmt::format("PE {} {} (signal at offset {})", me, what, offset);
+  };
+  // What a sleeping wait does between checks: let a polled transport's
+  // incoming RMA land, and stop when the job is being stopped.
+  wait.poll = [] {
+    if (internal::PollHook hook = internal::poll_hook()) hook();
+    internal::check_job_alive();
+  };
+  // Local writers ring this PE's doorbell after writing a signal: sleep on it.
+  wait.sleep = [signal, cmp, value](std::chrono::nanoseconds most) {
+    internal::Bell& bell = internal::my_doorbell();
+    const uint32_t seq = bell.seq.load(std::memory_order_seq_cst);
+    bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (!detail::compare(std::atomic_ref<uint64_t>(*signal).load(std::memory_order_acquire), cmp, value))
+      internal::futex_wait(&bell.seq, seq, most.count());
+    bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  };
+  wait.timeout = std::chrono::milliseconds(static_cast<int64_t>(internal::wait_policy().timeout_s * 1000.0));
+  stream.wait_value(std::move(wait));
 }
 
 void quiet_on_stream(runtime::Stream& stream) {

@@ -39,8 +39,9 @@ struct Group {
 Tensor symmetric_tensor(const Shape& shape, DType dtype = DType::f32);
 
 // Later work on `stream` waits until the symmetric *signal >= value on this
-// PE. If the watchdog (COREMESH_WAIT_TIMEOUT_S) expires, the kernel fails
-// with a TimeoutError that says `what`: who is waited for and why.
+// PE; the stream parks without holding a core (compute streams run
+// meanwhile). If the watchdog (COREMESH_WAIT_TIMEOUT_S) expires, the stream
+// fails with an error that says "PE <me> <what>": who is waited for and why.
 void wait_signal_on_stream(runtime::Stream& stream, uint64_t* signal, uint64_t value, std::string what);
 
 // "PEs 1, 3" for the members of a group other than this PE.

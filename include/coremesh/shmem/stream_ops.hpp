@@ -4,8 +4,9 @@
 // Each copy is split into block_dim blocks (at least 64 KiB per block),
 // bounded by max_blocks(stream.effective_limits(), KernelKind::comm) -- the
 // stream's vector-core limit, the RFC's "one-sided communication uses 4-8
-// vector cores". Waits (signal wait, barrier) occupy one block while they
-// sleep. Errors surface at the stream's next synchronize()/query().
+// vector cores". A signal wait parks the stream without occupying a core
+// (runtime::Stream::wait_value), so other streams' kernels run meanwhile; a
+// barrier occupies one block while it sleeps. Errors surface at the stream's next synchronize()/query().
 //
 // Arguments are checked when the call enqueues; buffers must stay valid
 // until the work has run. Collectives on a team must not be interleaved
@@ -14,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "coremesh/core/dtype.hpp"
@@ -48,7 +50,10 @@ void put_signal_on_stream(runtime::Stream& stream, T* dest, const T* src, size_t
   detail::put_on_stream_bytes(stream, dest, src, count * sizeof(T), pe, signal, value, op);
 }
 // Later work on `stream` waits until `*signal cmp value` holds on this PE.
-void signal_wait_on_stream(runtime::Stream& stream, uint64_t* signal, Cmp cmp, uint64_t value);
+// `what` completes the watchdog's message "PE <me> <what>" (e.g. "waits for
+// PE 1's rows of layer 3").
+void signal_wait_on_stream(runtime::Stream& stream, uint64_t* signal, Cmp cmp, uint64_t value,
+                           std::string what = "");
 void quiet_on_stream(runtime::Stream& stream);
 void barrier_on_stream(runtime::Stream& stream, const Team& team = Team::world());
 
