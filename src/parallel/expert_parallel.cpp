@@ -11,7 +11,7 @@
 namespace coremesh::parallel {
 namespace {
 
-enum Signal { kCounts = 0, kRecvFwd = 1, kBackFwd = 2, kRecvBwd = 3, kBackBwd = 4, kSignals = 5 };
+enum Signal { kRecvFwd = 0, kBackFwd = 1, kRecvBwd = 2, kBackBwd = 3, kSignals = 4 };
 
 runtime::LaunchInfo kernel(const char* name, runtime::KernelKind kind = runtime::KernelKind::comm) {
   return {name, kind, 1, 0};
@@ -19,6 +19,22 @@ runtime::LaunchInfo kernel(const char* name, runtime::KernelKind kind = runtime:
 
 // Rows [row, row + n) of an (rows, C) f32 tensor.
 float* rows_at(const Tensor& t, int64_t row) { return t.data<float>() + row * t.size(1); }
+
+void copy_rows(const Tensor& to, int64_t to_row, const Tensor& from, int64_t from_row, int64_t n) {
+  if (n > 0) std::memcpy(rows_at(to, to_row), rows_at(from, from_row), size_t(n * to.size(1)) * sizeof(float));
+}
+
+// Zeroes the rows of `t` from `row` on.
+void zero_from(const Tensor& t, int64_t row) {
+  std::memset(rows_at(t, row), 0, size_t((t.size(0) - row) * t.size(1)) * sizeof(float));
+}
+
+// Sum of M[i] for i in [from, to).
+int64_t sum(const int64_t* M, int64_t from, int64_t to) {
+  int64_t n = 0;
+  for (int64_t i = from; i < to; ++i) n += M[i];
+  return n;
+}
 
 }  // namespace
 
@@ -34,10 +50,15 @@ struct ShmemExperts::Plan {
   Tensor source_offsets;  // (E_local * ep + 1) i64
 };
 
+namespace {
+// Rows per source in an owner's receive buffer.
+int64_t slot_rows(int local, const ShmemExperts::Shape& s) {
+  return std::max<int64_t>(1, s.capacity >= 0 ? std::min(s.max_rows, local * s.capacity) : s.max_rows);
+}
+}  // namespace
+
 int64_t ShmemExperts::symmetric_bytes(int ep, const Shape& s) {
-  const int64_t local = s.experts / ep;
-  int64_t recv = int64_t(ep) * s.max_rows;
-  if (s.capacity >= 0) recv = std::min(recv, int64_t(ep) * local * s.capacity);
+  const int64_t recv = int64_t(ep) * slot_rows(s.experts / ep, s);
   const int64_t per_layer = 8 * int64_t(ep) * s.experts + 4 * s.width * (2 * recv + 2 * s.max_rows) + 8 * kSignals;
   return int64_t(s.layers.size()) * (per_layer + 5 * 128);  // + the heap's alignment per block
 }
@@ -48,9 +69,8 @@ ShmemExperts::ShmemExperts(Group ep, const Shape& s) : ep_(std::move(ep)), shape
            "{} routed experts do not split over {} expert-parallel PEs", s.experts, g);
   CM_CHECK(s.width > 0 && s.max_rows > 0, "give the buffers a width and a row count", "ShmemExperts shape");
   local_ = s.experts / g;
-  recv_rows_ = int64_t(g) * s.max_rows;
-  if (s.capacity >= 0) recv_rows_ = std::min(recv_rows_, int64_t(g) * local_ * s.capacity);
-  recv_rows_ = std::max<int64_t>(recv_rows_, 1);
+  slot_rows_ = slot_rows(local_, s);
+  recv_rows_ = int64_t(g) * slot_rows_;
   for (int l : s.layers) {  // the same order on every PE: the allocations are collective
     Layer& L = layers_[l];
     L.counts = symmetric_tensor({g, s.experts}, DType::i64);
@@ -76,98 +96,98 @@ ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tens
            "size the expert-parallel buffers for the largest micro-batch (batch_size x seq_len x top_k rows)",
            "dispatch of {} rows of width {}; the buffers take {} rows of width {}", xp.size(0), xp.size(1),
            shape_.max_rows, shape_.width);
+  // The owners' receive buffers are free again once this PE has its rows of
+  // the previous round back (combine): the peers' sends of this round wait
+  // for nothing else.
+  CM_CHECK(!L.awaiting_combine, "combine each dispatch of a layer before dispatching the layer again",
+           "dispatch of MoE layer {} while its previous dispatch was not combined", index);
+  L.awaiting_combine = true;
   auto plan = std::make_shared<Plan>();
   plan->layer = index, plan->rows = xp.size(0);
   plan->matrix = Tensor::empty({g, E}, DType::i64);
   plan->offsets = Tensor::empty({El + 1}, DType::i64);
   plan->source_offsets = Tensor::empty({int64_t(El) * g + 1}, DType::i64);
-  const uint64_t round = plan->fwd_round = ++L.fwd_round;
-  runtime::Stream stream = runtime::current_stream();
-  auto* sig = reinterpret_cast<uint64_t*>(L.signals.data<int64_t>());
-  // 1. my row counts per expert -> row `me` of every member's count matrix
-  const Group ep = ep_;
-  const Tensor counts = L.counts;
-  stream.launch(kernel("ep_counts"), [ep, offsets, counts, sig, E](const runtime::BlockContext&) {
-    std::vector<int64_t> mine(static_cast<size_t>(E));
-    const int64_t* off = offsets.data<int64_t>();
-    for (int e = 0; e < E; ++e) mine[size_t(e)] = off[e + 1] - off[e];
-    int64_t* row = counts.data<int64_t>() + int64_t(ep.me) * E;
-    for (int pe : ep.pes) {
-      shmem::put(row, mine.data(), size_t(E), pe);
-      shmem::fence();
-      shmem::atomic_add(sig + kCounts, uint64_t{1}, pe);
-    }
-  });
-  wait_signal_on_stream(stream, sig + kCounts, round * uint64_t(g),
-                        fmt::format("waits for the row counts of {} (MoE layer {}, dispatch {})", others(ep_), index,
-                                    round));
-  // 2. the plan: a copy of the matrix and the group lists of the rows I receive
-  const Plan& p = *plan;
-  const Tensor matrix = p.matrix, local_off = p.offsets, source_off = p.source_offsets;
+  plan->fwd_round = ++L.fwd_round;
+  // my row counts per expert: row `me` of the plan's matrix, sent with the rows
+  const Tensor matrix = plan->matrix;
   const int me = ep_.me;
-  stream.launch(kernel("ep_plan", runtime::KernelKind::vector),
-                [counts, matrix, local_off, source_off, g, E, El, me](const runtime::BlockContext&) {
-                  std::memcpy(matrix.raw_data(), counts.raw_data(), matrix.nbytes());
-                  const int64_t* M = matrix.data<int64_t>();
-                  int64_t* lo = local_off.data<int64_t>();
-                  int64_t* so = source_off.data<int64_t>();
-                  int64_t at = 0;
-                  for (int e = 0; e < El; ++e) {
-                    lo[e] = at;
-                    for (int s = 0; s < g; ++s) {
-                      so[e * g + s] = at;
-                      at += M[int64_t(s) * E + me * El + e];
-                    }
-                  }
-                  lo[El] = so[int64_t(El) * g] = at;
-                });
+  runtime::current_stream().launch(kernel("ep_counts", runtime::KernelKind::vector),
+                                   [offsets, matrix, me, E](const runtime::BlockContext&) {
+                                     const int64_t* off = offsets.data<int64_t>();
+                                     int64_t* row = matrix.data<int64_t>() + int64_t(me) * E;
+                                     for (int e = 0; e < E; ++e) row[e] = off[e + 1] - off[e];
+                                   });
   Dispatched d;
   d.sources = g;
-  d.offsets = p.offsets;
-  d.source_offsets = p.source_offsets;
-  d.rows = to_owners(xp, p, &Layer::recv_fwd, kRecvFwd, round);
+  d.offsets = plan->offsets;
+  d.source_offsets = plan->source_offsets;
+  d.rows = to_owners(xp, *plan, &Layer::recv_fwd, kRecvFwd, plan->fwd_round);
   d.plan = plan;
   return d;
 }
 
 Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::*recv, int which, uint64_t round) {
   const int g = ep_.size(), E = shape_.experts, El = local_;
+  const bool forward = which == kRecvFwd;  // the owners learn the counts with the rows
   Layer& L = layer(p.layer);
   runtime::Stream stream = runtime::current_stream();
   auto* sig = reinterpret_cast<uint64_t*>(L.signals.data<int64_t>()) + which;
   const Group ep = ep_;
-  const Tensor matrix = p.matrix, buffer = L.*recv;
-  const int64_t C = shape_.width;
-  // my rows of each destination's expert e -> its buffer after the rows of
-  // (e, earlier sources) and of (earlier experts, every source)
-  stream.launch(kernel("ep_to_owners"), [ep, matrix, rows, buffer, sig, g, E, El, C](const runtime::BlockContext&) {
-    const int64_t* M = matrix.data<int64_t>();
-    int64_t src = 0;  // my rows are grouped by global expert, destinations in order
-    for (int d = 0; d < g; ++d) {
-      int64_t at = 0;
-      for (int e = 0; e < El; ++e) {
-        const int global = d * El + e;
-        for (int s = 0; s < ep.me; ++s) at += M[int64_t(s) * E + global];
-        const int64_t n = M[int64_t(ep.me) * E + global];
-        if (n > 0) shmem::put(rows_at(buffer, at), rows_at(rows, src), size_t(n * C), ep.pes[size_t(d)]);
-        src += n;
-        for (int s = ep.me; s < g; ++s) at += M[int64_t(s) * E + global];
-      }
+  const Tensor matrix = p.matrix, buffer = L.*recv, counts = L.counts;
+  const int64_t slot = slot_rows_;
+  // To every other member d: my count row (forward) and my rows of d's
+  // experts (contiguous: they are grouped by global expert) into my slot of
+  // its buffer, one signal for both. Member order starts after me, so that
+  // the members do not all write to the same PE first.
+  stream.launch(kernel("ep_to_owners"), [ep, matrix, counts, rows, buffer, sig, forward, slot, g, E, El](
+                                            const runtime::BlockContext&) {
+    const int64_t* mine = matrix.data<int64_t>() + int64_t(ep.me) * E;
+    for (int k = 1; k < g; ++k) {
+      const int d = (ep.me + k) % g, pe = ep.pes[size_t(d)];
+      const int64_t from = sum(mine, 0, int64_t(d) * El), n = sum(mine, int64_t(d) * El, int64_t(d + 1) * El);
+      CM_CHECK(n <= slot, "raise the expert capacity the buffers were sized for, or lower the batch",
+               "PE {} sends {} rows to the experts of PE {}, whose buffer holds {} per source", ep.pes[size_t(ep.me)],
+               n, pe, slot);
+      if (forward) shmem::put(counts.data<int64_t>() + int64_t(ep.me) * E, mine, size_t(E), pe);
+      if (n > 0) shmem::put(rows_at(buffer, int64_t(ep.me) * slot), rows_at(rows, from), size_t(n * rows.size(1)), pe);
       shmem::fence();
-      shmem::atomic_add(sig, uint64_t{1}, ep.pes[size_t(d)]);
+      shmem::atomic_add(sig, uint64_t{1}, pe);
     }
   });
-  wait_signal_on_stream(stream, sig, round * uint64_t(g),
+  wait_signal_on_stream(stream, sig, round * uint64_t(g - 1),
                         fmt::format("waits for the rows {} send to its experts (MoE layer {}, {} {})", others(ep_),
-                                    p.layer, which == kRecvFwd ? "dispatch" : "combine backward", round));
-  // the received rows out of the buffer (it is reused by the next round)
-  Tensor out = Tensor::empty({recv_rows_, C});
-  const Tensor total = p.offsets;
-  stream.launch(kernel("ep_receive", runtime::KernelKind::vector), [buffer, out, total, El, C](const runtime::BlockContext&) {
-    const int64_t n = total.data<int64_t>()[El];
-    std::memcpy(out.raw_data(), buffer.raw_data(), size_t(n * C) * sizeof(float));
-    std::memset(rows_at(out, n), 0, size_t((out.size(0) - n) * C) * sizeof(float));
-  });
+                                    p.layer, forward ? "dispatch" : "combine backward", round));
+  // The received rows out of the buffer (reused by the next round), grouped
+  // by local expert and source; mine straight from `rows`. Forward: the plan
+  // from the counts first.
+  Tensor out = Tensor::empty({recv_rows_, shape_.width});
+  const Tensor local_off = p.offsets, source_off = p.source_offsets;
+  stream.launch(kernel("ep_receive", runtime::KernelKind::vector),
+                [me = ep_.me, counts, matrix, local_off, source_off, buffer, rows, out, forward, slot, g, E,
+                 El](const runtime::BlockContext&) {
+                  int64_t* M = matrix.data<int64_t>();
+                  int64_t* lo = local_off.data<int64_t>();
+                  int64_t* so = source_off.data<int64_t>();
+                  if (forward) {
+                    for (int s = 0; s < g; ++s)
+                      if (s != me)
+                        std::memcpy(M + int64_t(s) * E, counts.data<int64_t>() + int64_t(s) * E, sizeof(int64_t) * size_t(E));
+                    int64_t at = 0;
+                    for (int e = 0; e < El; ++e) {
+                      lo[e] = at;
+                      for (int s = 0; s < g; ++s) so[e * g + s] = at, at += M[int64_t(s) * E + me * El + e];
+                    }
+                    lo[El] = so[int64_t(El) * g] = at;
+                  }
+                  for (int e = 0; e < El; ++e)
+                    for (int s = 0; s < g; ++s) {
+                      const int64_t* row = M + int64_t(s) * E;
+                      const int64_t n = row[me * El + e];
+                      if (s == me) copy_rows(out, so[e * g + s], rows, sum(row, 0, me * El + e), n);
+                      else copy_rows(out, so[e * g + s], buffer, s * slot + sum(row, me * El, me * El + e), n);
+                    }
+                  zero_from(out, lo[El]);
+                });
   return out;
 }
 
@@ -178,41 +198,49 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer:
   auto* sig = reinterpret_cast<uint64_t*>(L.signals.data<int64_t>()) + which;
   const Group ep = ep_;
   const Tensor matrix = p.matrix, buffer = L.*back, source_off = p.source_offsets;
-  const int64_t C = shape_.width;
   // rows of (my expert e, source s) -> source s's buffer where its rows of
-  // global expert (me, e) were
-  stream.launch(kernel("ep_to_sources"), [ep, matrix, rows, buffer, source_off, sig, g, E, El, C](const runtime::BlockContext&) {
+  // global expert (me, e) were in its xp
+  stream.launch(kernel("ep_to_sources"), [ep, matrix, rows, buffer, source_off, sig, g, E, El](const runtime::BlockContext&) {
     const int64_t* M = matrix.data<int64_t>();
     const int64_t* so = source_off.data<int64_t>();
-    for (int s = 0; s < g; ++s) {
+    for (int k = 1; k < g; ++k) {
+      const int s = (ep.me + k) % g;
       const int64_t* row = M + int64_t(s) * E;
-      int64_t at = 0;
-      for (int j = 0; j < ep.me * El; ++j) at += row[j];
+      int64_t at = sum(row, 0, ep.me * El);
       for (int e = 0; e < El; ++e) {
         const int64_t n = row[ep.me * El + e];
-        if (n > 0) shmem::put(rows_at(buffer, at), rows_at(rows, so[e * g + s]), size_t(n * C), ep.pes[size_t(s)]);
+        if (n > 0) shmem::put(rows_at(buffer, at), rows_at(rows, so[e * g + s]), size_t(n * rows.size(1)), ep.pes[size_t(s)]);
         at += n;
       }
       shmem::fence();
       shmem::atomic_add(sig, uint64_t{1}, ep.pes[size_t(s)]);
     }
   });
-  wait_signal_on_stream(stream, sig, round * uint64_t(g),
+  wait_signal_on_stream(stream, sig, round * uint64_t(g - 1),
                         fmt::format("waits for its rows back from the experts of {} (MoE layer {}, {} {})",
                                     others(ep_), p.layer, which == kBackFwd ? "combine" : "dispatch backward", round));
-  Tensor out = Tensor::empty({p.rows, C});
-  const int me = ep_.me;
-  stream.launch(kernel("ep_return", runtime::KernelKind::vector), [buffer, out, matrix, me, E, C](const runtime::BlockContext&) {
-    int64_t n = 0;
-    for (int j = 0; j < E; ++j) n += matrix.data<int64_t>()[int64_t(me) * E + j];
-    std::memcpy(out.raw_data(), buffer.raw_data(), size_t(n * C) * sizeof(float));
-    std::memset(rows_at(out, n), 0, size_t((out.size(0) - n) * C) * sizeof(float));
-  });
+  // my rows in xp order: the other owners' from the buffer, mine from `rows`
+  Tensor out = Tensor::empty({p.rows, shape_.width});
+  stream.launch(kernel("ep_return", runtime::KernelKind::vector),
+                [me = ep_.me, buffer, rows, out, matrix, source_off, g, E, El](const runtime::BlockContext&) {
+                  const int64_t* row = matrix.data<int64_t>() + int64_t(me) * E;
+                  const int64_t* so = source_off.data<int64_t>();
+                  for (int d = 0; d < g; ++d) {
+                    int64_t at = sum(row, 0, d * El);
+                    if (d != me) {
+                      copy_rows(out, at, buffer, at, sum(row, d * El, (d + 1) * El));
+                      continue;
+                    }
+                    for (int e = 0; e < El; ++e) copy_rows(out, at, rows, so[e * g + me], row[me * El + e]), at += row[me * El + e];
+                  }
+                  zero_from(out, sum(row, 0, E));
+                });
   return out;
 }
 
 Tensor ShmemExperts::combine(const Tensor& y, const Dispatched& d) {
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
+  layer(p.layer).awaiting_combine = false;
   return to_sources(y, p, &Layer::back_fwd, kBackFwd, p.fwd_round);
 }
 

@@ -3,24 +3,29 @@
 //
 // dispatch (per MoE layer, all on the stream, no host synchronization, no
 // barrier; each PE waits only for the signals of the data it needs):
-//   1. every PE puts its per-expert row counts (E) into every member's count
-//      matrix (ep x E) and signals; each waits for all ep of them;
-//   2. from the matrix every PE knows where each of its rows goes: it puts
-//      the rows of each destination's experts straight into the owner's
-//      symmetric receive buffer, laid out by local expert and, inside one,
-//      by source (the order of one PE's micro-batches), then signals;
-//   3. the owner waits for its ep signals and copies the rows out.
+//   1. every PE puts, to every other member, its per-expert row counts (E)
+//      into the member's count matrix (ep x E) and its rows of the member's
+//      experts (contiguous, as they are grouped by expert) into its own slot
+//      of the member's symmetric receive buffer, then signals once;
+//   2. the owner waits for its ep - 1 signals and, in one kernel, derives the
+//      plan from the counts and copies the rows out of the slots grouped by
+//      local expert and, inside one, by source (the order of one PE's
+//      micro-batches); its own rows it takes straight from xp.
 // combine puts the experts' outputs back to the sources' buffers, in each
-// source's own row order. The backward runs the mirror pair: combine's
+// source's own row order (one signal per source); a source takes its own
+// experts' outputs directly. The backward runs the mirror pair: combine's
 // backward is a dispatch of dy, dispatch's backward a combine of drows.
 //
 // Buffers are allocated once (collectively) per MoE layer and direction and
 // sized for the worst case: a source sends at most max_rows rows (N x K of
-// its largest micro-batch); an owner receives at most ep x max_rows, or, with
-// an expert capacity, ep x (E / ep) x capacity. Overflow is impossible by
-// construction; a larger micro-batch than the buffers were sized for is
-// refused with the fix. Forward and backward use their own buffers, so a
-// PE ahead by one phase never writes into one still being read.
+// its largest micro-batch), or, with an expert capacity, (E / ep) x capacity
+// to one owner; an owner's buffer has one such slot per source. A larger
+// micro-batch than the buffers were sized for is refused with the fix.
+// Forward and backward use their own buffers, so a PE ahead by one phase
+// never writes into one still being read; within a direction, a layer's
+// next dispatch must follow its combine (checked): a PE sends its rows of
+// round n + 1 only after it has round n's back, so every owner has copied
+// round n out of its buffer by then.
 #pragma once
 
 #include <cstdint>
@@ -62,11 +67,12 @@ class ShmemExperts final : public ExpertDispatcher {
     Tensor back_fwd, back_bwd;     // (max_rows, C): rows coming back to their source
     Tensor signals;                // u64: counts, recv_fwd, back_fwd, recv_bwd, back_bwd
     uint64_t fwd_round = 0, bwd_round = 0;
+    bool awaiting_combine = false;  // dispatched, not yet combined
   };
   struct Plan;
   Layer& layer(int index);
   // Rows of xp order -> the owners' `recv` buffers (signal `sig`), then the
-  // received rows copied out of this PE's `recv`.
+  // received rows copied out of this PE's `recv` (dispatch: the plan first).
   Tensor to_owners(const Tensor& rows, const Plan& plan, Tensor Layer::*recv, int sig, uint64_t round);
   // Rows of this PE's experts -> the sources' `back` buffers, then this PE's
   // rows copied out in xp order.
@@ -75,6 +81,7 @@ class ShmemExperts final : public ExpertDispatcher {
   Group ep_;
   Shape shape_;
   int local_ = 0;
+  int64_t slot_rows_ = 0;  // rows of one source's slot in a receive buffer
   int64_t recv_rows_ = 0;
   std::map<int, Layer> layers_;
 };
