@@ -116,3 +116,26 @@ TEST(ExpertParallel, ALargerMicroBatchIsRefusedWithTheFix) {
   }
   shmem::barrier();
 }
+
+// The next dispatch of a layer may only follow its combine: the owners'
+// receive buffers are free again only then.
+TEST(ExpertParallel, DispatchingALayerTwiceWithoutCombineIsRefused) {
+  const int me = shmem::my_pe(), n = shmem::n_pes();
+  std::vector<int> world;
+  for (int p = 0; p < n; ++p) world.push_back(p);
+  ShmemExperts experts(Group::of(world, me), {E, C, R, -1, {0, 1}});
+  const Tensor rows = Tensor::zeros({R, C}), offsets = Tensor::zeros({E + 1}, DType::i64);
+  const auto d = experts.dispatch(rows, offsets, 0);
+  try {
+    experts.dispatch(rows, offsets, 0);
+    ADD_FAILURE() << "a second dispatch of layer 0 before its combine was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("previous dispatch was not combined"), std::string::npos) << e.what();
+  }
+  const auto other = experts.dispatch(rows, offsets, 1);  // another layer is independent
+  experts.combine(other.rows, other);
+  experts.combine(d.rows, d);
+  experts.dispatch(rows, offsets, 0);  // combined: accepted again
+  runtime::current_stream().synchronize();
+  shmem::barrier();
+}
