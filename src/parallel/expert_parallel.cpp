@@ -216,24 +216,30 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer:
       shmem::atomic_add(sig, uint64_t{1}, ep.pes[size_t(s)]);
     }
   });
+  // my rows in xp order: my own experts' straight from `rows` (and the unused
+  // tail zeroed) while the others' are on their way, then the others' from
+  // the buffer
+  Tensor out = Tensor::empty({p.rows, shape_.width});
+  const int me = ep_.me;
+  stream.launch(kernel("ep_return_own", runtime::KernelKind::vector),
+                [me, rows, out, matrix, source_off, g, E, El](const runtime::BlockContext&) {
+                  const int64_t* row = matrix.data<int64_t>() + int64_t(me) * E;
+                  const int64_t* so = source_off.data<int64_t>();
+                  int64_t at = sum(row, 0, me * El);
+                  for (int e = 0; e < El; ++e) copy_rows(out, at, rows, so[e * g + me], row[me * El + e]), at += row[me * El + e];
+                  zero_from(out, sum(row, 0, E));
+                });
   wait_signal_on_stream(stream, sig, round * uint64_t(g - 1),
                         fmt::format("waits for its rows back from the experts of {} (MoE layer {}, {} {})",
                                     others(ep_), p.layer, which == kBackFwd ? "combine" : "dispatch backward", round));
-  // my rows in xp order: the other owners' from the buffer, mine from `rows`
-  Tensor out = Tensor::empty({p.rows, shape_.width});
+  if (g == 1) return out;
   stream.launch(kernel("ep_return", runtime::KernelKind::vector),
-                [me = ep_.me, buffer, rows, out, matrix, source_off, g, E, El](const runtime::BlockContext&) {
+                [me, buffer, out, matrix, g, E, El](const runtime::BlockContext&) {
                   const int64_t* row = matrix.data<int64_t>() + int64_t(me) * E;
-                  const int64_t* so = source_off.data<int64_t>();
                   for (int d = 0; d < g; ++d) {
-                    int64_t at = sum(row, 0, d * El);
-                    if (d != me) {
-                      copy_rows(out, at, buffer, at, sum(row, d * El, (d + 1) * El));
-                      continue;
-                    }
-                    for (int e = 0; e < El; ++e) copy_rows(out, at, rows, so[e * g + me], row[me * El + e]), at += row[me * El + e];
+                    const int64_t at = sum(row, 0, d * El);
+                    if (d != me) copy_rows(out, at, buffer, at, sum(row, d * El, (d + 1) * El));
                   }
-                  zero_from(out, sum(row, 0, E));
                 });
   return out;
 }
