@@ -12,21 +12,9 @@ work=$2
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
 
-python3 - "$work" <<'PY'
-import json, sys, random
-w = sys.argv[1]
-random.seed(5)
-words = ["in the beginning ", "god created ", "the heaven ", "and the earth. ", "and void; "]
-open(f"{w}/corpus.txt", "w").write("".join(random.choice(words) for _ in range(20000)))
-cfg = {"model": {"vocab_size": 256, "d_model": 64, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2,
-                 "max_seq_len": 64, "first_k_dense": 1, "dense_hidden": 128, "n_routed_experts": 4,
-                 "top_k": 2, "expert_hidden": 64},
-       "train": {"data": [f"{w}/corpus.txt"], "batch_size": 4, "seq_len": 64, "steps": 4,
-                 "warmup_steps": 1, "val_every": 0, "val_batches": 1, "ckpt_every": 0, "sample_tokens": 0,
-                 "report": False, "out_dir": f"{w}/run"},
-       "parallel": {"dp": 2}}
-json.dump(cfg, open(f"{w}/cfg.json", "w"))
-PY
+python3 "$here/tiny_run.py" "$work" 5 '{"model": {"d_model": 64, "n_layers": 4, "max_seq_len": 64,
+  "dense_hidden": 128, "expert_hidden": 64}, "train": {"seq_len": 64, "steps": 4, "warmup_steps": 1,
+  "val_every": 0, "val_batches": 1, "ckpt_every": 0}, "parallel": {"dp": 2}}'
 
 "$exe" train --config "$work/cfg.json" --no-progress --profile "$work/profile" >"$work/log" 2>&1 ||
   { cat "$work/log"; echo "FAIL: the dp=2 run failed"; exit 1; }

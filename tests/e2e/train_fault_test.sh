@@ -12,21 +12,8 @@ work=$2
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 
-python3 - "$work" <<'PY'
-import json, sys, random
-w = sys.argv[1]
-random.seed(3)
-words = ["in the beginning ", "god created ", "the heaven ", "and the earth. ", "and void; "]
-open(f"{w}/corpus.txt", "w").write("".join(random.choice(words) for _ in range(20000)))
-cfg = {"model": {"vocab_size": 256, "d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
-                 "max_seq_len": 32, "first_k_dense": 1, "dense_hidden": 64, "n_routed_experts": 4,
-                 "top_k": 2, "expert_hidden": 32},
-       "train": {"data": [f"{w}/corpus.txt"], "batch_size": 4, "seq_len": 32, "steps": 100000,
-                 "warmup_steps": 2, "val_every": 0, "ckpt_every": 3, "keep_checkpoints": 2,
-                 "sample_tokens": 0, "report": False, "out_dir": f"{w}/run"},
-       "parallel": {"dp": 2}}
-json.dump(cfg, open(f"{w}/cfg.json", "w"))
-PY
+python3 "$(dirname "$0")/tiny_run.py" "$work" 3 '{"train": {"steps": 100000, "warmup_steps": 2, "val_every": 0,
+  "ckpt_every": 3, "keep_checkpoints": 2}, "parallel": {"dp": 2}}'
 
 . "$(dirname "$0")/../shm_names.sh"
 shm_names_before "$work/shm_before.txt"
