@@ -108,25 +108,17 @@ ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tens
   plan->offsets = Tensor::empty({El + 1}, DType::i64);
   plan->source_offsets = Tensor::empty({int64_t(El) * g + 1}, DType::i64);
   plan->fwd_round = ++L.fwd_round;
-  // my row counts per expert: row `me` of the plan's matrix, sent with the rows
-  const Tensor matrix = plan->matrix;
-  const int me = ep_.me;
-  runtime::current_stream().launch(kernel("ep_counts", runtime::KernelKind::vector),
-                                   [offsets, matrix, me, E](const runtime::BlockContext&) {
-                                     const int64_t* off = offsets.data<int64_t>();
-                                     int64_t* row = matrix.data<int64_t>() + int64_t(me) * E;
-                                     for (int e = 0; e < E; ++e) row[e] = off[e + 1] - off[e];
-                                   });
   Dispatched d;
   d.sources = g;
   d.offsets = plan->offsets;
   d.source_offsets = plan->source_offsets;
-  d.rows = to_owners(xp, *plan, &Layer::recv_fwd, kRecvFwd, plan->fwd_round);
+  d.rows = to_owners(xp, *plan, &Layer::recv_fwd, kRecvFwd, plan->fwd_round, offsets);
   d.plan = plan;
   return d;
 }
 
-Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::*recv, int which, uint64_t round) {
+Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::*recv, int which, uint64_t round,
+                               const Tensor& offsets) {
   const int g = ep_.size(), E = shape_.experts, El = local_;
   const bool forward = which == kRecvFwd;  // the owners learn the counts with the rows
   Layer& L = layer(p.layer);
@@ -135,13 +127,16 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::
   const Group ep = ep_;
   const Tensor matrix = p.matrix, buffer = L.*recv, counts = L.counts;
   const int64_t slot = slot_rows_;
-  // To every other member d: my count row (forward) and my rows of d's
-  // experts (contiguous: they are grouped by global expert) into my slot of
-  // its buffer, one signal for both. Member order starts after me, so that
-  // the members do not all write to the same PE first.
-  stream.launch(kernel("ep_to_owners"), [ep, matrix, counts, rows, buffer, sig, forward, slot, g, E, El](
+  // To every other member d: my count row (forward: from the offsets, into
+  // row `me` of the plan's matrix) and my rows of d's experts (contiguous:
+  // they are grouped by global expert) into my slot of its buffer, one
+  // signal for both. Member order starts after me, so that the members do
+  // not all write to the same PE first.
+  stream.launch(kernel("ep_to_owners"), [ep, matrix, counts, offsets, rows, buffer, sig, forward, slot, g, E, El](
                                             const runtime::BlockContext&) {
-    const int64_t* mine = matrix.data<int64_t>() + int64_t(ep.me) * E;
+    int64_t* mine = matrix.data<int64_t>() + int64_t(ep.me) * E;
+    if (forward)
+      for (int e = 0; e < E; ++e) mine[e] = offsets.data<int64_t>()[e + 1] - offsets.data<int64_t>()[e];
     for (int k = 1; k < g; ++k) {
       const int d = (ep.me + k) % g, pe = ep.pes[size_t(d)];
       const int64_t from = sum(mine, 0, int64_t(d) * El), n = sum(mine, int64_t(d) * El, int64_t(d + 1) * El);

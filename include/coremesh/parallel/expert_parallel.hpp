@@ -72,8 +72,10 @@ class ShmemExperts final : public ExpertDispatcher {
   struct Plan;
   Layer& layer(int index);
   // Rows of xp order -> the owners' `recv` buffers (signal `sig`), then the
-  // received rows copied out of this PE's `recv` (dispatch: the plan first).
-  Tensor to_owners(const Tensor& rows, const Plan& plan, Tensor Layer::*recv, int sig, uint64_t round);
+  // received rows copied out of this PE's `recv` (dispatch: the plan first,
+  // from every source's counts; mine from `offsets`).
+  Tensor to_owners(const Tensor& rows, const Plan& plan, Tensor Layer::*recv, int sig, uint64_t round,
+                   const Tensor& offsets = Tensor());
   // Rows of this PE's experts -> the sources' `back` buffers, then this PE's
   // rows copied out in xp order.
   Tensor to_sources(const Tensor& rows, const Plan& plan, Tensor Layer::*back, int sig, uint64_t round);
