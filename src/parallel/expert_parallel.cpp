@@ -13,10 +13,6 @@ namespace {
 
 enum Signal { kRecvFwd = 0, kBackFwd = 1, kRecvBwd = 2, kBackBwd = 3, kSignals = 4 };
 
-runtime::LaunchInfo kernel(const char* name, runtime::KernelKind kind = runtime::KernelKind::comm) {
-  return {name, kind, 1, 0};
-}
-
 // Rows [row, row + n) of an (rows, C) f32 tensor.
 float* rows_at(const Tensor& t, int64_t row) { return t.data<float>() + row * t.size(1); }
 
@@ -132,7 +128,9 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::
   // they are grouped by global expert) into my slot of its buffer, one
   // signal for both. Member order starts after me, so that the members do
   // not all write to the same PE first.
-  stream.launch(kernel("ep_to_owners"), [ep, matrix, counts, offsets, rows, buffer, sig, forward, slot, g, E, El](
+  std::vector<Tensor> reads{matrix, rows};
+  if (forward) reads.push_back(offsets);
+  stream.launch(launch_info("ep_to_owners", runtime::KernelKind::comm, 1, reads, {matrix, counts, buffer}), [ep, matrix, counts, offsets, rows, buffer, sig, forward, slot, g, E, El](
                                             const runtime::BlockContext&) {
     int64_t* mine = matrix.data<int64_t>() + int64_t(ep.me) * E;
     if (forward)
@@ -149,7 +147,7 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::
       shmem::atomic_add(sig, uint64_t{1}, pe);
     }
   });
-  wait_signal_on_stream(stream, sig, round * uint64_t(g - 1),
+  wait_signal_on_stream(stream, sig, uint64_t(g - 1),
                         fmt::format("waits for the rows {} send to its experts (MoE layer {}, {} {})", others(ep_),
                                     p.layer, forward ? "dispatch" : "combine backward", round));
   // The received rows out of the buffer (reused by the next round), grouped
@@ -157,7 +155,10 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::
   // from the counts first.
   Tensor out = Tensor::empty({recv_rows_, shape_.width});
   const Tensor local_off = p.offsets, source_off = p.source_offsets;
-  stream.launch(kernel("ep_receive", runtime::KernelKind::vector),
+  std::vector<Tensor> writes{out};
+  if (forward) writes.insert(writes.end(), {matrix, local_off, source_off});
+  stream.launch(launch_info("ep_receive", runtime::KernelKind::vector, 1,
+                            {counts, matrix, local_off, source_off, buffer, rows}, writes),
                 [me = ep_.me, counts, matrix, local_off, source_off, buffer, rows, out, forward, slot, g, E,
                  El](const runtime::BlockContext&) {
                   int64_t* M = matrix.data<int64_t>();
@@ -195,7 +196,7 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer:
   const Tensor matrix = p.matrix, buffer = L.*back, source_off = p.source_offsets;
   // rows of (my expert e, source s) -> source s's buffer where its rows of
   // global expert (me, e) were in its xp
-  stream.launch(kernel("ep_to_sources"), [ep, matrix, rows, buffer, source_off, sig, g, E, El](const runtime::BlockContext&) {
+  stream.launch(launch_info("ep_to_sources", runtime::KernelKind::comm, 1, {matrix, rows, source_off}, {buffer}), [ep, matrix, rows, buffer, source_off, sig, g, E, El](const runtime::BlockContext&) {
     const int64_t* M = matrix.data<int64_t>();
     const int64_t* so = source_off.data<int64_t>();
     for (int k = 1; k < g; ++k) {
@@ -216,7 +217,7 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer:
   // the buffer
   Tensor out = Tensor::empty({p.rows, shape_.width});
   const int me = ep_.me;
-  stream.launch(kernel("ep_return_own", runtime::KernelKind::vector),
+  stream.launch(launch_info("ep_return_own", runtime::KernelKind::vector, 1, {rows, matrix, source_off}, {out}),
                 [me, rows, out, matrix, source_off, g, E, El](const runtime::BlockContext&) {
                   const int64_t* row = matrix.data<int64_t>() + int64_t(me) * E;
                   const int64_t* so = source_off.data<int64_t>();
@@ -224,11 +225,11 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer:
                   for (int e = 0; e < El; ++e) copy_rows(out, at, rows, so[e * g + me], row[me * El + e]), at += row[me * El + e];
                   zero_from(out, sum(row, 0, E));
                 });
-  wait_signal_on_stream(stream, sig, round * uint64_t(g - 1),
+  wait_signal_on_stream(stream, sig, uint64_t(g - 1),
                         fmt::format("waits for its rows back from the experts of {} (MoE layer {}, {} {})",
                                     others(ep_), p.layer, which == kBackFwd ? "combine" : "dispatch backward", round));
   if (g == 1) return out;
-  stream.launch(kernel("ep_return", runtime::KernelKind::vector),
+  stream.launch(launch_info("ep_return", runtime::KernelKind::vector, 1, {buffer, matrix}, {out}),
                 [me, buffer, out, matrix, g, E, El](const runtime::BlockContext&) {
                   const int64_t* row = matrix.data<int64_t>() + int64_t(me) * E;
                   for (int d = 0; d < g; ++d) {
