@@ -147,20 +147,22 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::
       shmem::atomic_add(sig, uint64_t{1}, pe);
     }
   });
-  wait_signal_on_stream(stream, sig, uint64_t(g - 1),
-                        fmt::format("waits for the rows {} send to its experts (MoE layer {}, {} {})", others(ep_),
+  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g - 1),
+                               fmt::format("waits for the rows {} send to its experts (MoE layer {}, {} {})", others(ep_),
                                     p.layer, forward ? "dispatch" : "combine backward", round));
   // The received rows out of the buffer (reused by the next round), grouped
   // by local expert and source; mine straight from `rows`. Forward: the plan
-  // from the counts first.
+  // from the counts first. It takes the signals it waited for (as
+  // wait_signal_on_stream does, without a kernel of its own).
   Tensor out = Tensor::empty({recv_rows_, shape_.width});
   const Tensor local_off = p.offsets, source_off = p.source_offsets;
   std::vector<Tensor> writes{out};
   if (forward) writes.insert(writes.end(), {matrix, local_off, source_off});
   stream.launch(launch_info("ep_receive", runtime::KernelKind::vector, 1,
                             {counts, matrix, local_off, source_off, buffer, rows}, writes),
-                [me = ep_.me, counts, matrix, local_off, source_off, buffer, rows, out, forward, slot, g, E,
-                 El](const runtime::BlockContext&) {
+                [me = ep_.me, pe = ep_.pes[size_t(ep_.me)], sig, counts, matrix, local_off, source_off, buffer, rows,
+                 out, forward, slot, g, E, El](const runtime::BlockContext&) {
+                  if (g > 1) shmem::atomic_add(sig, uint64_t(0) - uint64_t(g - 1), pe);
                   int64_t* M = matrix.data<int64_t>();
                   int64_t* lo = local_off.data<int64_t>();
                   int64_t* so = source_off.data<int64_t>();
@@ -225,12 +227,13 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer:
                   for (int e = 0; e < El; ++e) copy_rows(out, at, rows, so[e * g + me], row[me * El + e]), at += row[me * El + e];
                   zero_from(out, sum(row, 0, E));
                 });
-  wait_signal_on_stream(stream, sig, uint64_t(g - 1),
-                        fmt::format("waits for its rows back from the experts of {} (MoE layer {}, {} {})",
+  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g - 1),
+                               fmt::format("waits for its rows back from the experts of {} (MoE layer {}, {} {})",
                                     others(ep_), p.layer, which == kBackFwd ? "combine" : "dispatch backward", round));
   if (g == 1) return out;
   stream.launch(launch_info("ep_return", runtime::KernelKind::vector, 1, {buffer, matrix}, {out}),
-                [me, buffer, out, matrix, g, E, El](const runtime::BlockContext&) {
+                [me, pe = ep_.pes[size_t(ep_.me)], sig, buffer, out, matrix, g, E, El](const runtime::BlockContext&) {
+                  shmem::atomic_add(sig, uint64_t(0) - uint64_t(g - 1), pe);  // take the signals waited for
                   const int64_t* row = matrix.data<int64_t>() + int64_t(me) * E;
                   for (int d = 0; d < g; ++d) {
                     const int64_t at = sum(row, 0, d * El);
