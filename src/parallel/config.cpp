@@ -18,6 +18,11 @@ std::string schedule_name(PipelineSchedule s) {
   return "?";
 }
 
+const std::vector<std::pair<CpComm, std::string>>& cp_comms() {
+  static const std::vector<std::pair<CpComm, std::string>> names{{CpComm::ring, "ring"}, {CpComm::ulysses, "ulysses"}};
+  return names;
+}
+
 const FieldTable<ParallelConfig>& parallel_fields() {
   using P = ParallelConfig;
   static const FieldTable<P> t =
@@ -27,6 +32,10 @@ const FieldTable<ParallelConfig>& parallel_fields() {
           .add("pp", [](P& p) -> auto& { return p.pp; }, "pipeline-parallel degree (stages)", positive<int>())
           .add("ep", [](P& p) -> auto& { return p.ep; }, "expert-parallel degree", positive<int>())
           .add("tp", [](P& p) -> auto& { return p.tp; }, "tensor-parallel degree", positive<int>())
+          .add_enum("cp_comm", [](P& p) -> auto& { return p.cp_comm; }, cp_comms(),
+                    "context parallel: ring (K/V around the ring) or ulysses (all-to-all to head sharding)")
+          .add("cp_zigzag", [](P& p) -> auto& { return p.cp_zigzag; },
+               "context parallel: rank r holds chunks r and 2cp-1-r of each sequence (false: chunk r of cp)")
           .add("zero", [](P& p) -> auto& { return p.zero; },
                "ZeRO stage: 0 off, 1 shards the optimizer state over the data-parallel ranks",
                in_range<int>(0, 1))

@@ -29,10 +29,17 @@ std::vector<std::string> Mesh::problems(const ParallelConfig& p, int world, cons
   if (p.pp > 1 && s.layers >= 0 && 2 * s.layers + 2 < p.pp * p.virtual_stages)
     out.push_back(fmt::format("pp {} x virtual_stages {} stages need at least as many model parts ({}): lower pp",
                               p.pp, p.virtual_stages, 2 * s.layers + 2));
-  if (p.cp > 1 && s.seq_len >= 0 && s.seq_len % (2 * p.cp) != 0)
-    out.push_back(fmt::format("cp = {} splits each sequence into 2 x cp = {} chunks, which does not divide seq_len "
-                              "= {}: choose seq_len a multiple of {}",
-                              p.cp, 2 * p.cp, s.seq_len, 2 * p.cp));
+  const int chunks = p.cp_zigzag && p.cp_comm == CpComm::ring ? 2 * p.cp : p.cp;
+  if (p.cp > 1 && s.seq_len >= 0 && s.seq_len % chunks != 0)
+    out.push_back(fmt::format("cp = {} splits each sequence into {} chunks, which does not divide seq_len = {}: "
+                              "choose seq_len a multiple of {}",
+                              p.cp, chunks, s.seq_len, chunks));
+  if (p.cp > 1 && p.cp_comm == CpComm::ulysses)
+    for (auto [size, what] : {std::pair{s.heads, "query heads"}, std::pair{s.kv_heads, "key/value heads"}})
+      if (size >= 0 && size % (p.cp * p.tp) != 0)
+        out.push_back(fmt::format("Ulysses splits the {} {} over cp x tp = {} x {} = {} PEs: choose cp x tp among "
+                                  "the divisors of {}, or cp_comm ring",
+                                  size, what, p.cp, p.tp, p.cp * p.tp, size));
   return out;
 }
 

@@ -124,6 +124,9 @@ TEST(ConfigTable, UnknownKeysListTheKnownOnes) {
   e = error_of([] { train::train_config_from_json(json::parse(R"({"parallel": {"schedule": "zigzag"}})")); });
   EXPECT_NE(e.find("unknown schedule 'zigzag'"), std::string::npos) << e;
   EXPECT_NE(e.find("gpipe|1f1b|interleaved|zb-h1|zbv|dualpipe|dualpipev"), std::string::npos) << e;
+  e = error_of([] { train::train_config_from_json(json::parse(R"({"parallel": {"cp_comm": "star"}})")); });
+  EXPECT_NE(e.find("unknown cp_comm 'star'"), std::string::npos) << e;
+  EXPECT_NE(e.find("ring|ulysses"), std::string::npos) << e;
 }
 
 TEST(ConfigTable, RenamedFieldsStillReadAndChecksComeFromTheTable) {

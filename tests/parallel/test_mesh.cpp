@@ -96,6 +96,19 @@ TEST(Mesh, BadLayoutsSayWhichFactorToChange) {
   EXPECT_NE(e.find("tp = 3 does not divide the 4 query heads"), std::string::npos) << e;
   e = message(degrees(1, 3, 1, 1, 1), 3, {8, 4, 2, 64});
   EXPECT_NE(e.find("does not divide seq_len = 64: choose seq_len a multiple of 6"), std::string::npos) << e;
+  ParallelConfig ulysses = degrees(1, 2, 1, 1, 2);
+  ulysses.cp_comm = CpComm::ulysses;
+  e = message(ulysses, 4, {8, 4, 2, 64, 2});
+  EXPECT_NE(e.find("Ulysses splits the 2 key/value heads over cp x tp = 2 x 2 = 4 PEs: choose cp x tp among the "
+                   "divisors of 2, or cp_comm ring"),
+            std::string::npos) << e;
+  EXPECT_EQ(e.find("query heads"), std::string::npos) << e;
+  ParallelConfig contiguous = degrees(1, 3, 1, 1, 1);
+  contiguous.cp_zigzag = false;
+  EXPECT_EQ(message(contiguous, 3, {8, 4, 2, 66}), "(accepted)");  // 3 chunks of 22, not 6
+  e = message(contiguous, 3, {8, 4, 2, 64});
+  EXPECT_NE(e.find("cp = 3 splits each sequence into 3 chunks, which does not divide seq_len = 64"),
+            std::string::npos) << e;
   e = message(degrees(0, 1, 1, 1, 1), 1, {});
   EXPECT_NE(e.find("parallel.dp = 0 must be positive"), std::string::npos) << e;
 }

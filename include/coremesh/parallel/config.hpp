@@ -21,12 +21,18 @@ enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zb_h1, zbv, dualp
 const std::vector<std::pair<PipelineSchedule, std::string>>& pipeline_schedules();  // with their names
 std::string schedule_name(PipelineSchedule s);
 
+// How context parallelism moves the sequence (context_parallel.hpp).
+enum class CpComm { ring, ulysses };
+const std::vector<std::pair<CpComm, std::string>>& cp_comms();  // with their names
+
 struct ParallelConfig {
   int dp = 1;  // data parallel: ranks that see different micro-batches of the global batch
   int cp = 1;  // context parallel: ranks that split each sequence
   int pp = 1;  // pipeline parallel: stages
   int ep = 1;  // expert parallel: ranks that split the routed experts
   int tp = 1;  // tensor parallel: ranks that split each layer's matrices
+  CpComm cp_comm = CpComm::ring;  // cp > 1: ring attention or Ulysses all-to-all
+  bool cp_zigzag = true;          // ring: chunks r and 2cp-1-r per rank (balanced causal work); false: chunk r
   int zero = 0;                   // 1: ZeRO-1, the optimizer state sharded over the data-parallel ranks
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;  // pp > 1
   int virtual_stages = 1;         // model chunks per pipeline rank (interleaved schedules)

@@ -41,9 +41,10 @@ struct Coords {
 // cuts; -1: not checked.
 struct SplitSizes {
   int experts = -1;  // routed experts (split by ep)
-  int heads = -1;    // query heads (split by tp)
+  int heads = -1;    // query heads (split by tp; by cp x tp under Ulysses)
   int layers = -1;   // decoder layers (split into pp stages)
   int seq_len = -1;  // tokens per sequence (split by cp)
+  int kv_heads = -1; // key/value heads (split by cp x tp under Ulysses)
 };
 
 class Mesh {
