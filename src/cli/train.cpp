@@ -120,7 +120,7 @@ void print_layout(const train::TrainConfig& c) {
     model::StageLayout stage = pipeline ? train::pipeline_stage(c.model, schedule, k[parallel::Dim::pp])
                                         : model::StageLayout{};
     if (ep > 1) stage.expert_begin = k[parallel::Dim::ep] * (E / ep), stage.expert_end = stage.expert_begin + E / ep;
-    const auto mem = model::estimate_memory(c.model, c.batch_size, c.seq_len, stage);
+    const auto mem = model::estimate_memory(c.model, c.batch_size, c.seq_len / c.parallel.cp, stage);  // CP: its chunks
     // ZeRO-1 keeps each group's share of the optimizer state
     const auto held = model::count_params(c.model, stage);
     const double dense = double(held.total - held.expert), expert = double(held.expert);

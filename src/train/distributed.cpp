@@ -17,21 +17,37 @@ namespace coremesh::train {
 namespace {
 
 parallel::SplitSizes split_sizes(const TrainConfig& c) {
-  return {c.model.n_routed_experts, c.model.n_heads, c.model.n_layers, c.seq_len};
+  return {c.model.n_routed_experts, c.model.n_heads, c.model.n_layers, c.seq_len, c.model.n_kv_heads};
 }
 
 int64_t round_up(int64_t x, int64_t unit, int64_t cap) { return std::min(cap, (x + unit - 1) / unit * unit); }
+
+// The attention shapes of one CP rank's micro-batch.
+parallel::ShmemContext::Sizes context_shape(const TrainConfig& c) {
+  const model::ModelConfig& m = c.model;
+  return {c.batch_size, c.seq_len / c.parallel.cp, m.n_heads, m.n_kv_heads, m.head_dim()};
+}
+
+bool zigzag(const parallel::ParallelConfig& p) { return p.cp_zigzag && p.cp_comm == parallel::CpComm::ring; }
 
 }  // namespace
 
 Distributed::Distributed(const TrainConfig& cfg, runtime::Device& device)
     : cfg_(cfg), mesh_(cfg.parallel, shmem::n_pes(), split_sizes(cfg)), rank_(shmem::my_pe()), comm_(device) {
   const parallel::ParallelConfig& p = cfg.parallel;
-  CM_CHECK(p.cp == 1 && p.pp == 1 && p.tp == 1,
-           "set cp, pp and tp to 1: this build splits training over data (dp) and experts (ep)",
-           "the layout asks for cp {} x pp {} x tp {}", p.cp, p.pp, p.tp);
+  CM_CHECK(p.pp == 1 && p.tp == 1,
+           "set pp and tp to 1: this build splits training over data (dp), sequences (cp) and experts (ep)",
+           "the layout asks for pp {} x tp {}", p.pp, p.tp);
+  CM_CHECK(p.cp == 1 || cfg.model.aux_loss_alpha == 0.0f,
+           "set model.aux_loss_alpha to 0 or cp to 1: the sequence-wise balance loss needs whole sequences",
+           "cp {} with aux_loss_alpha {}", p.cp, cfg.model.aux_loss_alpha);
+  CM_CHECK(p.cp == 1 || !cfg.graph, "drop --graph or set cp to 1: graph mode does not capture context parallelism yet",
+           "cp {} with graph mode", p.cp);
   groups_ = {parallel::Group::of(mesh_.dense_grad_group(rank_), rank_),
              parallel::Group::of(mesh_.expert_grad_group(rank_), rank_)};
+  if (p.cp > 1)
+    context_ = std::make_unique<parallel::ShmemContext>(parallel::Group::of(mesh_.group(parallel::Dim::cp, rank_), rank_),
+                                                        p.cp_comm, zigzag(p), context_shape(cfg));
   if (p.ep > 1) {
     const model::ModelConfig& m = cfg.model;
     std::vector<int> layers;
@@ -56,6 +72,7 @@ model::StageLayout Distributed::stage() const {
 parallel::Seams Distributed::seams() {
   parallel::Seams s;
   if (experts_) s.experts = experts_.get();
+  if (context_) s.context = context_.get();
   return s;
 }
 
@@ -247,8 +264,18 @@ double Distributed::sum_over_data_ranks(double local) {
   v[0] = local;
   shmem::allgather(shmem::Team::world(), v + 1, v, 1);
   double sum = 0;
-  for (int r : mesh_.data_group(rank_)) sum += v[1 + r];
+  for (int r : mesh_.dense_grad_group(rank_)) sum += v[1 + r];  // dp x cp x ep: every token of the step
   return sum;
+}
+
+std::vector<int32_t> Distributed::my_tokens(const std::vector<int32_t>& tokens, int B, int T) const {
+  if (!context_) return tokens;
+  const parallel::SequenceSplit& split = context_->split();
+  const int Tl = T / split.cp;
+  std::vector<int32_t> out(size_t(B) * Tl);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < Tl; ++t) out[size_t(b * Tl + t)] = tokens[size_t(b * T + split.global(split.rank, t, Tl))];
+  return out;
 }
 
 int64_t Distributed::symmetric_bytes(const TrainConfig& c, int world) {
@@ -259,6 +286,8 @@ int64_t Distributed::symmetric_bytes(const TrainConfig& c, int world) {
   if (ep > 1) stage.expert_begin = 0, stage.expert_end = E / ep;
   const int64_t arena = model::layout_params(c.model, stage).arena_size;
   int64_t bytes = 4 * 3 * arena + (16 << 20);  // weights, gradients, staging; small buffers and alignment
+  if (c.parallel.cp > 1)
+    bytes += parallel::ShmemContext::symmetric_bytes(c.parallel.cp_comm, c.parallel.cp, context_shape(c));
   if (ep > 1) {
     std::vector<int> layers;
     for (int l = 0; l < c.model.n_layers; ++l)

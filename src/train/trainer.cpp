@@ -267,7 +267,9 @@ double Trainer::validate() {
       if (l.defined()) losses.push_back(l);
       continue;
     }
-    model_->forward(0, {x.data(), y.data(), cfg_.batch_size, cfg_.seq_len});
+    const int cp = dist_ ? dist_->cp() : 1;  // each CP rank's tokens; their mean is summed below
+    if (cp > 1) x = dist_->my_tokens(x, cfg_.batch_size, cfg_.seq_len), y = dist_->my_tokens(y, cfg_.batch_size, cfg_.seq_len);
+    model_->forward(0, {x.data(), y.data(), cfg_.batch_size, cfg_.seq_len / cp});
     losses.push_back(model_->token_losses(0));
     model_->close_slot(0);
   }
@@ -275,6 +277,7 @@ double Trainer::validate() {
   double sum = 0;
   for (const Tensor& l : losses) sum += mean_of(l);
   if (pipe_) sum = pipe_->over_world({pipe_->data_index() == 0 ? sum : 0.0})[0].sum;  // one replica's
+  if (dist_ && dist_->cp() > 1) sum = dist_->sum_over_data_ranks(sum) / (dist_->data_ranks() * dist_->cp());
   return sum / cfg_.val_batches;
 }
 
@@ -355,9 +358,11 @@ GraphSummary Trainer::graph_summary() const {
 }
 
 model::MicroBatch Trainer::micro_batch(int m, float scale) {
-  model::MicroBatch b{x_.data(), y_.data(), cfg_.batch_size, cfg_.seq_len, scale};
+  const int cp = dist_ ? dist_->cp() : 1, T = cfg_.seq_len / cp;  // CP: this rank's chunks of each sequence
+  if (cp > 1) x_ = dist_->my_tokens(x_, cfg_.batch_size, cfg_.seq_len), y_ = dist_->my_tokens(y_, cfg_.batch_size, cfg_.seq_len);
+  model::MicroBatch b{x_.data(), y_.data(), cfg_.batch_size, T, scale};
   if (!cfg_.graph) return b;
-  const int64_t n = int64_t(cfg_.batch_size) * cfg_.seq_len;
+  const int64_t n = int64_t(cfg_.batch_size) * T;
   while (graph_inputs_.size() <= size_t(m))
     graph_inputs_.push_back({Tensor::empty({n}, DType::i32), Tensor::empty({n}, DType::i32)});
   auto& [tokens, targets] = graph_inputs_[size_t(m)];
@@ -386,7 +391,8 @@ void Trainer::launch_step() {
   const int a = cfg_.grad_accum;
   const int ranks = dist_ ? dist_->data_ranks() : pipe_ ? pipe_->data_ranks() : 1;
   const int mine = dist_ ? dist_->data_index() : pipe_ ? pipe_->data_index() : 0;
-  const float scale = 1.0f / float(a * ranks);
+  const int cp = dist_ ? dist_->cp() : 1;  // CP ranks hold 1/cp of each sequence: their losses add up
+  const float scale = 1.0f / float(a * ranks * cp);
   if (pipe_) {  // every stage reads the step's micro-batches; the schedule says when each runs
     xs_.resize(size_t(a)), ys_.resize(size_t(a));
     std::vector<model::MicroBatch> batches;
@@ -483,7 +489,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
     if ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || done == cfg_.steps) {
       val = validate();
       if (val >= 0) val_records_.push_back({r.step, val});
-      if (cfg_.sample_tokens > 0 && !pipe_) {  // sampling runs a whole model on one PE
+      if (cfg_.sample_tokens > 0 && !pipe_ && cfg_.parallel.cp == 1) {  // sampling runs a whole model on one PE
         samples_.push_back({r.step, cfg_.sample_prompt, sample()});
         if (cfg_.progress)
           progress.message(fmt::format("sample at step {}: {}", done,

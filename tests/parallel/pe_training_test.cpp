@@ -76,10 +76,7 @@ TEST(ParallelTraining, ReproducesTheOnePeRun) {
       Tensor mine = t.model().param(p.name), want = ref.model().param(p.name);
       if (p.expert()) want = want.slice(0, p.expert_begin, p.expert_begin + p.shape[0]).contiguous();
       different += std::memcmp(mine.raw_data(), want.raw_data(), mine.nbytes()) != 0;
-      const auto x = mine.to_float_vector(), y = want.to_float_vector();
-      double num = 0, den = 0;
-      for (size_t i = 0; i < x.size(); ++i) num += (x[i] - y[i]) * double(x[i] - y[i]), den += double(y[i]) * y[i];
-      worst_weight = std::max(worst_weight, std::sqrt(num / std::max(den, 1e-30)));
+      worst_weight = std::max(worst_weight, relative_l2(mine, want));
     }
     if (L.exact) {
       EXPECT_EQ(different, 0) << "parameters differ from the 1-PE run";

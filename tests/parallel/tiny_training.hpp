@@ -59,6 +59,16 @@ inline train::TrainConfig base_config() {
   return c;
 }
 
+// ||a - b|| / ||b|| over the elements.
+inline double relative_l2(const Tensor& a, const Tensor& b) {
+  const auto u = a.to_float_vector(), v = b.to_float_vector();
+  EXPECT_EQ(u.size(), v.size());
+  double num = 0, den = 0;
+  for (size_t k = 0; k < std::min(u.size(), v.size()); ++k)
+    num += (u[k] - v[k]) * double(u[k] - v[k]), den += double(v[k]) * v[k];
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
 // The relative L2 error of every tensor of two checkpoints' states.
 inline double worst_difference(const CheckpointState& a, const CheckpointState& b) {
   double worst = 0;
@@ -68,10 +78,7 @@ inline double worst_difference(const CheckpointState& a, const CheckpointState& 
     EXPECT_EQ(x.size(), y.size());
     for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
       EXPECT_EQ(x[i].first, y[i].first);
-      const auto u = x[i].second.to_float_vector(), v = y[i].second.to_float_vector();
-      double num = 0, den = 0;
-      for (size_t k = 0; k < u.size(); ++k) num += (u[k] - v[k]) * double(u[k] - v[k]), den += double(v[k]) * v[k];
-      worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+      worst = std::max(worst, relative_l2(x[i].second, y[i].second));
     }
   }
   return worst;

@@ -26,6 +26,7 @@
 
 #include "coremesh/model/model.hpp"
 #include "coremesh/parallel/comm.hpp"
+#include "coremesh/parallel/context_parallel.hpp"
 #include "coremesh/parallel/expert_parallel.hpp"
 #include "coremesh/parallel/mesh.hpp"
 #include "coremesh/runtime/stream.hpp"
@@ -80,8 +81,14 @@ class Distributed {
   void gather_state(model::Model& model, AdamW& opt, NamedTensors& params, NamedTensors& adam_m,
                     NamedTensors& adam_v);
 
+  // Context parallelism: this PE's tokens of each of the B sequences of T
+  // (the chunks of its CP rank); all of them without CP.
+  std::vector<int32_t> my_tokens(const std::vector<int32_t>& tokens, int B, int T) const;
+  int cp() const { return mesh_.degree(parallel::Dim::cp); }
+
   // ---- host, after the step's synchronization
-  // Per data rank's `local` values, gathered; returns their sum in data order.
+  // Every PE's `local` values, gathered; returns the sum over the PEs that
+  // hold different tokens of the step (dp x cp x ep) in rank order.
   double sum_over_data_ranks(double local);
   // Every PE's bytes of symmetric memory, to size the heap.
   static int64_t symmetric_bytes(const TrainConfig& config, int world);
@@ -107,6 +114,7 @@ class Distributed {
   int rank_ = 0;
   std::vector<parallel::Group> groups_;  // 0: dense gradients, 1: expert gradients
   std::unique_ptr<parallel::ShmemExperts> experts_;
+  std::unique_ptr<parallel::ShmemContext> context_;
   model::Model* model_ = nullptr;
   runtime::Stream comm_;
   std::unique_ptr<parallel::ShardedSum> grads_, partials_, load_;
