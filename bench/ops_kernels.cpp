@@ -8,7 +8,7 @@
 //  - RMSNorm, SwiGLU, optimizer (AdamW over an arena, grad_sq_sum), fp8
 //    quantization and transpose bandwidth as a share of measured memcpy
 //    bandwidth.
-// Usage: bench_ops_kernels [--quick]
+// Usage: bench_ops_kernels [--quick] [--only gemm,cold,grouped,attention,bandwidth]
 #include <cblas.h>
 
 #include <algorithm>
@@ -347,13 +347,18 @@ void bandwidth_section(int max_cores) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) quick |= std::strcmp(argv[i], "--quick") == 0;
+  std::string only;  // comma-separated section names; empty: all
+  for (int i = 1; i < argc; ++i) {
+    quick |= std::strcmp(argv[i], "--quick") == 0;
+    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = "," + std::string(argv[++i]) + ",";
+  }
+  auto wanted = [&](const char* name) { return only.empty() || only.find("," + std::string(name) + ",") != std::string::npos; };
   const int cores = runtime::Device::default_device().num_cores();
   std::printf("Device: %d cores; peak assumed %.0f GFLOP/s per core.\n\n", cores, kPeakPerCore);
-  gemm_section(cores);
-  cold_gemm_section();
-  grouped_section(cores);
-  attention_section(cores);
-  bandwidth_section(cores);
+  if (wanted("gemm")) gemm_section(cores);
+  if (wanted("cold")) cold_gemm_section();
+  if (wanted("grouped")) grouped_section(cores);
+  if (wanted("attention")) attention_section(cores);
+  if (wanted("bandwidth")) bandwidth_section(cores);
   return 0;
 }

@@ -29,7 +29,7 @@ out=$(mktemp)
   echo "Load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (figures from a busy machine are noisy; compare ratios, not absolutes)."
   echo "Every row times coremesh and its peer in the same process (median of repeated runs)."
   echo "coremesh runs on the default device under a stream limit of \`cores\` cube/vector cores,"
-  echo "each GEMM tile in coremesh's single-threaded AVX2 kernel (src/ops/sgemm_avx2.cpp); the peer sgemm runs with \`cores\` OpenBLAS threads."
+  echo "each GEMM tile in coremesh's single-threaded AVX2 kernel (src/ops/gemm_engine/sgemm_avx2.cpp); the peer sgemm runs with \`cores\` OpenBLAS threads."
   echo "The first table times hot operands (repeated calls); inside a training step they are cold, as in the second."
   echo
   OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive "$build/bench/bench_ops_kernels" $quick

@@ -11,6 +11,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # PyTorch cross-checks and benchmarks (/usr/bin/python3)
   python3-torch python3-numpy
+  # the Python extension (python/) and its pytest suite (tests/python)
+  pybind11-dev python3-dev python3-pytest
   # training corpus for `make run`
   bible-kjv
   # headless rendering of the training report in tests (tests/train/test_report.cpp)

@@ -33,7 +33,7 @@ cat >"$OUT/demo-config.json" <<JSON
     "max_seq_len": 128, "first_k_dense": 1, "dense_hidden": 768,
     "n_routed_experts": 8, "n_shared_experts": 1, "top_k": 2, "expert_hidden": 384,
     "gating": "sigmoid", "n_groups": 1, "topk_groups": 1,
-    "bias_update_rate": 0.001, "aux_loss_alpha": 0.0001, "capacity_factor": 0,
+    "bias_update_rate": 0.003, "aux_loss_alpha": 0.0001, "capacity_factor": 0,
     "rope_theta": 10000, "init_std": 0.02, "tied_embeddings": true
   },
   "train": {
@@ -47,5 +47,36 @@ cat >"$OUT/demo-config.json" <<JSON
 }
 JSON
 
-"$COREMESH" train --config "$OUT/demo-config.json" --dry-run
-"$COREMESH" train --config "$OUT/demo-config.json"
+# The layout: the fastest of one PE on every core and, with 2 or more cores,
+# data or expert parallelism over 2 PEs (same global batch of 8 sequences:
+# 4 per PE), each measured for a few steps here. DEMO_LAYOUT=single|dp2|ep2
+# chooses one without measuring.
+layout_flags() {
+  case "$1" in
+    single) echo "" ;;
+    dp2) echo "--dp 2 --batch-size 4" ;;
+    ep2) echo "--ep 2 --batch-size 4" ;;
+  esac
+}
+LAYOUT=${DEMO_LAYOUT:-}
+if [ -z "$LAYOUT" ]; then
+  candidates="single"
+  [ "$(nproc)" -ge 2 ] && candidates="single dp2 ep2"
+  best=0
+  for c in $candidates; do
+    # shellcheck disable=SC2046
+    tps=$("$COREMESH" train --config "$OUT/demo-config.json" $(layout_flags "$c") --steps 12 \
+            --warmup 2 --val-every 0 --ckpt-every 0 --sample-tokens 0 --report false --no-progress \
+            --out "$OUT/probe-$c" 2>/dev/null | sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p')
+    echo "run-demo: layout $c: ${tps:-failed} tokens/s (12-step probe)"
+    if [ -n "$tps" ] && awk -v a="$tps" -v b="$best" 'BEGIN { exit !(a > b) }'; then best=$tps; LAYOUT=$c; fi
+    rm -rf "$OUT/probe-$c"
+  done
+  [ -n "$LAYOUT" ] || { echo "run-demo: every layout failed; see: $COREMESH train --config $OUT/demo-config.json"; exit 1; }
+fi
+echo "run-demo: training with layout $LAYOUT $(layout_flags "$LAYOUT")"
+
+# shellcheck disable=SC2046
+"$COREMESH" train --config "$OUT/demo-config.json" $(layout_flags "$LAYOUT") --dry-run
+# shellcheck disable=SC2046
+"$COREMESH" train --config "$OUT/demo-config.json" $(layout_flags "$LAYOUT")

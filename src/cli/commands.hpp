@@ -3,7 +3,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
 namespace coremesh::cli {
+
+// The command line as main() received it (a parallel `coremesh train`
+// starts its PEs with it).
+const std::vector<std::string>& command_line();
 
 void register_info_command(CLI::App& app);  // info.cpp
 void register_demo_command(CLI::App& app);  // demo.cpp

@@ -53,6 +53,14 @@ inline nlohmann::json flag_value(const std::string& flag, const std::string& typ
 }
 
 
+// What --help shows for a flag's value.
+inline std::string value_name(const std::string& type) {
+  if (type == "integer") return "INT";
+  if (type == "number") return "FLOAT";
+  if (type == "bool") return "BOOL";
+  return "TEXT";
+}
+
 template <class C>
 class FieldFlags {
  public:
@@ -66,8 +74,9 @@ class FieldFlags {
       std::string spec;
       for (const auto& n : names) spec += (spec.empty() ? "--" : ",--") + n;
       const std::string help = fmt::format("{} ({}, default {})", f.help, f.type, f.get(defaults).dump());
-      flag->option = cmd.add_option(spec, flag->text, help)->group(group);
+      flag->option = cmd.add_option(spec, flag->text, help)->group(group)->type_name(value_name(f.type));
       if (f.type == "list") flag->option->expected(1, -1);
+      else flag->option->expected(1);
       flags_.push_back(std::move(flag));
     }
   }

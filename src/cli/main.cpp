@@ -5,7 +5,15 @@
 
 #include "commands.hpp"
 
+namespace coremesh::cli {
+namespace {
+std::vector<std::string> g_command_line;
+}
+const std::vector<std::string>& command_line() { return g_command_line; }
+}  // namespace coremesh::cli
+
 int main(int argc, char** argv) {
+  coremesh::cli::g_command_line.assign(argv, argv + argc);
   CLI::App app{"coremesh: core-level and card-level parallel training of MoE transformers"};
   app.require_subcommand(1);
   coremesh::cli::register_info_command(app);

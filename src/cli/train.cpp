@@ -8,17 +8,24 @@
 // "train": {...}, "parallel": {...}}) < flags. The flags are generated from
 // the configs' field tables (`coremesh train --help` lists them all).
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <memory>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "coremesh/core/error.hpp"
+#include "coremesh/parallel/mesh.hpp"
 #include "coremesh/runtime/profiler.hpp"
+#include "coremesh/shmem/heap.hpp"
+#include "coremesh/shmem/session.hpp"
 #include "coremesh/train/trainer.hpp"
 #include "field_flags.hpp"
+#include "pe_setup.hpp"
 
 namespace coremesh::cli {
 namespace {
@@ -82,33 +89,138 @@ train::TrainConfig read_config(const TrainFlags& f) {
   return cfg;
 }
 
+parallel::SplitSizes split_sizes(const train::TrainConfig& c) {
+  return {c.model.n_routed_experts, c.model.n_heads, c.model.n_layers, c.seq_len};
+}
+
+// "dp 2 x pp 2", and the schedule of a pipeline.
+std::string layout_name(const train::TrainConfig& c, int world) {
+  std::string out = parallel::Mesh(c.parallel, world, split_sizes(c)).describe();
+  if (c.parallel.pp > 1)
+    out += fmt::format(", schedule {} with {} micro-batches", train::pipeline_schedule(c).name, c.grad_accum);
+  return out;
+}
+
+// --dry-run of a parallel layout: what each rank holds and needs.
+void print_layout(const train::TrainConfig& c) {
+  const int world = c.parallel.world();
+  const parallel::Mesh mesh(c.parallel, world, split_sizes(c));
+  fmt::print("layout: {}, ZeRO-{}\n", layout_name(c, world), c.parallel.zero);
+  fmt::print("{:>5}  {:<20} {:>8} {:>10} {:>10} {:>10} {:>12} {:>14}\n", "rank", "coordinates", "experts",
+             "weights", "gradients", "AdamW", "activations", "symmetric heap");
+  const bool pipeline = c.parallel.pp > 1;
+  const parallel::Schedule schedule = pipeline ? train::pipeline_schedule(c) : parallel::Schedule{};
+  const int ep = c.parallel.ep, E = c.model.n_routed_experts;
+  const int64_t heap = train::Distributed::symmetric_bytes(c, world);
+  for (int r = 0; r < world; ++r) {
+    if (world > 16 && r == 8) fmt::print("  ... ({} more ranks with the same shares)\n", world - 9);
+    if (world > 16 && r >= 8 && r < world - 1) continue;
+    const parallel::Coords k = mesh.coords(r);
+    // the parts of its pipeline stage(s) (activations: one micro-batch through them)
+    model::StageLayout stage = pipeline ? train::pipeline_stage(c.model, schedule, k[parallel::Dim::pp])
+                                        : model::StageLayout{};
+    if (ep > 1) stage.expert_begin = k[parallel::Dim::ep] * (E / ep), stage.expert_end = stage.expert_begin + E / ep;
+    const auto mem = model::estimate_memory(c.model, c.batch_size, c.seq_len, stage);
+    // ZeRO-1 keeps each group's share of the optimizer state
+    const auto held = model::count_params(c.model, stage);
+    const double dense = double(held.total - held.expert), expert = double(held.expert);
+    const double adam = c.parallel.zero ? 8.0 * (dense / double(mesh.dense_grad_group(r).size()) +
+                                                 expert / double(mesh.expert_grad_group(r).size()))
+                                        : double(mem.optimizer);
+    fmt::print("{:>5}  {:<20} {:>8} {:>10} {:>10} {:>10} {:>12} {:>14}\n", r,
+               pipeline ? fmt::format("dp {} pp {}", k[parallel::Dim::dp], k[parallel::Dim::pp])
+                        : fmt::format("dp {} ep {}", k[parallel::Dim::dp], k[parallel::Dim::ep]),
+               fmt::format("{}-{}", stage.expert_begin, (stage.expert_end < 0 ? E : stage.expert_end) - 1),
+               train::format_bytes(double(mem.weights)), train::format_bytes(double(mem.gradients)),
+               train::format_bytes(adam), train::format_bytes(double(mem.activations)),
+               train::format_bytes(double(heap)));
+  }
+}
+
 void run_train(const TrainFlags& f) {
   train::TrainConfig cfg = read_config(f);
+  const int world = cfg.parallel.world();
   if (f.dry_run) {
     cfg.model.validate();
     print_dry_run(cfg);
+    if (world > 1) print_layout(cfg);
     if (!cfg.data.empty()) cfg.validate();
     fmt::print("config OK (dry run: nothing trained)\n");
     return;
   }
   cfg.validate();
-  std::filesystem::create_directories(cfg.out_dir);
-  {
-    std::ofstream(std::filesystem::path(cfg.out_dir) / "config.json") << train::to_json(cfg).dump(2) << "\n";
+  if (world > 1 && !under_launcher()) {  // start the PEs, each running this command
+    parallel::Mesh(cfg.parallel, world, split_sizes(cfg));  // a bad layout is refused before any PE starts
+    const int status = launch_self(world, train::Distributed::symmetric_bytes(cfg, world));
+    std::fflush(stdout);
+    std::exit(status);
   }
-  print_dry_run(cfg);
-  train::Trainer trainer(cfg);
-  fmt::print("compute cores: {}\n", trainer.cores());
-  if (!f.resume.empty()) {
-    trainer.resume(f.resume);
-    fmt::print("resumed from '{}' at step {}\n", f.resume, trainer.step());
+  // A PE of a launched job: join it and take this PE's share of the cores.
+  std::unique_ptr<shmem::Session> session;
+  std::unique_ptr<runtime::Device> device;
+  std::unique_ptr<train::Trainer> trainer;
+  bool leader = true;
+  train::TrainResult r;
+  try {
+    if (under_launcher()) {
+      ::setenv("COREMESH_SYMMETRIC_DATA", "0", 0);  // the trainer keeps nothing symmetric in globals
+      session = std::make_unique<shmem::Session>();
+      CM_CHECK(shmem::n_pes() == world,
+               fmt::format("set the parallel degrees so that dp x cp x pp x ep x tp = {}, or start {} PEs",
+                           shmem::n_pes(), world),
+               "the parallel layout needs {} PEs, the job has {}", world, shmem::n_pes());
+      const int64_t need = train::Distributed::symmetric_bytes(cfg, world);
+      const int64_t have = int64_t(shmem::SymmetricHeap::instance().stats().capacity);
+      CM_CHECK(have >= need, fmt::format("start the job with a symmetric heap of at least {} MiB (coremesh run --heap "
+                                         "{}M, or COREMESH_HEAP_SIZE / SHMEM_SYMMETRIC_SIZE)",
+                                         need >> 20, (need >> 20) + 1),
+               "this layout needs {} MiB of symmetric heap per PE, the job has {} MiB", need >> 20, have >> 20);
+      const std::vector<int> cpus = take_core_share();
+      device = std::make_unique<runtime::Device>(runtime::DeviceOptions{.cores = int(cpus.size())});
+      cfg.cores = cfg.cores > 0 ? std::min(cfg.cores, int(cpus.size())) : int(cpus.size());
+      leader = shmem::my_pe() == 0;
+      if (!leader) cfg.progress = false, cfg.report = false;
+      fmt::print("PE {} of {}: {} core{} (CPU {})\n", shmem::my_pe(), world, cfg.cores, cfg.cores == 1 ? "" : "s",
+                 fmt::join(cpus, ","));
+      std::fflush(stdout);
+    }
+    if (leader) {
+      std::filesystem::create_directories(cfg.out_dir);
+      std::ofstream(std::filesystem::path(cfg.out_dir) / "config.json") << train::to_json(cfg).dump(2) << "\n";
+      print_dry_run(cfg);
+    }
+    trainer = std::make_unique<train::Trainer>(cfg, device ? *device : runtime::Device::default_device());
+    if (leader) fmt::print("compute cores: {}{}\n", trainer->cores(),
+                           world > 1 ? fmt::format(" per PE, {} PEs ({})", world, layout_name(cfg, world)) : "");
+    if (!f.resume.empty()) {
+      trainer->resume(f.resume);
+      if (leader) fmt::print("resumed from '{}' at step {}\n", f.resume, trainer->step());
+    }
+    if (!f.profile_dir.empty()) runtime::profiler_start();
+    r = trainer->run();
+    if (!f.profile_dir.empty()) {
+      runtime::profiler_stop();
+      const std::string dir = world > 1 ? f.profile_dir + "/pe" + std::to_string(shmem::my_pe()) : f.profile_dir;
+      for (const auto& p : runtime::profiler_export(dir)) fmt::print("profile: {}\n", p);
+    }
+    // measured, per PE: what ZeRO-1 shards, and the process's high-water mark
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    fmt::print("memory{}: AdamW state {}, peak RSS {}\n", session ? fmt::format(" on PE {}", shmem::my_pe()) : "",
+               train::format_bytes(double(trainer->optimizer_state_bytes())),
+               train::format_bytes(double(usage.ru_maxrss) * 1024));
+    std::fflush(stdout);
+  } catch (const std::exception& e) {
+    // A failed PE must not unwind: freeing symmetric memory is collective and
+    // would wait for the others. It reports and exits; the launcher stops
+    // the job and removes its shared memory.
+    if (!session) throw;
+    std::fprintf(stderr, "coremesh: error on PE %d: %s\n", shmem::my_pe(), e.what());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
   }
-  if (!f.profile_dir.empty()) runtime::profiler_start();
-  train::TrainResult r = trainer.run();
-  if (!f.profile_dir.empty()) {
-    runtime::profiler_stop();
-    for (const auto& p : runtime::profiler_export(f.profile_dir)) fmt::print("profile: {}\n", p);
-  }
+  if (!leader) return;
   fmt::print("done: {} steps, loss {:.4f}", r.steps_done, r.final_loss);
   if (r.final_val_loss >= 0)
     fmt::print(", validation {:.4f} nats/byte = {:.3f} bits/byte", r.final_val_loss,

@@ -1,12 +1,14 @@
 #include "coremesh/model/model.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/model/rng.hpp"
 #include "coremesh/ops/elementwise.hpp"
 #include "coremesh/ops/moe_routing.hpp"
+#include "coremesh/runtime/stream.hpp"
 #include "parts.hpp"
 
 namespace coremesh::model {
@@ -183,17 +185,43 @@ int Model::seal_gradients() {
 // One micro-batch's weight-gradient half of a chunk: jobs run at once into
 // their part's target (the arena, or the scratch arena for the step's later
 // micro-batches); end_part() adds a part's scratch into the arena and reports
-// the part's gradients as ready.
+// the part's gradients as ready. With a TiedEmbedding seam, the head's
+// replica of the table hands its product over instead (tied_job) and the
+// embedding's table starts from the head's product, as one PE's does.
 class Model::WeightPhase final : public WgradSink {
  public:
-  WeightPhase(Model& m, int chunk) : m_(m) {
+  WeightPhase(Model& m, int slot, int chunk) : m_(m), slot_(slot) {
     const PartRange r = m.stage_.chunks[size_t(chunk)];
     for (int i = m.layout_.regions[size_t(r.begin)].begin; i < m.layout_.regions[size_t(r.end - 1)].end; ++i)
       m.written_[size_t(i)] = 0;
     for (int part = r.begin; part < r.end; ++part)
       if (m.part_grads_[size_t(part)] > 0 && !m.scratch_.defined()) m.scratch_ = Tensor::zeros({m.layout_.arena_size});
   }
-  void add(const GradRef& ref, Job job) override { job(view(ref), take_beta(ref)); }
+  void add(const GradRef& ref, Job job) override {
+    if (tied_job(m_, slot_, ref, job)) return;
+    if (m_.seams_.tied && m_.holds_embedding() && ref.first == m_.part(0).table) {
+      // the embedding's rows go onto the head's product: dwte = head's + rows
+      const Tensor dw = view(ref), head = m_.seams_.tied->take_head_gradient(slot_);
+      runtime::current_stream().launch({"tied_gradient", runtime::KernelKind::vector, 1, 0},
+                                       [dw, head](const runtime::BlockContext&) {
+                                         std::memcpy(dw.raw_data(), head.raw_data(), dw.nbytes());
+                                       });
+      take_beta(ref);
+      job(dw, 1.0f);
+      return;
+    }
+    job(view(ref), take_beta(ref));
+  }
+  // The replica's product of the slot's micro-batch, computed at once into a
+  // tensor of its own and given to the seam; false for any other job.
+  static bool tied_job(Model& m, int slot, const GradRef& ref, const Job& job) {
+    const ParamInfo& p = m.layout_.params.at(size_t(ref.first));
+    if (!m.seams_.tied || !p.tied_replica) return false;
+    const Tensor dw = Tensor::empty(p.shape);
+    job(dw, 0.0f);
+    m.seams_.tied->head_gradient(slot, dw);
+    return true;
+  }
   bool immediate() const override { return true; }
   Tensor view(const GradRef& ref) override {
     const ParamInfo& p = m_.layout_.params.at(size_t(ref.first));
@@ -213,23 +241,29 @@ class Model::WeightPhase final : public WgradSink {
 
  private:
   Model& m_;
+  int slot_;
 };
 
 namespace {
 
 // The input-gradient half's sink when the weight half is deferred: it keeps
-// the jobs, each with the part that made it.
+// the jobs, each with the part that made it (a tied replica's runs at once:
+// the embedding's stage needs it for its own).
 class DeferSink final : public WgradSink {
  public:
-  explicit DeferSink(std::vector<DeferredWgrad>& jobs) : jobs_(jobs) {}
+  using RunNow = std::function<bool(const GradRef&, const Job&)>;
+  DeferSink(std::vector<DeferredWgrad>& jobs, RunNow now) : jobs_(jobs), now_(std::move(now)) {}
   int part = 0;
-  void add(const GradRef& ref, Job job) override { jobs_.push_back({ref, std::move(job), part}); }
+  void add(const GradRef& ref, Job job) override {
+    if (!now_(ref, job)) jobs_.push_back({ref, std::move(job), part});
+  }
   bool immediate() const override { return false; }
   Tensor view(const GradRef&) override { CM_ASSERT(false); }
   float take_beta(const GradRef&) override { CM_ASSERT(false); }
 
  private:
   std::vector<DeferredWgrad>& jobs_;
+  RunNow now_;
 };
 
 }  // namespace
@@ -355,11 +389,13 @@ Tensor Model::backward_chunk(int index, int chunk, const Tensor& grad_output, bo
     CM_CHECK(!p, "run backward_weight for the slot's chunk first", "slot {} chunk {} has pending weight gradients",
              index, chunk);
     p = std::make_unique<Pending>();
-    DeferSink sink(p->jobs);
+    DeferSink sink(p->jobs, [&](const GradRef& ref, const WgradSink::Job& job) {
+      return WeightPhase::tied_job(*this, index, ref, job);
+    });
     sink.part = r.end - 1;
     run(sink, [&](int i) { sink.part = i - 1; });
   } else {
-    WeightPhase phase(*this, chunk);
+    WeightPhase phase(*this, index, chunk);
     run(phase, [&](int i) { phase.end_part(i); });
   }
   s.backwarded[size_t(chunk)] = 1;
@@ -376,13 +412,12 @@ void Model::backward_weight(int index, int chunk) {
   const std::unique_ptr<Pending> pending = std::move(it->second);
   pending_.erase(it);
   // the jobs in the order the input half made them, part by part (reverse)
-  WeightPhase phase(*this, chunk);
+  WeightPhase phase(*this, index, chunk);
   const PartRange r = stage_.chunks[size_t(chunk)];
   size_t j = 0;
   for (int part = r.end - 1; part >= r.begin; --part) {
     for (; j < pending->jobs.size() && pending->jobs[j].part == part; ++j) {
-      DeferredWgrad& w = pending->jobs[j];
-      w.job(phase.view(w.ref), phase.take_beta(w.ref));
+      phase.add(pending->jobs[j].ref, std::move(pending->jobs[j].job));
     }
     phase.end_part(part);
   }

@@ -3,7 +3,10 @@
 
 #include <cmath>
 
-#include "detail.hpp"
+#include "detail/checks.hpp"
+#include "detail/launch.hpp"
+#include "detail/pointwise.hpp"
+#include "detail/vec_math.hpp"
 
 namespace coremesh::ops {
 namespace {
@@ -23,14 +26,28 @@ void check_f32(const Tensor& t, const char* what) {
 // inputs' raw pointers (taken at launch; the captured tensors keep them alive)
 // so the loop does no per-element checks and can vectorize.
 template <typename Fn>
-Tensor map_elements(const char* name, const Tensor& like, const std::string& attrs, Fn fn) {
+Tensor map_elements(const char* name, const std::vector<Tensor>& inputs, const std::string& attrs, Fn fn) {
+  const Tensor& like = inputs.back();
   Tensor out = Tensor::empty(like.shape());
   const int64_t n = like.numel();
-  detail::launch_rows(name, detail::KernelKind::vector, {like.shape()}, {DType::f32}, attrs,
+  detail::launch_rows(name, detail::KernelKind::vector, {like.shape()}, {DType::f32}, attrs, {inputs, {out}},
                       detail::ceil_div(n, kChunk), kChunk, [out, n, fn](int64_t c0, int64_t c1) {
                         float* o = out.data<float>();
                         for (int64_t i = c0 * kChunk, end = std::min(n, c1 * kChunk); i < end; ++i)
                           o[i] = fn(i);
+                      });
+  return out;
+}
+
+// out = row(x) by chunks of kChunk: the op's row function (detail/pointwise.hpp),
+// shared with fused element-wise chains.
+Tensor map_rows(const char* name, const Tensor& x, const std::string& attrs, detail::UnaryRow row) {
+  Tensor out = Tensor::empty(x.shape());
+  const int64_t n = x.numel();
+  detail::launch_rows(name, detail::KernelKind::vector, {x.shape()}, {DType::f32}, attrs, {{x}, {out}},
+                      detail::ceil_div(n, kChunk), kChunk, [x, out, n, row](int64_t c0, int64_t c1) {
+                        const int64_t begin = c0 * kChunk, end = std::min(n, c1 * kChunk);
+                        row(x.data<float>() + begin, out.data<float>() + begin, end - begin);
                       });
   return out;
 }
@@ -40,17 +57,14 @@ Tensor map_elements(const char* name, const Tensor& like, const std::string& att
 // y = x * s, s = sigmoid(x)
 Tensor silu(const Tensor& x) {
   check_f32(x, "x");
-  return map_elements("silu", x, "", [x, xp = x.data<float>()](int64_t i) {
-    const float v = xp[i];
-    return v * sigmoid(v);
-  });
+  return map_rows("silu", x, "", detail::silu_row);
 }
 // dy/dx = s * (1 + x * (1 - s))
 Tensor silu_backward(const Tensor& dy, const Tensor& x) {
   check_f32(x, "x");
   check_f32(dy, "dy");
   detail::check_shape(dy, x.shape(), "dy");
-  return map_elements("silu_backward", x, "",
+  return map_elements("silu_backward", {dy, x}, "",
                       [x, dy, xp = x.data<float>(), dyp = dy.data<float>()](int64_t i) {
     const float v = xp[i], s = sigmoid(v);
     return dyp[i] * s * (1.0f + v * (1.0f - s));
@@ -61,13 +75,8 @@ Tensor silu_backward(const Tensor& dy, const Tensor& x) {
 // none: y = 0.5 x (1 + erf(x / sqrt 2))
 Tensor gelu(const Tensor& x, GeluApprox approx) {
   check_f32(x, "x");
-  return map_elements("gelu", x, approx == GeluApprox::tanh ? "tanh" : "erf",
-                      [x, approx, xp = x.data<float>()](int64_t i) {
-    const float v = xp[i];
-    if (approx == GeluApprox::tanh)
-      return 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + kGeluCoef * v * v * v)));
-    return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
-  });
+  return approx == GeluApprox::tanh ? map_rows("gelu", x, "tanh", detail::gelu_tanh_row)
+                                    : map_rows("gelu", x, "erf", detail::gelu_erf_row);
 }
 // tanh: dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 // none: dy/dx = 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)
@@ -75,7 +84,7 @@ Tensor gelu_backward(const Tensor& dy, const Tensor& x, GeluApprox approx) {
   check_f32(x, "x");
   check_f32(dy, "dy");
   detail::check_shape(dy, x.shape(), "dy");
-  return map_elements("gelu_backward", x, approx == GeluApprox::tanh ? "tanh" : "erf",
+  return map_elements("gelu_backward", {dy, x}, approx == GeluApprox::tanh ? "tanh" : "erf",
                       [x, dy, approx, xp = x.data<float>(), dyp = dy.data<float>()](int64_t i) {
                         const float v = xp[i];
                         float d;
@@ -101,8 +110,8 @@ void swiglu_out(const Tensor& gate_up, const Tensor& out) {
   Shape want = gate_up.shape();
   want.back() = F;
   detail::check_shape(out, want, "out");
-  detail::launch_rows("swiglu", detail::KernelKind::vector, {gate_up.shape()}, {DType::f32}, "", R,
-                      3 * F, [gate_up, out, F](int64_t r0, int64_t r1) {
+  detail::launch_rows("swiglu", detail::KernelKind::vector, {gate_up.shape()}, {DType::f32}, "",
+                      {{gate_up}, {out}}, R, 3 * F, [gate_up, out, F](int64_t r0, int64_t r1) {
                         for (int64_t r = r0; r < r1; ++r) {
                           const float* g = gate_up.data<float>() + r * 2 * F;
                           const float* u = g + F;
@@ -132,7 +141,7 @@ Tensor swiglu_backward(const Tensor& dy, const Tensor& gate_up) {
   detail::check_shape(dy, want, "dy");
   Tensor d = Tensor::empty(gate_up.shape());
   detail::launch_rows("swiglu_backward", detail::KernelKind::vector, {gate_up.shape()},
-                      {DType::f32}, "", R, 5 * F, [gate_up, dy, d, F](int64_t r0, int64_t r1) {
+                      {DType::f32}, "", {{dy, gate_up}, {d}}, R, 5 * F, [gate_up, dy, d, F](int64_t r0, int64_t r1) {
                         for (int64_t r = r0; r < r1; ++r) {
                           const float* g = gate_up.data<float>() + r * 2 * F;
                           const float* u = g + F;
@@ -155,7 +164,7 @@ Tensor softmax(const Tensor& x) {
   check_f32(x, "x");
   Tensor y = Tensor::empty(x.shape());
   const int64_t C = x.dim() ? x.size(-1) : 1, R = detail::rows_of(x);
-  detail::launch_rows("softmax", detail::KernelKind::vector, {x.shape()}, {DType::f32}, "", R, 3 * C,
+  detail::launch_rows("softmax", detail::KernelKind::vector, {x.shape()}, {DType::f32}, "", {{x}, {y}}, R, 3 * C,
                       [x, y, C](int64_t r0, int64_t r1) {
                         for (int64_t r = r0; r < r1; ++r) {
                           const float* xr = x.data<float>() + r * C;
@@ -176,7 +185,7 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
   Tensor dx = Tensor::empty(y.shape());
   const int64_t C = y.dim() ? y.size(-1) : 1, R = detail::rows_of(y);
   detail::launch_rows("softmax_backward", detail::KernelKind::vector, {y.shape()}, {DType::f32}, "",
-                      R, 3 * C, [dy, y, dx, C](int64_t r0, int64_t r1) {
+                      {{dy, y}, {dx}}, R, 3 * C, [dy, y, dx, C](int64_t r0, int64_t r1) {
                         for (int64_t r = r0; r < r1; ++r) {
                           const float* yr = y.data<float>() + r * C;
                           const float* g = dy.data<float>() + r * C;

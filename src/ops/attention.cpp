@@ -5,8 +5,11 @@
 #include <cmath>
 #include <cstring>
 
-#include "detail.hpp"
-#include "small_gemm.hpp"
+#include "detail/checks.hpp"
+#include "detail/launch.hpp"
+#include "detail/vec_math.hpp"
+#include "gemm_engine/sgemm.hpp"
+#include "gemm_engine/small_gemm.hpp"
 
 namespace coremesh::ops {
 namespace {
@@ -343,8 +346,8 @@ AttentionOut flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, 
     const int64_t c = u % chunks;
     return std::pair{nq * c / chunks * d.query_rows(), std::min(d.T, nq * (c + 1) / chunks * d.query_rows())};
   };
-  detail::launch("flash_attention", detail::KernelKind::cube, plan, [q, k, v, out, lse, d, chunks, units,
-                                                                     queries](const detail::BlockContext& ctx) {
+  detail::launch(std::move(plan), {{q, k, v}, {out, lse}}, [q, k, v, out, lse, d, chunks, units,
+                                                            queries](const detail::BlockContext& ctx) {
     const ForwardArgs a{q.data<float>(), k.data<float>(), v.data<float>(), out.data<float>(), lse.data<float>()};
     ForwardScratch w(d);
     for (int64_t u = ctx.block_idx; u < units; u += ctx.block_dim) {
@@ -377,7 +380,7 @@ AttentionGrads flash_attention_backward(const Tensor& dout, const Tensor& q, con
   if (q.numel() == 0 && k.numel() == 0) return g;
   const int64_t units = d.B * d.Hkv;
   detail::Plan plan = plan_units("flash_attention_bwd", d, units);
-  detail::launch("flash_attention_bwd", detail::KernelKind::cube, plan,
+  detail::launch(std::move(plan), {{dout, q, k, v, out, lse}, {g.dq, g.dk, g.dv}},
                  [dout, q, k, v, out, lse, g, d, units](const detail::BlockContext& ctx) {
     const BackwardArgs a{dout.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), out.data<float>(),
                          lse.data<float>(), g.dq.data<float>(), g.dk.data<float>(), g.dv.data<float>()};
@@ -408,7 +411,7 @@ AttentionOut merge_attention(const Tensor& out1, const Tensor& lse1, const Tenso
   AttentionOut res{Tensor::empty(out1.shape()), Tensor::empty(lse1.shape())};
   Tensor out = res.out, lse = res.lse;
   detail::launch_rows("merge_attention", detail::KernelKind::vector, {out1.shape()}, {DType::f32}, "",
-                      B * T * H, 3 * D, [out1, lse1, out2, lse2, out, lse, T, H, D](int64_t r0, int64_t r1) {
+                      {{out1, lse1, out2, lse2}, {out, lse}}, B * T * H, 3 * D, [out1, lse1, out2, lse2, out, lse, T, H, D](int64_t r0, int64_t r1) {
                         for (int64_t r = r0; r < r1; ++r) {  // r = (b*T + t)*H + h
                           const int64_t li = (r / (T * H) * H + r % H) * T + r / H % T;
                           const float a = lse1.data<float>()[li], c = lse2.data<float>()[li];

@@ -4,7 +4,8 @@
 
 #include <cstring>
 
-#include "detail.hpp"
+#include "detail/checks.hpp"
+#include "detail/launch.hpp"
 
 namespace coremesh::ops {
 namespace {
@@ -35,7 +36,7 @@ Tensor embedding(const Tensor& table, const Tensor& ids) {
   shape.push_back(C);
   Tensor out = Tensor::empty(shape);
   detail::launch_rows("embedding", detail::KernelKind::vector, {table.shape(), ids.shape()},
-                      {DType::f32, ids.dtype()}, "", N, C, [table, ids, out, V, C](int64_t i0, int64_t i1) {
+                      {DType::f32, ids.dtype()}, "", {{table, ids}, {out}}, N, C, [table, ids, out, V, C](int64_t i0, int64_t i1) {
                         for (int64_t i = i0; i < i1; ++i)
                           std::memcpy(out.data<float>() + i * C, table.data<float>() + id_at(ids, i, V) * C,
                                       static_cast<size_t>(C) * sizeof(float));
@@ -74,7 +75,7 @@ void embedding_backward_into(const Tensor& dy, const Tensor& ids, Tensor dtable,
                                          max_blocks, detail::ceil_div(C, 16)));
                                      return t;
                                    });
-  detail::launch("embedding_backward", detail::KernelKind::vector, plan,
+  detail::launch(std::move(plan), {beta == 0.0f ? std::vector<Tensor>{dy, ids} : std::vector<Tensor>{dy, ids, dtable}, {dtable}},
                  [dy, ids, dtable, N, V, C, beta](const detail::BlockContext& ctx) {
                    auto [c0, c1] = detail::split_range(C, ctx.block_idx, ctx.block_dim, 16);
                    float* out = dtable.data<float>();

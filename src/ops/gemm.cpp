@@ -4,7 +4,11 @@
 #include "coremesh/ops/gemm.hpp"
 
 #include "coremesh/ops/grouped_gemm.hpp"
-#include "detail.hpp"
+#include "detail/checks.hpp"
+#include "detail/convert.hpp"
+#include "detail/launch.hpp"
+#include "detail/pointwise.hpp"
+#include "gemm_engine/sgemm.hpp"
 
 namespace coremesh::ops {
 namespace {
@@ -79,24 +83,141 @@ const float* f32_elems(const Tensor& t, int64_t offset, int64_t count, std::vect
   return scratch.data();
 }
 
+// The grid of the Bt x gm x gn output tiles over at most max_blocks blocks.
+detail::Tiling matmul_tiling(const Dims& d, int max_blocks) {
+  detail::Tiling t;
+  auto [gm, gn] = choose_grid(d.m, d.n, d.k, ceil_div(max_blocks, d.batch));
+  t.tile_m = ceil_div(std::max<int64_t>(d.m, 1), gm);
+  t.tile_n = ceil_div(std::max<int64_t>(d.n, 1), gn);
+  t.block_dim = static_cast<int>(std::min<int64_t>(max_blocks, d.batch * gm * gn));
+  return t;
+}
+
+// What a block does with each output tile after computing it (the fused ops
+// of graph mode, built from descriptors: see the builders below). Each is
+// the eager op's row function on the same operands in the same order, so a
+// fused kernel is bit-identical to matmul followed by the op.
+struct Epilogue {
+  enum class Kind { none, add, bias } kind = Kind::none;
+  Tensor x;                  // add: c = x + tile (tile + x if tile_first)
+  bool tile_first = false;
+  bool in_place = false;     // x is c: the tile goes to a scratch first
+  Tensor bias;               // bias: c = tile + bias
+};
+
+struct MatmulCall {
+  Tensor a, b, c;
+  Dims d;
+  bool ta, tb;
+  float beta;
+  int64_t gm, gn;
+  std::shared_ptr<detail::RowShare> share;  // null: each block runs its tiles alone
+  Epilogue epilogue;
+};
+
+void run_matmul_block(const MatmulCall& m, const detail::BlockContext& ctx) {
+  const Dims& d = m.d;
+  const Tensor &a = m.a, &b = m.b;
+  const int64_t gm = m.gm, gn = m.gn;
+  const int64_t sa = a.dim() == 3 ? d.m * d.k : 0, sb = b.dim() == 3 ? d.k * d.n : 0;
+  auto [u0, u1] = detail::split_range(d.batch * gm * gn, ctx.block_idx, ctx.block_dim);
+  std::vector<float> abuf, bbuf, tile;
+  const int64_t lda = m.ta ? d.m : d.k, ldb = m.tb ? d.k : d.n;
+  int64_t a_cached = -1, b_cached = -1;
+  const float *ap_whole = nullptr, *bp = nullptr;
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t bt = u / (gm * gn), t = u % (gm * gn);
+    auto [r0, r1] = detail::split_range(d.m, static_cast<int>(t / gn), static_cast<int>(gm));
+    auto [c0, c1] = detail::split_range(d.n, static_cast<int>(t % gn), static_cast<int>(gn));
+    if (r0 == r1 || c0 == c1) continue;
+    // op(a) rows r0..r1: contiguous rows unless transposed.
+    const float* ap = nullptr;
+    if (!m.ta) {
+      ap = f32_elems(a, bt * sa + r0 * d.k, (r1 - r0) * d.k, abuf);
+    } else {  // whole (K,M) matrix, converted once per batch
+      if (a.dtype() == DType::f32 || a_cached != bt * sa)
+        ap_whole = f32_elems(a, bt * sa, d.m * d.k, abuf), a_cached = bt * sa;
+      ap = ap_whole + r0;
+    }
+    if (b.dtype() == DType::f32 || b_cached != bt * sb)
+      bp = f32_elems(b, bt * sb, d.k * d.n, bbuf), b_cached = bt * sb;
+    const float* bq = m.tb ? bp + c0 * d.k : bp + c0;
+    const int64_t at = bt * d.m * d.n + r0 * d.n + c0;
+    float* cp = m.c.data<float>() + at;
+    const Epilogue& e = m.epilogue;
+    if (e.kind == Epilogue::Kind::none) {
+      detail::sgemm_pieces(m.share.get(), static_cast<int>(t), {m.ta, m.tb, c1 - c0, lda, ldb, d.n, m.beta},
+                           {{ap, bq, cp, r1 - r0, d.k}});
+      continue;
+    }
+    // Fused: the tile as matmul computes it, then the op on its rows.
+    const int64_t w = c1 - c0;
+    float* out = cp;
+    int64_t ldo = d.n;
+    if (e.in_place) tile.resize(static_cast<size_t>((r1 - r0) * w)), out = tile.data(), ldo = w;
+    detail::sgemm(m.ta, m.tb, r1 - r0, w, d.k, 1.0f, ap, lda, bq, ldb, 0.0f, out, ldo);
+    for (int64_t r = 0; r < r1 - r0; ++r) {
+      const float* tr = out + r * ldo;
+      float* cr = cp + r * d.n;
+      if (e.kind == Epilogue::Kind::bias) {
+        detail::add_row(tr, e.bias.data<float>() + c0, cr, w);
+      } else {
+        const float* xr = e.x.data<float>() + at + r * d.n;
+        if (e.tile_first) detail::add_row(tr, xr, cr, w);
+        else detail::add_row(xr, tr, cr, w);
+      }
+    }
+  }
+}
+
+std::string matmul_attrs(bool ta, bool tb, float beta) { return fmt::format("ta={};tb={};beta={}", ta, tb, beta); }
+
+bool attr_true(const runtime::OpDesc& desc, const char* name) { return desc.key.attr(name).value_or("") == "true"; }
+
+// The kernel of a fused matmul: inputs {a, b, third}, output {c}; attrs ta,
+// tb. matmul_add: c = x + op(a) op(b) with x the third input (c may be x:
+// C += A B; tile_first: the add took the product as its first operand).
+// matmul_bias: c = op(a) op(b) + bias.
+runtime::Kernel build_fused_matmul(const runtime::OpDesc& desc, Epilogue::Kind kind) {
+  CM_CHECK(desc.inputs.size() == 3 && desc.outputs.size() == 1, "pass inputs {a, b, x or bias} and output {c}",
+           "{} with {} inputs and {} outputs", desc.key.op, desc.inputs.size(), desc.outputs.size());
+  const Tensor &a = desc.inputs[0], &b = desc.inputs[1], &third = desc.inputs[2], &c = desc.outputs[0];
+  const bool ta = attr_true(desc, "ta"), tb = attr_true(desc, "tb");
+  const Dims d = check_matmul(a, b, &c, ta, tb);
+  detail::check_contiguous(third, "x/bias");
+  detail::check_dtype(third, DType::f32, "x/bias");
+  Epilogue e{kind};
+  if (kind == Epilogue::Kind::add) {
+    detail::check_shape(third, c.shape(), "x");
+    e.x = third;
+    e.tile_first = attr_true(desc, "tile_first");
+    e.in_place = third.storage() == c.storage();
+    CM_CHECK(!e.in_place || third.offset() == c.offset(), "the sum may overwrite x only exactly in place",
+             "matmul_add output {} overlaps x {}", c.describe(), third.describe());
+  } else {
+    detail::check_shape(third, {d.n}, "bias");
+    e.bias = third;
+  }
+  detail::Plan plan = detail::plan_for(desc.key, detail::KernelKind::cube, [&](int mb) { return matmul_tiling(d, mb); });
+  MatmulCall m{a, b, c, d, ta, tb, 0.0f, ceil_div(d.m, plan.tiling.tile_m), ceil_div(d.n, plan.tiling.tile_n), nullptr,
+               std::move(e)};
+  return detail::make_kernel(std::move(plan), {desc.inputs, desc.outputs},
+                             [m = std::move(m)](const detail::BlockContext& ctx) { run_matmul_block(m, ctx); });
+}
+
+[[maybe_unused]] const bool registered =
+    runtime::register_op("matmul_add", {0, [](const runtime::OpDesc& d) { return build_fused_matmul(d, Epilogue::Kind::add); }}) &&
+    runtime::register_op("matmul_bias", {0, [](const runtime::OpDesc& d) { return build_fused_matmul(d, Epilogue::Kind::bias); }});
+
 }  // namespace
 
 void matmul_out(const Tensor& a, const Tensor& b, Tensor& c, bool ta, bool tb, float beta) {
   const Dims d = check_matmul(a, b, &c, ta, tb);
   detail::blas_single_thread();
-  detail::Plan plan = detail::plan(
-      "matmul", detail::KernelKind::cube, {a.shape(), b.shape()}, {a.dtype(), b.dtype()},
-      fmt::format("ta={};tb={};beta={}", ta, tb, beta), [&](int max_blocks) {
-        detail::Tiling t;
-        auto [gm, gn] = choose_grid(d.m, d.n, d.k, ceil_div(max_blocks, d.batch));
-        t.tile_m = ceil_div(std::max<int64_t>(d.m, 1), gm);
-        t.tile_n = ceil_div(std::max<int64_t>(d.n, 1), gn);
-        t.block_dim = static_cast<int>(std::min<int64_t>(max_blocks, d.batch * gm * gn));
-        return t;
-      });
+  detail::Plan plan = detail::plan("matmul", detail::KernelKind::cube, {a.shape(), b.shape()}, {a.dtype(), b.dtype()},
+                                   matmul_attrs(ta, tb, beta), [&](int mb) { return matmul_tiling(d, mb); });
   if (d.batch * d.m * d.n == 0) return;
   const int64_t gm = ceil_div(d.m, plan.tiling.tile_m), gn = ceil_div(d.n, plan.tiling.tile_n);
-  const int64_t sa = a.dim() == 3 ? d.m * d.k : 0, sb = b.dim() == 3 ? d.k * d.n : 0;
   // One row tile per block: the blocks balance their ends through a
   // RowShare. Only with f32 operands: another block reads them in place, and
   // a converted copy would die with its block.
@@ -104,35 +225,10 @@ void matmul_out(const Tensor& a, const Tensor& b, Tensor& c, bool ta, bool tb, f
   if (d.batch == 1 && gn == 1 && gm > 1 && gm == plan.tiling.block_dim && a.dtype() == DType::f32 &&
       b.dtype() == DType::f32)
     share = std::make_shared<detail::RowShare>(static_cast<int>(gm));
-  detail::launch("matmul", detail::KernelKind::cube, plan,
-                 [a, b, c, d, ta, tb, beta, gm, gn, sa, sb, share](const detail::BlockContext& ctx) {
-                   auto [u0, u1] = detail::split_range(d.batch * gm * gn, ctx.block_idx, ctx.block_dim);
-                   std::vector<float> abuf, bbuf;
-                   const int64_t lda = ta ? d.m : d.k, ldb = tb ? d.k : d.n;
-                   int64_t a_cached = -1, b_cached = -1;
-                   const float *ap_whole = nullptr, *bp = nullptr;
-                   for (int64_t u = u0; u < u1; ++u) {
-                     const int64_t bt = u / (gm * gn), tile = u % (gm * gn);
-                     auto [r0, r1] = detail::split_range(d.m, static_cast<int>(tile / gn), static_cast<int>(gm));
-                     auto [c0, c1] = detail::split_range(d.n, static_cast<int>(tile % gn), static_cast<int>(gn));
-                     if (r0 == r1 || c0 == c1) continue;
-                     // op(a) rows r0..r1: contiguous rows unless transposed.
-                     const float* ap = nullptr;
-                     if (!ta) {
-                       ap = f32_elems(a, bt * sa + r0 * d.k, (r1 - r0) * d.k, abuf);
-                     } else {  // whole (K,M) matrix, converted once per batch
-                       if (a.dtype() == DType::f32 || a_cached != bt * sa)
-                         ap_whole = f32_elems(a, bt * sa, d.m * d.k, abuf), a_cached = bt * sa;
-                       ap = ap_whole + r0;
-                     }
-                     if (b.dtype() == DType::f32 || b_cached != bt * sb)
-                       bp = f32_elems(b, bt * sb, d.k * d.n, bbuf), b_cached = bt * sb;
-                     const float* bq = tb ? bp + c0 * d.k : bp + c0;
-                     float* cp = c.data<float>() + bt * d.m * d.n + r0 * d.n + c0;
-                     detail::sgemm_pieces(share.get(), static_cast<int>(tile), {ta, tb, c1 - c0, lda, ldb, d.n, beta},
-                                          {{ap, bq, cp, r1 - r0, d.k}});
-                   }
-                 });
+  detail::Args args{{a, b}, {c}};
+  if (beta != 0.0f) args.in.add(c);
+  MatmulCall m{a, b, c, d, ta, tb, beta, gm, gn, std::move(share), {}};
+  detail::launch(std::move(plan), args, [m = std::move(m)](const detail::BlockContext& ctx) { run_matmul_block(m, ctx); });
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
@@ -153,26 +249,29 @@ MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, 
   auto flat = [](const Tensor& t) { return t.dim() == 3 ? t.view({-1, t.size(2)}) : t; };
   // da
   if (a.dim() == 2 && dc.dim() == 3) {  // shared a: sum over the batch
-    g.da = Tensor::zeros(a.shape());
+    // The first product overwrites (no host-side zeroing: a replayed graph runs none).
+    g.da = d.batch ? Tensor::empty(a.shape()) : Tensor::zeros(a.shape());
     for (int64_t i = 0; i < d.batch; ++i) {
       Tensor dci = dc.select(0, i), bi = b.dim() == 3 ? b.select(0, i) : b;
-      if (!ta) matmul_out(dci, bi, g.da, false, !tb, 1.0f);
-      else matmul_out(bi, dci, g.da, tb, true, 1.0f);
+      const float beta = i == 0 ? 0.0f : 1.0f;
+      if (!ta) matmul_out(dci, bi, g.da, false, !tb, beta);
+      else matmul_out(bi, dci, g.da, tb, true, beta);
     }
   } else {
     g.da = ta ? matmul(b, dc, tb, true) : matmul(dc, b, false, !tb);
   }
   // db
   if (b.dim() == 2 && dc.dim() == 3) {  // shared b: sum over the batch
-    g.db = Tensor::zeros(b.shape());
+    g.db = d.batch ? Tensor::empty(b.shape()) : Tensor::zeros(b.shape());
     if (!ta) {  // flatten the batch into rows
       Tensor a2 = flat(a), dc2 = flat(dc);
       if (!tb) matmul_out(a2, dc2, g.db, true, false);
       else matmul_out(dc2, a2, g.db, true, false);
     } else {
       for (int64_t i = 0; i < d.batch; ++i) {
-        if (!tb) matmul_out(a.select(0, i), dc.select(0, i), g.db, false, false, 1.0f);
-        else matmul_out(dc.select(0, i), a.select(0, i), g.db, true, true, 1.0f);
+        const float beta = i == 0 ? 0.0f : 1.0f;
+        if (!tb) matmul_out(a.select(0, i), dc.select(0, i), g.db, false, false, beta);
+        else matmul_out(dc.select(0, i), a.select(0, i), g.db, true, true, beta);
       }
     }
   } else {

@@ -7,8 +7,11 @@
 
 #include <cstring>
 
-#include "detail.hpp"
-#include "fp8_codec.hpp"
+#include "detail/checks.hpp"
+#include "detail/convert.hpp"
+#include "detail/fp8_codec.hpp"
+#include "detail/launch.hpp"
+#include "gemm_engine/sgemm.hpp"
 
 namespace coremesh::ops {
 namespace {
@@ -142,7 +145,11 @@ void run_forward(const Problem& p) {
   for (auto* list : {&p.xs, &p.ws})
     for (const Tensor& t : *list) in_place = in_place && t.dtype() == DType::f32;
   auto share = in_place ? std::make_shared<detail::RowShare>(plan.tiling.block_dim) : nullptr;
-  detail::launch("grouped_matmul", detail::KernelKind::cube, plan, [p, tm, tn, share](const detail::BlockContext& ctx) {
+  detail::Args args{p.xs, p.ys};
+  for (const Tensor& w : p.ws) args.in.add(w);
+  for (const Tensor* t : {&p.offsets, &p.x_scale, &p.w_scale})
+    if (t->defined()) args.in.add(*t);
+  detail::launch(std::move(plan), args, [p, tm, tn, share](const detail::BlockContext& ctx) {
     const std::vector<Span> spans = resolve(p);
     const int64_t N = p.N, K = p.K;
     if (ctx.block_idx == 0 && p.offsets.defined()) {  // rows past the last group: zeros
@@ -350,7 +357,7 @@ void grouped_matmul_dw(const Tensor& dy, const Tensor& x, const Tensor& offsets,
   const int64_t tr = plan.tiling.tile_m, nt = ceil_div(R, tr);
   // The blocks balance their ends through a RowShare (all operands are f32).
   auto share = plan.tiling.block_dim > 1 ? std::make_shared<detail::RowShare>(plan.tiling.block_dim) : nullptr;
-  detail::launch("grouped_matmul_dw", detail::KernelKind::cube, plan,
+  detail::launch(std::move(plan), {beta == 0.0f ? std::vector<Tensor>{dy, x, offsets} : std::vector<Tensor>{dy, x, offsets, dw}, {dw}},
                  [dy, x, dw, offsets, G, N, K, R, C, tr, nt, layout, beta, share](const detail::BlockContext& ctx) {
                    const int64_t* off = offsets.data<int64_t>();
                    for (int64_t g = 0; g < G; ++g)

@@ -4,7 +4,9 @@
 
 #include <cmath>
 
-#include "detail.hpp"
+#include "detail/checks.hpp"
+#include "detail/launch.hpp"
+#include "detail/vec_math.hpp"
 
 namespace coremesh::ops {
 namespace {
@@ -40,7 +42,7 @@ CrossEntropyOut cross_entropy(const Tensor& logits, const Tensor& targets, int64
   CrossEntropyOut out{Tensor::empty({N}), Tensor::empty({N})};
   Tensor loss = out.loss, lse = out.lse;
   detail::launch_rows("cross_entropy", detail::KernelKind::vector, {logits.shape()},
-                      {DType::f32, targets.dtype()}, "", N, 2 * V,
+                      {DType::f32, targets.dtype()}, "", {{logits, targets}, {loss, lse}}, N, 2 * V,
                       [logits, targets, loss, lse, V, ignore](int64_t r0, int64_t r1) {
                         for (int64_t n = r0; n < r1; ++n) {
                           const float* z = logits.data<float>() + n * V;
@@ -63,7 +65,7 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
   detail::check_shape(lse, {N}, "lse");
   Tensor dz = Tensor::empty({N, V});
   detail::launch_rows("cross_entropy_backward", detail::KernelKind::vector, {logits.shape()},
-                      {DType::f32, targets.dtype()}, "", N, V,
+                      {DType::f32, targets.dtype()}, "", {{dloss, logits, targets, lse}, {dz}}, N, V,
                       [dloss, logits, targets, lse, dz, V, ignore](int64_t r0, int64_t r1) {
                         for (int64_t n = r0; n < r1; ++n) {
                           const float* z = logits.data<float>() + n * V;

@@ -5,7 +5,8 @@
 #include <vector>
 
 #include "coremesh/ops/moe_routing.hpp"
-#include "detail.hpp"
+#include "detail/checks.hpp"
+#include "detail/launch.hpp"
 
 namespace coremesh::ops {
 namespace {
@@ -49,7 +50,7 @@ Tensor sequence_balance_loss(const Tensor& scores, const Tensor& selected, int64
   detail::Plan plan = detail::plan("sequence_balance_loss", kVector, {scores.shape(), selected.shape()},
                                    {DType::f32, DType::i32}, fmt::format("B={}", B),
                                    [](int) { return detail::Tiling{}; });  // one block: N*E work
-  detail::launch("sequence_balance_loss", kVector, plan, [scores, selected, loss, s, alpha](const detail::BlockContext&) {
+  detail::launch(std::move(plan), {{scores, selected}, {loss}}, [scores, selected, loss, s, alpha](const detail::BlockContext&) {
     const float* p = scores.data<float>();
     std::vector<double> f, P;
     double total = 0;
@@ -75,7 +76,7 @@ Tensor sequence_balance_loss_backward(const Tensor& scores, const Tensor& select
   const BalanceShape s = check_balance_args(scores, selected, B);
   Tensor dp = Tensor::empty(scores.shape());
   detail::launch_rows("sequence_balance_loss_backward", kVector, {scores.shape(), selected.shape()},
-                      {DType::f32, DType::i32}, fmt::format("B={}", B), s.B, s.T * s.E,
+                      {DType::f32, DType::i32}, fmt::format("B={}", B), {{scores, selected}, {dp}}, s.B, s.T * s.E,
                       [scores, selected, dp, s, alpha, scale](int64_t b0, int64_t b1) {
                         const float* p = scores.data<float>();
                         float* out = dp.data<float>();
@@ -110,7 +111,7 @@ void accumulate_expert_load(const Tensor& selected, const Tensor& kept, const Te
   const int64_t E = load.size(0) - 1;
   detail::Plan plan = detail::plan("accumulate_expert_load", kVector, {selected.shape()}, {DType::i32},
                                    fmt::format("E={}", E), [](int) { return detail::Tiling{}; });
-  detail::launch("accumulate_expert_load", kVector, plan, [selected, kept, load, E](const detail::BlockContext&) {
+  detail::launch(std::move(plan), {{selected, kept, load}, {load}}, [selected, kept, load, E](const detail::BlockContext&) {
     const int32_t* sel = selected.data<int32_t>();
     const int32_t* kp = kept.data<int32_t>();
     int64_t* out = load.data<int64_t>();

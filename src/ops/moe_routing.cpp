@@ -9,7 +9,9 @@
 #include <numeric>
 
 #include "coremesh/ops/activation.hpp"
-#include "detail.hpp"
+#include "detail/checks.hpp"
+#include "detail/launch.hpp"
+#include "detail/vec_math.hpp"
 
 namespace coremesh::ops {
 namespace {
@@ -41,7 +43,7 @@ Tensor router_scores(const Tensor& logits, ScoreFunc func) {
   check_scores(logits, "logits");
   if (func == ScoreFunc::softmax) return softmax(logits);
   Tensor s = Tensor::empty(logits.shape());
-  detail::launch_rows("router_sigmoid", kVector, {logits.shape()}, {DType::f32}, "",
+  detail::launch_rows("router_sigmoid", kVector, {logits.shape()}, {DType::f32}, "", {{logits}, {s}},
                       detail::rows_of(logits), logits.size(1), [logits, s](int64_t r0, int64_t r1) {
                         const int64_t E = logits.size(1);
                         for (int64_t i = r0 * E; i < r1 * E; ++i)
@@ -57,7 +59,7 @@ Tensor router_scores_backward(const Tensor& dscores, const Tensor& scores, Score
   if (func == ScoreFunc::softmax) return softmax_backward(dscores, scores);
   Tensor d = Tensor::empty(scores.shape());
   detail::launch_rows("router_sigmoid_backward", kVector, {scores.shape()}, {DType::f32}, "",
-                      detail::rows_of(scores), scores.size(1), [dscores, scores, d](int64_t r0, int64_t r1) {
+                      {{dscores, scores}, {d}}, detail::rows_of(scores), scores.size(1), [dscores, scores, d](int64_t r0, int64_t r1) {
                         const int64_t E = scores.size(1);
                         for (int64_t i = r0 * E; i < r1 * E; ++i) {
                           const float s = scores.data<float>()[i];
@@ -84,7 +86,7 @@ Routing topk_route(const Tensor& scores, const Tensor& bias, const TopKConfig& c
   detail::launch_rows(
       "topk_route", kVector, {scores.shape()}, {DType::f32},
       fmt::format("k={};g={};tg={};renorm={};bias={}", cfg.k, cfg.n_groups, cfg.topk_groups, cfg.renorm, bias.defined()),
-      T, E * 4, [scores, bias, idx, w, cfg, E](int64_t t0, int64_t t1) {
+      {bias.defined() ? std::vector<Tensor>{scores, bias} : std::vector<Tensor>{scores}, {idx, w}}, T, E * 4, [scores, bias, idx, w, cfg, E](int64_t t0, int64_t t1) {
         const int64_t G = cfg.n_groups, per = E / G, k = cfg.k;
         std::vector<float> sel(static_cast<size_t>(E));
         std::vector<int64_t> order(static_cast<size_t>(std::max(E, G)));
@@ -134,7 +136,7 @@ Tensor topk_route_backward(const Tensor& dweights, const Tensor& scores, const R
   Tensor ds = Tensor::empty({T, E});
   Tensor idx = routing.indices;
   detail::launch_rows("topk_route_backward", kVector, {scores.shape()}, {DType::f32},
-                      fmt::format("k={};renorm={}", k, cfg.renorm), T, E,
+                      fmt::format("k={};renorm={}", k, cfg.renorm), {{dweights, scores, idx}, {ds}}, T, E,
                       [dweights, scores, idx, ds, cfg, E, k](int64_t t0, int64_t t1) {
                         for (int64_t t = t0; t < t1; ++t) {
                           const float* s = scores.data<float>() + t * E;
@@ -159,8 +161,8 @@ Tensor expert_counts(const Tensor& indices, int64_t E) {
   check_indices(indices);
   Tensor counts = Tensor::empty({E}, DType::i64);
   const int64_t n = indices.numel();
-  detail::launch_rows("expert_counts", kVector, {indices.shape()}, {DType::i32}, fmt::format("E={}", E), E,
-                      n, [indices, counts, n, E](int64_t e0, int64_t e1) {
+  detail::launch_rows("expert_counts", kVector, {indices.shape()}, {DType::i32}, fmt::format("E={}", E),
+                      {{indices}, {counts}}, E, n, [indices, counts, n, E](int64_t e0, int64_t e1) {
                         const int32_t* ix = indices.data<int32_t>();
                         int64_t* c = counts.data<int64_t>();
                         std::fill(c + e0, c + e1, 0);
@@ -178,7 +180,7 @@ void update_expert_bias(const Tensor& bias, const Tensor& counts, float rate) {
   detail::check_dtype(counts, DType::i64, "counts");
   detail::check_shape(counts, bias.shape(), "counts");
   const int64_t E = bias.numel();
-  detail::launch_rows("update_expert_bias", kVector, {bias.shape()}, {DType::f32}, "", E, E,
+  detail::launch_rows("update_expert_bias", kVector, {bias.shape()}, {DType::f32}, "", {{bias, counts}, {bias}}, E, E,
                       [bias, counts, rate, E](int64_t e0, int64_t e1) {
                         const int64_t* c = counts.data<int64_t>();
                         double mean = 0;
@@ -201,8 +203,8 @@ AuxLoss switch_aux_loss(const Tensor& scores, const Tensor& indices, int64_t E, 
            "scores {} indices {} E={}", scores.describe(), indices.describe(), E);
   AuxLoss out{Tensor::empty({1}), Tensor::empty({T, E})};
   Tensor terms = Tensor::empty({E}), loss = out.loss, ds = out.dscores;
-  detail::launch_rows("switch_aux_loss", kVector, {scores.shape()}, {DType::f32}, fmt::format("k={}", k), E,
-                      T * (k + 1), [scores, indices, terms, ds, T, E, k, alpha](int64_t e0, int64_t e1) {
+  detail::launch_rows("switch_aux_loss", kVector, {scores.shape()}, {DType::f32}, fmt::format("k={}", k),
+                      {{scores, indices}, {terms, ds}}, E, T * (k + 1), [scores, indices, terms, ds, T, E, k, alpha](int64_t e0, int64_t e1) {
                         const int32_t* ix = indices.data<int32_t>();
                         for (int64_t e = e0; e < e1; ++e) {
                           int64_t count = 0;
@@ -218,7 +220,7 @@ AuxLoss switch_aux_loss(const Tensor& scores, const Tensor& indices, int64_t E, 
                       });
   detail::Plan plan = detail::plan("switch_aux_loss_total", kVector, {{E}}, {DType::f32}, "",
                                    [](int) { return detail::Tiling{}; });
-  detail::launch("switch_aux_loss_total", kVector, plan, [terms, loss, E, alpha](const detail::BlockContext&) {
+  detail::launch(std::move(plan), {{terms}, {loss}}, [terms, loss, E, alpha](const detail::BlockContext&) {
     double s = 0;
     for (int64_t e = 0; e < E; ++e) s += terms.data<float>()[e];
     loss.data<float>()[0] = static_cast<float>(alpha * double(E) * s);
@@ -242,7 +244,8 @@ Routing apply_capacity(const Routing& routing, int64_t E, int64_t capacity, Drop
   const int64_t n = routing.indices.numel();
   Tensor in_idx = routing.indices, in_w = routing.weights, idx = out.indices, w = out.weights;
   detail::launch_rows("apply_capacity", kVector, {idx.shape()}, {DType::i32},
-                      fmt::format("E={};cap={};policy={}", E, capacity, static_cast<int>(policy)), E, n,
+                      fmt::format("E={};cap={};policy={}", E, capacity, static_cast<int>(policy)),
+                      {{in_idx, in_w}, {idx, w}}, E, n,
                       [in_idx, in_w, idx, w, E, n, capacity, policy](int64_t e0, int64_t e1) {
                         const int32_t* ix = in_idx.data<int32_t>();
                         const float* wt = in_w.data<float>();
@@ -279,7 +282,7 @@ Permutation permute(const Tensor& x, const Tensor& indices, int64_t E) {
   Tensor offsets = p.offsets, row_of = p.row_of, xp = p.x;
   detail::Plan plan = detail::plan("permute_index", kVector, {indices.shape()}, {DType::i32},
                                    fmt::format("E={}", E), [](int) { return detail::Tiling{}; });
-  detail::launch("permute_index", kVector, plan, [indices, offsets, row_of, E, T, k](const detail::BlockContext&) {
+  detail::launch(std::move(plan), {{indices}, {offsets, row_of}}, [indices, offsets, row_of, E, T, k](const detail::BlockContext&) {
     const int32_t* ix = indices.data<int32_t>();
     int64_t* off = offsets.data<int64_t>();
     std::fill(off, off + E + 1, 0);
@@ -291,7 +294,8 @@ Permutation permute(const Tensor& x, const Tensor& indices, int64_t E) {
     std::vector<int64_t> next(off, off + E);
     for (int64_t i = 0; i < T * k; ++i) row_of.data<int64_t>()[i] = ix[i] >= 0 ? next[ix[i]]++ : -1;
   });
-  detail::launch_rows("permute", kVector, {x.shape(), indices.shape()}, {DType::f32}, "", T, k * C,
+  detail::launch_rows("permute", kVector, {x.shape(), indices.shape()}, {DType::f32}, "",
+                      {{x, row_of, offsets}, {xp}}, T, k * C,
                       [x, row_of, offsets, xp, T, k, C, E](int64_t t0, int64_t t1) {
                         for (int64_t t = t0; t < t1; ++t)
                           for (int64_t j = 0; j < k; ++j) {
@@ -313,8 +317,8 @@ Tensor permute_backward(const Tensor& dxp, const Tensor& row_of) {
   detail::check_dtype(row_of, DType::i64, "row_of");
   const int64_t T = row_of.size(0), k = row_of.size(1), C = dxp.size(1);
   Tensor dx = Tensor::empty({T, C});
-  detail::launch_rows("permute_backward", kVector, {dxp.shape(), row_of.shape()}, {DType::f32}, "", T,
-                      k * C, [dxp, row_of, dx, k, C](int64_t t0, int64_t t1) {
+  detail::launch_rows("permute_backward", kVector, {dxp.shape(), row_of.shape()}, {DType::f32}, "",
+                      {{dxp, row_of}, {dx}}, T, k * C, [dxp, row_of, dx, k, C](int64_t t0, int64_t t1) {
                         for (int64_t t = t0; t < t1; ++t) {
                           float* out = dx.data<float>() + t * C;
                           std::fill(out, out + C, 0.0f);
@@ -336,7 +340,8 @@ Tensor unpermute(const Tensor& yp, const Tensor& row_of, const Tensor& weights) 
   detail::check_shape(weights, row_of.shape(), "weights");
   const int64_t T = row_of.size(0), k = row_of.size(1), C = yp.size(1);
   Tensor y = Tensor::empty({T, C});
-  detail::launch_rows("unpermute", kVector, {yp.shape(), row_of.shape()}, {DType::f32}, "", T, k * C,
+  detail::launch_rows("unpermute", kVector, {yp.shape(), row_of.shape()}, {DType::f32}, "",
+                      {{yp, row_of, weights}, {y}}, T, k * C,
                       [yp, row_of, weights, y, k, C](int64_t t0, int64_t t1) {
                         for (int64_t t = t0; t < t1; ++t) {
                           float* out = y.data<float>() + t * C;
@@ -360,10 +365,19 @@ UnpermuteGrads unpermute_backward(const Tensor& dy, const Tensor& yp, const Tens
   detail::check_contiguous(yp, "yp");
   const int64_t T = row_of.size(0), k = row_of.size(1), C = yp.size(1);
   detail::check_shape(dy, {T, C}, "dy");
-  UnpermuteGrads g{Tensor::zeros(yp.shape()), Tensor::empty({T, k})};
+  // Rows no token points at are zeroed by the kernel (its blocks share them
+  // out like the tokens), not on the host: a replayed graph runs no host code.
+  UnpermuteGrads g{T ? Tensor::empty(yp.shape()) : Tensor::zeros(yp.shape()), Tensor::empty({T, k})};
   Tensor dyp = g.dyp, dw = g.dweights;
-  detail::launch_rows("unpermute_backward", kVector, {yp.shape(), row_of.shape()}, {DType::f32}, "", T,
-                      2 * k * C, [dy, yp, row_of, weights, dyp, dw, k, C](int64_t t0, int64_t t1) {
+  detail::launch_rows("unpermute_backward", kVector, {yp.shape(), row_of.shape()}, {DType::f32}, "",
+                      {{dy, yp, row_of, weights}, {dyp, dw}}, T, 2 * k * C,
+                      [dy, yp, row_of, weights, dyp, dw, T, k, C](int64_t t0, int64_t t1) {
+                        const int64_t R = dyp.size(0);
+                        std::vector<char> used(static_cast<size_t>(R), 0);
+                        for (int64_t i = 0; i < T * k; ++i)
+                          if (const int64_t row = row_of.data<int64_t>()[i]; row >= 0 && row < R) used[size_t(row)] = 1;
+                        for (int64_t row = R * t0 / T; row < R * t1 / T; ++row)
+                          if (!used[size_t(row)]) std::fill(dyp.data<float>() + row * C, dyp.data<float>() + (row + 1) * C, 0.0f);
                         for (int64_t t = t0; t < t1; ++t) {
                           const float* g = dy.data<float>() + t * C;
                           for (int64_t j = 0; j < k; ++j) {

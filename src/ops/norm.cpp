@@ -4,7 +4,9 @@
 
 #include <cmath>
 
-#include "detail.hpp"
+#include "detail/checks.hpp"
+#include "detail/launch.hpp"
+#include "detail/vec_math.hpp"
 
 namespace coremesh::ops {
 namespace {
@@ -31,7 +33,9 @@ void check_norm_inputs(const Tensor& x, const Tensor& w) {
 void run_forward(const char* name, const Forward& f) {
   const int64_t R = detail::rows_of(f.x), C = f.x.size(-1);
   detail::launch_rows(name, detail::KernelKind::vector, {f.x.shape()}, {DType::f32},
-                      detail::key_attrs({{"eps", f.eps}}), R, C, [f, C](int64_t r0, int64_t r1) {
+                      detail::key_attrs({{"eps", f.eps}}),
+                      {detail::defined({f.x, f.residual, f.w}), detail::defined({f.h, f.y, f.rstd, f.q, f.q_scale})}, R, C,
+                      [f, C](int64_t r0, int64_t r1) {
     const float* w = f.w.data<float>();
     std::vector<float> row(static_cast<size_t>(C));
     for (int64_t r = r0; r < r1; ++r) {
@@ -102,8 +106,9 @@ RMSNormFP8Out rmsnorm_fp8(const Tensor& x, const Tensor& w, float eps) {
 // y = x * rstd * w, rstd = (mean x^2 + eps)^-1/2:
 //   dx[c] = rstd * dy[c] w[c] - x[c] * rstd^3 / C * sum_j dy[j] w[j] x[j]
 //   dw[c] = sum_r dy[r,c] x[r,c] rstd[r]
-// dw: each block sums its rows into partial (block_dim, C); a second kernel
-// adds the partials (deterministic for a given block_dim).
+// dw: each block sums its rows into its row of partial (block_dim, C),
+// zeroed by the block itself (a replayed graph runs no host code); a second
+// kernel adds the partials (deterministic for a given block_dim).
 RMSNormGrads rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                               const Tensor& dx_plus, const Tensor& dw_into, float dw_beta) {
   check_norm_inputs(x, w);
@@ -123,14 +128,15 @@ RMSNormGrads rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w
                                         {DType::f32}, "", R, C);
   const int bd = plan.tiling.block_dim;
   const int64_t align = plan.tiling.align;
-  Tensor partial = Tensor::zeros({bd, C});
+  Tensor partial = R > 0 ? Tensor::empty({bd, C}) : Tensor::zeros({bd, C});
   Tensor dx = g.dx;
   if (R > 0)
-    detail::launch("rmsnorm_backward", detail::KernelKind::vector, plan,
+    detail::launch(std::move(plan), {detail::defined({dy, x, w, rstd, dx_plus}), {dx, partial}},
                    [dy, x, w, rstd, dx, dx_plus, partial, R, C, align](const detail::BlockContext& ctx) {
                      auto [r0, r1] = detail::split_range(R, ctx.block_idx, ctx.block_dim, align);
                      const float* wp = w.data<float>();
                      float* dw = partial.data<float>() + ctx.block_idx * C;
+                     std::fill(dw, dw + C, 0.0f);
                      for (int64_t r = r0; r < r1; ++r) {
                        const float* xr = x.data<float>() + r * C;
                        const float* dyr = dy.data<float>() + r * C;
@@ -149,7 +155,8 @@ RMSNormGrads rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w
   Tensor dw = g.dw;
   const float beta = dw_into.defined() ? dw_beta : 0.0f;
   detail::launch_rows("rmsnorm_backward_dw", detail::KernelKind::vector, {x.shape()}, {DType::f32},
-                      "", C, bd, [partial, dw, bd, C, beta](int64_t c0, int64_t c1) {
+                      "", {beta == 0.0f ? std::vector<Tensor>{partial} : std::vector<Tensor>{partial, dw}, {dw}}, C, bd,
+                      [partial, dw, bd, C, beta](int64_t c0, int64_t c1) {
                         const float* p = partial.data<float>();
                         float* out = dw.data<float>();
                         for (int64_t c = c0; c < c1; ++c) {

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "detail.hpp"
+#include "detail/checks.hpp"
+#include "detail/launch.hpp"
+#include "detail/vec_math.hpp"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -70,7 +72,7 @@ void launch_chunk_sums(const Tensor& grad, std::vector<ParamSegment> segments, c
                        int64_t first) {
   const int64_t n = grad.numel();
   detail::launch_rows("grad_sq_sum", detail::KernelKind::vector, {grad.shape()}, {DType::f32}, "",
-                      detail::ceil_div(n, kChunk), kChunk,
+                      {{grad}, {partial}}, detail::ceil_div(n, kChunk), kChunk,
                       [grad, segments = std::move(segments), partial, first, n](int64_t c0, int64_t c1) {
                         const float* x = grad.data<float>();
                         float* out = partial.data<float>() + first;
@@ -90,7 +92,7 @@ Tensor launch_total(const Tensor& partial, int64_t chunks) {
   Tensor out = Tensor::empty({1});
   detail::Plan plan = detail::plan("grad_sq_sum_total", detail::KernelKind::vector, {{chunks}},
                                    {DType::f32}, "", [](int) { return detail::Tiling{}; });
-  detail::launch("grad_sq_sum_total", detail::KernelKind::vector, plan,
+  detail::launch(std::move(plan), {{partial}, {out}},
                  [partial, out, chunks](const detail::BlockContext&) {
                    double s = 0;
                    for (int64_t c = 0; c < chunks; ++c) s += partial.data<float>()[c];
@@ -196,7 +198,7 @@ Tensor clip_coefficient(const Tensor& sq_sum, float max_norm) {
   Tensor out = Tensor::empty({1});
   detail::Plan plan = detail::plan("clip_coefficient", detail::KernelKind::vector, {{1}}, {DType::f32},
                                    "", [](int) { return detail::Tiling{}; });
-  detail::launch("clip_coefficient", detail::KernelKind::vector, plan,
+  detail::launch(std::move(plan), {{sq_sum}, {out}},
                  [sq_sum, out, max_norm](const detail::BlockContext&) {
                    const float norm = std::sqrt(sq_sum.data<float>()[0]);
                    out.data<float>()[0] = std::fmin(1.0f, max_norm / (norm + 1e-6f));
@@ -229,7 +231,9 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
   k.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   k.eps = c.eps;
   const float decay = 1.0f - c.lr * c.weight_decay;
-  detail::launch_rows("adamw", detail::KernelKind::vector, {param.shape()}, {DType::f32}, "",
+  detail::Args args{{param, grad, m, v}, {param, m, v}};
+  if (grad_scale.defined()) args.in.add(grad_scale);
+  detail::launch_rows("adamw", detail::KernelKind::vector, {param.shape()}, {DType::f32}, "", args,
                       detail::ceil_div(n, kChunk), kChunk,
                       [param, grad, m, v, pieces = std::move(pieces), k, decay, grad_scale, n](
                           int64_t c0, int64_t c1) {

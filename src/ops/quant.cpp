@@ -8,8 +8,10 @@
 
 #include <cmath>
 
-#include "detail.hpp"
-#include "fp8_codec.hpp"
+#include "detail/checks.hpp"
+#include "detail/convert.hpp"
+#include "detail/fp8_codec.hpp"
+#include "detail/launch.hpp"
 
 namespace coremesh::ops {
 namespace {
@@ -52,7 +54,7 @@ void quantize_fp8_act_out(const Tensor& x, const Tensor& data, const Tensor& sca
   detail::check_shape(scale, {M, Kb}, "scale");
   detail::check_dtype(scale, DType::f32, "scale");
   detail::launch_rows(
-      "quantize_fp8_act", detail::KernelKind::vector, {x.shape()}, {x.dtype()}, "", M, K,
+      "quantize_fp8_act", detail::KernelKind::vector, {x.shape()}, {x.dtype()}, "", {{x}, {data, scale}}, M, K,
       [x, data, scale, K, Kb](int64_t r0, int64_t r1) {
         uint8_t* q = reinterpret_cast<uint8_t*>(data.data<f8e4m3>());
         float* s = scale.data<float>();
@@ -79,7 +81,7 @@ Tensor dequantize_fp8_act(const QuantizedTensor& q) {
   detail::check_shape(q.scale, {M, Kb}, "q.scale");
   Tensor y = Tensor::empty({M, K});
   detail::launch_rows("dequantize_fp8_act", detail::KernelKind::vector, {q.data.shape()},
-                      {DType::f8e4m3}, "", M, K, [q, y, K, Kb](int64_t r0, int64_t r1) {
+                      {DType::f8e4m3}, "", {{q.data, q.scale}, {y}}, M, K, [q, y, K, Kb](int64_t r0, int64_t r1) {
                         const uint8_t* d = reinterpret_cast<const uint8_t*>(q.data.raw_data());
                         const float* s = q.scale.data<float>();
                         float* out = y.data<float>();
@@ -133,7 +135,7 @@ QuantizedTensor quantize_fp8_weight(const Tensor& w) {
                       Tensor::empty(scale_shape(w, d), DType::f32)};
   Tensor data = out.data, scale = out.scale;
   detail::launch_rows(
-      "quantize_fp8_weight", detail::KernelKind::vector, {w.shape()}, {w.dtype()}, "",
+      "quantize_fp8_weight", detail::KernelKind::vector, {w.shape()}, {w.dtype()}, "", {{w}, {data, scale}},
       d.G * d.Nb * d.Kb, B * B, [w, data, scale, d](int64_t b0, int64_t b1) {
         uint8_t* q = reinterpret_cast<uint8_t*>(data.data<f8e4m3>());
         float* s = scale.data<float>();
@@ -152,7 +154,7 @@ Tensor dequantize_fp8_weight(const QuantizedTensor& q) {
   detail::check_shape(q.scale, scale_shape(q.data, d), "q.scale");
   Tensor y = Tensor::empty(q.data.shape());
   detail::launch_rows("dequantize_fp8_weight", detail::KernelKind::vector, {q.data.shape()},
-                      {DType::f8e4m3}, "", d.G * d.N, d.K, [q, y, d](int64_t r0, int64_t r1) {
+                      {DType::f8e4m3}, "", {{q.data, q.scale}, {y}}, d.G * d.N, d.K, [q, y, d](int64_t r0, int64_t r1) {
                         const uint8_t* data = reinterpret_cast<const uint8_t*>(q.data.raw_data());
                         const float* s = q.scale.data<float>();
                         float* out = y.data<float>();
@@ -171,7 +173,7 @@ Tensor cast(const Tensor& x, DType dtype) {
   detail::check_contiguous(x, "x");
   Tensor y = Tensor::empty(x.shape(), dtype);
   const int64_t n = x.numel();
-  detail::launch_rows("cast", detail::KernelKind::vector, {x.shape()}, {x.dtype(), dtype}, "",
+  detail::launch_rows("cast", detail::KernelKind::vector, {x.shape()}, {x.dtype(), dtype}, "", {{x}, {y}},
                       detail::ceil_div(n, kChunk), kChunk, [x, y, n](int64_t c0, int64_t c1) {
                         float buf[kChunk];
                         const char* src = static_cast<const char*>(x.raw_data());

@@ -6,7 +6,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "detail.hpp"
+#include "detail/checks.hpp"
+#include "detail/launch.hpp"
 
 namespace coremesh::ops {
 namespace {
@@ -83,7 +84,7 @@ Tensor rotate(const char* name, const Tensor& x, const Tensor& positions, const 
   check_positions(positions, T);
   Tensor y = Tensor::empty(x.shape());
   detail::launch_rows(name, detail::KernelKind::vector, {x.shape()}, {DType::f32}, rope_attrs(cfg),
-                      B * T, H * D, [x, y, positions, cfg, sign, T, H, D](int64_t r0, int64_t r1) {
+                      {detail::defined({x, positions}), {y}}, B * T, H * D, [x, y, positions, cfg, sign, T, H, D](int64_t r0, int64_t r1) {
                         AngleTable table(positions, D, cfg.base, sign);
                         for (int64_t r = r0; r < r1; ++r) {  // r = b*T + t
                           auto [cs, sn] = table.at(r % T);
@@ -126,8 +127,8 @@ QkvHeads rope_qkv(const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tens
   QkvHeads out{Tensor::empty({B, T, H, D}), Tensor::empty({B, T, Hkv, D}), Tensor::empty({B, T, Hkv, D})};
   detail::launch_rows(
       "rope_qkv", detail::KernelKind::vector, {qkv.shape()}, {DType::f32},
-      rope_attrs(cfg) + fmt::format(";H={};Hkv={}", H, Hkv), B * T, W,
-      [qkv, out, positions, cfg, T, W, H, Hkv, D](int64_t r0, int64_t r1) {
+      rope_attrs(cfg) + fmt::format(";H={};Hkv={}", H, Hkv), {detail::defined({qkv, positions}), {out.q, out.k, out.v}},
+      B * T, W, [qkv, out, positions, cfg, T, W, H, Hkv, D](int64_t r0, int64_t r1) {
         AngleTable table(positions, D, cfg.base, 1.0f);
         for (int64_t r = r0; r < r1; ++r) {
           auto [cs, sn] = table.at(r % T);
@@ -155,8 +156,8 @@ Tensor rope_qkv_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
   Tensor dqkv = Tensor::empty({B, T, W});
   detail::launch_rows(
       "rope_qkv_backward", detail::KernelKind::vector, {dqkv.shape()}, {DType::f32},
-      rope_attrs(cfg) + fmt::format(";H={};Hkv={}", H, Hkv), B * T, W,
-      [dq, dk, dv, dqkv, positions, cfg, T, W, H, Hkv, D](int64_t r0, int64_t r1) {
+      rope_attrs(cfg) + fmt::format(";H={};Hkv={}", H, Hkv), {detail::defined({dq, dk, dv, positions}), {dqkv}},
+      B * T, W, [dq, dk, dv, dqkv, positions, cfg, T, W, H, Hkv, D](int64_t r0, int64_t r1) {
         AngleTable table(positions, D, cfg.base, -1.0f);
         for (int64_t r = r0; r < r1; ++r) {
           auto [cs, sn] = table.at(r % T);

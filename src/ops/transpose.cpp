@@ -11,7 +11,8 @@
 
 #include <cstring>
 
-#include "detail.hpp"
+#include "detail/checks.hpp"
+#include "detail/launch.hpp"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -173,7 +174,7 @@ template <typename T>
 void run(const Tensor& x, const Tensor& y, int64_t G, int64_t R, int64_t C) {
   const int64_t side = kSide<T>, tr = ceil_div(R, side), tc = ceil_div(C, side);
   detail::launch_rows(
-      "transpose", detail::KernelKind::vector, {x.shape()}, {x.dtype()}, "", G * tr * tc,
+      "transpose", detail::KernelKind::vector, {x.shape()}, {x.dtype()}, "", {{x}, {y}}, G * tr * tc,
       side * side, [x, y, R, C, side, tr, tc](int64_t u0, int64_t u1) {
         const T* src = static_cast<const T*>(x.raw_data());
         T* dst = static_cast<T*>(y.raw_data());

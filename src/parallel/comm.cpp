@@ -23,12 +23,40 @@ Group Group::of(std::vector<int> pes, int my_pe) {
   return g;
 }
 
+void wait_signal_on_stream(runtime::Stream& stream, uint64_t* signal, uint64_t value, std::string what) {
+  stream.launch({"signal_wait", runtime::KernelKind::comm, 1, 0},
+                [signal, value, what = std::move(what)](const runtime::BlockContext&) {
+                  try {
+                    shmem::signal_wait_until(signal, shmem::Cmp::ge, value);
+                  } catch (const TimeoutError& e) {
+                    CM_THROW(TimeoutError, "a PE of the group may have failed or fallen behind; see its output",
+                             "PE {} {}: {}", shmem::my_pe(), what, e.message());
+                  }
+                });
+}
+
+std::string others(const Group& g) {
+  std::string out;
+  for (int m = 0; m < g.size(); ++m)
+    if (m != g.me) out += (out.empty() ? "PE " : ", PE ") + std::to_string(g.pes[size_t(m)]);
+  return out.empty() ? "nobody" : out;
+}
+
 Tensor symmetric_tensor(const Shape& shape, DType dtype) {
   const size_t bytes = std::max<size_t>(size_t(shape_numel(shape)) * dtype_size(dtype), 64);
   // zeroed everywhere before any PE returns: a peer may signal into it at once
   void* p = shmem::sym_calloc(1, bytes);
   std::shared_ptr<void> owner(p, [](void* q) { shmem::sym_free(q); });
   return Tensor::wrap(p, shape, dtype, owner);
+}
+
+void copy_on_stream(const Tensor& src, const Tensor& dst) {
+  CM_CHECK(src.nbytes() == dst.nbytes() && src.is_contiguous() && dst.is_contiguous(),
+           "copy between contiguous tensors of the same size", "copy of {} into {}", src.describe(), dst.describe());
+  runtime::current_stream().launch({"copy", runtime::KernelKind::vector, 1, 0},
+                                   [src, dst](const runtime::BlockContext&) {
+                                     std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+                                   });
 }
 
 void sum_in_order(const std::vector<Tensor>& inputs, const Tensor& out) {
@@ -61,11 +89,6 @@ void sum_in_order(const std::vector<Tensor>& inputs, const Tensor& out) {
                 });
 }
 
-namespace {
-
-// The element-wise largest of every PE's `values` (collective over the
-// world): symmetric layouts must be the same on every PE, whatever the size
-// of the groups this PE is in.
 std::vector<int64_t> max_over_world(const std::vector<int64_t>& values) {
   const int64_t n = std::max<int64_t>(int64_t(values.size()), 1);
   Tensor v = symmetric_tensor({2 * n}, DType::i64);
@@ -74,8 +97,6 @@ std::vector<int64_t> max_over_world(const std::vector<int64_t>& values) {
   shmem::allreduce(shmem::Team::world(), p + n, p, size_t(n), shmem::ReduceOp::max);
   return std::vector<int64_t>(p + n, p + n + int64_t(values.size()));
 }
-
-}  // namespace
 
 ShardedSum::ShardedSum(Tensor arena, std::vector<Group> groups, std::vector<Range> ranges, int64_t align)
     : arena_(std::move(arena)), groups_(std::move(groups)), ranges_(std::move(ranges)), align_(align) {
@@ -136,7 +157,9 @@ void ShardedSum::reduce_scatter(int r, runtime::Stream& stream) {
                                 shmem::SignalOp::add, g.pes[size_t(o)]);
   }
   ++rs_rounds_[size_t(r)];
-  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, rs_rounds_[size_t(r)] * uint64_t(g.size() - 1));
+  wait_signal_on_stream(stream, sig, rs_rounds_[size_t(r)] * uint64_t(g.size() - 1),
+                        fmt::format("waits for the copies of {} to sum range {} (round {})", others(g), r,
+                                    rs_rounds_[size_t(r)]));
   // my shard = the members' copies summed in member order
   const auto [b, e] = my_shard(r);
   if (e == b) return;
@@ -166,7 +189,22 @@ void ShardedSum::all_gather(int r, const Tensor& arena, runtime::Stream& stream)
       shmem::put_signal_on_stream(stream, base + b * elem, base + b * elem, size_t(e - b) * elem, sig, 1,
                                   shmem::SignalOp::add, g.pes[size_t(m)]);
   ++ag_rounds_[size_t(r)];
-  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, ag_rounds_[size_t(r)] * uint64_t(g.size() - 1));
+  wait_signal_on_stream(stream, sig, ag_rounds_[size_t(r)] * uint64_t(g.size() - 1),
+                        fmt::format("waits for the shards of {} of range {} (round {})", others(g), r,
+                                    ag_rounds_[size_t(r)]));
+}
+
+
+void ShardedSum::sum_packed(const std::vector<Tensor>& tensors, runtime::Stream& stream) {
+  runtime::StreamGuard on(stream);
+  int64_t at = 0;
+  for (const Tensor& t : tensors) copy_on_stream(t, arena_.slice(0, at, at + t.numel())), at += t.numel();
+  CM_CHECK(!ranges_.empty() && ranges_[0].begin == 0 && at <= ranges_[0].end, "size the first range for the tensors",
+           "{} elements packed into a range of {}", at, ranges_.empty() ? 0 : ranges_[0].end);
+  reduce_scatter(0, stream);
+  all_gather(0, arena_, stream);
+  at = 0;
+  for (const Tensor& t : tensors) copy_on_stream(arena_.slice(0, at, at + t.numel()), t), at += t.numel();
 }
 
 }  // namespace coremesh::parallel

@@ -32,7 +32,9 @@ const FieldTable<ParallelConfig>& parallel_fields() {
                in_range<int>(0, 1))
           .add_enum("schedule", [](P& p) -> auto& { return p.schedule; }, pipeline_schedules(), "pipeline schedule (pp > 1)")
           .add("virtual_stages", [](P& p) -> auto& { return p.virtual_stages; },
-               "model chunks per pipeline rank (interleaved)", positive<int>());
+               "model chunks per pipeline rank (interleaved)", positive<int>())
+          .add("schedule_file", [](P& p) -> auto& { return p.schedule_file; },
+               "a schedule's text form to run instead of --schedule (see coremesh schedule --text-only)");
   return t;
 }
 

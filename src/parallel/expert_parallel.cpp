@@ -98,7 +98,9 @@ ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tens
       shmem::atomic_add(sig + kCounts, uint64_t{1}, pe);
     }
   });
-  shmem::signal_wait_on_stream(stream, sig + kCounts, shmem::Cmp::ge, round * uint64_t(g));
+  wait_signal_on_stream(stream, sig + kCounts, round * uint64_t(g),
+                        fmt::format("waits for the row counts of {} (MoE layer {}, dispatch {})", others(ep_), index,
+                                    round));
   // 2. the plan: a copy of the matrix and the group lists of the rows I receive
   const Plan& p = *plan;
   const Tensor matrix = p.matrix, local_off = p.offsets, source_off = p.source_offsets;
@@ -155,7 +157,9 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::
       shmem::atomic_add(sig, uint64_t{1}, ep.pes[size_t(d)]);
     }
   });
-  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, round * uint64_t(g));
+  wait_signal_on_stream(stream, sig, round * uint64_t(g),
+                        fmt::format("waits for the rows {} send to its experts (MoE layer {}, {} {})", others(ep_),
+                                    p.layer, which == kRecvFwd ? "dispatch" : "combine backward", round));
   // the received rows out of the buffer (it is reused by the next round)
   Tensor out = Tensor::empty({recv_rows_, C});
   const Tensor total = p.offsets;
@@ -193,7 +197,9 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer:
       shmem::atomic_add(sig, uint64_t{1}, ep.pes[size_t(s)]);
     }
   });
-  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, round * uint64_t(g));
+  wait_signal_on_stream(stream, sig, round * uint64_t(g),
+                        fmt::format("waits for its rows back from the experts of {} (MoE layer {}, {} {})",
+                                    others(ep_), p.layer, which == kBackFwd ? "combine" : "dispatch backward", round));
   Tensor out = Tensor::empty({p.rows, C});
   const int me = ep_.me;
   stream.launch(kernel("ep_return", runtime::KernelKind::vector), [buffer, out, matrix, me, E, C](const runtime::BlockContext&) {

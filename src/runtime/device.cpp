@@ -19,6 +19,14 @@ std::atomic<int> g_next_device_id{0};
 // Set while a worker of this device completes a kernel: it claims a block
 // right after (see Device::Impl::submit).
 thread_local const Device::Impl* t_completing_on = nullptr;
+}  // namespace
+
+std::atomic<uint64_t>& work_progress() {
+  static std::atomic<uint64_t> blocks{0};
+  return blocks;
+}
+
+namespace {
 
 std::vector<int> affinity_cpus() {
   cpu_set_t set;
@@ -144,17 +152,20 @@ CoreLimits Device::limit() const { return impl_->limit(); }
 Stream& Device::default_stream() { return *impl_->default_stream; }
 
 void Device::synchronize() {
+  if (impl_->capturing_streams.load() > 0) capture_refuse_device_sync(*impl_);
   std::vector<std::shared_ptr<StreamImpl>> streams;
   {
     std::lock_guard lock(impl_->streams_mutex);
     for (auto& weak : impl_->streams)
       if (auto s = weak.lock()) streams.push_back(std::move(s));
   }
+  // A kernel error on one stream still waits for the others; anything else
+  // (a watchdog timeout, an exception from the host wait hook) ends the wait.
   std::exception_ptr first;
   for (auto& s : streams) {
     try {
       s->synchronize();
-    } catch (...) {
+    } catch (const KernelError&) {
       if (!first) first = std::current_exception();
     }
   }
@@ -203,7 +214,7 @@ void Device::Impl::submit(std::shared_ptr<KernelRun> run) {
     std::lock_guard lock(ready_mutex);
     // Higher priority first; FIFO among equal priorities.
     auto pos = std::find_if(ready.begin(), ready.end(), [&](const auto& r) {
-      return r->stream->priority < run->stream->priority;
+      return r->priority < run->priority;
     });
     ready.insert(pos, std::move(run));
     ready_count.fetch_add(1, std::memory_order_release);
@@ -273,6 +284,7 @@ void Device::Impl::run_block(KernelRun& run, int block, int core) {
     if (!run.error) run.error = std::current_exception();
   }
   const int64_t end = profiler_now_ns();
+  work_progress().fetch_add(1, std::memory_order_relaxed);
   if (run.profiled) run.blocks[static_cast<size_t>(block)] = BlockRecord{block, core, start, end};
   expected = run.end_ns.load();
   while (end > expected && !run.end_ns.compare_exchange_weak(expected, end)) {
@@ -281,9 +293,11 @@ void Device::Impl::run_block(KernelRun& run, int block, int core) {
 
   // Last block: the kernel is complete.
   if (run.profiled) {
-    profiler_add(KernelRecord{-1, id, run.stream->id, run.info.name, run.info.kind,
+    profiler_add(KernelRecord{-1, id, run.stream_id, run.info.name, run.info.kind,
                               run.start_ns.load(), run.end_ns.load(), run.info.block_dim,
-                              run.limits, run.info.cache_id, std::move(run.blocks)});
+                              run.limits, run.info.cache_id, std::move(run.blocks),
+                              run.info.op ? run.info.op->describe([](const Tensor&) { return std::string(); })
+                                          : std::string()});
   }
   std::exception_ptr error;
   {
@@ -295,19 +309,31 @@ void Device::Impl::run_block(KernelRun& run, int block, int core) {
       std::rethrow_exception(error);
     } catch (const std::exception& e) {
       error = std::make_exception_ptr(KernelError(
-          fmt::format("kernel '{}' on stream {} failed: {}", run.info.name, run.stream->id,
+          fmt::format("kernel '{}' on stream {} failed: {}", run.info.name, run.stream_id,
                       e.what()),
           "see the kernel's error above", __FILE__, __LINE__));
     } catch (...) {
       error = std::make_exception_ptr(KernelError(
           fmt::format("kernel '{}' on stream {} failed with a non-standard exception",
-                      run.info.name, run.stream->id),
+                      run.info.name, run.stream_id),
           "", __FILE__, __LINE__));
     }
   }
-  auto stream = std::move(run.stream);  // `run` may be freed once the stream moves on
+  if (!run.dag) {
+    // Drop what the kernel captured (tensors, symmetric ones included) before
+    // its stream moves on, so that nothing of it dies later on this worker,
+    // after the host's synchronize: a symmetric free is collective, and PEs
+    // must free in the same order. (A graph's nodes keep theirs for replays.)
+    run.body = nullptr;
+    run.info.op.reset();
+  }
   t_completing_on = this;
-  stream->item_done(error);
+  if (run.dag) {  // a graph replay's node: `run` is reset by the next run
+    run.dag->node_done(run.dag_node, error);
+  } else {
+    auto stream = std::move(run.stream);  // `run` may be freed once the stream moves on
+    stream->item_done(error);
+  }
   t_completing_on = nullptr;
 }
 

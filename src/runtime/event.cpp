@@ -8,18 +8,6 @@ namespace {
 std::atomic<uint64_t> g_next_event_id{1};
 }  // namespace
 
-struct EventImpl {
-  uint64_t id = 0;
-  bool timing = false;
-  mutable std::mutex mutex;
-  std::shared_ptr<Recording> latest;  // most recent record(), null if never recorded
-
-  std::shared_ptr<Recording> snapshot() const {
-    std::lock_guard lock(mutex);
-    return latest;
-  }
-};
-
 void Recording::complete(std::exception_ptr stream_error) {
   std::vector<std::function<void(std::exception_ptr)>> to_run;
   {
@@ -57,6 +45,7 @@ void Event::record() {
 }
 
 void Event::record(Stream& stream) {
+  if (capture_record(*stream.impl(), *impl_)) return;
   auto rec = std::make_shared<Recording>();
   rec->event_id = impl_->id;
   rec->stream_id = stream.id();
@@ -74,12 +63,14 @@ void Event::wait() {
 }
 
 void Event::wait(Stream& stream) {
+  if (capture_wait(*stream.impl(), *impl_)) return;
   auto rec = impl_->snapshot();
   if (!rec) return;  // never recorded: nothing to wait for (CUDA semantics)
   stream.impl()->enqueue(WorkItem{WorkItem::Type::wait, nullptr, std::move(rec)});
 }
 
 bool Event::query() const {
+  capture_refuse_event_sync(*impl_, "Event::query()");
   auto rec = impl_->snapshot();
   if (!rec) return true;
   std::lock_guard lock(rec->mutex);
@@ -87,15 +78,16 @@ bool Event::query() const {
 }
 
 void Event::synchronize() const {
+  capture_refuse_event_sync(*impl_, "Event::synchronize()");
   auto rec = impl_->snapshot();
   if (!rec) return;
   std::unique_lock lock(rec->mutex);
-  if (!rec->done_cv.wait_for(lock, wait_timeout(), [&] { return rec->done; })) {
+  if (!host_wait(rec->done_cv, lock, [&] { return rec->done; })) {
     CM_THROW(TimeoutError,
              "raise COREMESH_WAIT_TIMEOUT_S if the work is just slow; otherwise find what blocks "
              "the recording stream (Stream::synchronize on it names its running item)",
-             "{} did not complete within {} s", rec->describe(),
-             wait_timeout().count() / 1000.0);
+             "{} did not complete: no kernel finished for {} s", rec->describe(),
+             host_wait_timeout().count() / 1000.0);
   }
   if (rec->error) std::rethrow_exception(rec->error);
 }
@@ -107,7 +99,10 @@ float Event::elapsed_time(const Event& end) const {
   auto b = end.impl_->snapshot();
   CM_CHECK(a && b, "record both events before asking for the time between them",
            "event {} was never recorded", a ? end.impl_->id : impl_->id);
-  std::scoped_lock lock(a->mutex, b->mutex);
+  // An event timed against itself has one mutex: lock it once.
+  std::unique_lock lock_a(a->mutex, std::defer_lock), lock_b(b->mutex, std::defer_lock);
+  if (a == b) lock_a.lock();
+  else std::lock(lock_a, lock_b);
   CM_CHECK(a->done && b->done, "synchronize the end event first",
            "events {} and {} have not both completed", impl_->id, end.impl_->id);
   return static_cast<float>(static_cast<double>(b->time_ns - a->time_ns) / 1e6);

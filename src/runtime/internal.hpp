@@ -7,6 +7,9 @@
 // next item. Event records and waits are WorkItems too: a record completes a
 // Recording when it reaches the head; a wait parks the stream until its
 // Recording completes. No thread other than the device's workers is created.
+// A graph replay (dag.cpp) is one WorkItem whose kernels go to the ready
+// list as their dependencies finish; while a stream captures (capture.cpp),
+// launches, records and waits are recorded instead of enqueued.
 #pragma once
 
 #include <atomic>
@@ -21,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "coremesh/runtime/capture.hpp"
 #include "coremesh/runtime/device.hpp"
 #include "coremesh/runtime/profiler.hpp"
 #include "coremesh/runtime/stream.hpp"
@@ -28,6 +32,7 @@
 namespace coremesh::runtime {
 
 struct StreamImpl;
+struct DagRun;
 
 // One iteration of a polite busy-wait.
 inline void cpu_relax() {
@@ -57,12 +62,17 @@ struct Recording {
   std::string describe() const;
 };
 
-// A kernel in flight: its blocks are claimed by workers.
+// A kernel in flight: its blocks are claimed by workers. When its last block
+// is done it tells its stream, or, in a graph replay, its DagRun.
 struct KernelRun {
   LaunchInfo info;
   KernelBody body;
   CoreLimits limits;
   std::shared_ptr<StreamImpl> stream;
+  DagRun* dag = nullptr;  // owns this run; outlives it while it runs
+  int dag_node = -1;
+  int stream_id = 0;  // for the profiler and error messages
+  int priority = 0;
   int next_block = 0;                 // guarded by the device's ready mutex
   std::atomic<int> blocks_left{0};
   std::atomic<int64_t> start_ns{INT64_MAX};
@@ -74,9 +84,64 @@ struct KernelRun {
 };
 
 struct WorkItem {
-  enum class Type { kernel, record, wait } type;
+  enum class Type { kernel, record, wait, dag } type;
   std::shared_ptr<KernelRun> kernel;
   std::shared_ptr<Recording> recording;
+  std::shared_ptr<DagRun> dag;
+};
+
+// One KernelDag's nodes and the state of its current run (dag.cpp).
+struct DagRun {
+  Device::Impl* device = nullptr;
+  std::vector<std::shared_ptr<KernelRun>> runs;  // one per node, reset by each run
+  std::vector<std::vector<int>> successors;
+  std::vector<size_t> deps_of;
+  std::vector<int> stream_ids;  // -1: the stream the run is on
+  std::unique_ptr<std::atomic<int>[]> waiting;  // dependencies not yet done
+  std::atomic<int> left{0};                     // nodes not yet done
+  std::mutex mutex;
+  std::exception_ptr error;             // first node error of the run
+  std::shared_ptr<StreamImpl> stream;   // the stream running it, while it runs
+  // Serializes runs: the completion of the latest launch and its stream.
+  std::mutex launch_mutex;
+  std::shared_ptr<Recording> last_done;
+  std::weak_ptr<StreamImpl> last_stream;
+
+  // Starts a run on `s`; returns true if there was nothing to run.
+  bool start(std::shared_ptr<StreamImpl> s);
+  // A node finished (or was skipped): starts the successors it releases.
+  void node_done(int node, std::exception_ptr error);
+  std::string describe() const;
+};
+
+// A capture in progress (capture.cpp). Guards the capture state of its
+// streams (StreamImpl::capture_deps) and of the events recorded in it.
+struct CaptureSession : std::enable_shared_from_this<CaptureSession> {
+  std::mutex mutex;
+  Device::Impl* device = nullptr;
+  std::shared_ptr<StreamImpl> origin;
+  std::vector<std::shared_ptr<StreamImpl>> streams;  // origin first, then joined ones
+  std::vector<CapturedKernel> kernels;
+  std::string error;  // the first refusal; set: the capture is invalid
+  bool ended = false;
+
+  // Records `message` as the capture's error and throws CaptureError.
+  [[noreturn]] void refuse(std::string message, std::string hint);
+};
+
+struct EventImpl {
+  uint64_t id = 0;
+  bool timing = false;
+  mutable std::mutex mutex;
+  std::shared_ptr<Recording> latest;  // most recent real record(), null if never recorded
+  // The most recent record() made on a capturing stream (reset by a real one).
+  std::shared_ptr<CaptureSession> captured_in;
+  std::vector<int> captured_deps;
+
+  std::shared_ptr<Recording> snapshot() const {
+    std::lock_guard lock(mutex);
+    return latest;
+  }
 };
 
 struct StreamImpl : std::enable_shared_from_this<StreamImpl> {
@@ -96,8 +161,16 @@ struct StreamImpl : std::enable_shared_from_this<StreamImpl> {
   // The in-flight item, kept for the watchdog's message (described lazily).
   std::shared_ptr<KernelRun> head_kernel;
   std::shared_ptr<Recording> head_wait;
+  std::shared_ptr<DagRun> head_dag;
   // Items enqueued and not yet finished; lets host waits spin without the lock.
   std::atomic<int64_t> pending{0};
+
+  // Graph capture: set while launches are recorded into `capture` (guarded
+  // by `mutex`); capture_deps (guarded by the session's mutex) are the
+  // captured kernels the next launch depends on.
+  std::atomic<bool> capturing{false};
+  std::shared_ptr<CaptureSession> capture;
+  std::vector<int> capture_deps;
 
   void enqueue(WorkItem item);
   // Called when the in-flight item finished; starts the next ones.
@@ -144,6 +217,7 @@ struct Device::Impl {
   std::vector<std::weak_ptr<StreamImpl>> streams;
   std::atomic<int> next_stream_id{0};
   std::unique_ptr<Stream> default_stream;
+  std::atomic<int> capturing_streams{0};  // a host synchronize is refused while > 0
 
   CoreLimits limit() const;
   std::shared_ptr<StreamImpl> make_stream(int priority);
@@ -154,5 +228,50 @@ struct Device::Impl {
 };
 
 void validate_limit_value(int value, int spec, const char* kind, const char* what);
+
+HostWaitHook host_wait_hook();
+
+// Kernel blocks finished in this process so far: a host wait's watchdog
+// measures time without progress, so a slow queue on a starved machine is
+// not taken for a stuck one.
+std::atomic<uint64_t>& work_progress();
+
+// Sleeps on `cv` (with `lock` held) until `ready()`, or until no kernel block
+// of this process has finished for host_wait_timeout() (returns false);
+// calls the host wait hook between slices of kHostWaitHookPeriod, without
+// the lock.
+template <typename Ready>
+bool host_wait(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Ready ready) {
+  using clock = std::chrono::steady_clock;
+  auto deadline = clock::now() + host_wait_timeout();
+  uint64_t seen = work_progress().load(std::memory_order_relaxed);
+  for (;;) {
+    const HostWaitHook hook = host_wait_hook();
+    const auto slice = hook ? kHostWaitHookPeriod : std::chrono::milliseconds(500);
+    if (cv.wait_until(lock, std::min(deadline, clock::now() + slice), ready)) return true;
+    const uint64_t now_seen = work_progress().load(std::memory_order_relaxed);
+    if (now_seen != seen) {
+      seen = now_seen;
+      deadline = clock::now() + host_wait_timeout();
+    } else if (clock::now() >= deadline) {
+      return false;
+    }
+    if (hook) {
+      lock.unlock();
+      hook();
+      lock.lock();
+    }
+  }
+}
+
+// Capture hooks (capture.cpp). The *_record/*_wait ones return true when
+// the capture took the call (the eager path must not run it).
+void capture_launch(StreamImpl& s, const LaunchInfo& info, KernelBody body, CoreLimits limits);
+bool capture_record(StreamImpl& s, EventImpl& e);
+bool capture_wait(StreamImpl& s, EventImpl& e);
+// Throw CaptureError if the host would synchronize with captured work.
+void capture_refuse_sync(StreamImpl& s, const char* what);
+void capture_refuse_event_sync(EventImpl& e, const char* what);
+void capture_refuse_device_sync(Device::Impl& device);
 
 }  // namespace coremesh::runtime

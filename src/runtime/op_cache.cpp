@@ -4,16 +4,6 @@
 
 namespace coremesh::runtime {
 
-std::string OpKey::text() const {
-  std::string s = op + "|";
-  for (size_t i = 0; i < shapes.size(); ++i) s += (i ? "," : "") + shape_str(shapes[i]);
-  s += "|";
-  for (size_t i = 0; i < dtypes.size(); ++i) s += std::string(i ? "," : "") + std::string(dtype_name(dtypes[i]));
-  s += fmt::format("|cube={}|vector={}", limits.cube, limits.vector);
-  if (!attrs.empty()) s += "|" + attrs;
-  return s;
-}
-
 OpCache& OpCache::global() {
   static OpCache cache;
   return cache;

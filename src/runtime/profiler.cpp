@@ -117,6 +117,7 @@ void write_chrome_trace(const std::string& path) {
     json args = {{"block_dim", r.block_dim},     {"cube_num", r.limits.cube},
                  {"vector_num", r.limits.vector}, {"kind", kernel_kind_name(r.kind)},
                  {"cache_id", fmt::format("{:016x}", r.cache_id)}};
+    if (!r.op.empty()) args["op"] = r.op;
     events.push_back({{"name", r.name}, {"cat", "kernel"}, {"ph", "X"}, {"pid", pid},
                       {"tid", stream_tid}, {"ts", r.start_ns / 1e3},
                       {"dur", (r.end_ns - r.start_ns) / 1e3}, {"args", args}});

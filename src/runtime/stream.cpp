@@ -16,9 +16,17 @@ std::atomic<int64_t>& timeout_ms() {
 }
 
 thread_local std::shared_ptr<StreamImpl> t_current_stream;
+std::atomic<HostWaitHook> g_host_wait_hook{nullptr};
 }  // namespace
 
+void set_host_wait_hook(HostWaitHook hook) { g_host_wait_hook = hook; }
+HostWaitHook host_wait_hook() { return g_host_wait_hook.load(); }
+
 std::chrono::milliseconds wait_timeout() { return std::chrono::milliseconds(timeout_ms().load()); }
+std::chrono::milliseconds host_wait_timeout() {
+  const int64_t ms = timeout_ms().load();
+  return std::chrono::milliseconds(ms + ms / 10 + 2000);
+}
 
 void set_wait_timeout(std::chrono::milliseconds timeout) {
   CM_CHECK(timeout.count() > 0, "use a positive timeout", "wait timeout must be positive");
@@ -39,6 +47,7 @@ std::string StreamImpl::describe() const { return fmt::format("stream {}", id); 
 
 std::string StreamImpl::describe_head() const {
   if (head_wait) return "a wait for " + head_wait->describe();
+  if (head_dag) return head_dag->describe();
   if (head_kernel)
     return fmt::format("kernel '{}' ({} blocks)", head_kernel->info.name, head_kernel->info.block_dim);
   return "nothing";
@@ -60,6 +69,7 @@ void StreamImpl::item_done(std::exception_ptr item_error) {
     busy = false;
     head_kernel.reset();
     head_wait.reset();
+    head_dag.reset();
     if (item_error && !error) error = item_error;
     pending.fetch_sub(1, std::memory_order_release);
   }
@@ -129,6 +139,15 @@ bool StreamImpl::start(WorkItem& item, std::exception_ptr& finished_error) {
       finished_error = item.recording->error;
       return true;
     }
+    case WorkItem::Type::dag: {
+      if (current_error) return true;  // skipped like a kernel
+      if (item.dag->runs.empty()) return true;
+      {
+        std::lock_guard lock(mutex);
+        head_dag = item.dag;
+      }
+      return item.dag->start(shared_from_this());
+    }
   }
   return true;
 }
@@ -158,12 +177,12 @@ void StreamImpl::synchronize() {
     }
     lock.lock();
   }
-  if (!idle_cv.wait_for(lock, wait_timeout(), idle)) {
+  if (!host_wait(idle_cv, lock, idle)) {
     CM_THROW(TimeoutError,
              "raise COREMESH_WAIT_TIMEOUT_S if the work is just slow; otherwise look for a "
              "kernel that never returns or an event recorded on a stream that is stuck",
-             "{} did not finish within {} s: it is running {} with {} more item(s) queued",
-             describe(), wait_timeout().count() / 1000.0, describe_head(), queue.size());
+             "{} made no progress for {} s: it is running {} with {} more item(s) queued",
+             describe(), host_wait_timeout().count() / 1000.0, describe_head(), queue.size());
   }
   rethrow_pending_error(lock);
 }
@@ -194,19 +213,31 @@ void Stream::launch(const LaunchInfo& info, KernelBody body) {
            info.name, kernel_kind_name(info.kind), info.block_dim, impl_->id, allowed,
            kernel_kind_name(info.kind), limits.cube, limits.vector);
   CM_CHECK(body != nullptr, "pass a kernel body", "kernel '{}' has no body", info.name);
+  if (impl_->capturing.load(std::memory_order_acquire)) {
+    capture_launch(*impl_, info, std::move(body), limits);
+    return;
+  }
   auto run = std::make_shared<KernelRun>();
   run->info = info;
   run->body = std::move(body);
   run->limits = limits;
   run->stream = impl_;
+  run->stream_id = impl_->id;
+  run->priority = impl_->priority;
   run->blocks_left.store(info.block_dim);
   run->profiled = profiler_enabled();
   if (run->profiled) run->blocks.resize(static_cast<size_t>(info.block_dim));
   impl_->enqueue(WorkItem{WorkItem::Type::kernel, std::move(run), nullptr});
 }
 
-bool Stream::query() { return impl_->query(); }
-void Stream::synchronize() { impl_->synchronize(); }
+bool Stream::query() {
+  if (impl_->capturing.load(std::memory_order_acquire)) capture_refuse_sync(*impl_, "Stream::query()");
+  return impl_->query();
+}
+void Stream::synchronize() {
+  if (impl_->capturing.load(std::memory_order_acquire)) capture_refuse_sync(*impl_, "Stream::synchronize()");
+  impl_->synchronize();
+}
 
 Event Stream::record_event() {
   Event e;

@@ -115,17 +115,24 @@ CheckpointState load_checkpoint(const std::string& path) {
 
 void check_compatible(const CheckpointState& ckpt, const model::ModelConfig& config,
                       const NamedTensors& params, const std::string& path) {
+  std::vector<std::pair<std::string, Shape>> shapes;
+  for (const auto& [n, t] : params) shapes.emplace_back(n, t.shape());
+  check_compatible(ckpt, config, shapes, path);
+}
+
+void check_compatible(const CheckpointState& ckpt, const model::ModelConfig& config,
+                      const std::vector<std::pair<std::string, Shape>>& params, const std::string& path) {
   std::vector<std::string> diffs;
   for (const auto& d : model::config_differences(ckpt.config, config))
     diffs.push_back("model config " + d + " (checkpoint vs now)");
   std::map<std::string, Shape> have;
   for (const auto& [n, t] : ckpt.params) have[n] = t.shape();
-  for (const auto& [n, t] : params) {
+  for (const auto& [n, shape] : params) {
     auto it = have.find(n);
     if (it == have.end()) diffs.push_back(fmt::format("parameter '{}' is missing", n));
-    else if (it->second != t.shape())
+    else if (it->second != shape)
       diffs.push_back(fmt::format("parameter '{}' has shape {} but the model needs {}", n,
-                                  shape_str(it->second), shape_str(t.shape())));
+                                  shape_str(it->second), shape_str(shape)));
     if (it != have.end()) have.erase(it);
   }
   for (const auto& [n, s] : have) diffs.push_back(fmt::format("unexpected parameter '{}'", n));

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/ops/elementwise.hpp"
 #include "coremesh/ops/optimizer.hpp"
 #include "coremesh/shmem/collectives.hpp"
+#include "coremesh/shmem/rma.hpp"
 #include "coremesh/shmem/session.hpp"
 #include "coremesh/shmem/team.hpp"
 #include "coremesh/train/trainer.hpp"
@@ -16,15 +18,6 @@ namespace {
 
 parallel::SplitSizes split_sizes(const TrainConfig& c) {
   return {c.model.n_routed_experts, c.model.n_heads, c.model.n_layers, c.seq_len};
-}
-
-// Copies src into dst (same bytes) on the current stream.
-void copy_on_stream(const Tensor& src, const Tensor& dst) {
-  CM_ASSERT(src.nbytes() == dst.nbytes() && src.is_contiguous() && dst.is_contiguous());
-  runtime::current_stream().launch({"copy", runtime::KernelKind::vector, 1, 0},
-                                   [src, dst](const runtime::BlockContext&) {
-                                     std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
-                                   });
 }
 
 int64_t round_up(int64_t x, int64_t unit, int64_t cap) { return std::min(cap, (x + unit - 1) / unit * unit); }
@@ -179,14 +172,75 @@ void Distributed::after_optimizer() {
 }
 
 void Distributed::sum_expert_load() {
-  const std::vector<Tensor>& loads = model_->expert_load();
-  if (loads.empty()) return;
-  const int64_t n = cfg_.model.n_routed_experts + 1;
-  for (size_t i = 0; i < loads.size(); ++i) copy_on_stream(loads[i], load_arena_.slice(0, int64_t(i) * n, int64_t(i + 1) * n));
+  if (model_->expert_load().empty()) return;
   runtime::Stream s = runtime::current_stream();
-  load_->reduce_scatter(0, s);
-  load_->all_gather(0, load_arena_, s);
-  for (size_t i = 0; i < loads.size(); ++i) copy_on_stream(load_arena_.slice(0, int64_t(i) * n, int64_t(i + 1) * n), loads[i]);
+  load_->sum_packed(model_->expert_load(), s);
+}
+
+model::Model::ArenaAllocator Distributed::state_allocator() const {
+  return [](int64_t n) {
+    const int64_t most = parallel::max_over_world({n})[0];
+    return parallel::symmetric_tensor({most}).slice(0, 0, n);
+  };
+}
+
+parallel::Group Distributed::group_of(int r, int pe) const {
+  const int kind = grads_->ranges()[size_t(r)].group;
+  return parallel::Group::of(kind == 0 ? mesh_.dense_grad_group(pe) : mesh_.expert_grad_group(pe), pe);
+}
+
+int64_t Distributed::state_offset(int pe, int r) const {
+  // pe's owned ranges, sorted by start (as owned_ranges() gives them to AdamW)
+  const auto mine = grads_->shard(r, group_of(r, pe).me);
+  int64_t offset = 0;
+  for (int q = 0; q < int(grads_->ranges().size()); ++q) {
+    const auto s = grads_->shard(q, group_of(q, pe).me);
+    if (s.first < s.second && s.first < mine.first) offset += s.second - s.first;
+  }
+  return offset;
+}
+
+std::vector<Distributed::Piece> Distributed::locate(int ep_index, int64_t b, int64_t e, bool state) const {
+  parallel::Coords c;
+  c[parallel::Dim::ep] = ep_index;
+  const int holder = mesh_.rank(c);  // dp 0 of that expert shard: every PE has the full weights
+  if (!state || cfg_.parallel.zero == 0) return {{holder, b, e - b, 0}};
+  std::vector<Piece> out;
+  for (int r = 0; r < int(grads_->ranges().size()); ++r) {
+    const parallel::Group g = group_of(r, holder);
+    for (int m = 0; m < g.size(); ++m) {
+      const auto [sb, se] = grads_->shard(r, m);
+      const int64_t lo = std::max(b, sb), hi = std::min(e, se);
+      if (lo >= hi) continue;
+      const int pe = g.pes[size_t(m)];
+      out.push_back({pe, state_offset(pe, r) + (lo - sb), hi - lo, lo - b});
+    }
+  }
+  return out;
+}
+
+void Distributed::gather_state(model::Model& model, AdamW& opt, NamedTensors& params, NamedTensors& adam_m,
+                               NamedTensors& adam_v) {
+  shmem::barrier();  // every PE's step is done: their arenas hold the state to save
+  if (leader()) {
+    const int ep = cfg_.parallel.ep, local = cfg_.model.n_routed_experts / std::max(ep, 1);
+    const model::ParamLayout& mine = model.layout();
+    for (const model::ParamInfo& w : model::layout_params(cfg_.model).params) {
+      const model::ParamInfo& p = mine.params[size_t(mine.index_of(w.name))];
+      Tensor x = Tensor::empty(w.shape), m = Tensor::empty(w.shape), v = Tensor::empty(w.shape);
+      for (int j = 0; j < (w.expert() ? ep : 1); ++j) {
+        const int64_t at = w.expert() ? int64_t(j) * local * (w.numel / w.shape[0]) : 0;
+        for (const Piece& q : locate(j, p.offset, p.offset + p.numel, false))
+          shmem::get(x.data<float>() + at + q.at, model.param_data() + q.offset, size_t(q.length), q.pe);
+        for (const Piece& q : locate(j, p.offset, p.offset + p.numel, true)) {
+          shmem::get(m.data<float>() + at + q.at, opt.m().data<float>() + q.offset, size_t(q.length), q.pe);
+          shmem::get(v.data<float>() + at + q.at, opt.v().data<float>() + q.offset, size_t(q.length), q.pe);
+        }
+      }
+      params.emplace_back(w.name, x), adam_m.emplace_back(w.name, m), adam_v.emplace_back(w.name, v);
+    }
+  }
+  shmem::barrier();  // nobody changes its arenas before the leader has read them
 }
 
 double Distributed::sum_over_data_ranks(double local) {
@@ -199,6 +253,7 @@ double Distributed::sum_over_data_ranks(double local) {
 }
 
 int64_t Distributed::symmetric_bytes(const TrainConfig& c, int world) {
+  if (c.parallel.pp > 1) return Pipeline::symmetric_bytes(c);
   const parallel::Mesh mesh(c.parallel, world, split_sizes(c));
   const int ep = c.parallel.ep, E = c.model.n_routed_experts;
   model::StageLayout stage;

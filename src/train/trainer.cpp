@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "coremesh/core/error.hpp"
+#include "coremesh/shmem/collectives.hpp"
 #include "coremesh/shmem/session.hpp"
 #include "coremesh/train/generate.hpp"
 
@@ -120,20 +121,63 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
   train_loader_ = std::make_unique<DataLoader>(*data_, Split::train, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
   if (cfg_.val_fraction > 0)
     val_loader_ = std::make_unique<DataLoader>(*data_, Split::validation, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
-  if (world > 1) {
+  if (cfg_.parallel.pp > 1) {
+    pipe_ = std::make_unique<Pipeline>(cfg_);
+    model_ = std::make_unique<model::Model>(cfg_.model, pipe_->stage(), pipe_->seams(), pipe_->arena());
+    pipe_->attach(*model_);
+    opt_ = std::make_unique<AdamW>(*model_, cfg_.adam, pipe_->owned_ranges(), pipe_->state_allocator());
+  } else if (world > 1) {
     dist_ = std::make_unique<Distributed>(cfg_, device);
     model_ = std::make_unique<model::Model>(cfg_.model, dist_->stage(), dist_->seams(), dist_->arena());
     dist_->attach(*model_);
-    opt_ = std::make_unique<AdamW>(*model_, cfg_.adam, dist_->owned_ranges());
+    opt_ = std::make_unique<AdamW>(*model_, cfg_.adam, dist_->owned_ranges(), dist_->state_allocator());
   } else {
     model_ = std::make_unique<model::Model>(cfg_.model);
     opt_ = std::make_unique<AdamW>(*model_, cfg_.adam);
   }
   model_->init_weights(rng_.next_u64());
+  if (pipe_) {
+    runtime::StreamGuard on(stream_);
+    pipe_->sync_tied_table();  // a head beside the embedding on one PE holds a replica of it too
+  }
   schedule_ = LrSchedule{cfg_.lr, cfg_.min_lr, cfg_.warmup_steps, cfg_.steps};
 }
 
-CheckpointState Trainer::checkpoint_state() const {
+namespace {
+
+// This PE's share of whole-model tensors (by name): its parameters (its
+// experts' rows) and its AdamW state (the ranges it owns).
+void load_state(model::Model& model, AdamW& opt, const NamedTensors& params,
+                             const NamedTensors& adam_m, const NamedTensors& adam_v) {
+  std::map<std::string, Tensor> P(params.begin(), params.end()), M(adam_m.begin(), adam_m.end()),
+      V(adam_v.begin(), adam_v.end());
+  auto whole = [&](const std::map<std::string, Tensor>& from, const model::ParamInfo& p) -> const float* {
+    auto it = from.find(p.name);
+    CM_CHECK(it != from.end(), "resume from a complete checkpoint", "the checkpoint lacks '{}'", p.name);
+    const Tensor& t = it->second;
+    const int64_t rows = p.expert() ? p.numel / p.shape[0] : 0;
+    CM_CHECK(t.numel() >= p.numel + p.expert_begin * rows, "resume a checkpoint of this model",
+             "'{}' has {} elements, this PE needs {}", p.name, t.numel(), p.numel + p.expert_begin * rows);
+    return t.data<float>() + p.expert_begin * rows;  // this PE's experts' rows
+  };
+  for (const model::ParamInfo& p : model.params())
+    std::memcpy(model.param_data() + p.offset, whole(P, p), size_t(p.numel) * sizeof(float));
+  // AdamW state: each owned range, element by element from the parameters it covers
+  for (size_t i = 0; i < opt.owned().size(); ++i) {
+    const auto [b, e] = opt.owned()[i];
+    for (const model::ParamInfo& p : model.params()) {
+      const int64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.numel);
+      if (lo >= hi) continue;
+      const int64_t to = opt.state_offset(i) + (lo - b), from = lo - p.offset;
+      std::memcpy(opt.m().data<float>() + to, whole(M, p) + from, size_t(hi - lo) * sizeof(float));
+      std::memcpy(opt.v().data<float>() + to, whole(V, p) + from, size_t(hi - lo) * sizeof(float));
+    }
+  }
+}
+
+}  // namespace
+
+CheckpointState Trainer::checkpoint_state() {
   CheckpointState s;
   s.config = cfg_.model;
   s.train_config = to_json(cfg_)["train"];
@@ -142,12 +186,20 @@ CheckpointState Trainer::checkpoint_state() const {
   s.rng_state = rng_.state();
   s.data_position = train_loader_->position();
   s.data_fingerprint = data_->fingerprint();
+  s.buffers = model_->named_buffers();  // router biases: the same on every PE
+  if (pipe_) {
+    pipe_->gather_state(*model_, *opt_, s.params, s.adam_m, s.adam_v, s.buffers);  // each stage's, on the leader
+    return s;
+  }
+  if (dist_) {
+    dist_->gather_state(*model_, *opt_, s.params, s.adam_m, s.adam_v);  // whole-model tensors on the leader
+    return s;
+  }
   s.params = model_->named_params();
   for (const auto& p : model_->params()) {
-    s.adam_m.emplace_back(p.name, opt_->m().slice(0, p.offset, p.offset + p.numel).view(p.shape));
-    s.adam_v.emplace_back(p.name, opt_->v().slice(0, p.offset, p.offset + p.numel).view(p.shape));
+    s.adam_m.emplace_back(p.name, opt_->m_of(p));
+    s.adam_v.emplace_back(p.name, opt_->v_of(p));
   }
-  s.buffers = model_->named_buffers();
   return s;
 }
 
@@ -155,8 +207,12 @@ std::string Trainer::save_checkpoint_now() {
   stream_.synchronize();  // the weights and the optimizer state as of the last step
   const std::string dir = (fs::path(cfg_.out_dir) / "checkpoints").string();
   const std::string path = checkpoint_path(dir, step_);
-  save_checkpoint(path, checkpoint_state());
-  prune_checkpoints(dir, cfg_.keep_checkpoints);
+  const CheckpointState s = checkpoint_state();  // collective when parallel
+  if (leader()) {
+    save_checkpoint(path, s);
+    prune_checkpoints(dir, cfg_.keep_checkpoints);
+  }
+  if (dist_ || pipe_) shmem::barrier();  // the file is complete before any PE goes on (and may read it)
   return path;
 }
 
@@ -169,26 +225,15 @@ void Trainer::resume(const std::string& where) {
              "no checkpoint found in '{}'", where);
   }
   CheckpointState s = load_checkpoint(path);
-  check_compatible(s, cfg_.model, model_->named_params(), path);
+  std::vector<std::pair<std::string, Shape>> whole;  // the 1-PE model's names and shapes
+  for (const auto& p : model::layout_params(cfg_.model).params) whole.emplace_back(p.name, p.shape);
+  check_compatible(s, cfg_.model, whole, path);
   CM_CHECK(s.data_fingerprint == data_->fingerprint(),
            "resume with the same data files as the run that saved the checkpoint",
            "checkpoint '{}' was trained on different data (fingerprint {} vs {})", path,
            s.data_fingerprint, data_->fingerprint());
   stream_.synchronize();
-  auto copy = [&](const NamedTensors& from, const std::function<Tensor(const model::ParamInfo&)>& to,
-                  const char* what) {
-    std::map<std::string, Tensor> by_name(from.begin(), from.end());
-    for (const auto& p : model_->params()) {
-      auto it = by_name.find(p.name);
-      CM_CHECK(it != by_name.end(), "resume from a complete checkpoint",
-               "checkpoint '{}' lacks {} of '{}'", path, what, p.name);
-      Tensor dst = to(p);
-      dst.copy_from(it->second);
-    }
-  };
-  copy(s.params, [&](const model::ParamInfo& p) { return model_->param(p.name); }, "weights");
-  copy(s.adam_m, [&](const model::ParamInfo& p) { return opt_->m().slice(0, p.offset, p.offset + p.numel).view(p.shape); }, "AdamW m");
-  copy(s.adam_v, [&](const model::ParamInfo& p) { return opt_->v().slice(0, p.offset, p.offset + p.numel).view(p.shape); }, "AdamW v");
+  load_state(*model_, *opt_, s.params, s.adam_m, s.adam_v);
   std::map<std::string, Tensor> bufs(s.buffers.begin(), s.buffers.end());
   for (auto& [name, b] : model_->named_buffers()) {
     auto it = bufs.find(name);
@@ -210,6 +255,11 @@ double Trainer::validate() {
   std::vector<Tensor> losses;
   for (int i = 0; i < cfg_.val_batches; ++i) {
     val_loader_->next_batch(x, y);
+    if (pipe_) {  // the last stage has the losses
+      const Tensor l = pipe_->forward_only({x.data(), y.data(), cfg_.batch_size, cfg_.seq_len});
+      if (l.defined()) losses.push_back(l);
+      continue;
+    }
     model_->forward(0, {x.data(), y.data(), cfg_.batch_size, cfg_.seq_len});
     losses.push_back(model_->token_losses(0));
     model_->close_slot(0);
@@ -217,6 +267,7 @@ double Trainer::validate() {
   stream_.synchronize();
   double sum = 0;
   for (const Tensor& l : losses) sum += mean_of(l);
+  if (pipe_) sum = pipe_->over_world({pipe_->data_index() == 0 ? sum : 0.0})[0].sum;  // one replica's
   return sum / cfg_.val_batches;
 }
 
@@ -225,6 +276,10 @@ std::string Trainer::sample() {
   SampleOptions o;
   o.tokens = cfg_.sample_tokens;
   return generate(*model_, cfg_.sample_prompt, o);
+}
+
+int64_t Trainer::tokens_per_step() const {
+  return cfg_.tokens_per_step() * (dist_ ? dist_->data_ranks() : pipe_ ? pipe_->data_ranks() : 1);
 }
 
 void Trainer::queue_step() {
@@ -236,8 +291,30 @@ void Trainer::queue_step() {
   // The step's micro-batches are those of a 1-PE run accumulating
   // grad_accum x data_ranks of them; this PE takes its data_index-th run of
   // grad_accum, and every micro-batch's loss weighs 1 / (their number).
-  const int a = cfg_.grad_accum, ranks = dist_ ? dist_->data_ranks() : 1, mine = dist_ ? dist_->data_index() : 0;
+  const int a = cfg_.grad_accum;
+  const int ranks = dist_ ? dist_->data_ranks() : pipe_ ? pipe_->data_ranks() : 1;
+  const int mine = dist_ ? dist_->data_index() : pipe_ ? pipe_->data_index() : 0;
   const float scale = 1.0f / float(a * ranks);
+  if (pipe_) {  // every stage reads the step's micro-batches; the schedule says when each runs
+    xs_.resize(size_t(a)), ys_.resize(size_t(a));
+    std::vector<model::MicroBatch> batches;
+    for (int g = 0; g < a * ranks; ++g) {
+      const bool here = g / a == mine;
+      std::vector<int32_t> &x = here ? xs_[size_t(g % a)] : x_, &y = here ? ys_[size_t(g % a)] : y_;
+      train_loader_->next_batch(x, y);
+      if (here) batches.push_back({x.data(), y.data(), cfg_.batch_size, cfg_.seq_len, scale});
+    }
+    pipe_->run(batches);
+    model_->seal_gradients();
+    if (ranks > 1) pipe_->sum_over_data_ranks();
+    grad_sq_ = pipe_->grad_sq_sum();
+    opt_->clip_gradients(grad_sq_);
+    opt_->step(schedule_.at(step_));
+    pipe_->sync_tied_table();
+    model_->update_router_bias();  // each stage's routers see all of the step's micro-batches
+    step_queued_ = true;
+    return;
+  }
   for (int g = 0; g < a * ranks; ++g) {
     train_loader_->next_batch(x_, y_);
     if (g / a != mine) continue;
@@ -264,17 +341,22 @@ StepRecord& Trainer::finish_step() {
   CM_CHECK(step_queued_, "queue_step() before finish_step()", "no step is queued");
   stream_.synchronize();
   step_queued_ = false;
-  const model::StepStats st = model_->read_stats();
+  model::StepStats st = model_->read_stats();
   StepRecord r;
   r.step = step_;
   r.lr = schedule_.at(step_);
   r.loss = dist_ ? dist_->sum_over_data_ranks(st.loss) : st.loss;
   r.aux_loss = dist_ ? dist_->sum_over_data_ranks(st.aux_loss) : st.aux_loss;
+  if (pipe_) {  // the loss on the last stage(s), the balance losses and loads of every stage
+    const auto t = pipe_->over_world({st.loss, st.aux_loss});
+    r.loss = t[0].sum, r.aux_loss = t[1].sum;
+    st.expert_load = pipe_->every_expert_load(st.expert_load);
+  }
   r.grad_norm = AdamW::grad_norm(grad_sq_);
   CM_CHECK(std::isfinite(r.loss), "lower the learning rate or enable gradient clipping",
            "loss became {} at step {}", r.loss, step_ + 1);
   r.seconds = now_seconds() - step_start_;
-  r.tokens_per_s = double(cfg_.tokens_per_step()) / r.seconds;
+  r.tokens_per_s = double(tokens_per_step()) / r.seconds;
   last_load_ = {step_, {}};
   for (const auto& counts : st.expert_load) {
     r.expert_balance = std::max(r.expert_balance, expert_balance(counts));
@@ -293,7 +375,8 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   runtime::StreamGuard on(stream_);
   const int64_t end = until_step < 0 ? cfg_.steps : std::min(until_step, cfg_.steps);
   const double flops_tok = model::flops_per_token(cfg_.model, cfg_.seq_len);
-  const double peak = measured_peak_flops(cores_);
+  const int pes = dist_ || pipe_ ? cfg_.parallel.world() : 1;  // MFU over every PE's cores
+  const double peak = measured_peak_flops(cores_) * pes;
   Progress progress(cfg_.steps, step_, cfg_.log_every, stderr, cfg_.progress ? -1 : 0);
   const int64_t heat_every = std::max<int64_t>(1, cfg_.steps / 200);
   TrainResult result;
@@ -308,7 +391,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
     if ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || done == cfg_.steps) {
       val = validate();
       if (val >= 0) val_records_.push_back({r.step, val});
-      if (cfg_.sample_tokens > 0) {
+      if (cfg_.sample_tokens > 0 && !pipe_) {  // sampling runs a whole model on one PE
         samples_.push_back({r.step, cfg_.sample_prompt, sample()});
         if (cfg_.progress)
           progress.message(fmt::format("sample at step {}: {}", done,
@@ -329,11 +412,11 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   // Throughput over the steady part (the first step warms caches and allocations).
   double tok = 0, sec = 0;
   for (size_t i = records_.size() > 1 ? 1 : 0; i < records_.size(); ++i)
-    tok += double(cfg_.tokens_per_step()), sec += records_[i].seconds;
+    tok += double(tokens_per_step()), sec += records_[i].seconds;
   result.mean_tokens_per_s = sec > 0 ? tok / sec : 0;
   // Runs long enough to report MFU take the higher of the peaks measured at
   // their start and end (the core's speed drifts).
-  result.mean_mfu = flops_tok * result.mean_tokens_per_s / (sec >= 2 ? remeasure_peak_flops(cores_) : peak);
+  result.mean_mfu = flops_tok * result.mean_tokens_per_s / (sec >= 2 ? remeasure_peak_flops(cores_) * pes : peak);
   if (save_at_end) result.checkpoint = save_checkpoint_now();
   if (cfg_.report) {
     fs::create_directories(cfg_.out_dir);

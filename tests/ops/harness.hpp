@@ -5,7 +5,8 @@
 //  - outputs written into guarded buffers whose sentinels catch overruns;
 //  - a sweep over core limits (1, 2, 3 and 4 cube/vector cores on a device
 //    with 2 workers and a 4+4 core spec) that also checks, through the
-//    profiler, that every kernel's block_dim obeyed the limit in force;
+//    profiler, that every kernel's block_dim obeyed the limit in force and
+//    that it carried its op descriptor;
 //  - finite-difference gradient checks on small shapes.
 #pragma once
 
@@ -150,6 +151,7 @@ inline void for_each_limit(const std::function<void(const LimitCase&)>& body) {
       EXPECT_GE(r.block_dim, 1) << r.name;
       EXPECT_LE(r.block_dim, runtime::max_blocks(want, r.kind)) << r.name;
       EXPECT_NE(r.cache_id, 0u) << r.name << " did not go through the op cache";
+      EXPECT_EQ(r.op.rfind(r.name + "(", 0), 0u) << r.name << " launched without its op descriptor: " << r.op;
     }
     EXPECT_GT(kernels, 0) << "no kernel ran on the test stream";
     runtime::profiler_stop();

@@ -2,7 +2,7 @@
 // combinations, beta 0 / 1 / other, sizes around the 6x16 tile and the
 // KC = 256 / NC = 1536 block edges, leading dimensions above the minimum,
 // and C's padding columns left untouched.
-#include "../../src/ops/sgemm_avx2.hpp"
+#include "../../src/ops/gemm_engine/sgemm_avx2.hpp"
 
 #include <gtest/gtest.h>
 

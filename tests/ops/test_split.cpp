@@ -1,7 +1,7 @@
 // detail::split_rows_by_cost: every row of every unit (zero-cost units too)
 // goes to exactly one block, and the blocks' costs differ by at most `align`
 // rows of the costliest unit.
-#include "../../src/ops/detail.hpp"
+#include "../../src/ops/detail/split.hpp"
 
 #include <gtest/gtest.h>
 

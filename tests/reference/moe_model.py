@@ -248,6 +248,24 @@ def capacity_keep(cfg, idx, w):
     return keep
 
 
+def local_experts(cfg, P, l, xf, idx, w, keep):
+    """f32 routed experts, all on this process: sum_k w_k * expert_{e_k}(x)."""
+    y = torch.zeros_like(xf)
+    for e in range(cfg["n_routed_experts"]):
+        n, k = torch.nonzero((idx == e) & keep, as_tuple=True)
+        if n.numel() == 0:
+            continue
+        w1, w3 = P[f"layers.{l}.experts.w13"][e].chunk(2)  # [gate; up] rows
+        h = swiglu(xf[n], w1, w3, P[f"layers.{l}.experts.w2"][e])
+        y = y.index_add(0, n, h * w[n, k][:, None])
+    return y
+
+
+# The f32 routed experts moe() runs; bench/train_torch.py's expert-parallel
+# mode swaps in experts spread over processes (same signature).
+routed_experts = local_experts
+
+
 def moe(cfg, P, B_, l, x, stats):
     B, T, C = x.shape
     E, K = cfg["n_routed_experts"], cfg["top_k"]
@@ -257,14 +275,7 @@ def moe(cfg, P, B_, l, x, stats):
     keep = capacity_keep(cfg, idx, w)
     precision = cfg.get("precision", "f32")
     if precision == "f32":
-        y = torch.zeros_like(xf)
-        for e in range(E):
-            n, k = torch.nonzero((idx == e) & keep, as_tuple=True)
-            if n.numel() == 0:
-                continue
-            w1, w3 = P[f"layers.{l}.experts.w13"][e].chunk(2)  # [gate; up] rows
-            h = swiglu(xf[n], w1, w3, P[f"layers.{l}.experts.w2"][e])
-            y = y.index_add(0, n, h * w[n, k][:, None])
+        y = routed_experts(cfg, P, l, xf, idx, w, keep)
     else:
         # permuted rows: expert order, token order inside an expert, zero rows
         # for the dropped slots at the end

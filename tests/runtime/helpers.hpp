@@ -98,6 +98,18 @@ inline std::vector<std::map<std::string, std::string>> read_csv(const std::strin
   return rows;
 }
 
+// The RFC test plan's device: four worker threads (time-shared on small
+// machines) with a spec of 8 cube and 8 vector cores, so limits below and
+// above the worker count both occur; and the operands of its cases.
+inline DeviceOptions rfc_device() { return {.cores = 4, .cube_cores = 8, .vector_cores = 8}; }
+
+struct RfcOperands {
+  Tensor a = Tensor::full({384, 384}, 0.01f);
+  Tensor b = Tensor::full({384, 384}, 0.02f);
+  Tensor x = Tensor::full({1 << 20}, 1.0f);
+  Tensor y = Tensor::full({1 << 20}, 2.0f);
+};
+
 inline std::string temp_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /
              ("coremesh_test_" + name + "_" + std::to_string(::getpid()));

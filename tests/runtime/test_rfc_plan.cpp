@@ -11,16 +11,7 @@ namespace {
 
 using namespace testing;
 
-// Four worker threads (time-shared on small machines) with a spec of 8 cube
-// and 8 vector cores, so limits below and above the worker count both occur.
-DeviceOptions rfc_device() { return {.cores = 4, .cube_cores = 8, .vector_cores = 8}; }
-
-struct Operands {
-  Tensor a = Tensor::full({384, 384}, 0.01f);
-  Tensor b = Tensor::full({384, 384}, 0.02f);
-  Tensor x = Tensor::full({1 << 20}, 1.0f);
-  Tensor y = Tensor::full({1 << 20}, 2.0f);
-};
+using Operands = RfcOperands;
 
 std::vector<std::map<std::string, std::string>> export_csv(const std::string& name) {
   const std::string dir = temp_dir(name);

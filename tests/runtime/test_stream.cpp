@@ -8,6 +8,7 @@
 
 #include <sched.h>
 
+#include "../../src/runtime/internal.hpp"  // Device::Impl::sleepers
 #include "coremesh/core/error.hpp"
 #include "helpers.hpp"
 
@@ -133,6 +134,40 @@ TEST(Stream, WatchdogNamesTheStreamAndWhatItWaitsOn) {
   consumer.synchronize();
 }
 
+// The host wait hook runs while a wait sleeps; throwing from it abandons the
+// wait (how Ctrl-C reaches a Python thread in synchronize()).
+std::atomic<int> g_hook_calls{0};
+std::atomic<bool> g_hook_throws{false};
+void counting_hook() {
+  ++g_hook_calls;
+  if (g_hook_throws) throw std::runtime_error("interrupted by the hook");
+}
+
+TEST(Stream, HostWaitHookRunsDuringWaitsAndMayAbandonThem) {
+  Device device(two_cores());
+  Stream s(device);
+  std::latch release(1);
+  s.launch({"held", KernelKind::vector, 1, 0}, [&](const BlockContext&) { release.wait(); });
+  Event e;
+  e.record(s);
+  set_host_wait_hook(counting_hook);
+  g_hook_throws = true;
+  EXPECT_THROW(s.synchronize(), std::runtime_error);
+  EXPECT_THROW(e.synchronize(), std::runtime_error);
+  EXPECT_THROW(device.synchronize(), std::runtime_error);
+  EXPECT_EQ(g_hook_calls.load(), 3);
+  g_hook_throws = false;
+  std::thread opener([&] {
+    std::this_thread::sleep_for(3 * kHostWaitHookPeriod);
+    release.count_down();
+  });
+  s.synchronize();  // the hook runs (and returns) while the kernel is held
+  opener.join();
+  EXPECT_GE(g_hook_calls.load(), 4);
+  e.synchronize();
+  set_host_wait_hook(nullptr);
+}
+
 TEST(Stream, BlockDimMustFitTheLimitOfItsKind) {
   Device device(two_cores());
   Stream s(device);
@@ -219,7 +254,13 @@ TEST(Stream, ChainOfOneBlockKernelsStaysOnTheCompletingCore) {
     if (device_limit) device.set_limit(1, 1);
     Stream s(device);
     if (!device_limit) set_stream_limit(s, 1, 1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // both workers asleep
+    for (;;) {  // both workers asleep (on a loaded machine that may take a while)
+      {
+        std::lock_guard lock(device.impl().ready_mutex);
+        if (device.impl().sleepers == 2) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     // The chain waits behind a gate until it is all queued: otherwise the
     // worker may drain the queue and the host submit the next link itself.
     std::atomic<bool> queued{false};
@@ -277,7 +318,13 @@ TEST(Stream, HostSubmitWakesAWorkerOffItsOwnCpu) {
     CPU_ZERO(&one);
     CPU_SET(cpus[host_cpu], &one);
     ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // both workers asleep
+    for (;;) {  // both workers asleep (on a loaded machine that may take a while)
+      {
+        std::lock_guard lock(device.impl().ready_mutex);
+        if (device.impl().sleepers == 2) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     int core = -1;
     s.launch({"probe", KernelKind::vector, 1, 0}, [&core](const BlockContext& ctx) { core = ctx.core_id; });
     s.synchronize();

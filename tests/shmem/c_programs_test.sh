@@ -8,7 +8,8 @@
 set -eu
 cc_wrapper=$1 runner=$2 src=$3 out=$4
 mkdir -p "$out"
-ls /dev/shm | grep '^cm-' > "$out/shm_before.txt" || true
+. "$(dirname "$0")/../shm_names.sh"
+shm_names_before "$out/shm_before.txt"
 programs="ring_put reduction globals ordering teams types contexts legacy"
 pids=""
 for prog in hello heap $programs; do
@@ -48,12 +49,6 @@ grep -q 'SHMEM_SYMMETRIC_SIZE' "$out/info.txt" || { cat "$out/info.txt"; exit 1;
 SHMEM_DEBUG=1 "$runner" run -n 2 "$out/hello" > "$out/debug.txt" 2>&1
 [ "$(grep -c 'shmem debug\] PE' "$out/debug.txt")" -eq 2 ] || { cat "$out/debug.txt"; exit 1; }
 echo "environment variables ok"
-# Leaked names stay forever; names of jobs other tests run right now vanish
-# within their init, so wait a little before calling a new name leaked.
-for try in 1 2 3 4 5 6 7 8 9 10; do
-  left=$(ls /dev/shm | grep '^cm-' | grep -vxF -f "$out/shm_before.txt" || true)
-  [ -z "$left" ] && break
-  sleep 1
-done
+left=$(shm_names_left "$out/shm_before.txt")
 [ -z "$left" ] || { echo "left in /dev/shm: $left"; exit 1; }
 echo "nothing left in /dev/shm"

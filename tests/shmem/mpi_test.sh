@@ -12,7 +12,8 @@ set -eu
 mode=$1 cc_wrapper=$2 pe_tests=$3 fault_prog=$4 src=$5 out=$6
 run=$(dirname "$0")/mpirun_net.sh
 mkdir -p "$out"
-ls /dev/shm | grep '^cm-' > "$out/shm_before.txt" || true
+. "$(dirname "$0")/../shm_names.sh"
+shm_names_before "$out/shm_before.txt"
 case $mode in
   net) n=3 ;;
   hosts) n=4 COREMESH_PES_PER_HOST=2 ;;
@@ -48,6 +49,6 @@ if [ "$mode" = net ]; then
   [ $(( $(date +%s) - start )) -lt 30 ] || { echo "the job took too long to stop"; exit 1; }
   echo "a killed PE stops the job"
 fi
-left=$(ls /dev/shm | grep '^cm-' | grep -vxF -f "$out/shm_before.txt" || true)
+left=$(shm_names_left "$out/shm_before.txt")
 [ -z "$left" ] || { echo "left in /dev/shm: $left"; exit 1; }
 echo "nothing left in /dev/shm"

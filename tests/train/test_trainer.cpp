@@ -17,15 +17,8 @@ using namespace coremesh;
 using namespace coremesh::train;
 
 static std::string write_corpus(const std::string& dir) {
-  std::string path = dir + "/corpus.txt";
-  std::ofstream out(path);
-  const char* words[] = {"in the beginning ", "god created ", "the heaven ", "and the earth. ",
-                         "and the earth was ", "without form, ", "and void; ", "and darkness "};
-  uint64_t x = 7;
-  for (int i = 0; i < 6000; ++i) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    out << words[(x >> 33) % 8];
-  }
+  const std::string path = dir + "/corpus.txt";
+  write_tiny_corpus(path, 6000);
   return path;
 }
 

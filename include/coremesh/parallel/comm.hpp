@@ -38,6 +38,21 @@ struct Group {
 // order when the tensor dies).
 Tensor symmetric_tensor(const Shape& shape, DType dtype = DType::f32);
 
+// Later work on `stream` waits until the symmetric *signal >= value on this
+// PE. If the watchdog (COREMESH_WAIT_TIMEOUT_S) expires, the kernel fails
+// with a TimeoutError that says `what`: who is waited for and why.
+void wait_signal_on_stream(runtime::Stream& stream, uint64_t* signal, uint64_t value, std::string what);
+
+// "PEs 1, 3" for the members of a group other than this PE.
+std::string others(const Group& group);
+
+// The element-wise largest of every PE's `values` (collective over the
+// world, on the host): symmetric layouts must be the same on every PE.
+std::vector<int64_t> max_over_world(const std::vector<int64_t>& values);
+
+// dst = src (contiguous, the same bytes) on the current stream.
+void copy_on_stream(const Tensor& src, const Tensor& dst);
+
 // out = ((inputs[0] + inputs[1]) + inputs[2]) ..., element-wise, f32 or i64,
 // on the current stream (out may be one of the inputs).
 void sum_in_order(const std::vector<Tensor>& inputs, const Tensor& out);
@@ -67,6 +82,10 @@ class ShardedSum {
   // the one summed; may be another arena, e.g. the weights) into every
   // member's, and waits for the members' shards.
   void all_gather(int range, const Tensor& arena, runtime::Stream& stream);
+  // On `stream`: `tensors` packed one after the other into the arena (the
+  // first range covers them), summed over its group and unpacked, each
+  // replaced by the members' sum (expert loads of several layers).
+  void sum_packed(const std::vector<Tensor>& tensors, runtime::Stream& stream);
 
  private:
   Tensor arena_, staging_, signals_;  // signals_: per range, reduce-scatter and all-gather counters (u64)

@@ -30,6 +30,7 @@ struct ParallelConfig {
   int zero = 0;                   // 1: ZeRO-1, the optimizer state sharded over the data-parallel ranks
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;  // pp > 1
   int virtual_stages = 1;         // model chunks per pipeline rank (interleaved schedules)
+  std::string schedule_file;      // a schedule's text form to run instead of `schedule` ("": generate)
 
   int world() const { return dp * cp * pp * ep * tp; }
   std::vector<std::string> problems() const;  // per field and across fields

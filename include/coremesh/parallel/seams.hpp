@@ -84,11 +84,29 @@ class TensorParallel {
   static TensorParallel& local();  // one PE: every call returns its argument
 };
 
+// A tied embedding table whose head lies in another chunk or stage
+// (pipeline parallelism). One PE computes each micro-batch's gradient of the
+// table as the head's product, onto which the embedding adds its rows; with
+// this seam the head's stage hands its product over per micro-batch (slot)
+// and the embedding's stage starts from it, so the arithmetic stays the same.
+// Without it (nullptr) the head's replica keeps a gradient of its own.
+class TiedEmbedding {
+ public:
+  virtual ~TiedEmbedding() = default;
+  // Head side: `grad` (V, C) is the head's product for the slot's
+  // micro-batch once the stream reaches this point.
+  virtual void head_gradient(int slot, const Tensor& grad) = 0;
+  // Embedding side: the head's product for the slot's micro-batch, valid on
+  // the stream from here on.
+  virtual Tensor take_head_gradient(int slot) = 0;
+};
+
 // The seams one model stage uses (not owned; they outlive the model).
 struct Seams {
   ExpertDispatcher* experts = &ExpertDispatcher::local();
   ContextParallel* context = &ContextParallel::local();
   TensorParallel* tensor = &TensorParallel::local();
+  TiedEmbedding* tied = nullptr;  // only where the head holds a replica of the table
 };
 
 }  // namespace coremesh::parallel

@@ -15,21 +15,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "coremesh/core/dtype.hpp"
-#include "coremesh/core/tensor.hpp"
-#include "coremesh/runtime/device.hpp"
+#include "coremesh/runtime/op_desc.hpp"
 
 namespace coremesh::runtime {
-
-struct OpKey {
-  std::string op;
-  std::vector<Shape> shapes;
-  std::vector<DType> dtypes;
-  CoreLimits limits;
-  std::string attrs;  // op-specific attributes (transposes, flags, ...)
-
-  std::string text() const;
-};
 
 class OpCache {
  public:

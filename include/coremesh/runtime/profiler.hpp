@@ -34,6 +34,7 @@ struct KernelRecord {
   CoreLimits limits;
   uint64_t cache_id;
   std::vector<BlockRecord> blocks;
+  std::string op;  // the op descriptor as text (OpDesc::describe), empty if none
 };
 
 void profiler_start();

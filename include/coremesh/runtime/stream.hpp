@@ -12,8 +12,13 @@
 // the streams that wait for them, and the next synchronize() or query() on it
 // rethrows the error (as KernelError, naming the kernel) and clears it.
 //
-// Watchdog: host waits give up after COREMESH_WAIT_TIMEOUT_S seconds (default
-// 300) with a TimeoutError that says what the stream or event waits on.
+// Watchdog: waits inside kernels (SHMEM signal waits) give up after
+// COREMESH_WAIT_TIMEOUT_S seconds (default 300); host waits on a stream or
+// event give up when no kernel of the process has made progress for a
+// little longer (host_wait_timeout), with a TimeoutError that says what the
+// stream or event waits on, so that a kernel's own timeout, which names its
+// cause, reaches the host first. A long queue on a starved machine is slow,
+// not stuck: it does not time out.
 #pragma once
 
 #include <chrono>
@@ -23,6 +28,7 @@
 #include <string>
 
 #include "coremesh/runtime/device.hpp"
+#include "coremesh/runtime/op_desc.hpp"
 
 namespace coremesh::runtime {
 
@@ -43,6 +49,16 @@ struct LaunchInfo {
   KernelKind kind = KernelKind::vector;
   int block_dim = 1;
   uint64_t cache_id = 0;  // op cache entry the tiling came from, 0 if none
+  // What the kernel computes. The ops library sets it whenever it will be
+  // read: while the profiler records or the stream captures (graph capture
+  // refuses a kernel without one); a plain eager launch skips making it.
+  std::shared_ptr<const OpDesc> op;
+};
+
+// A kernel ready to launch.
+struct Kernel {
+  LaunchInfo info;
+  KernelBody body;
 };
 
 class Stream {
@@ -115,9 +131,19 @@ void set_current_stream(const Stream& stream);
 // Waits for all work of the default device.
 void synchronize();
 
-// Watchdog for host waits; the default comes from COREMESH_WAIT_TIMEOUT_S.
+// The watchdog; the default comes from COREMESH_WAIT_TIMEOUT_S.
 std::chrono::milliseconds wait_timeout();
+// Host waits: wait_timeout() + 10% + 2 s.
+std::chrono::milliseconds host_wait_timeout();
 void set_wait_timeout(std::chrono::milliseconds timeout);
+
+// A function that host waits (Stream/Event/Device synchronize) call on the
+// waiting thread every kHostWaitHookPeriod while they still wait; it may
+// throw to abandon the wait. The Python binding raises KeyboardInterrupt
+// there on Ctrl-C. nullptr (the default): a wait only sleeps.
+using HostWaitHook = void (*)();
+inline constexpr std::chrono::milliseconds kHostWaitHookPeriod{20};
+void set_host_wait_hook(HostWaitHook hook);
 
 // RAII `with StreamCtx(s)`: makes `stream` current for the scope.
 class StreamGuard {

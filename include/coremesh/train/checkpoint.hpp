@@ -48,6 +48,8 @@ CheckpointState load_checkpoint(const std::string& path);
 // Throws InvalidArgument listing every difference between the checkpoint and
 // what is being trained (model config fields, parameter names and shapes).
 void check_compatible(const CheckpointState& ckpt, const model::ModelConfig& config,
+                      const std::vector<std::pair<std::string, Shape>>& params, const std::string& path);
+void check_compatible(const CheckpointState& ckpt, const model::ModelConfig& config,
                       const NamedTensors& params, const std::string& path);
 
 // <dir>/step_<step, 8 digits>.safetensors

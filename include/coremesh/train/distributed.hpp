@@ -29,6 +29,7 @@
 #include "coremesh/parallel/expert_parallel.hpp"
 #include "coremesh/parallel/mesh.hpp"
 #include "coremesh/runtime/stream.hpp"
+#include "coremesh/train/checkpoint.hpp"
 #include "coremesh/train/optimizer.hpp"
 
 namespace coremesh::train {
@@ -68,6 +69,17 @@ class Distributed {
   void after_optimizer();  // ZeRO-1: all-gather the updated parameters
   void sum_expert_load();  // the router's load summed over the ranks that share it
 
+  // The allocator of AdamW's m and v: symmetric (the leader reads every PE's
+  // for checkpoints), the largest size of any PE (collective).
+  model::Model::ArenaAllocator state_allocator() const;
+
+  // ---- checkpoints hold the whole model as one PE's (names, shapes, values)
+  // The leader assembles every PE's parameters and AdamW moments by
+  // one-sided gets into `params`, `adam_m`, `adam_v` (whole-model tensors, in
+  // the whole model's order); collective, the other PEs wait.
+  void gather_state(model::Model& model, AdamW& opt, NamedTensors& params, NamedTensors& adam_m,
+                    NamedTensors& adam_v);
+
   // ---- host, after the step's synchronization
   // Per data rank's `local` values, gathered; returns their sum in data order.
   double sum_over_data_ranks(double local);
@@ -76,6 +88,19 @@ class Distributed {
 
  private:
   void on_part_ready(int part);
+  struct Piece {
+    int pe;           // the PE that holds it
+    int64_t offset;   // in that PE's arena (weights) or AdamW state
+    int64_t length;
+    int64_t at;       // where it goes, from the start of the requested range
+  };
+  // Where elements [b, e) of the arena of ep index `ep_index` live: in the
+  // weights of one PE, or (state) the AdamW moments of their ZeRO owners.
+  std::vector<Piece> locate(int ep_index, int64_t b, int64_t e, bool state) const;
+  // The group of bucket r as the PE `pe` sees it, and pe's index in it.
+  parallel::Group group_of(int r, int pe) const;
+  // Where each of pe's ZeRO shards starts in its AdamW state.
+  int64_t state_offset(int pe, int r) const;
 
   const TrainConfig& cfg_;
   parallel::Mesh mesh_;

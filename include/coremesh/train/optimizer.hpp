@@ -54,6 +54,8 @@ class AdamW {
   int64_t state_offset(size_t range) const { return state_offset_[range]; }
   Tensor& m() { return m_; }
   Tensor& v() { return v_; }
+  // Bytes of m and v this PE holds (its shards under ZeRO-1).
+  int64_t state_bytes() const { return m_.nbytes() + v_.nbytes(); }
   // The arena-laid-out views of one parameter's state (whole-arena AdamW only).
   Tensor m_of(const model::ParamInfo& p) const;
   Tensor v_of(const model::ParamInfo& p) const;

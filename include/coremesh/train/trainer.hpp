@@ -34,6 +34,7 @@
 #include "coremesh/train/distributed.hpp"
 #include "coremesh/train/metrics.hpp"
 #include "coremesh/train/optimizer.hpp"
+#include "coremesh/train/pipeline.hpp"
 #include "coremesh/train/report.hpp"
 #include "coremesh/train/schedule.hpp"
 
@@ -106,18 +107,23 @@ class Trainer {
   std::string save_checkpoint_now();
 
   int64_t step() const { return step_; }
+  // Tokens of one optimizer step over every data-parallel rank.
+  int64_t tokens_per_step() const;
   int cores() const { return cores_; }
+  int64_t optimizer_state_bytes() const { return opt_->state_bytes(); }
   runtime::Stream& stream() { return stream_; }
   model::Model& model() { return *model_; }
-  // The parallel run this PE is part of; nullptr on one PE.
+  // The parallel run this PE is part of; nullptr on one PE (and under pp > 1).
   Distributed* distributed() { return dist_.get(); }
-  bool leader() const { return !dist_ || dist_->leader(); }
+  // The pipeline stage this PE runs; nullptr unless pp > 1.
+  Pipeline* pipeline() { return pipe_.get(); }
+  bool leader() const { return dist_ ? dist_->leader() : !pipe_ || pipe_->leader(); }
   const std::vector<StepRecord>& records() const { return records_; }
   const std::vector<ValRecord>& validation() const { return val_records_; }
   ReportData report_data() const;
 
  private:
-  CheckpointState checkpoint_state() const;
+  CheckpointState checkpoint_state();
 
   TrainConfig cfg_;
   int cores_ = 1;
@@ -125,6 +131,7 @@ class Trainer {
   std::unique_ptr<TextDataset> data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<Distributed> dist_;
+  std::unique_ptr<Pipeline> pipe_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<AdamW> opt_;
   LrSchedule schedule_;
@@ -139,6 +146,7 @@ class Trainer {
   double step_start_ = 0;
   Tensor grad_sq_;
   std::vector<int32_t> x_, y_;
+  std::vector<std::vector<int32_t>> xs_, ys_;  // pipeline: the step's micro-batches
   ExpertLoadRecord last_load_;
 };
 

@@ -26,7 +26,9 @@ struct GemmPiece {
 // others' lists: first whole pieces not yet started, then items of the piece
 // being run. Nobody waits for anybody: a block that finds nothing leaves.
 // Lock-free: one atomic word per block holds (current piece, end of its
-// list, front item, back item).
+// list, front item, back item). A later run of the same launch (a replayed
+// graph) may reuse the RowShare: a run leaves every list drained, which
+// reads as empty until its owner publishes again.
 class RowShare {
  public:
   static constexpr int64_t kMaxPieces = (int64_t{1} << 12) - 1;

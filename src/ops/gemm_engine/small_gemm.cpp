@@ -6,7 +6,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "detail.hpp"
+#include "sgemm.hpp"
 
 namespace coremesh::ops::detail {
 namespace {

@@ -1,8 +1,7 @@
-// test_parallel_pe: gtests that every PE of a launched job runs together
-// (`coremesh run -n N test_parallel_pe`). Each test is collective: all PEs
-// run the same tests in the same order, so tests use EXPECT_* (never an
-// early return) around collective calls. Each PE computes on one core of its
-// own device.
+// main() of test_shmem_pe and test_parallel_pe: gtests that every PE of a
+// launched job runs together (`coremesh run -n N test_shmem_pe`). Each test
+// is collective: all PEs run the same tests in the same order, so tests use
+// EXPECT_* (never an early return) around collective calls.
 #include <gtest/gtest.h>
 
 #include "coremesh/shmem/shmem.hpp"
@@ -17,8 +16,8 @@ int main(int argc, char** argv) {
     struct FailurePrinter : ::testing::EmptyTestEventListener {
       void OnTestPartResult(const ::testing::TestPartResult& r) override {
         if (r.failed())
-          std::fprintf(stderr, "%s:%d: Failure\n%s\n", r.file_name() ? r.file_name() : "?", r.line_number(),
-                       r.summary());
+          std::fprintf(stderr, "%s:%d: Failure\n%s\n", r.file_name() ? r.file_name() : "?",
+                       r.line_number(), r.summary());
       }
     };
     listeners.Append(new FailurePrinter);

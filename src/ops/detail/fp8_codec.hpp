@@ -30,7 +30,7 @@
 #include <cstring>
 
 #include "coremesh/core/dtype.hpp"
-#include "detail.hpp"
+#include "convert.hpp"
 
 #if defined(__AVX2__)
 #include <immintrin.h>

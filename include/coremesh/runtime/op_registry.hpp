@@ -1,0 +1,34 @@
+// What the ops layer tells the layers beside it (graph) about its ops: which
+// are element-wise, and how to build a kernel from a descriptor. graph may
+// not include ops (they are siblings), so a pass that fuses nodes names the
+// fused op in a new OpDesc and asks this registry for its kernel; ops
+// registers the builders when its object files are loaded.
+//
+// Thread safety: registration and lookup may run concurrently.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "coremesh/runtime/op_desc.hpp"
+#include "coremesh/runtime/stream.hpp"
+
+namespace coremesh::runtime {
+
+struct OpTraits {
+  // Element-wise over equal-shaped contiguous f32 tensors with this many
+  // inputs and one output (0: not element-wise).
+  int elementwise_arity = 0;
+  // Builds the kernel of a descriptor of this op under desc.key.limits
+  // (tiling through the op cache); empty if the op cannot be rebuilt.
+  std::function<Kernel(const OpDesc& desc)> build;
+};
+
+// Registers (or replaces) the traits of `op`; returns true (for static init).
+bool register_op(const std::string& op, OpTraits traits);
+// Traits of `op`; default traits (not element-wise, no builder) if unknown.
+OpTraits op_traits(const std::string& op);
+// Builds the kernel of `desc`; throws InvalidArgument if no builder is registered.
+Kernel build_kernel(const OpDesc& desc);
+
+}  // namespace coremesh::runtime

@@ -1,0 +1,154 @@
+// One PE's stage of a pipeline-parallel run (issue 16): the executor that
+// walks this rank's actions of any valid schedule (schedule.hpp) over the
+// model's chunks, and what keeps the run the 1-PE run bit for bit.
+//
+//   stages      the model's parts cut into schedule.num_stages() contiguous
+//               runs (stage_parts); rank r holds the stages its placement
+//               gives its chunks, as a StageLayout of one or two chunks
+//   messages    F's output and B's (or I's) input gradient cross ranks by a
+//               one-sided put with a signal into the receiver's symmetric
+//               buffer for (kind, chunk, micro-batch); RECV waits for the
+//               signal on the stream and copies the data out. No barrier.
+//               Stages on one rank (the tip of a V) hand over directly.
+//   tied table  the head's stage puts the head's gradient of the table for
+//               each micro-batch to the embedding's stage, which adds its
+//               rows onto it (the TiedEmbedding seam): one PE's arithmetic.
+//               After the optimizer the embedding's stage puts the table
+//               into the head's replica.
+//   norm        the 1-PE norm is a sum of per-chunk partials over the whole
+//               model's arena (ops::grad_sq_partials, kOptimizerChunk). Each
+//               chunk has one owner, the PE holding its first element: a chunk
+//               inside one stage's run is computed where it lies; one that
+//               straddles stages is assembled on its owner (puts with
+//               signals) and computed there. The partials are summed over the
+//               pipeline's PEs (each non-zero on one) and totalled in chunk
+//               order.
+//   statistics  the loss lives on the last stage, each MoE layer's load on
+//               its stage; after the step's synchronization they are
+//               gathered on the host (every PE gets them).
+//   checkpoints the leader gets every parameter, AdamW moment and router
+//               bias from its stage under the 1-PE names.
+//   dp          replicas of the pipeline (mesh rank order [DP][PP]) read
+//               consecutive runs of the step's micro-batches; after the
+//               backward each stage's gradients and router loads are summed
+//               over its replicas in replica order (bit-identical to one PE
+//               when each replica runs one micro-batch).
+//
+// Gradients of a stage are summed in micro-batch order by the model, which
+// holds for a schedule that runs each chunk's backwards (or W) in
+// micro-batch order. DualPipe's two model copies are summed after the
+// backward (copy 0's micro-batches, then copy 1's): within rounding of one PE.
+// Thread safety: one thread (the trainer's) drives a Pipeline; every call
+// but the host ones launches on the current stream and returns.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coremesh/model/model.hpp"
+#include "coremesh/parallel/comm.hpp"
+#include "coremesh/parallel/mesh.hpp"
+#include "coremesh/parallel/schedule.hpp"
+#include "coremesh/runtime/stream.hpp"
+#include "coremesh/train/checkpoint.hpp"
+#include "coremesh/train/optimizer.hpp"
+
+namespace coremesh::train {
+
+struct TrainConfig;
+
+// Parts [0, num_parts) cut into `stages` contiguous, balanced runs.
+std::vector<model::PartRange> stage_parts(const model::ModelConfig& config, int stages);
+// The schedule a training config runs (pp, schedule, grad_accum, virtual_stages).
+parallel::Schedule pipeline_schedule(const TrainConfig& config);
+// What pipeline rank `rank` holds: one chunk per stage its placement gives it.
+model::StageLayout pipeline_stage(const model::ModelConfig& config, const parallel::Schedule& schedule, int rank);
+
+class Pipeline {
+ public:
+  // Collective over the job's PEs (SHMEM initialized, dp x pp of them):
+  // checks the layout and the schedule, allocates the symmetric buffers.
+  explicit Pipeline(const TrainConfig& config);
+  ~Pipeline();
+
+  const parallel::Schedule& schedule() const { return schedule_; }
+  int rank() const { return rank_; }  // in the pipeline
+  bool leader() const;                // PE 0: logs, checkpoints
+  // This PE's replica of the pipeline reads micro-batches [data_index * a,
+  // (data_index + 1) * a) of each step's data_ranks * a (a = grad_accum).
+  int data_index() const { return mesh_.coords(pe(rank_))[parallel::Dim::dp]; }
+  int data_ranks() const { return mesh_.degree(parallel::Dim::dp); }
+  // What this PE's model is built with.
+  model::StageLayout stage() const { return stage_of(rank_); }
+  parallel::Seams seams();
+  model::Model::ArenaAllocator arena() const;  // symmetric, the largest stage's size
+  // After the model exists (collective): the data-parallel gradient sum.
+  void attach(model::Model& model);
+  // The arena without the head's replica of a tied table (it follows the embedding).
+  std::vector<AdamW::Range> owned_ranges() const;
+  model::Model::ArenaAllocator state_allocator() const;
+
+  // ---- the step, on the current stream
+  // This rank's actions; micro-batch i is batches[i] (tokens and targets).
+  // DualPipe: ends with the sum of the two model copies.
+  void run(const std::vector<model::MicroBatch>& batches);
+  // dp > 1: the stage's gradients and the routers' loads summed over the
+  // replicas of the stage, in replica order.
+  void sum_over_data_ranks();
+  Tensor grad_sq_sum();    // (1): the 1-PE sum of squares, on every PE
+  void sync_tied_table();  // the embedding's table into the head's replica
+
+  // ---- host
+  // Forward only, one batch at a time (validation): the last stage's token
+  // losses (N), undefined elsewhere. Synchronizes.
+  Tensor forward_only(const model::MicroBatch& batch);
+  // Every PE's `local` (at most 4 values), gathered: sum in PE order, and max.
+  struct Totals {
+    double sum = 0, max = 0;
+  };
+  std::vector<Totals> over_world(const std::vector<double>& local);
+  // Every MoE layer's expert load (in layer order) from this stage's
+  // (`mine`, the layers it holds, after the step's sums).
+  std::vector<std::vector<double>> every_expert_load(const std::vector<std::vector<double>>& mine);
+  // Collective: the leader assembles the whole model's tensors.
+  void gather_state(model::Model& model, AdamW& opt, NamedTensors& params, NamedTensors& adam_m,
+                    NamedTensors& adam_v, NamedTensors& buffers);
+  // Symmetric bytes one PE needs (weights, gradients, AdamW, buffers).
+  static int64_t symmetric_bytes(const TrainConfig& config);
+
+ private:
+  class Tied;
+  struct NormPlan;
+  model::StageLayout stage_of(int rank) const;
+  // The chunks whose parts `rank` holds for the whole model (DualPipe: copy 0's).
+  std::vector<model::PartRange> canonical_chunks(int rank) const;
+  void sum_copies();
+  int pe(int rank) const { return pes_[size_t(rank)]; }  // the PE of a pipeline rank (this replica's)
+  void plan_norm(int signal_base);
+  int buffer(bool grad, int chunk, int micro_batch) const;  // index of a receive buffer (and its signal)
+  uint64_t* signal(int index) const { return static_cast<uint64_t*>(signals_.raw_data()) + index; }
+  void wait(int index, std::string what);  // the stream waits for the signal's next round
+  Tensor receive(bool grad, int chunk, int micro_batch);
+  void send(const Tensor& data, const parallel::Action& a);
+
+  const TrainConfig& cfg_;
+  parallel::Schedule schedule_;
+  parallel::Mesh mesh_;
+  int rank_ = 0;
+  std::vector<int> pes_;  // this replica's PEs, by pipeline rank
+  int64_t rows_ = 0;  // tokens per micro-batch (N)
+  model::Model* model_ = nullptr;
+  std::unique_ptr<Tied> tied_;
+  std::unique_ptr<NormPlan> norm_;
+  std::unique_ptr<parallel::ShardedSum> grad_sum_, load_sum_;  // over the data-parallel replicas of the stage
+  Tensor load_arena_, copy_grads_, copy_loads_;  // copy_*: DualPipe's partner's
+  Tensor recv_, signals_, host_values_, buffers_, load_values_;
+  std::vector<uint64_t> rounds_;  // per signal: rounds waited for
+  // the step in flight: outputs to send or hand over, received inputs, kept sources of puts
+  std::map<std::pair<int, int>, Tensor> outputs_, grads_, inputs_, grad_inputs_;
+  std::vector<Tensor> keep_;
+};
+
+}  // namespace coremesh::train

@@ -1,0 +1,332 @@
+// coremesh.shmem: session, teams, symmetric arrays, RMA, signals, atomics
+// (in the spirit of mpi4py and nvshmem4py). Run a program on N PEs with
+// `coremesh run -n N /usr/bin/python3 prog.py`; without the launcher the
+// process is a single PE.
+//
+// Symmetric arrays are NumPy arrays over the symmetric heap. Allocation and
+// free are collective (same calls, same order on every PE), so an array is
+// freed by shmem.free(array), never by the garbage collector; finalize()
+// unmaps the heap, after which such arrays must not be touched.
+//
+// Waits for a signal or a variable sleep in slices of 50 ms with the GIL
+// released and run Python's signal handlers in between (Ctrl-C works).
+// Barriers and collectives release the GIL but are not interruptible; under
+// the launcher, Ctrl-C stops the whole job.
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include <pybind11/numpy.h>
+
+#include "coremesh/runtime/stream.hpp"
+#include "shmem_buffers.hpp"
+
+namespace coremesh::python {
+namespace {
+
+constexpr const char* kSymmetricCapsule = "coremesh.symmetric";
+std::optional<shmem::Session> g_session;
+
+// Calls wait(slice_s) until it returns without a TimeoutError; between
+// slices runs signal handlers and drops released objects. Gives up with a
+// TimeoutError after the runtime's watchdog (COREMESH_WAIT_TIMEOUT_S).
+template <typename Wait>
+auto interruptible(Wait&& wait) {
+  constexpr double kSliceS = 0.05;
+  const double limit_s = runtime::wait_timeout().count() / 1e3;
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    try {
+      return without_gil([&] { return wait(kSliceS); });
+    } catch (const TimeoutError& e) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited >= limit_s)
+        CM_THROW(TimeoutError, e.hint(), "{} (waited {:.1f} s in all)", e.message(), waited);
+    }
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    drain_python_releases();
+  }
+}
+
+py::array symmetric_array(const py::object& shape, const py::object& dtype, bool zero) {
+  const py::dtype dt = py::dtype::from_args(dtype);
+  std::vector<py::ssize_t> dims;
+  if (py::isinstance<py::int_>(shape)) dims.push_back(shape.cast<py::ssize_t>());
+  else dims = shape.cast<std::vector<py::ssize_t>>();
+  size_t bytes = static_cast<size_t>(dt.itemsize());
+  for (auto d : dims) {
+    CM_CHECK(d >= 0, "pass non-negative dimensions", "negative dimension {} in a symmetric array", d);
+    bytes *= static_cast<size_t>(d);
+  }
+  void* ptr = without_gil([&] { return zero ? shmem::sym_calloc(1, bytes) : shmem::sym_malloc(bytes); });
+  py::capsule owner(ptr, kSymmetricCapsule, nullptr);  // freed by shmem.free, not by Python
+  return py::array(dt, dims, ptr, owner);
+}
+
+void free_symmetric(const py::array& array) {
+  const py::object base = array.attr("base");
+  CM_CHECK(!base.is_none() && PyCapsule_IsValid(base.ptr(), kSymmetricCapsule),
+           "pass the array that shmem.empty/zeros returned (not a view or a copy)",
+           "shmem.free: not a symmetric array");
+  CM_CHECK(PyCapsule_GetContext(base.ptr()) == nullptr, "free each symmetric array once",
+           "shmem.free: this array was already freed");
+  void* ptr = PyCapsule_GetPointer(base.ptr(), kSymmetricCapsule);
+  without_gil([&] { shmem::sym_free(ptr); });
+  PyCapsule_SetContext(base.ptr(), reinterpret_cast<void*>(1));
+}
+
+void check_fits(const Buffer& into, const Buffer& from, const char* api) {
+  CM_CHECK(into.code == from.code && into.itemsize == from.itemsize,
+           "use arrays of the same dtype", "{}: element types differ ('{}' vs '{}')", api, into.code,
+           from.code);
+  CM_CHECK(into.bytes >= from.bytes, "make the destination at least as large as the source",
+           "{}: {} bytes do not fit into {}", api, from.bytes, into.bytes);
+}
+
+void bind_session_and_teams(py::module_& m) {
+  m.def("init", [](size_t heap_size) {
+          if (g_session) return;
+          // The interpreter's C globals are not the program's data: keep them
+          // private (symmetric globals serve C programs; they also need a
+          // single-threaded process, and OpenBLAS or torch start threads).
+          setenv("COREMESH_SYMMETRIC_DATA", "0", /*overwrite=*/0);
+          without_gil([&] { g_session.emplace(shmem::InitOptions{heap_size}); });
+        }, py::arg("heap_size") = 0,
+        "Joins the job (or starts a 1-PE one). heap_size: symmetric bytes per PE (0: "
+        "COREMESH_HEAP_SIZE, else 128 MiB), the same on every PE.");
+  m.def("finalize", [] {
+          if (!g_session) return;
+          without_gil([] { runtime::synchronize(); });  // on-stream work may still use the heap
+          release_on_stream_arrays();
+          without_gil([] { g_session.reset(); });  // quiet + barrier, then unmap
+        }, "Waits for queued work, then leaves the job (collective). Symmetric arrays die here.");
+  m.def("initialized", &shmem::initialized);
+  m.def("my_pe", &shmem::my_pe);
+  m.def("n_pes", &shmem::n_pes);
+  m.def("transport_name", &shmem::transport_name, "'shm', 'shm-rma' or 'mpi' (COREMESH_TRANSPORT).");
+  m.def("global_exit", &shmem::global_exit, py::arg("status"), "Stops every PE with `status`.");
+  m.def("fence", &shmem::fence, "Orders this PE's puts to each PE.");
+  m.def("quiet", &shmem::quiet, py::call_guard<py::gil_scoped_release>(),
+        "Completes this PE's puts, including the *_nbi ones.");
+  m.def("barrier", [](const std::optional<shmem::Team>& t) { shmem::barrier(team_arg(t)); },
+        py::arg("team") = py::none(), py::call_guard<py::gil_scoped_release>(), "quiet + sync.");
+  m.def("sync", [](const std::optional<shmem::Team>& t) { shmem::sync(team_arg(t)); },
+        py::arg("team") = py::none(), py::call_guard<py::gil_scoped_release>());
+
+  py::class_<shmem::Team>(m, "Team", "A set of PEs; split_* are collective over the parent.")
+      .def_static("world", &shmem::Team::world)
+      .def_static("shared", &shmem::Team::shared)
+      .def_property_readonly("valid", &shmem::Team::valid)
+      .def("__bool__", &shmem::Team::valid)
+      .def("my_pe", &shmem::Team::my_pe)
+      .def("n_pes", &shmem::Team::n_pes)
+      .def("translate", &shmem::Team::translate, py::arg("pe"), py::arg("other"))
+      .def("world_pe", &shmem::Team::world_pe, py::arg("pe"))
+      .def("world_pes", &shmem::Team::world_pes, "The world PE of every member, in team order.")
+      .def_static("from_pes", &shmem::Team::from_pes, py::arg("parent"), py::arg("world_pes"),
+                  py::call_guard<py::gil_scoped_release>(),
+                  "The team of these world PEs in this order (collective over parent; same list everywhere).")
+      .def("split", &shmem::Team::split, py::arg("color"), py::arg("key") = 0,
+           py::call_guard<py::gil_scoped_release>(),
+           "MPI_Comm_split: members with the same color form a team, ordered by (key, index).")
+      .def("split_strided", &shmem::Team::split_strided, py::arg("start"), py::arg("stride"),
+           py::arg("size"), py::call_guard<py::gil_scoped_release>(),
+           "PEs start, start+stride, ...; an invalid Team on PEs outside it.")
+      .def("split_2d", &shmem::Team::split_2d, py::arg("xrange"), py::call_guard<py::gil_scoped_release>(),
+           "-> (row team of `xrange` consecutive PEs, column team).")
+      .def("__eq__", [](const shmem::Team& a, const shmem::Team& b) { return a == b; });
+}
+
+void bind_memory_and_rma(py::module_& m) {
+  m.def("empty", [](const py::object& shape, const py::object& dtype) { return symmetric_array(shape, dtype, false); },
+        py::arg("shape"), py::arg("dtype") = "float32", "Symmetric array (collective), uninitialised.");
+  m.def("zeros", [](const py::object& shape, const py::object& dtype) { return symmetric_array(shape, dtype, true); },
+        py::arg("shape"), py::arg("dtype") = "float32", "Symmetric array (collective), zeroed.");
+  m.def("free", &free_symmetric, py::arg("array"), "Frees a symmetric array (collective).");
+  m.def("heap_stats", [] {
+    const shmem::HeapStats s = shmem::SymmetricHeap::instance().stats();
+    py::dict d;
+    d["capacity"] = s.capacity;
+    d["used"] = s.used;
+    d["peak"] = s.peak;
+    d["blocks"] = s.blocks;
+    d["largest_free"] = s.largest_free;
+    return d;
+  });
+
+  const auto rma = [](bool is_put, bool nbi) {
+    return [is_put, nbi](const py::handle& dest, const py::handle& src, int pe) {
+      const Buffer d = buffer_arg(dest, "dest", true), s = buffer_arg(src, "src", false);
+      const char* api = is_put ? "put" : "get";
+      if (is_put) check_fits(d, s, api);
+      else check_fits(s, d, api);  // a get fills dest from the symmetric src
+      py::gil_scoped_release nogil;
+      if (is_put) shmem::detail::put_bytes(d.ptr, s.ptr, s.bytes, pe, nbi);
+      else shmem::detail::get_bytes(d.ptr, s.ptr, d.bytes, pe, nbi);
+    };
+  };
+  m.def("put", rma(true, false), py::arg("dest"), py::arg("src"), py::arg("pe"),
+        "Copies src (any array) into symmetric dest on `pe`; src's bytes.");
+  m.def("get", rma(false, false), py::arg("dest"), py::arg("src"), py::arg("pe"),
+        "Copies symmetric src on `pe` into dest (any array); dest's bytes.");
+  m.def("put_nbi", rma(true, true), py::arg("dest"), py::arg("src"), py::arg("pe"),
+        "put that completes at quiet(); keep src unchanged until then.");
+  m.def("get_nbi", rma(false, true), py::arg("dest"), py::arg("src"), py::arg("pe"),
+        "get that completes at quiet().");
+  m.def("put_signal", [](const py::handle& dest, const py::handle& src, const py::handle& signal,
+                         uint64_t value, int pe, const std::string& op) {
+          const Buffer d = buffer_arg(dest, "dest", true), s = buffer_arg(src, "src", false);
+          check_fits(d, s, "put_signal");
+          uint64_t* sig = signal_arg(signal);
+          py::gil_scoped_release nogil;
+          shmem::detail::put_signal_bytes(d.ptr, s.ptr, s.bytes, sig, value, signal_op_arg(op), pe, false);
+        }, py::arg("dest"), py::arg("src"), py::arg("signal"), py::arg("value"), py::arg("pe"),
+        py::arg("op") = "set", "put, then signal[0] on `pe` = value ('set') or += value ('add').");
+  m.def("signal_fetch", [](const py::handle& signal) { return shmem::signal_fetch(signal_arg(signal)); },
+        py::arg("signal"));
+  m.def("signal_wait_until", [](const py::handle& signal, const std::string& cmp, uint64_t value) {
+          uint64_t* sig = signal_arg(signal);
+          const shmem::Cmp c = cmp_arg(cmp);
+          return interruptible([&](double slice) { return shmem::signal_wait_until(sig, c, value, slice); });
+        }, py::arg("signal"), py::arg("cmp"), py::arg("value"),
+        "Waits until signal[0] <cmp> value ('eq','ne','gt','ge','lt','le'); returns the signal.");
+}
+
+template <typename R>
+py::object as_python(R&& value) {
+  if constexpr (std::is_base_of_v<py::object, std::decay_t<R>>) return std::forward<R>(value);
+  else return py::cast(std::forward<R>(value));
+}
+
+// Calls op(T* element0) for the element type of the symmetric array `dest`.
+template <bool Floats, typename Op>
+py::object atomic_call(const py::handle& dest, const char* api, Op&& op) {
+  const Buffer b = buffer_arg(dest, "dest", true);
+  return dispatch_element<Floats>(b, api, [&](auto zero) -> py::object {
+    return as_python(op(static_cast<decltype(zero)*>(b.ptr)));
+  });
+}
+
+using shmem::AtomicOp;
+
+// atomic_fetch_{add,and,or,xor}(dest, value, pe) -> old value; atomic_add -> None.
+template <AtomicOp Op, bool Fetch>
+void bind_integer_atomic(py::module_& m, const char* name) {
+  m.def(name, [name](const py::handle& dest, const py::object& value, int pe) {
+          return atomic_call<false>(dest, name, [&](auto* p) -> py::object {
+            const auto old = shmem::atomic_fetch_op<Op>(p, value.cast<std::remove_pointer_t<decltype(p)>>(), pe);
+            return Fetch ? py::cast(old) : py::none();
+          });
+        }, py::arg("dest"), py::arg("value"), py::arg("pe"));
+}
+
+void bind_waits_and_atomics(py::module_& m) {
+  m.def("wait_until", [](const py::handle& ivar, const std::string& cmp, const py::object& value) {
+          const Buffer b = buffer_arg(ivar, "ivar", true);
+          const shmem::Cmp c = cmp_arg(cmp);
+          dispatch_element<false>(b, "wait_until", [&](auto zero) {
+            using T = decltype(zero);
+            const T v = value.cast<T>();
+            interruptible([&](double slice) { shmem::wait_until(static_cast<T*>(b.ptr), c, v, slice); return 0; });
+          });
+        }, py::arg("ivar"), py::arg("cmp"), py::arg("value"),
+        "Waits until ivar[0] (symmetric, integer) <cmp> value on this PE.");
+  m.def("test", [](const py::handle& ivar, const std::string& cmp, const py::object& value) {
+          const Buffer b = buffer_arg(ivar, "ivar", true);
+          return dispatch_element<false>(b, "test", [&](auto zero) {
+            using T = decltype(zero);
+            return shmem::test(static_cast<T*>(b.ptr), cmp_arg(cmp), value.cast<T>());
+          });
+        }, py::arg("ivar"), py::arg("cmp"), py::arg("value"));
+
+  // Atomics act on element 0 of a symmetric array on `pe` and return Python
+  // numbers; fetch/set/swap/compare_swap also take float32 and float64.
+  m.def("atomic_fetch", [](const py::handle& src, int pe) {
+          return atomic_call<true>(src, "atomic_fetch", [&](auto* p) { return shmem::atomic_fetch(p, pe); });
+        }, py::arg("src"), py::arg("pe"));
+  m.def("atomic_set", [](const py::handle& dest, const py::object& value, int pe) {
+          atomic_call<true>(dest, "atomic_set", [&](auto* p) {
+            shmem::atomic_set(p, value.cast<std::remove_pointer_t<decltype(p)>>(), pe);
+            return py::none();
+          });
+        }, py::arg("dest"), py::arg("value"), py::arg("pe"));
+  m.def("atomic_swap", [](const py::handle& dest, const py::object& value, int pe) {
+          return atomic_call<true>(dest, "atomic_swap", [&](auto* p) {
+            return shmem::atomic_swap(p, value.cast<std::remove_pointer_t<decltype(p)>>(), pe);
+          });
+        }, py::arg("dest"), py::arg("value"), py::arg("pe"), "Returns the old value.");
+  m.def("atomic_compare_swap", [](const py::handle& dest, const py::object& cond, const py::object& value, int pe) {
+          return atomic_call<true>(dest, "atomic_compare_swap", [&](auto* p) {
+            using T = std::remove_pointer_t<decltype(p)>;
+            return shmem::atomic_compare_swap(p, cond.cast<T>(), value.cast<T>(), pe);
+          });
+        }, py::arg("dest"), py::arg("cond"), py::arg("value"), py::arg("pe"),
+        "Sets dest[0] on `pe` to value if it equals cond; returns the old value.");
+  bind_integer_atomic<AtomicOp::add, true>(m, "atomic_fetch_add");
+  bind_integer_atomic<AtomicOp::add, false>(m, "atomic_add");
+  bind_integer_atomic<AtomicOp::band, true>(m, "atomic_fetch_and");
+  bind_integer_atomic<AtomicOp::bor, true>(m, "atomic_fetch_or");
+  bind_integer_atomic<AtomicOp::bxor, true>(m, "atomic_fetch_xor");
+  m.def("atomic_fetch_inc", [](const py::handle& dest, int pe) {
+          return atomic_call<false>(dest, "atomic_fetch_inc", [&](auto* p) { return shmem::atomic_fetch_inc(p, pe); });
+        }, py::arg("dest"), py::arg("pe"));
+  m.def("atomic_inc", [](const py::handle& dest, int pe) {
+          atomic_call<false>(dest, "atomic_inc", [&](auto* p) { shmem::atomic_inc(p, pe); return py::none(); });
+        }, py::arg("dest"), py::arg("pe"));
+}
+
+}  // namespace
+
+Buffer buffer_arg(const py::handle& obj, const char* what, bool writable) {
+  PyObject* raw = PyMemoryView_FromObject(obj.ptr());
+  if (raw == nullptr) throw py::error_already_set();
+  Buffer b;
+  b.view = py::reinterpret_steal<py::object>(raw);
+  const Py_buffer& view = *PyMemoryView_GET_BUFFER(raw);
+  CM_CHECK(PyBuffer_IsContiguous(&view, 'C'), "pass np.ascontiguousarray(...) or a symmetric array",
+           "shmem: {} is not C-contiguous", what);
+  CM_CHECK(!writable || !view.readonly, "pass a writable array", "shmem: {} is read-only", what);
+  b.ptr = view.buf;
+  b.bytes = static_cast<size_t>(view.len);
+  b.itemsize = static_cast<size_t>(view.itemsize);
+  const char* format = view.format ? view.format : "B";
+  if (*format == '@' || *format == '=' || *format == '<') ++format;
+  b.code = std::strlen(format) == 1 ? format[0] : '?';
+  return b;
+}
+
+uint64_t* signal_arg(const py::handle& obj) {
+  const Buffer b = buffer_arg(obj, "signal", true);
+  CM_CHECK(b.itemsize == 8 && (b.code == 'Q' || b.code == 'L') && b.bytes >= 8,
+           "use a symmetric uint64 array (shmem.zeros(n, 'uint64')); pass sig[i:i+1] for element i",
+           "shmem: a signal must be a uint64 array");
+  return static_cast<uint64_t*>(b.ptr);
+}
+
+shmem::Cmp cmp_arg(const std::string& name) {
+  static const std::pair<const char*, shmem::Cmp> table[] = {
+      {"eq", shmem::Cmp::eq}, {"ne", shmem::Cmp::ne}, {"gt", shmem::Cmp::gt},
+      {"ge", shmem::Cmp::ge}, {"lt", shmem::Cmp::lt}, {"le", shmem::Cmp::le}};
+  return named_choice(name, table, "comparison");
+}
+
+shmem::SignalOp signal_op_arg(const std::string& name) {
+  static const std::pair<const char*, shmem::SignalOp> table[] = {
+      {"set", shmem::SignalOp::set}, {"add", shmem::SignalOp::add}};
+  return named_choice(name, table, "signal operation");
+}
+
+shmem::ReduceOp reduce_op_arg(const std::string& name) {
+  static const std::pair<const char*, shmem::ReduceOp> table[] = {
+      {"sum", shmem::ReduceOp::sum}, {"max", shmem::ReduceOp::max},
+      {"min", shmem::ReduceOp::min}, {"prod", shmem::ReduceOp::prod}};
+  return named_choice(name, table, "reduction");
+}
+
+void bind_shmem(py::module_& m) {
+  bind_session_and_teams(m);
+  bind_memory_and_rma(m);
+  bind_waits_and_atomics(m);
+}
+
+}  // namespace coremesh::python

@@ -1,0 +1,250 @@
+// coremesh.Tensor and zero-copy exchange through the buffer protocol.
+//
+// Export (np.asarray(t), memoryview(t)): the view points at the tensor's
+// storage and holds the Tensor object. Import (from_numpy): the tensor wraps
+// the exporter's memory and holds a memoryview of it, released with the GIL
+// (common.hpp), so a kernel that captured the tensor keeps the array alive.
+//
+// Host access waits: exporting, item(), clone(), to(), fill_() and copy_()
+// first wait for the device's queued work (GIL released), so Python reads
+// what the kernels wrote. View methods (view, slice, select, transpose) only
+// make new handles and never wait.
+//
+// NumPy has no bf16 or fp8: they travel as their raw codes, uint16 and uint8
+// (from_numpy(codes, dtype="bf16") reads them back).
+#include <pybind11/numpy.h>
+
+#include <cctype>
+#include <cstring>
+
+#include "common.hpp"
+#include "coremesh/runtime/stream.hpp"
+
+namespace coremesh::python {
+namespace {
+
+const char* buffer_format(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f";
+    case DType::bf16: return "H";
+    case DType::f8e4m3:
+    case DType::f8e5m2: return "B";
+    case DType::i32: return "i";
+    case DType::i64: return "q";
+  }
+  return "B";
+}
+
+// Shape and byte strides of one export, owned by Py_buffer::internal.
+struct BufferLayout {
+  std::vector<Py_ssize_t> shape, strides;
+};
+
+int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
+  view->obj = nullptr;
+  try {
+    const Tensor& t = py::cast<const Tensor&>(py::handle(obj));
+    CM_CHECK(t.defined(), "create the tensor first", "cannot export an undefined tensor");
+    const bool wants_contiguous = (flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS ||
+                                  (flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS ||
+                                  (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS ||
+                                  (flags & PyBUF_STRIDES) != PyBUF_STRIDES;
+    CM_CHECK(t.is_contiguous() || !wants_contiguous, "call .contiguous() first",
+             "the consumer asked for a contiguous buffer but {} is strided", t.describe());
+    CM_CHECK((flags & PyBUF_F_CONTIGUOUS) != PyBUF_F_CONTIGUOUS || t.dim() <= 1,
+             "ask for C order (np.asarray(t))", "coremesh exports row-major buffers, not Fortran order");
+    wait_for_device();
+    auto* layout = new BufferLayout;
+    const auto esize = static_cast<Py_ssize_t>(dtype_size(t.dtype()));
+    for (int d = 0; d < t.dim(); ++d) {
+      layout->shape.push_back(static_cast<Py_ssize_t>(t.shape()[d]));
+      layout->strides.push_back(static_cast<Py_ssize_t>(t.strides()[d]) * esize);
+    }
+    view->buf = t.raw_data();
+    view->obj = obj;
+    Py_INCREF(obj);
+    view->len = static_cast<Py_ssize_t>(t.nbytes());
+    view->itemsize = esize;
+    view->readonly = 0;
+    view->format = (flags & PyBUF_FORMAT) ? const_cast<char*>(buffer_format(t.dtype())) : nullptr;
+    view->ndim = (flags & PyBUF_ND) == PyBUF_ND ? t.dim() : 1;  // a flat byte view otherwise
+    view->shape = (flags & PyBUF_ND) == PyBUF_ND ? layout->shape.data() : nullptr;
+    view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? layout->strides.data() : nullptr;
+    view->suboffsets = nullptr;
+    view->internal = layout;
+    return 0;
+  } catch (...) {
+    set_python_error(std::current_exception());
+    return -1;
+  }
+}
+
+void tensor_releasebuffer(PyObject*, Py_buffer* view) {
+  delete static_cast<BufferLayout*>(view->internal);
+}
+
+// The coremesh dtype of a buffer's items; `requested` (may be null)
+// reinterprets raw codes (uint16 -> bf16, uint8 -> fp8).
+DType buffer_dtype(const Py_buffer& b, const py::object& requested) {
+  std::string format = b.format ? b.format : "B";
+  if (!format.empty() && (format[0] == '@' || format[0] == '=' || format[0] == '<'))
+    format.erase(0, 1);
+  const char code = format.size() == 1 ? format[0] : '?';
+  const bool is_int = code != '?' && std::strchr("bBhHiIlLqQ", code) != nullptr;
+  const auto fail = [&] {
+    CM_THROW(InvalidArgument,
+             "use float32, int32 or int64 arrays, uint16 codes with dtype='bf16' or uint8 codes "
+             "with dtype='f8e4m3'/'f8e5m2' (convert with x.astype(np.float32))",
+             "cannot hold a buffer of format '{}' ({} bytes per item){}", format, b.itemsize,
+             requested.is_none() ? "" : " as " + std::string(dtype_name(dtype_arg(requested))));
+  };
+  if (!requested.is_none()) {
+    const DType dtype = dtype_arg(requested);
+    const bool matches = static_cast<Py_ssize_t>(dtype_size(dtype)) == b.itemsize &&
+                         (dtype == DType::f32 ? code == 'f' : is_int);
+    if (!matches) fail();
+    return dtype;
+  }
+  if (code == 'f' && b.itemsize == 4) return DType::f32;
+  if (is_int && std::islower(code) && b.itemsize == 4) return DType::i32;
+  if (is_int && std::islower(code) && b.itemsize == 8) return DType::i64;
+  fail();
+  return DType::f32;
+}
+
+Tensor from_numpy(const py::object& obj, const py::object& dtype) {
+  PyObject* raw = PyMemoryView_FromObject(obj.ptr());
+  if (raw == nullptr) throw py::error_already_set();
+  auto view = py::reinterpret_steal<py::object>(raw);
+  const Py_buffer& b = *PyMemoryView_GET_BUFFER(raw);
+  CM_CHECK(!b.readonly, "copy it with coremesh.tensor(x): kernels may write into wrapped memory",
+           "from_numpy needs a writable buffer; this one is read-only");
+  CM_CHECK(PyBuffer_IsContiguous(&b, 'C'),
+           "pass np.ascontiguousarray(x), or copy with coremesh.tensor(x)",
+           "from_numpy needs a C-contiguous buffer");
+  const DType dt = buffer_dtype(b, dtype);
+  CM_CHECK(reinterpret_cast<uintptr_t>(b.buf) % dtype_size(dt) == 0,
+           "copy it with coremesh.tensor(x)", "the buffer at {} is not aligned to its {}-byte items",
+           b.buf, dtype_size(dt));
+  Shape shape;
+  for (int d = 0; d < b.ndim; ++d) shape.push_back(static_cast<int64_t>(b.shape[d]));
+  return Tensor::wrap(b.buf, shape, dt, python_owner(std::move(view)));
+}
+
+Shape shape_arg(const py::object& shape) {
+  if (py::isinstance<py::int_>(shape)) return {shape.cast<int64_t>()};
+  return shape.cast<Shape>();
+}
+
+py::tuple to_tuple(const Shape& values) {
+  py::tuple out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = values[i];
+  return out;
+}
+
+}  // namespace
+
+void wait_for_device() {
+  without_gil([] { runtime::synchronize(); });
+}
+
+DType dtype_arg(const py::handle& value) {
+  std::string name;
+  if (py::isinstance<py::str>(value)) {
+    name = value.cast<std::string>();
+  } else if (py::hasattr(value, "is_floating_point") && py::hasattr(value, "itemsize")) {
+    name = py::str(value).cast<std::string>();  // a torch dtype: "torch.float32"
+    if (name.rfind("torch.", 0) == 0) name.erase(0, 6);
+  } else {
+    name = py::str(py::dtype::from_args(py::reinterpret_borrow<py::object>(value)).attr("name"));
+  }
+  static const std::pair<const char*, const char*> aliases[] = {
+      {"float32", "f32"},  {"float", "f32"},        {"bfloat16", "bf16"},
+      {"int32", "i32"},    {"int64", "i64"},        {"long", "i64"},
+      {"float8_e4m3fn", "f8e4m3"}, {"float8_e5m2", "f8e5m2"}};
+  for (const auto& [alias, canonical] : aliases)
+    if (name == alias) name = canonical;
+  return parse_dtype(name);
+}
+
+void bind_tensor(py::module_& m) {
+  py::class_<Tensor> cls(m, "Tensor", py::buffer_protocol(), R"doc(
+A typed, strided view of reference-counted host memory.
+
+Kernels (coremesh.ops) run asynchronously; a tensor they use stays alive
+until they ran. np.asarray(t), t.numpy() and torch.from_dlpack(t) share the
+memory without copying, after waiting for the device's queued work.
+bf16 and fp8 export as their raw codes (uint16, uint8).)doc");
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  type->tp_as_buffer->bf_getbuffer = tensor_getbuffer;
+  type->tp_as_buffer->bf_releasebuffer = tensor_releasebuffer;
+
+  cls.def_property_readonly("shape", [](const Tensor& t) { return to_tuple(t.shape()); })
+      .def_property_readonly("strides", [](const Tensor& t) { return to_tuple(t.strides()); },
+                             "Strides in elements.")
+      .def_property_readonly("dtype", [](const Tensor& t) { return std::string(dtype_name(t.dtype())); },
+                             "'f32', 'bf16', 'f8e4m3', 'f8e5m2', 'i32' or 'i64'.")
+      .def_property_readonly("ndim", &Tensor::dim)
+      .def_property_readonly("nbytes", &Tensor::nbytes)
+      .def("numel", &Tensor::numel)
+      .def("dim", &Tensor::dim)
+      .def("size", [](const Tensor& t, int d) { return t.size(d); }, py::arg("dim"))
+      .def("is_contiguous", &Tensor::is_contiguous)
+      .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); },
+           "Address of the first element (for identity checks).")
+      .def("__len__", [](const Tensor& t) { return t.dim() == 0 ? 0 : t.size(0); })
+      .def("__repr__", &Tensor::describe)
+      .def("view", [](const Tensor& t, const py::args& shape) {
+             return t.view(shape.size() == 1 && !py::isinstance<py::int_>(shape[0])
+                               ? shape[0].cast<Shape>() : shape.cast<Shape>());
+           }, "A view with another shape (contiguous tensors; one dimension may be -1).")
+      .def("slice", &Tensor::slice, py::arg("dim"), py::arg("start"), py::arg("end"))
+      .def("select", &Tensor::select, py::arg("dim"), py::arg("index"))
+      .def("transpose", &Tensor::transpose, py::arg("dim0"), py::arg("dim1"))
+      .def("numpy", [](py::object self) { return py::module_::import("numpy").attr("asarray")(self); },
+           "A NumPy array over the same memory (waits for the device first).")
+      .def("item", [](const Tensor& t) {
+             CM_CHECK(t.numel() == 1, "use numpy() for tensors of more than one element",
+                      "item() needs one element, {} has {}", t.describe(), t.numel());
+             wait_for_device();
+             return t.to_float_vector()[0];
+           })
+      .def("contiguous", [](const Tensor& t) {
+             if (!t.is_contiguous()) wait_for_device();
+             return t.contiguous();
+           })
+      .def("clone", [](const Tensor& t) { wait_for_device(); return t.clone(); })
+      .def("to", [](const Tensor& t, const py::object& dtype) {
+             wait_for_device();
+             return t.to(dtype_arg(dtype));
+           }, py::arg("dtype"), "Converted copy on the host (exact rounding); ops.cast runs on a stream.")
+      .def("fill_", [](Tensor& t, float value) { wait_for_device(); t.fill(value); return t; },
+           py::arg("value"))
+      .def("copy_", [](Tensor& t, const Tensor& src) { wait_for_device(); t.copy_from(src); return t; },
+           py::arg("src"), "Copies src (same shape, any dtype) into this tensor.")
+      .def("__dlpack__", &tensor_to_dlpack, py::arg("stream") = py::none(),
+           "A DLPack capsule over this tensor's memory (waits for the device first).")
+      .def("__dlpack_device__", [](const Tensor&) { return py::make_tuple(1, 0); },
+           "(kDLCPU, 0): host memory.");
+
+  m.def("empty", [](const py::object& shape, const py::object& dtype) {
+          return Tensor::empty(shape_arg(shape), dtype_arg(dtype));
+        }, py::arg("shape"), py::arg("dtype") = "f32", "Uninitialised tensor (64-byte aligned).");
+  m.def("zeros", [](const py::object& shape, const py::object& dtype) {
+          return Tensor::zeros(shape_arg(shape), dtype_arg(dtype));
+        }, py::arg("shape"), py::arg("dtype") = "f32");
+  m.def("full", [](const py::object& shape, float value, const py::object& dtype) {
+          return Tensor::full(shape_arg(shape), value, dtype_arg(dtype));
+        }, py::arg("shape"), py::arg("value"), py::arg("dtype") = "f32");
+  m.def("from_numpy", &from_numpy, py::arg("array"), py::arg("dtype") = py::none(), R"doc(
+A tensor over the memory of a writable, C-contiguous buffer (a NumPy array),
+without copying. float32 -> f32, int32 -> i32, int64 -> i64; uint16 codes
+with dtype='bf16', uint8 codes with dtype='f8e4m3' or 'f8e5m2'. The array
+stays alive while the tensor or a kernel using it does.)doc");
+  m.def("from_dlpack", &tensor_from_dlpack, py::arg("obj"), py::arg("dtype") = py::none(), R"doc(
+A tensor over a DLPack producer's memory (torch.Tensor, np.ndarray, or a
+"dltensor" capsule), without copying. CPU, contiguous; f32, bf16, i32, i64,
+or uint8 codes with dtype='f8e4m3'/'f8e5m2'.)doc");
+}
+
+}  // namespace coremesh::python

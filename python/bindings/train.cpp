@@ -1,0 +1,159 @@
+// coremesh.train: the C++ trainer from Python, configured by the same JSON
+// as `coremesh train --config` ({"model": {...}, "train": {...},
+// "parallel": {...}}, given as a dict or a file path). A thin face: configs
+// go through train_config_from_json / to_json, training is Trainer::run, and
+// the metrics come back as dicts. Training releases the GIL; Ctrl-C stops it
+// with KeyboardInterrupt at the next host wait (resume from a checkpoint).
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "common.hpp"
+#include "coremesh/train/trainer.hpp"
+
+namespace coremesh::python {
+namespace {
+
+using nlohmann::json;
+
+json json_arg(const py::object& config) {
+  if (py::isinstance<py::dict>(config)) {
+    const auto text = py::module_::import("json").attr("dumps")(config).cast<std::string>();
+    return json::parse(text);
+  }
+  const auto path = py::str(py::module_::import("os").attr("fspath")(config)).cast<std::string>();
+  std::ifstream in(path);
+  CM_CHECK(in.good(), "pass a dict or the path of a JSON config", "cannot open config '{}'", path);
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    CM_THROW(InvalidArgument, "fix the JSON syntax", "cannot parse '{}': {}", path, e.what());
+  }
+}
+
+py::object to_python(const json& j) { return py::module_::import("json").attr("loads")(j.dump()); }
+
+train::TrainConfig config_arg(const py::object& config) {
+  train::TrainConfig cfg = train::train_config_from_json(json_arg(config));
+  cfg.progress = false;
+  return cfg;
+}
+
+py::dict step_dict(const train::StepRecord& r) {
+  py::dict d;
+  d["step"] = r.step;
+  d["loss"] = r.loss;
+  d["aux_loss"] = r.aux_loss;
+  d["lr"] = r.lr;
+  d["grad_norm"] = r.grad_norm;
+  d["tokens_per_s"] = r.tokens_per_s;
+  d["mfu"] = r.mfu;
+  d["expert_balance"] = r.expert_balance;
+  d["seconds"] = r.seconds;
+  return d;
+}
+
+py::dict result_dict(const train::TrainResult& r) {
+  py::dict d;
+  d["steps_done"] = r.steps_done;
+  d["final_loss"] = r.final_loss;
+  d["final_val_loss"] = r.final_val_loss;
+  d["mean_tokens_per_s"] = r.mean_tokens_per_s;
+  d["mean_mfu"] = r.mean_mfu;
+  d["final_balance"] = r.final_balance;
+  d["checkpoint"] = r.checkpoint;
+  d["report"] = r.report;
+  return d;
+}
+
+py::list step_list(const std::vector<train::StepRecord>& records) {
+  py::list out;
+  for (const auto& r : records) out.append(step_dict(r));
+  return out;
+}
+
+py::list validation_list(const std::vector<train::ValRecord>& validation) {
+  py::list out;
+  for (const auto& v : validation) {
+    py::dict d;
+    d["step"] = v.step;
+    d["loss"] = v.loss;
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_train(py::module_& m) {
+  m.def("config", [](const py::object& config) {
+          const train::TrainConfig cfg = config_arg(config);
+          cfg.validate();
+          return to_python(train::to_json(cfg));
+        }, py::arg("config"),
+        "The full, validated config (every field, defaults filled in) as a dict.");
+
+  py::class_<train::Trainer>(m, "Trainer", R"doc(
+Trainer(config, progress=False): the MoE trainer on the default device.
+config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
+      .def(py::init([](const py::object& config, bool progress) {
+             train::TrainConfig cfg = config_arg(config);
+             cfg.progress = progress;
+             cfg.validate();
+             py::gil_scoped_release nogil;
+             return std::make_unique<train::Trainer>(cfg);
+           }), py::arg("config"), py::arg("progress") = false)
+      .def("run", [](train::Trainer& t, int64_t until_step, bool save_at_end) {
+             const train::TrainResult r = without_gil([&] { return t.run(until_step, save_at_end); });
+             return result_dict(r);
+           }, py::arg("until_step") = -1, py::arg("save_at_end") = true,
+           "Trains until `until_step` (default: the config's steps) -> result dict.")
+      .def("queue_step", &train::Trainer::queue_step, py::call_guard<py::gil_scoped_release>(),
+           "Launches one optimizer step on the trainer's stream and returns without waiting.")
+      .def("finish_step", [](train::Trainer& t) {
+             const train::StepRecord r = without_gil([&] { return t.finish_step(); });
+             return step_dict(r);
+           }, "Waits for the queued step and returns its record (mfu is left to run()).")
+      .def("validate", &train::Trainer::validate, py::call_guard<py::gil_scoped_release>(),
+           "Validation loss (nats/byte) over the config's val_batches.")
+      .def("sample", &train::Trainer::sample, py::call_guard<py::gil_scoped_release>(),
+           "A greedy continuation of the config's sample_prompt.")
+      .def("resume", &train::Trainer::resume, py::arg("path"), py::call_guard<py::gil_scoped_release>(),
+           "Loads a checkpoint file, or a run directory's latest.")
+      .def("save_checkpoint", &train::Trainer::save_checkpoint_now, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("step", &train::Trainer::step)
+      .def_property_readonly("cores", &train::Trainer::cores)
+      .def_property_readonly("leader", &train::Trainer::leader, "True on the PE that reports (always on one PE).")
+      .def_property_readonly("records", [](const train::Trainer& t) { return step_list(t.records()); },
+                             "One dict per trained step (loss, lr, grad_norm, mfu, ...).")
+      .def_property_readonly("validation", [](const train::Trainer& t) { return validation_list(t.validation()); },
+                             "[{'step', 'loss'}] of every validation.");
+
+  m.def("run", [](const py::object& config, int64_t steps, bool progress) {
+          train::TrainConfig cfg = config_arg(config);
+          if (steps >= 0) cfg.steps = steps;
+          cfg.progress = progress;
+          cfg.validate();
+          struct Finished {
+            train::TrainResult result;
+            std::vector<train::StepRecord> records;
+            std::vector<train::ValRecord> validation;
+          };
+          const Finished f = without_gil([&] {
+            train::Trainer trainer(cfg);
+            Finished done{trainer.run(), {}, {}};
+            done.records = trainer.records();
+            done.validation = trainer.validation();
+            return done;
+          });
+          py::dict out = result_dict(f.result);
+          out["records"] = step_list(f.records);
+          out["validation"] = validation_list(f.validation);
+          return out;
+        }, py::arg("config"), py::arg("steps") = -1, py::arg("progress") = false, R"doc(
+Trains a config (dict or JSON path) to the end -> {'steps_done', 'final_loss',
+'final_val_loss', 'mean_tokens_per_s', 'mean_mfu', 'checkpoint', 'report',
+'records': [per-step dicts], 'validation': [{'step', 'loss'}]}.)doc");
+}
+
+}  // namespace coremesh::python

@@ -1,0 +1,615 @@
+#include "coremesh/train/pipeline.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "coremesh/core/error.hpp"
+#include "coremesh/ops/elementwise.hpp"
+#include "coremesh/ops/optimizer.hpp"
+#include "coremesh/parallel/schedule_generators.hpp"
+#include "coremesh/shmem/collectives.hpp"
+#include "coremesh/shmem/rma.hpp"
+#include "coremesh/shmem/session.hpp"
+#include "coremesh/shmem/stream_ops.hpp"
+#include "coremesh/shmem/team.hpp"
+#include "coremesh/train/trainer.hpp"
+
+namespace coremesh::train {
+namespace {
+
+using parallel::ActionKind;
+constexpr int64_t K = ops::kOptimizerChunk;
+
+void zero_on_stream(const Tensor& t) {
+  runtime::current_stream().launch({"zero", runtime::KernelKind::vector, 1, 0},
+                                   [t](const runtime::BlockContext&) { std::memset(t.raw_data(), 0, t.nbytes()); });
+}
+
+// The parameters of `params` inside [b, e), clipped, relative to b.
+std::vector<ops::ParamSegment> segments_in(const std::vector<model::ParamInfo>& params, int64_t b, int64_t e) {
+  std::vector<ops::ParamSegment> out;
+  for (const auto& p : params) {
+    const int64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.numel);
+    if (lo < hi) out.push_back({lo - b, hi - lo, p.weight_decay});
+  }
+  return out;
+}
+
+int replica_index(const model::ParamLayout& l) {
+  for (size_t i = 0; i < l.params.size(); ++i)
+    if (l.params[i].tied_replica) return int(i);
+  return -1;
+}
+
+}  // namespace
+
+std::vector<model::PartRange> stage_parts(const model::ModelConfig& c, int stages) {
+  const int P = model::num_parts(c);
+  CM_CHECK(stages >= 1 && stages <= P,
+           fmt::format("use at most {} pipeline stages (pp x chunks per rank) for this model, or add layers", P),
+           "{} stages for a model of {} parts", stages, P);
+  std::vector<model::PartRange> out;
+  for (int s = 0; s < stages; ++s) out.push_back({s * P / stages, (s + 1) * P / stages});
+  return out;
+}
+
+model::StageLayout pipeline_stage(const model::ModelConfig& config, const parallel::Schedule& schedule, int rank) {
+  const std::vector<model::PartRange> parts = stage_parts(config, schedule.num_stages());
+  model::StageLayout s;
+  for (int c = 0; c < schedule.chunks; ++c) s.chunks.push_back(parts[size_t(schedule.stage_of(rank, c))]);
+  return s;
+}
+
+parallel::Schedule pipeline_schedule(const TrainConfig& c) {
+  const parallel::ParallelConfig& p = c.parallel;
+  const bool interleaved = p.schedule == parallel::PipelineSchedule::interleaved;
+  parallel::Schedule s = p.schedule_file.empty()
+                             ? parallel::make_schedule(p.schedule, p.pp, c.grad_accum, interleaved ? p.virtual_stages : 2)
+                             : parallel::load_schedule(p.schedule_file);
+  CM_CHECK(s.ranks == p.pp && s.micro_batches == c.grad_accum,
+           "run a schedule written for this pp and number of micro-batches (grad_accum)",
+           "schedule '{}' is for pp {} and {} micro-batches, the run has pp {} and {}", s.name, s.ranks,
+           s.micro_batches, p.pp, c.grad_accum);
+  parallel::validate(s);
+  return s;
+}
+
+// ---- the tied table across stages
+
+class Pipeline::Tied final : public parallel::TiedEmbedding {
+ public:
+  // Micro-batch mb's embedding and head lie on the ranks of stages 0 and
+  // last of its copy (DualPipe runs two copies in opposite directions).
+  Tied(Pipeline& p, int signal_base) : p_(p), signal_base_(signal_base) {
+    const parallel::Schedule& s = p.schedule_;
+    bool remote = false;
+    for (int mb = 0; mb < s.micro_batches; ++mb) {
+      embedding_rank_.push_back(s.locate(mb, 0).rank);
+      head_rank_.push_back(s.locate(mb, s.num_stages() - 1).rank);
+      remote = remote || embedding_rank_.back() != head_rank_.back();
+    }
+    const model::ModelConfig& m = p.cfg_.model;
+    const model::ParamLayout head = model::layout_params(m, p.stage_of(head_rank_[0]));
+    replica_offset_ = head.params[size_t(replica_index(head))].offset;
+    numel_ = int64_t(m.vocab_size) * m.d_model;
+    if (remote) buffers_ = parallel::symmetric_tensor({s.micro_batches * numel_});
+  }
+  void head_gradient(int slot, const Tensor& grad) override {
+    const int to = embedding_rank_.at(size_t(slot));
+    if (to == p_.rank_) {
+      local_[slot] = grad;
+      return;
+    }
+    p_.keep_.push_back(grad);
+    runtime::Stream stream = runtime::current_stream();
+    shmem::put_signal_on_stream(stream, buffers_.data<float>() + slot * numel_, grad.data<float>(), size_t(numel_),
+                                p_.signal(signal_base_ + slot), 1, shmem::SignalOp::add, p_.pe(to));
+  }
+  Tensor take_head_gradient(int slot) override {
+    const int from = head_rank_.at(size_t(slot));
+    if (from == p_.rank_) {
+      auto it = local_.find(slot);
+      CM_CHECK(it != local_.end(), "run the head's backward of a micro-batch before the embedding's",
+               "micro-batch {}: no gradient of the head for the tied table", slot);
+      Tensor g = it->second;
+      local_.erase(it);
+      return g;
+    }
+    p_.wait(signal_base_ + slot, fmt::format("waits for PE {}'s head gradient of the tied table, micro-batch {}",
+                                             p_.pe(from), slot));
+    return buffers_.slice(0, slot * numel_, (slot + 1) * numel_);
+  }
+  // After the optimizer: the embedding's table into the head's replica. Under
+  // DualPipe every rank holds the table and a replica, and both copies of
+  // the table take the same steps: the replica follows the rank's own table.
+  void sync(model::Model& model) {
+    const int me = p_.rank_, sig = signal_base_ + p_.schedule_.micro_batches;
+    const int embedding = embedding_rank_[0], head = head_rank_[0];
+    const bool both = p_.schedule_.placement == parallel::Placement::bidirectional || embedding == head;
+    if (both) {
+      const int r = replica_index(model.layout());
+      const int64_t at = r < 0 ? 0 : model.layout().params[size_t(r)].offset;
+      if (r >= 0) parallel::copy_on_stream(model.param("wte"), model.param_arena().slice(0, at, at + numel_));
+    } else if (me == embedding) {
+      const Tensor table = model.param("wte");
+      runtime::Stream stream = runtime::current_stream();
+      shmem::put_signal_on_stream(stream, model.param_data() + replica_offset_, table.data<float>(), size_t(numel_),
+                                  p_.signal(sig), 1, shmem::SignalOp::add, p_.pe(head));
+    } else if (me == head) {
+      p_.wait(sig, fmt::format("waits for PE {}'s updated embedding table", p_.pe(embedding)));
+    }
+  }
+  static int signals(const parallel::Schedule& s) { return s.micro_batches + 1; }
+
+ private:
+  Pipeline& p_;
+  int signal_base_;
+  std::vector<int> embedding_rank_, head_rank_;  // per micro-batch
+  int64_t replica_offset_ = 0, numel_ = 0;
+  Tensor buffers_;
+  std::map<int, Tensor> local_;
+};
+
+// ---- the norm's plan: which PE computes which chunk partial of the 1-PE arena
+
+struct Pipeline::NormPlan {
+  struct Run {
+    int pe;
+    int64_t begin, end;  // in the 1-PE arena
+    int64_t at;          // where begin lies in pe's arena
+  };
+  std::vector<Run> runs;                  // every PE's, by begin
+  std::vector<model::ParamInfo> params;   // the 1-PE layout's
+  int64_t n = 0, chunks = 0;
+  std::vector<int> owner, edge;           // per chunk: its owner; its edge slot or -1
+  std::vector<int> expected;              // per edge slot: puts from other PEs per round
+  int signal_base = 0;
+  Tensor edges, partials;
+  std::unique_ptr<parallel::ShardedSum> sum;
+};
+
+// ---- construction
+
+Pipeline::Pipeline(const TrainConfig& cfg)
+    : cfg_(cfg),
+      schedule_(pipeline_schedule(cfg)),
+      mesh_(cfg.parallel, cfg.parallel.world(), {cfg.model.n_routed_experts, cfg.model.n_heads, cfg.model.n_layers,
+                                                 cfg.seq_len}) {
+  const parallel::ParallelConfig& p = cfg.parallel;
+  CM_CHECK(p.world() == p.pp * p.dp && p.zero == 0,
+           "with pp > 1 set cp, ep and tp to 1 and zero to 0: pipelines combine with data parallelism only",
+           "the layout asks for pp {} with dp {} x cp {} x ep {} x tp {}, zero {}", p.pp, p.dp, p.cp, p.ep, p.tp,
+           p.zero);
+  const int me = shmem::my_pe();
+  rank_ = mesh_.coords(me)[parallel::Dim::pp];
+  pes_ = mesh_.group(parallel::Dim::pp, me);
+  stage_parts(cfg.model, schedule_.num_stages());  // checks the stage count
+  rows_ = int64_t(cfg.batch_size) * cfg.seq_len;
+  // Symmetric allocations, in the same order on every PE: receive buffers per
+  // (kind, chunk, micro-batch), then signals: one per buffer, the tied
+  // table's, the norm's edge slots.
+  const int messages = 2 * schedule_.chunks * schedule_.micro_batches;
+  recv_ = parallel::symmetric_tensor({int64_t(messages) * rows_ * cfg.model.d_model});
+  plan_norm(messages + Tied::signals(schedule_));
+  const int signals = norm_->signal_base + int(norm_->expected.size()) + 2;  // + DualPipe's copy sums
+  signals_ = parallel::symmetric_tensor({signals}, DType::i64);
+  rounds_.assign(size_t(signals), 0);
+  if (cfg.model.tied_embeddings) tied_ = std::make_unique<Tied>(*this, messages);
+  host_values_ = parallel::symmetric_tensor({int64_t(4 * (shmem::n_pes() + 1))}, DType::i64);  // doubles, 8 bytes each
+  const int64_t E = cfg.model.n_routed_experts;
+  buffers_ = parallel::symmetric_tensor({std::max<int64_t>(1, cfg.model.n_layers * E)});
+  load_values_ = parallel::symmetric_tensor({std::max<int64_t>(1, 2 * cfg.model.n_layers * E)}, DType::i64);
+  const int64_t loads = int64_t(cfg.model.n_layers) * (E + 1);
+  load_arena_ = parallel::symmetric_tensor({std::max<int64_t>(loads, 1)}, DType::i64);
+  const parallel::Group data = parallel::Group::of(mesh_.group(parallel::Dim::dp, me), me);
+  load_sum_ = std::make_unique<parallel::ShardedSum>(load_arena_, std::vector<parallel::Group>{data},
+                                                     std::vector<parallel::ShardedSum::Range>{{0, loads, 0}}, 1);
+  if (schedule_.placement == parallel::Placement::bidirectional) {  // the partner's gradients and loads
+    const int64_t arena = model::layout_params(cfg.model, stage()).arena_size;
+    copy_grads_ = parallel::symmetric_tensor({parallel::max_over_world({arena})[0]});
+    copy_loads_ = parallel::symmetric_tensor({std::max<int64_t>(loads, 1)}, DType::i64);
+  }
+}
+
+std::vector<model::PartRange> Pipeline::canonical_chunks(int rank) const {
+  std::vector<model::PartRange> chunks = stage_of(rank).chunks;
+  if (schedule_.placement == parallel::Placement::bidirectional) chunks.resize(1);  // copy 0's stage
+  return chunks;
+}
+
+// Every PE's runs of the 1-PE arena, the owner of each chunk, the edge slots.
+void Pipeline::plan_norm(int signal_base) {
+  norm_ = std::make_unique<NormPlan>();
+  NormPlan& q = *norm_;
+  const model::ParamLayout whole = model::layout_params(cfg_.model);
+  q.params = whole.params;
+  q.n = whole.arena_size;
+  q.chunks = (q.n + K - 1) / K;
+  for (int pe = 0; pe < schedule_.ranks; ++pe) {
+    const model::ParamLayout mine = model::layout_params(cfg_.model, stage_of(pe));
+    for (const model::PartRange& r : canonical_chunks(pe)) {
+      const int64_t b = whole.region_offset[size_t(r.begin)];
+      const int64_t e = whole.region_offset[size_t(r.end - 1)] + whole.region_size[size_t(r.end - 1)];
+      q.runs.push_back({pe, b, e, mine.region_offset[size_t(r.begin)]});
+    }
+  }
+  std::sort(q.runs.begin(), q.runs.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+  q.owner.assign(size_t(q.chunks), -1);
+  q.edge.assign(size_t(q.chunks), -1);
+  for (int64_t c = 0; c < q.chunks; ++c) {
+    const int64_t b = c * K, e = std::min(q.n, b + K);
+    int touching = 0, others = 0;
+    for (const auto& r : q.runs) {
+      if (r.end <= b || r.begin >= e) continue;
+      if (q.owner[size_t(c)] < 0) q.owner[size_t(c)] = r.pe;
+      ++touching;
+      others += r.pe != q.owner[size_t(c)];
+    }
+    if (touching > 1) q.edge[size_t(c)] = int(q.expected.size()), q.expected.push_back(others);
+  }
+  q.signal_base = signal_base;
+  q.edges = parallel::symmetric_tensor({std::max<int64_t>(1, int64_t(q.expected.size()) * K)});
+  q.partials = parallel::symmetric_tensor({q.chunks});
+  q.sum = std::make_unique<parallel::ShardedSum>(q.partials,
+                                                 std::vector<parallel::Group>{parallel::Group::of(pes_, pe(rank_))},
+                                                 std::vector<parallel::ShardedSum::Range>{{0, q.chunks, 0}}, 1);
+}
+
+Pipeline::~Pipeline() = default;
+
+bool Pipeline::leader() const { return shmem::my_pe() == 0; }
+
+model::StageLayout Pipeline::stage_of(int rank) const { return pipeline_stage(cfg_.model, schedule_, rank); }
+
+parallel::Seams Pipeline::seams() {
+  parallel::Seams s;
+  s.tied = tied_.get();
+  return s;
+}
+
+model::Model::ArenaAllocator Pipeline::arena() const {
+  return [](int64_t n) {
+    const int64_t most = parallel::max_over_world({n})[0];
+    return parallel::symmetric_tensor({most}).slice(0, 0, n);
+  };
+}
+
+model::Model::ArenaAllocator Pipeline::state_allocator() const { return arena(); }
+
+int Pipeline::buffer(bool grad, int chunk, int mb) const {
+  return ((grad ? 1 : 0) * schedule_.chunks + chunk) * schedule_.micro_batches + mb;
+}
+
+void Pipeline::wait(int index, std::string what) {
+  runtime::Stream stream = runtime::current_stream();
+  parallel::wait_signal_on_stream(stream, signal(index), ++rounds_[size_t(index)],
+                                  std::move(what));
+}
+
+void Pipeline::attach(model::Model& model) {
+  model_ = &model;
+  if (data_ranks() == 1) return;
+  // the stage's gradients summed over the data-parallel replicas of the stage (collective)
+  const int me = shmem::my_pe();
+  const parallel::Group data = parallel::Group::of(mesh_.group(parallel::Dim::dp, me), me);
+  grad_sum_ = std::make_unique<parallel::ShardedSum>(model.grad_arena(), std::vector<parallel::Group>{data},
+                                                     std::vector<parallel::ShardedSum::Range>{{0, model.num_params(), 0}});
+}
+
+std::vector<AdamW::Range> Pipeline::owned_ranges() const {
+  const model::ParamLayout& l = model_->layout();
+  const int r = replica_index(l);
+  if (r < 0) return {};
+  const model::ParamInfo& p = l.params[size_t(r)];
+  std::vector<AdamW::Range> out{{0, p.offset}};
+  if (p.offset + p.numel < l.arena_size) out.push_back({p.offset + p.numel, l.arena_size});
+  return out;
+}
+
+// ---- messages
+
+Tensor Pipeline::receive(bool grad, int chunk, int mb) {
+  const int i = buffer(grad, chunk, mb);
+  const int64_t size = rows_ * cfg_.model.d_model;
+  const parallel::StageRef from = schedule_.peer(rank_, {grad ? ActionKind::RecvB : ActionKind::RecvF, chunk, mb});
+  wait(i, fmt::format("waits for PE {}'s {} of micro-batch {} (chunk {})", pe(from.rank),
+                      grad ? "input gradient" : "activations", mb, chunk));
+  // a copy of its own: the buffer is free again, the model may keep the input for its backward
+  Tensor out = Tensor::empty({rows_, cfg_.model.d_model});
+  parallel::copy_on_stream(recv_.slice(0, i * size, (i + 1) * size), out.view({size}));
+  return out;
+}
+
+void Pipeline::send(const Tensor& data, const parallel::Action& a) {
+  const bool grad = a.kind == ActionKind::SendB;
+  const parallel::StageRef to = schedule_.peer(rank_, a);
+  const int i = buffer(grad, to.chunk, a.micro_batch);
+  const int64_t size = rows_ * cfg_.model.d_model;
+  CM_ASSERT(data.defined() && data.numel() == size);
+  const Tensor src = data.contiguous();
+  keep_.push_back(src);  // the put reads it when the stream gets there
+  runtime::Stream stream = runtime::current_stream();
+  shmem::put_signal_on_stream(stream, recv_.data<float>() + i * size, src.data<float>(), size_t(size),
+                              signal(i), 1, shmem::SignalOp::add, pe(to.rank));
+}
+
+// ---- the step
+
+void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
+  CM_CHECK(int(batches.size()) == schedule_.micro_batches, "pass one micro-batch per scheduled micro-batch",
+           "{} micro-batches for a schedule of {}", batches.size(), schedule_.micro_batches);
+  keep_.clear();  // the previous step's puts are done (finish_step synchronized)
+  model::Model& m = *model_;
+  const int last = schedule_.num_stages() - 1;
+  // Where a chunk's input (or output gradient) comes from: a message, or the
+  // chunk of the neighbouring stage on this rank.
+  auto neighbour = [&](int chunk, int mb, int step) -> parallel::StageRef {
+    return schedule_.locate(mb, schedule_.stage_of(rank_, chunk) + step);
+  };
+  auto take = [](std::map<std::pair<int, int>, Tensor>& from, std::pair<int, int> key) {
+    auto it = from.find(key);
+    CM_ASSERT(it != from.end());
+    Tensor t = std::move(it->second);
+    from.erase(it);
+    return t;
+  };
+  auto forward = [&](int c, int mb) {
+    if (!m.slot_open(mb)) m.open_slot(mb, batches[size_t(mb)]);
+    const int stage = schedule_.stage_of(rank_, c);
+    Tensor in;
+    if (stage > 0) {
+      const parallel::StageRef prev = neighbour(c, mb, -1);
+      in = prev.rank == rank_ ? take(outputs_, {prev.chunk, mb}) : take(inputs_, {c, mb});
+    }
+    Tensor out = m.forward_chunk(mb, c, in);
+    if (stage < last) outputs_[{c, mb}] = out;
+  };
+  // DualPipe: a micro-batch passes one chunk of a rank; its slot closes after that backward
+  std::vector<int> passes(size_t(schedule_.micro_batches), 0);
+  for (int mb = 0; mb < schedule_.micro_batches; ++mb)
+    for (int c = 0; c < schedule_.chunks; ++c) passes[size_t(mb)] += schedule_.passes_through(mb, c);
+  auto backward = [&](int c, int mb, bool defer) {
+    const int stage = schedule_.stage_of(rank_, c);
+    Tensor dout;
+    if (stage < last) {
+      const parallel::StageRef next = neighbour(c, mb, 1);
+      dout = next.rank == rank_ ? take(grads_, {next.chunk, mb}) : take(grad_inputs_, {c, mb});
+    }
+    Tensor din = m.backward_chunk(mb, c, dout, defer);
+    if (stage > 0) grads_[{c, mb}] = din;
+    if (--passes[size_t(mb)] == 0 && m.slot_open(mb)) m.close_slot(mb);
+  };
+  for (const parallel::Action& a : schedule_.actions[size_t(rank_)]) {
+    switch (a.kind) {
+      case ActionKind::F: forward(a.chunk, a.micro_batch); break;
+      case ActionKind::B: backward(a.chunk, a.micro_batch, false); break;
+      case ActionKind::I: backward(a.chunk, a.micro_batch, true); break;
+      case ActionKind::W: m.backward_weight(a.micro_batch, a.chunk); break;
+      case ActionKind::FB:
+        forward(a.chunk, a.micro_batch);
+        backward(a.b_chunk, a.b_micro_batch, false);
+        break;
+      case ActionKind::SendF: send(take(outputs_, {a.chunk, a.micro_batch}), a); break;
+      case ActionKind::SendB: send(take(grads_, {a.chunk, a.micro_batch}), a); break;
+      case ActionKind::RecvF: inputs_[{a.chunk, a.micro_batch}] = receive(false, a.chunk, a.micro_batch); break;
+      case ActionKind::RecvB: grad_inputs_[{a.chunk, a.micro_batch}] = receive(true, a.chunk, a.micro_batch); break;
+    }
+  }
+  CM_ASSERT(outputs_.empty() && grads_.empty() && inputs_.empty() && grad_inputs_.empty());
+  if (copy_grads_.defined()) sum_copies();
+}
+
+// DualPipe: rank r holds stage r of copy 0 and stage p-1-r of copy 1, its
+// partner p-1-r the same stages the other way round (the same arena
+// layout). Each puts its gradients and loads to the other and adds the
+// other's: both copies take the same steps. The copies' sums are
+// ((g0 + g1) ...) + ((g_m/2 + ...) ...), one PE's within rounding.
+void Pipeline::sum_copies() {
+  const int partner = schedule_.ranks - 1 - rank_, sig = norm_->signal_base + int(norm_->expected.size());
+  runtime::Stream stream = runtime::current_stream();
+  const Tensor grad = model_->grad_arena(), theirs = copy_grads_.slice(0, 0, grad.numel());
+  shmem::put_signal_on_stream(stream, theirs.data<float>(), grad.data<float>(), size_t(grad.numel()), signal(sig), 1,
+                              shmem::SignalOp::add, pe(partner));
+  int64_t n = 0;
+  for (const Tensor& l : model_->expert_load()) {
+    parallel::copy_on_stream(l, load_arena_.slice(0, n, n + l.numel()));
+    n += l.numel();
+  }
+  if (n > 0)
+    shmem::put_signal_on_stream(stream, copy_loads_.data<int64_t>(), load_arena_.data<int64_t>(), size_t(n),
+                                signal(sig + 1), 1, shmem::SignalOp::add, pe(partner));
+  wait(sig, fmt::format("waits for PE {}'s gradients of the other model copy", pe(partner)));
+  parallel::sum_in_order({grad, theirs}, grad);  // a + b = b + a: the same bits on both
+  if (n == 0) return;
+  wait(sig + 1, fmt::format("waits for PE {}'s expert loads of the other model copy", pe(partner)));
+  n = 0;
+  for (const Tensor& l : model_->expert_load()) {
+    parallel::sum_in_order({l, copy_loads_.slice(0, n, n + l.numel())}, l);
+    n += l.numel();
+  }
+}
+
+void Pipeline::sum_over_data_ranks() {
+  CM_ASSERT(grad_sum_);
+  runtime::Stream stream = runtime::current_stream();
+  // gradients: replica d holds micro-batches [d a, (d+1) a); summed in replica order
+  grad_sum_->reduce_scatter(0, stream);
+  grad_sum_->all_gather(0, model_->grad_arena(), stream);
+  // the routers' loads: every replica updates its biases from the global load
+  if (!model_->expert_load().empty()) load_sum_->sum_packed(model_->expert_load(), stream);
+}
+
+Tensor Pipeline::grad_sq_sum() {
+  NormPlan& q = *norm_;
+  const Tensor grad = model_->grad_arena(), P = q.partials;
+  zero_on_stream(P);
+  runtime::Stream stream = runtime::current_stream();
+  auto partials_into = [&](const Tensor& values, int64_t first_chunk, int64_t b, int64_t e) {
+    const Tensor part = ops::grad_sq_partials(values, segments_in(q.params, b, e));
+    Tensor dst = P.slice(0, first_chunk, first_chunk + part.numel());
+    ops::add_out(dst, part, dst);  // 0 + x: the partial itself
+  };
+  for (const NormPlan::Run& r : q.runs) {
+    if (r.pe != rank_) continue;
+    // chunks wholly inside this run, in stretches; pieces of edge chunks to their owner
+    int64_t c = r.begin / K;
+    while (c * K < r.end) {
+      if (q.edge[size_t(c)] < 0) {
+        int64_t c1 = c;
+        while (c1 * K < r.end && q.edge[size_t(c1)] < 0) ++c1;
+        const int64_t b = c * K, e = std::min(q.n, c1 * K);
+        partials_into(grad.slice(0, r.at + (b - r.begin), r.at + (e - r.begin)), c, b, e);
+        c = c1;
+        continue;
+      }
+      const int slot = q.edge[size_t(c)];
+      const int64_t lo = std::max(r.begin, c * K), hi = std::min(r.end, (c + 1) * K);
+      const Tensor src = grad.slice(0, r.at + (lo - r.begin), r.at + (hi - r.begin));
+      const int64_t at = slot * K + (lo - c * K);
+      if (q.owner[size_t(c)] == rank_) parallel::copy_on_stream(src, q.edges.slice(0, at, at + (hi - lo)));
+      else
+        shmem::put_signal_on_stream(stream, q.edges.data<float>() + at, src.data<float>(), size_t(hi - lo),
+                                    signal(q.signal_base + slot), 1, shmem::SignalOp::add,
+                                    pe(q.owner[size_t(c)]));
+      ++c;
+    }
+  }
+  for (int64_t c = 0; c < q.chunks; ++c) {
+    const int slot = q.edge[size_t(c)];
+    if (slot < 0 || q.owner[size_t(c)] != rank_) continue;
+    for (int k = 0; k < q.expected[size_t(slot)]; ++k)
+      wait(q.signal_base + slot, fmt::format("waits for the gradients of norm chunk {} from the stages around", c));
+    const int64_t b = c * K, e = std::min(q.n, b + K);
+    partials_into(q.edges.slice(0, slot * K, slot * K + (e - b)), c, b, e);
+  }
+  q.sum->reduce_scatter(0, stream);
+  q.sum->all_gather(0, P, stream);
+  return ops::sum_partials(P);
+}
+
+void Pipeline::sync_tied_table() {
+  if (tied_) tied_->sync(*model_);
+}
+
+// ---- host
+
+Tensor Pipeline::forward_only(const model::MicroBatch& batch) {
+  model::Model& m = *model_;
+  const int last = schedule_.num_stages() - 1, slot = 0;
+  std::vector<int> order(size_t(schedule_.chunks));  // this rank's chunks in stage order
+  for (int c = 0; c < schedule_.chunks; ++c) order[size_t(c)] = c;
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return schedule_.stage_of(rank_, a) < schedule_.stage_of(rank_, b); });
+  m.open_slot(slot, batch);
+  Tensor x, losses;
+  for (int c : order) {
+    if (!schedule_.passes_through(slot, c)) continue;
+    const int stage = schedule_.stage_of(rank_, c);
+    if (stage > 0 && schedule_.locate(slot, stage - 1).rank != rank_) x = receive(false, c, slot);
+    x = m.forward_chunk(slot, c, x);
+    if (stage == last) losses = m.token_losses(slot);
+    else if (schedule_.locate(slot, stage + 1).rank != rank_) send(x, {ActionKind::SendF, c, slot});
+  }
+  runtime::current_stream().synchronize();
+  m.close_slot(slot);
+  keep_.clear();
+  shmem::barrier();  // every buffer read before the next batch is put
+  return losses;
+}
+
+std::vector<Pipeline::Totals> Pipeline::over_world(const std::vector<double>& local) {
+  const int n = shmem::n_pes(), k = int(local.size());
+  CM_ASSERT(k <= 4);
+  auto* v = reinterpret_cast<double*>(host_values_.raw_data());
+  std::copy(local.begin(), local.end(), v);
+  shmem::allgather(shmem::Team::world(), v + 4, v, 4);
+  std::vector<Totals> out(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) {
+    out[size_t(i)].max = v[4 + i];  // PE 0's
+    for (int pe = 0; pe < n; ++pe) {
+      out[size_t(i)].sum += v[4 * (pe + 1) + i];
+      out[size_t(i)].max = std::max(out[size_t(i)].max, v[4 * (pe + 1) + i]);
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<double>> Pipeline::every_expert_load(const std::vector<std::vector<double>>& mine) {
+  const model::ModelConfig& m = cfg_.model;
+  const int64_t E = m.n_routed_experts, n = m.n_layers * E;
+  auto* v = reinterpret_cast<double*>(load_values_.raw_data());  // [0, n) mine, [n, 2n) everyone's
+  std::fill(v, v + n, 0.0);
+  // one holder per layer: data replica 0, copy 0 under DualPipe
+  const std::vector<model::PartRange> held = canonical_chunks(rank_), all = stage().chunks;
+  size_t i = 0;
+  for (int l = 0; l < m.n_layers; ++l) {
+    if (!m.is_moe_layer(l) || !model::holds_part({all}, 2 + 2 * l)) continue;
+    const std::vector<double>& counts = mine.at(i++);
+    if (data_index() == 0 && model::holds_part({held}, 2 + 2 * l)) std::copy(counts.begin(), counts.end(), v + l * E);
+  }
+  shmem::allreduce(shmem::Team::world(), v + n, v, size_t(n), shmem::ReduceOp::sum);
+  std::vector<std::vector<double>> out;
+  for (int l = 0; l < m.n_layers; ++l)
+    if (m.is_moe_layer(l)) out.emplace_back(v + n + l * E, v + n + (l + 1) * E);
+  return out;
+}
+
+void Pipeline::gather_state(model::Model& model, AdamW& opt, NamedTensors& params, NamedTensors& adam_m,
+                            NamedTensors& adam_v, NamedTensors& buffers) {
+  const int64_t E = cfg_.model.n_routed_experts;
+  for (const auto& [name, b] : model.named_buffers()) {  // router biases: "layers.<l>.router_bias"
+    const int l = std::stoi(name.substr(7));
+    std::memcpy(buffers_.data<float>() + l * E, b.data<float>(), size_t(E) * sizeof(float));
+  }
+  shmem::barrier();  // every PE's step is done and its buffers staged
+  if (shmem::my_pe() == 0) {
+    // the holder of each part (a pipeline rank of data replica 0), and its layout
+    std::vector<int> holder(size_t(model::num_parts(cfg_.model)));
+    std::vector<model::ParamLayout> layouts;
+    for (int pe = 0; pe < schedule_.ranks; ++pe) {
+      for (const model::PartRange& r : canonical_chunks(pe))
+        for (int part = r.begin; part < r.end; ++part) holder[size_t(part)] = pe;
+      layouts.push_back(model::layout_params(cfg_.model, stage_of(pe)));
+    }
+    auto get = [](Tensor& to, const Tensor& from, int64_t offset, int pe) {
+      shmem::get(to.data<float>(), from.data<float>() + offset, size_t(to.numel()), pe);
+    };
+    for (const model::ParamInfo& w : model::layout_params(cfg_.model).params) {
+      const int pe = holder[size_t(w.part)];
+      const model::ParamLayout& l = layouts[size_t(pe)];
+      int64_t offset = -1;
+      for (const auto& p : l.params)
+        if (p.name == w.name && !p.tied_replica) offset = p.offset;
+      CM_ASSERT(offset >= 0);
+      // AdamW's state sits at the parameter's arena offset: every range before the replica is owned
+      Tensor x = Tensor::empty(w.shape), m = Tensor::empty(w.shape), v = Tensor::empty(w.shape);
+      const int from = this->pe(pe);
+      get(x, model.param_arena(), offset, from), get(m, opt.m(), offset, from), get(v, opt.v(), offset, from);
+      params.emplace_back(w.name, x), adam_m.emplace_back(w.name, m), adam_v.emplace_back(w.name, v);
+    }
+    buffers.clear();
+    for (int l = 0; l < cfg_.model.n_layers; ++l) {
+      if (!cfg_.model.is_moe_layer(l)) continue;
+      Tensor b = Tensor::empty({E});
+      get(b, buffers_, l * E, pe(holder[size_t(2 + 2 * l)]));
+      buffers.emplace_back("layers." + std::to_string(l) + ".router_bias", b);
+    }
+  }
+  shmem::barrier();  // nobody changes its arenas before the leader has read them
+}
+
+int64_t Pipeline::symmetric_bytes(const TrainConfig& c) {
+  const model::ModelConfig& m = c.model;
+  const int64_t whole = model::layout_params(m).arena_size, table = int64_t(m.vocab_size) * m.d_model;
+  const parallel::Schedule s = pipeline_schedule(c);
+  const int64_t mb = c.grad_accum, chunks = s.chunks;
+  const int64_t messages = 2 * chunks * mb * int64_t(c.batch_size) * c.seq_len * m.d_model;
+  // weights, gradients, AdamW m and v (the largest stage, at most the whole model and a
+  // replica), receive buffers, the tied table's per micro-batch, norm slots
+  // the gradients' reduce-scatter (dp), the partner's gradients (DualPipe)
+  const int64_t staging = (c.parallel.dp > 1) + (s.placement == parallel::Placement::bidirectional);
+  const int64_t staged = staging * (whole + table);
+  return 4 * (4 * (whole + table) + staged + messages + mb * table + (c.parallel.pp * 2 + 2) * K) + (16 << 20);
+}
+
+}  // namespace coremesh::train

@@ -1,0 +1,358 @@
+// Pipeline parallelism reproduces the 1-PE run bit for bit (issue 16): each
+// schedule at this job's PE count (pp = n) trains 4 steps with m
+// micro-batches and is compared with one PE accumulating the same m
+// micro-batches: every step's loss and gradient norm, the expert balance,
+// every parameter each stage holds (the head's replica of the tied table
+// too) and the router biases. The model is tied, has capacity drops, the
+// balance loss and router-bias updates, and clipping is active.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "coremesh/ops/optimizer.hpp"
+#include "coremesh/parallel/comm.hpp"
+#include "coremesh/shmem/shmem.hpp"
+#include "coremesh/train/trainer.hpp"
+#include "parallel/tiny_training.hpp"
+
+using namespace coremesh;
+using namespace coremesh::train;
+using namespace coremesh::test_support;
+using parallel::PipelineSchedule;
+
+namespace {
+
+struct Case {
+  PipelineSchedule schedule;
+  int micro_batches, virtual_stages;
+  bool tied = true;  // the head's table is the embedding's
+};
+
+std::vector<Case> cases(int pp) {
+  using S = PipelineSchedule;
+  switch (pp) {
+    case 2: return {{S::gpipe, 4, 1}, {S::one_f_one_b, 4, 1}, {S::interleaved, 4, 2}, {S::zb_h1, 4, 1},
+                    {S::zbv, 4, 1}, {S::dualpipev, 4, 1}, {S::one_f_one_b, 4, 1, false}};
+    case 3: return {{S::one_f_one_b, 3, 1}};
+    case 4: return {{S::gpipe, 4, 1}, {S::one_f_one_b, 8, 1}, {S::zb_h1, 4, 1}};
+    default: return {};
+  }
+}
+
+TrainConfig pipeline_config(const Case& c, int pp) {
+  TrainConfig t = base_config();
+  t.steps = 4, t.grad_accum = c.micro_batches;
+  t.parallel.pp = pp, t.parallel.schedule = c.schedule, t.parallel.virtual_stages = c.virtual_stages;
+  t.model.tied_embeddings = c.tied;
+  t.out_dir = job_dir("pipeline_par");
+  return t;
+}
+
+TrainConfig one_pe_config(int micro_batches, const std::string& dir, bool tied = true) {
+  TrainConfig t = base_config();
+  t.steps = 4, t.grad_accum = micro_batches, t.out_dir = dir;
+  t.model.tied_embeddings = tied;
+  return t;
+}
+
+}  // namespace
+
+TEST(PipelineTraining, EverySchedulesReproducesTheOnePeRun) {
+  const int pp = shmem::n_pes(), me = shmem::my_pe();
+  for (const Case& c : cases(pp)) {
+    SCOPED_TRACE(::testing::Message() << parallel::schedule_name(c.schedule) << " pp " << pp << " m "
+                                      << c.micro_batches << (c.tied ? "" : " untied"));
+    Trainer ref(one_pe_config(c.micro_batches, job_dir("pipeline_one") + "_" + std::to_string(me), c.tied),
+                one_core());
+    ref.run(-1, false);
+    Trainer t(pipeline_config(c, pp), one_core());
+    t.run(-1, false);
+
+    ASSERT_EQ(t.records().size(), ref.records().size());
+    for (size_t s = 0; s < ref.records().size(); ++s) {
+      const StepRecord &a = t.records()[s], &b = ref.records()[s];
+      EXPECT_EQ(a.loss, b.loss) << "step " << s;
+      EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << s;
+      EXPECT_EQ(a.expert_balance, b.expert_balance) << "step " << s;
+      EXPECT_NEAR(a.aux_loss, b.aux_loss, 1e-12) << "step " << s;
+    }
+    int different = 0;
+    for (const auto& p : t.model().params()) {
+      const bool same = std::memcmp(t.model().param_data() + p.offset, ref.model().param(p.name).raw_data(),
+                                    size_t(p.numel) * sizeof(float)) == 0;
+      different += !same;
+      EXPECT_TRUE(same) << p.name << (p.tied_replica ? " (the head's replica)" : "");
+    }
+    const auto want = ref.model().named_buffers();
+    for (const auto& [name, b] : t.model().named_buffers()) {
+      const auto it = std::find_if(want.begin(), want.end(), [&](const auto& w) { return w.first == name; });
+      ASSERT_NE(it, want.end()) << name;
+      EXPECT_EQ(0, std::memcmp(b.raw_data(), it->second.raw_data(), b.nbytes())) << name;
+    }
+    if (me == 0)
+      std::printf("[%s pp %d m %d%s] %zu steps, %d of this stage's tensors differ; loss %.4f -> %.4f, grad norm "
+                  "%.3f -> %.3f\n",
+                  parallel::schedule_name(c.schedule).c_str(), pp, c.micro_batches, c.tied ? "" : " untied",
+                  t.records().size(), different,
+                  t.records().front().loss, t.records().back().loss, t.records().front().grad_norm,
+                  t.records().back().grad_norm);
+    shmem::barrier();
+  }
+}
+
+// A pipeline's checkpoint is the 1-PE checkpoint (names, values, AdamW
+// moments, router biases); one PE resumes it and a pipeline resumes the
+// 1-PE one, both continuing the 1-PE run bit for bit.
+TEST(PipelineTraining, CheckpointsAreTheOnePeCheckpoints) {
+  const int pp = shmem::n_pes(), me = shmem::my_pe();
+  if (pp < 2) return;
+  const Case c{PipelineSchedule::one_f_one_b, 4, 1};
+  const std::string shared = job_dir("pipeline_ckpt"), local = shared + "_" + std::to_string(me);
+  Trainer ref(one_pe_config(c.micro_batches, local + "_ref"), one_core());
+  const std::string ref2 = ref.run(2, true).checkpoint;
+  ref.run(-1, false);
+  std::string ckpt;
+  {
+    TrainConfig cfg = pipeline_config(c, pp);
+    cfg.out_dir = shared + "_from";
+    Trainer a(cfg, one_core());
+    ckpt = a.run(2, true).checkpoint;
+  }
+  const CheckpointState mine = load_checkpoint(ckpt), want = load_checkpoint(ref2);
+  EXPECT_EQ(worst_difference(mine, want), 0.0);
+  ASSERT_EQ(mine.buffers.size(), want.buffers.size());
+  for (size_t i = 0; i < want.buffers.size(); ++i) {
+    EXPECT_EQ(mine.buffers[i].first, want.buffers[i].first);
+    EXPECT_EQ(0, std::memcmp(mine.buffers[i].second.raw_data(), want.buffers[i].second.raw_data(),
+                             want.buffers[i].second.nbytes()));
+  }
+  // one PE resumes the pipeline's checkpoint; the pipeline resumes one PE's
+  Trainer one(one_pe_config(c.micro_batches, local + "_to"), one_core());
+  one.resume(ckpt);
+  one.run(-1, false);
+  TrainConfig cfg = pipeline_config(c, pp);
+  cfg.out_dir = shared + "_to";
+  Trainer piped(cfg, one_core());
+  piped.resume(ref2);
+  piped.run(-1, false);
+  ASSERT_EQ(one.records().size(), 2u);
+  ASSERT_EQ(piped.records().size(), 2u);
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(one.records()[s].loss, ref.records()[2 + s].loss) << "one PE, step " << 2 + s;
+    EXPECT_EQ(piped.records()[s].loss, ref.records()[2 + s].loss) << "pipeline, step " << 2 + s;
+  }
+  shmem::barrier();
+  std::filesystem::remove_all(local + "_ref"), std::filesystem::remove_all(local + "_to");
+  if (me == 0) std::filesystem::remove_all(shared + "_from"), std::filesystem::remove_all(shared + "_to");
+}
+
+// The gradient norm is the 1-PE norm bit for bit, also where a chunk of its
+// partial sums straddles stages (assembled on one PE, not the two partials
+// added): random gradients of widely spread magnitudes in every stage's
+// arena against ops::grad_sq_sum over the whole model's arena.
+TEST(PipelineTraining, NormIsTheOnePeNorm) {
+  const int pp = shmem::n_pes();
+  if (pp < 2) return;
+  using S = PipelineSchedule;
+  for (const Case& c : {Case{S::one_f_one_b, pp, 1}, Case{S::zbv, 2 * pp, 1}}) {
+    if (pp * (c.schedule == S::zbv ? 2 : 1) > model::num_parts(base_config().model)) continue;  // a part per stage
+    SCOPED_TRACE(parallel::schedule_name(c.schedule));
+    Trainer t(pipeline_config(c, pp), one_core());
+    const model::ParamLayout whole = model::layout_params(t.model().config());
+    std::vector<ops::ParamSegment> all;
+    for (const auto& p : whole.params) all.push_back({p.offset, p.numel, p.weight_decay});
+    Tensor ref = Tensor::zeros({whole.arena_size});
+    uint64_t x = 12345;
+    int differ = 0;
+    for (int trial = 0; trial < 40; ++trial) {
+      float* g = ref.data<float>();
+      for (int64_t i = 0; i < whole.arena_size; ++i) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        const double u = double(x >> 11) / double(1ULL << 53);
+        g[i] = float((u - 0.5) * std::exp(12.0 * u - 6.0));
+      }
+      for (const auto& p : t.model().params()) {  // each stage's share (the replica holds no gradient)
+        if (p.tied_replica) continue;
+        const auto& w = whole.params[size_t(whole.index_of(p.name))];
+        std::memcpy(t.model().grad_data() + p.offset, g + w.offset, size_t(p.numel) * sizeof(float));
+      }
+      Tensor mine, want;
+      {
+        runtime::StreamGuard on(t.stream());
+        mine = t.pipeline()->grad_sq_sum();
+        want = ops::grad_sq_sum(ref, all);
+        t.stream().synchronize();
+      }
+      differ += mine.data<float>()[0] != want.data<float>()[0];
+    }
+    EXPECT_EQ(differ, 0) << "of 40 random gradients";
+    shmem::barrier();
+  }
+}
+
+// A schedule written by hand runs too: 1F1B on pp 2 with the backwards split
+// into I and W, each W as late as it can be (after the last I), from its text
+// form. Still one PE's run bit for bit.
+TEST(PipelineTraining, RunsAScheduleFromItsTextForm) {
+  const int pp = shmem::n_pes(), me = shmem::my_pe();
+  if (pp != 2) return;
+  const std::string text =
+      "schedule late-w placement=interleaved pp=2 chunks=1 microbatches=4\n"
+      "0F0 0F1 0I0 0F2 0I1 0F3 0I2 0I3 0W0 0W1 0W2 0W3\n"
+      "0F0 0I0 0F1 0I1 0F2 0I2 0F3 0I3 0W0 0W1 0W2 0W3\n";
+  const std::string dir = job_dir("pipeline_text"), file = dir + "_" + std::to_string(me) + ".txt";
+  std::ofstream(file) << text;
+  Trainer ref(one_pe_config(4, dir + "_one_" + std::to_string(me)), one_core());
+  ref.run(-1, false);
+  TrainConfig cfg = pipeline_config({PipelineSchedule::one_f_one_b, 4, 1}, pp);
+  cfg.parallel.schedule_file = file;
+  Trainer t(cfg, one_core());
+  EXPECT_EQ(t.pipeline()->schedule().name, "late-w");
+  t.run(-1, false);
+  ASSERT_EQ(t.records().size(), ref.records().size());
+  for (size_t s = 0; s < ref.records().size(); ++s) {
+    EXPECT_EQ(t.records()[s].loss, ref.records()[s].loss) << "step " << s;
+    EXPECT_EQ(t.records()[s].grad_norm, ref.records()[s].grad_norm) << "step " << s;
+  }
+  for (const auto& p : t.model().params())
+    EXPECT_EQ(0, std::memcmp(t.model().param_data() + p.offset, ref.model().param(p.name).raw_data(),
+                             size_t(p.numel) * sizeof(float)))
+        << p.name;
+  // a schedule for another size is refused with the sizes named
+  cfg.grad_accum = 8;
+  try {
+    Trainer bad(cfg, one_core());
+    ADD_FAILURE() << "a schedule of 4 micro-batches ran with 8";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("4 micro-batches"), std::string::npos) << e.what();
+  }
+  shmem::barrier();
+  std::filesystem::remove(file);
+}
+
+// Layouts the executor cannot run are refused before anything is allocated,
+// with a message that says what to change.
+TEST(PipelineTraining, RefusesWhatItCannotRun) {
+  const int pp = shmem::n_pes();
+  if (pp < 2) return;
+  auto message = [&](TrainConfig c) -> std::string {
+    try {
+      Trainer t(c, one_core());
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  TrainConfig deep = pipeline_config({PipelineSchedule::interleaved, 4 * pp, 4}, pp);  // 4 pp stages, 6 parts
+  EXPECT_NE(message(deep).find("parts"), std::string::npos) << message(deep);
+  shmem::barrier();
+}
+
+// DualPipe runs two copies of the model in opposite directions, each over
+// half of the micro-batches (at least pp); the copies' gradients are summed
+// after the backward, ((g0 + g1) + (g2 + g3)) against one PE's
+// (((g0 + g1) + g2) + g3): within rounding, and both copies stay identical.
+TEST(PipelineTraining, DualPipeWithinRounding) {
+  const int pp = shmem::n_pes(), me = shmem::my_pe();
+  if (pp != 2 && pp != 4) return;
+  const Case c{PipelineSchedule::dualpipe, 2 * pp, 1};
+  const std::string dir = job_dir("pipeline_dual");
+  Trainer ref(one_pe_config(c.micro_batches, dir + "_" + std::to_string(me)), one_core());
+  const std::string want = ref.run(-1, true).checkpoint;
+  TrainConfig cfg = pipeline_config(c, pp);
+  cfg.out_dir = dir;
+  Trainer t(cfg, one_core());
+  const std::string ckpt = t.run(-1, true).checkpoint;  // gathered from copy 0's stages
+  EXPECT_LE(worst_difference(load_checkpoint(ckpt), load_checkpoint(want)), 1e-5);
+  ASSERT_EQ(t.records().size(), ref.records().size());
+  for (size_t s = 0; s < ref.records().size(); ++s) {
+    EXPECT_NEAR(t.records()[s].loss, ref.records()[s].loss, 1e-6 * ref.records()[s].loss) << "step " << s;
+    EXPECT_NEAR(t.records()[s].grad_norm, ref.records()[s].grad_norm, 1e-5 * ref.records()[s].grad_norm);
+    EXPECT_EQ(t.records()[s].expert_balance, ref.records()[s].expert_balance) << "step " << s;
+  }
+  double worst = 0;
+  for (const auto& p : t.model().params()) {
+    const float* x = t.model().param_data() + p.offset;
+    const float* y = ref.model().param(p.name).data<float>();
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < p.numel; ++i) num += (x[i] - y[i]) * double(x[i] - y[i]), den += double(y[i]) * y[i];
+    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+  }
+  EXPECT_LE(worst, 1e-5);
+  // the two copies of each stage hold the same bits (rank r and its partner p-1-r)
+  model::Model& m = t.model();
+  std::vector<float> mine(m.param_data(), m.param_data() + m.num_params());
+  Tensor all = parallel::symmetric_tensor({parallel::max_over_world({m.num_params()})[0]});
+  std::memcpy(all.data<float>(), mine.data(), mine.size() * sizeof(float));
+  shmem::barrier();
+  std::vector<float> theirs(mine.size());
+  shmem::get(theirs.data(), all.data<float>(), theirs.size(), pp - 1 - me);
+  shmem::barrier();
+  EXPECT_EQ(0, std::memcmp(mine.data(), theirs.data(), mine.size() * sizeof(float)));
+  if (me == 0)
+    std::printf("[dualpipe pp %d m %d] %zu steps within rounding: worst weight rel err %.1e, copies identical\n", pp,
+                c.micro_batches, t.records().size(), worst);
+  shmem::barrier();
+  std::filesystem::remove_all(dir + "_" + std::to_string(me));
+  if (me == 0) std::filesystem::remove_all(dir);
+}
+
+// Pipelines replicated over data-parallel ranks (pp 2 x dp 2 on 4 PEs):
+// replica d runs micro-batches [d m, (d+1) m) and each stage's gradients are
+// summed over the replicas in replica order. With one micro-batch per
+// replica that is one PE's sum, bit for bit; with two it is (g0 + g1) +
+// (g2 + g3) against ((g0 + g1) + g2) + g3: within rounding.
+TEST(PipelineTraining, ComposesWithDataParallelism) {
+  const int n = shmem::n_pes(), me = shmem::my_pe();
+  if (n != 4) return;
+  for (const Case& c : {Case{PipelineSchedule::one_f_one_b, 1, 1}, Case{PipelineSchedule::zb_h1, 1, 1},
+                        Case{PipelineSchedule::one_f_one_b, 2, 1}}) {
+    SCOPED_TRACE(::testing::Message() << parallel::schedule_name(c.schedule) << " m " << c.micro_batches);
+    const bool exact = c.micro_batches == 1;
+    Trainer ref(one_pe_config(2 * c.micro_batches, job_dir("pipeline_dp_one") + "_" + std::to_string(me)),
+                one_core());
+    ref.run(-1, false);
+    TrainConfig cfg = pipeline_config(c, 2);
+    cfg.parallel.dp = 2;
+    Trainer t(cfg, one_core());
+    t.run(-1, false);
+    ASSERT_EQ(t.records().size(), ref.records().size());
+    for (size_t s = 0; s < ref.records().size(); ++s) {
+      const StepRecord &a = t.records()[s], &b = ref.records()[s];
+      if (exact) {
+        EXPECT_EQ(a.loss, b.loss) << "step " << s;
+        EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << s;
+      }
+      EXPECT_NEAR(a.loss, b.loss, 1e-6 * b.loss) << "step " << s;
+      EXPECT_EQ(a.expert_balance, b.expert_balance) << "step " << s << ": the global expert load";
+    }
+    double worst = 0;
+    for (const auto& p : t.model().params()) {
+      const float* x = t.model().param_data() + p.offset;
+      const float* y = ref.model().param(p.name).data<float>();
+      if (exact) {
+        EXPECT_EQ(0, std::memcmp(x, y, size_t(p.numel) * sizeof(float))) << p.name;
+      }
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < p.numel; ++i) num += (x[i] - y[i]) * double(x[i] - y[i]), den += double(y[i]) * y[i];
+      worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+    }
+    EXPECT_LE(worst, 1e-5);
+    const auto want = ref.model().named_buffers();
+    for (const auto& [name, b] : t.model().named_buffers()) {
+      const auto it = std::find_if(want.begin(), want.end(), [&](const auto& w) { return w.first == name; });
+      ASSERT_NE(it, want.end()) << name;
+      if (exact) {
+        EXPECT_EQ(0, std::memcmp(b.raw_data(), it->second.raw_data(), b.nbytes())) << name;
+      }
+    }
+    if (me == 0)
+      std::printf("[%s pp 2 x dp 2, m %d per replica] %s; worst weight rel err %.1e\n",
+                  parallel::schedule_name(c.schedule).c_str(), c.micro_batches,
+                  exact ? "bit-identical checks" : "tolerance checks", worst);
+    shmem::barrier();
+  }
+}

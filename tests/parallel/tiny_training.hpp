@@ -1,0 +1,80 @@
+// The small training run the PE tests of parallel training compare with one
+// PE: a 2-layer MoE model (capacity drops, balance loss, router-bias updates,
+// clipping active) on a generated corpus, one core per PE.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "coremesh/runtime/device.hpp"
+#include "coremesh/shmem/shmem.hpp"
+#include "coremesh/train/trainer.hpp"
+#include "train/test_util.hpp"
+
+namespace coremesh::test_support {
+using train::CheckpointState;
+using train::NamedTensors;
+
+
+inline runtime::Device& one_core() {
+  static runtime::Device device(runtime::DeviceOptions{.cores = 1, .pin = false});
+  return device;
+}
+
+// A /tmp directory of this job only: jobs of other worktrees may run the
+// same tests at the same time. Remove it at the end of the test.
+inline std::string job_dir(const std::string& name) {
+  const char* id = std::getenv(shmem::kJobIdEnv);
+  return "/tmp/coremesh_pe_" + name + "_" + (id ? std::string(id).substr(0, 12) : "job");
+}
+
+// Written once per job (a file another PE has mapped must not be rewritten).
+inline std::string corpus() {
+  static bool written = false;
+  const std::string path = job_dir("training_corpus") + ".txt";
+  if (written) return path;
+  written = true;
+  if (shmem::my_pe() == 0) {
+    write_tiny_corpus(path, 4000);
+  }
+  shmem::barrier();
+  return path;
+}
+
+inline train::TrainConfig base_config() {
+  train::TrainConfig c;
+  c.model.vocab_size = 256, c.model.d_model = 32, c.model.n_layers = 2, c.model.n_heads = 4;
+  c.model.n_kv_heads = 2, c.model.max_seq_len = 32, c.model.first_k_dense = 1, c.model.dense_hidden = 64;
+  c.model.n_routed_experts = 8, c.model.top_k = 2, c.model.expert_hidden = 16, c.model.n_shared_experts = 1;
+  c.model.gating = model::Gating::sigmoid, c.model.capacity_factor = 1.0f;
+  c.model.bias_update_rate = 1e-3f, c.model.aux_loss_alpha = 1e-3f;
+  c.data = {corpus()};
+  c.batch_size = 2, c.seq_len = 32, c.grad_accum = 1, c.steps = 10;
+  c.lr = 3e-3, c.min_lr = 3e-4, c.warmup_steps = 2, c.adam.grad_clip = 0.5;  // clipping active
+  c.val_every = 0, c.cores = 1, c.progress = false, c.report = false, c.sample_tokens = 0;
+  return c;
+}
+
+// The relative L2 error of every tensor of two checkpoints' states.
+inline double worst_difference(const CheckpointState& a, const CheckpointState& b) {
+  double worst = 0;
+  using List = NamedTensors CheckpointState::*;
+  for (List list : {&CheckpointState::params, &CheckpointState::adam_m, &CheckpointState::adam_v}) {
+    const NamedTensors &x = a.*list, &y = b.*list;
+    EXPECT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
+      EXPECT_EQ(x[i].first, y[i].first);
+      const auto u = x[i].second.to_float_vector(), v = y[i].second.to_float_vector();
+      double num = 0, den = 0;
+      for (size_t k = 0; k < u.size(); ++k) num += (u[k] - v[k]) * double(u[k] - v[k]), den += double(v[k]) * v[k];
+      worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+    }
+  }
+  return worst;
+}
+
+}  // namespace coremesh::test_support

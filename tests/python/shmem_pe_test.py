@@ -1,0 +1,230 @@
+"""coremesh.shmem from Python, run on N PEs by ctest:
+
+    coremesh run -n N /usr/bin/python3 -m pytest tests/python/shmem_pe_test.py
+
+Every PE runs the same tests in the same order (collectives must match), and
+each test checks its results after its last collective call, so a failure on
+one PE does not leave the others waiting.
+"""
+
+import numpy as np
+import pytest
+
+import coremesh as cm
+from coremesh import ops, profiler, runtime, shmem
+
+
+@pytest.fixture(scope="module", autouse=True)
+def job():
+    shmem.init()
+    yield
+    shmem.barrier()
+    shmem.finalize()
+
+
+@pytest.fixture
+def me():
+    return shmem.my_pe(), shmem.n_pes()
+
+
+def test_identity(me):
+    pe, n = me
+    assert shmem.initialized() and 0 <= pe < n
+    world = shmem.Team.world()
+    assert world.my_pe() == pe and world.n_pes() == n and world.world_pes() == list(range(n))
+    assert shmem.transport_name() in ("shm", "shm-rma", "mpi")
+
+
+def test_put_get_ring(me):
+    pe, n = me
+    dest = shmem.zeros(4, "int64")
+    assert isinstance(dest, np.ndarray) and dest.dtype == np.int64
+    shmem.put(dest, np.arange(4, dtype=np.int64) + 10 * pe, (pe + 1) % n)
+    shmem.barrier()
+    left = (pe - 1) % n
+    got = np.empty(4, np.int64)
+    shmem.get(got, dest, (pe + 1) % n)  # what I put there
+    shmem.barrier()
+    received = dest.copy()
+    shmem.free(dest)
+    np.testing.assert_array_equal(received, np.arange(4) + 10 * left)
+    np.testing.assert_array_equal(got, np.arange(4) + 10 * pe)
+
+
+def test_put_nbi_quiet_and_put_signal(me):
+    pe, n = me
+    data, sig = shmem.zeros(8, "float32"), shmem.zeros(1, "uint64")
+    right = (pe + 1) % n
+    shmem.put_nbi(data[:4], np.full(4, pe, np.float32), right)
+    shmem.quiet()
+    shmem.put_signal(data[4:], np.full(4, pe + 0.5, np.float32), sig, 1, right, op="add")
+    value = shmem.signal_wait_until(sig, "ge", 1)
+    shmem.barrier()
+    left = (pe - 1) % n
+    got = data.copy()
+    shmem.free(sig)
+    shmem.free(data)
+    assert value == 1
+    np.testing.assert_array_equal(got, [left] * 4 + [left + 0.5] * 4)
+
+
+def test_atomics(me):
+    pe, n = me
+    counter, flag = shmem.zeros(1, "int64"), shmem.zeros(1, "float64")
+    shmem.barrier()
+    old = shmem.atomic_fetch_add(counter, 5, 0)
+    shmem.atomic_inc(counter, 0)
+    shmem.barrier()
+    total = shmem.atomic_fetch(counter, 0)
+    shmem.barrier()
+    swapped = shmem.atomic_compare_swap(counter, 6 * n, -1, 0) if pe == 0 else None
+    shmem.barrier()
+    final = shmem.atomic_fetch(counter, 0)
+    shmem.atomic_set(flag, 2.5, pe)
+    mine = shmem.atomic_fetch(flag, pe)
+    shmem.barrier()
+    shmem.free(flag)
+    shmem.free(counter)
+    assert 0 <= old <= 6 * (n - 1) and total == 6 * n and final == -1
+    assert swapped in (None, 6 * n) and mine == 2.5
+
+
+def test_collectives(me):
+    pe, n = me
+    src = shmem.zeros(6, "float32")
+    src[:] = np.arange(6) + pe
+    gathered = shmem.zeros(6 * n, "float32")
+    shmem.allgather(gathered, src)
+    summed = shmem.zeros(6, "float32")
+    shmem.allreduce(summed, src, op="sum")
+    biggest = shmem.zeros(6, "float32")
+    shmem.allreduce(biggest, src, op="max")
+    bcast = shmem.zeros(6, "float32")
+    shmem.broadcast(bcast, src, root=n - 1)
+    a2a_src, a2a = shmem.zeros(2 * n, "int32"), shmem.zeros(2 * n, "int32")
+    a2a_src[:] = 100 * pe + np.arange(2 * n)
+    shmem.alltoall(a2a, a2a_src)
+    rs_src, rs = shmem.zeros(3 * n, "int64"), shmem.zeros(3, "int64")
+    rs_src[:] = np.arange(3 * n) * (pe + 1)
+    shmem.reduce_scatter(rs, rs_src, op="sum")
+    results = [x.copy() for x in (gathered, summed, biggest, bcast, a2a, rs)]
+    for x in (rs, rs_src, a2a, a2a_src, bcast, biggest, summed, gathered, src):
+        shmem.free(x)
+    g, s, mx, b, a, r = results
+    np.testing.assert_array_equal(g, np.concatenate([np.arange(6) + k for k in range(n)]))
+    np.testing.assert_array_equal(s, n * np.arange(6) + n * (n - 1) / 2)
+    np.testing.assert_array_equal(mx, np.arange(6) + n - 1)
+    np.testing.assert_array_equal(b, np.arange(6) + n - 1)
+    np.testing.assert_array_equal(a, [100 * k + 2 * pe + j for k in range(n) for j in range(2)])
+    np.testing.assert_array_equal(r, (np.arange(3) + 3 * pe) * n * (n + 1) // 2)
+
+
+def alltoallv_plan(pe, n):
+    """PE i sends i + j + 1 elements valued 1000 i + j to PE j (MoE-like uneven counts)."""
+    send_counts = [pe + j + 1 for j in range(n)]
+    send_offsets = list(np.cumsum([0] + send_counts[:-1]))
+    recv_counts = [i + pe + 1 for i in range(n)]
+    recv_offsets = list(np.cumsum([0] + recv_counts[:-1]))
+    src = np.concatenate([np.full(c, 1000 * pe + j) for j, c in enumerate(send_counts)])
+    expected = np.concatenate([np.full(c, 1000 * i + pe) for i, c in enumerate(recv_counts)])
+    return send_counts, send_offsets, recv_counts, recv_offsets, src, expected
+
+
+def test_alltoallv_blocking(me):
+    pe, n = me
+    sc, so, rc, ro, values, expected = alltoallv_plan(pe, n)
+    src, dest = shmem.zeros(2 * n * n, "float32"), shmem.zeros(2 * n * n, "float32")
+    src[:len(values)] = values
+    shmem.alltoallv(dest, rc, ro, src, sc, so)
+    got = dest[:len(expected)].copy()
+    shmem.free(dest)
+    shmem.free(src)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_teams(me):
+    pe, n = me
+    evens = shmem.Team.world().split_strided(0, 2, (n + 1) // 2)
+    row, col = shmem.Team.world().split_2d(2)
+    src, dest = shmem.zeros(1, "int32"), shmem.zeros(1, "int32")
+    src[0] = pe
+    if evens:
+        shmem.allreduce(dest, src, team=evens)
+    shmem.barrier()
+    got = int(dest[0])
+    shmem.free(dest)
+    shmem.free(src)
+    assert bool(evens) == (pe % 2 == 0)
+    if evens:
+        assert evens.n_pes() == (n + 1) // 2 and evens.world_pe(evens.my_pe()) == pe
+        assert got == sum(range(0, n, 2))
+    assert row.n_pes() == min(2, n - (pe // 2) * 2) and row.my_pe() == pe % 2
+    reversed_world = shmem.Team.from_pes(shmem.Team.world(), list(range(n - 1, -1, -1)))
+    parity = shmem.Team.world().split(pe % 2, key=-pe)  # ordered by descending PE
+    assert reversed_world.my_pe() == n - 1 - pe
+    assert parity.world_pes() == sorted(range(pe % 2, n, 2), reverse=True)
+
+
+def test_on_stream_put_signal_and_collectives_under_a_vector_limit(me):
+    pe, n = me
+    s_comm, s_compute = runtime.Stream(), runtime.Stream()
+    data, sig = shmem.zeros(1 << 16, "float32"), shmem.zeros(1, "uint64")
+    reduced, part = shmem.zeros(4, "int64"), shmem.zeros(4, "int64")
+    part[:] = pe + 1
+    sc, so, rc, ro, values, expected = alltoallv_plan(pe, n)
+    v_src, v_dest = shmem.zeros(2 * n * n, "int32"), shmem.zeros(2 * n * n, "int32")
+    v_src[:len(values)] = values
+    shmem.barrier()
+    profiler.clear()
+    profiler.start()
+    scattered, gathered, bcast = shmem.zeros(2, "float64"), shmem.zeros(2 * n, "float64"), shmem.zeros(2, "float64")
+    zero_src = shmem.zeros(2 * n, "float64")
+    zero_src[:] = np.arange(2 * n) * (pe + 1)
+    shmem.barrier()
+    with runtime.StreamLimitCtx(s_comm, vector_num=2):
+        shmem.put_signal_on_stream(data, np.full(1 << 16, pe, np.float32), sig, 1, (pe + 1) % n)
+        shmem.allreduce_on_stream(reduced, part, op="sum")
+        shmem.alltoallv_on_stream(v_dest, rc, ro, v_src, sc, so)
+        shmem.reduce_scatter_on_stream(scattered, zero_src, op="sum")
+        shmem.allgather_on_stream(gathered, scattered)
+        shmem.broadcast_on_stream(bcast, zero_src[:2], root=n - 1)
+        shmem.barrier_on_stream()
+    with runtime.StreamCtx(s_compute):
+        shmem.signal_wait_on_stream(sig, "ge", 1)  # later work on s_compute waits for the data
+        doubled = ops.add(cm.from_numpy(data), cm.from_numpy(data))
+    runtime.synchronize()
+    profiler.stop()
+    comm = [r for r in profiler.records() if r.stream == s_comm.id]
+    results = (np.asarray(doubled)[:3].copy(), reduced.copy(), v_dest[:len(expected)].copy(),
+               scattered.copy(), gathered.copy(), bcast.copy())
+    shmem.barrier()
+    for x in (zero_src, bcast, gathered, scattered, v_dest, v_src, part, reduced, sig, data):
+        shmem.free(x)
+    ranks = n * (n + 1) // 2  # sum over PEs of (pe + 1)
+    np.testing.assert_array_equal(results[3], (np.arange(2) + 2 * pe) * ranks)
+    np.testing.assert_array_equal(results[4], np.arange(2 * n) * ranks)
+    np.testing.assert_array_equal(results[5], np.arange(2) * n)
+    left = (pe - 1) % n
+    np.testing.assert_array_equal(results[0], [2 * left] * 3)
+    np.testing.assert_array_equal(results[1], [n * (n + 1) // 2] * 4)
+    np.testing.assert_array_equal(results[2], expected)
+    assert comm and all(r.kind == "comm" and r.block_dim <= 2 for r in comm)
+    assert any(r.block_dim == 2 for r in comm), "a 256 KiB copy splits over the 2 allowed cores"
+
+
+def test_bad_calls_raise_with_a_hint(me):
+    pe, n = me
+    dest = shmem.zeros(2, "int32")
+    with pytest.raises(cm.InvalidArgument, match="put"):
+        shmem.put(dest, np.zeros(2, np.int32), n)  # no such PE
+    with pytest.raises(cm.InvalidArgument, match="symmetric"):
+        shmem.put(np.zeros(2, np.int32), np.zeros(2, np.int32), pe)  # dest not symmetric
+    with pytest.raises(cm.InvalidArgument, match="dtype"):
+        shmem.put(dest, np.zeros(2, np.float32), pe)
+    with pytest.raises(cm.InvalidArgument, match="uint64"):
+        shmem.signal_fetch(dest)
+    with pytest.raises(cm.InvalidArgument, match="not a symmetric array"):
+        shmem.free(dest[:1])
+    shmem.free(dest)
+    with pytest.raises(cm.InvalidArgument, match="already freed"):
+        shmem.free(dest)

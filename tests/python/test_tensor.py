@@ -1,0 +1,148 @@
+"""coremesh.Tensor and zero-copy exchange with NumPy (buffer protocol) and
+PyTorch (DLPack): same memory address both ways, dtypes, views, bad input."""
+
+import numpy as np
+import pytest
+import torch
+
+import coremesh as cm
+from coremesh import ops
+
+
+def address(array):
+    return array.__array_interface__["data"][0]
+
+
+def test_numpy_round_trip_shares_memory():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = cm.from_numpy(a)
+    assert t.shape == (3, 4) and t.dtype == "f32" and t.data_ptr() == address(a)
+    back = np.asarray(t)
+    assert address(back) == address(a) and back.shape == (3, 4)
+    back[1, 2] = -7.0  # one memory: the write shows through every view
+    assert a[1, 2] == -7.0
+    again = cm.from_numpy(back)
+    assert again.data_ptr() == address(a)
+
+
+def test_coremesh_memory_exported_to_numpy_without_copy():
+    t = cm.full([2, 3], 1.5)
+    view = t.numpy()
+    assert address(view) == t.data_ptr()
+    view[0, 0] = 4.0
+    np.testing.assert_array_equal(np.asarray(t), [[4.0, 1.5, 1.5], [1.5, 1.5, 1.5]])
+    # the array keeps the tensor's storage alive after the tensor object is gone
+    del t
+    assert view.sum() == pytest.approx(4.0 + 5 * 1.5)
+
+
+def test_export_waits_for_the_kernel_that_writes_the_tensor():
+    a = cm.full([256, 256], 1.0)
+    c = ops.matmul(a, a)  # asynchronous
+    np.testing.assert_array_equal(np.asarray(c), np.full((256, 256), 256.0, np.float32))
+
+
+def test_strided_views_export_their_strides():
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    t = cm.from_numpy(a).transpose(1, 2)
+    assert t.shape == (2, 4, 3) and not t.is_contiguous()
+    view = np.asarray(t)
+    np.testing.assert_array_equal(view, a.transpose(0, 2, 1))
+    assert address(view) == address(a)
+    np.testing.assert_array_equal(np.asarray(cm.from_numpy(a).slice(2, 1, 3)), a[:, :, 1:3])
+    np.testing.assert_array_equal(np.asarray(cm.from_numpy(a).select(0, 1)), a[1])
+    np.testing.assert_array_equal(np.asarray(t.contiguous()), a.transpose(0, 2, 1))
+    view = memoryview(t)
+    assert view.format == "f" and view.shape == (2, 4, 3) and view.strides == (48, 4, 16)
+    assert not view.c_contiguous
+    assert memoryview(cm.full([2, 3], 1.0)).c_contiguous
+
+
+def test_integer_dtypes_both_ways():
+    for np_type, name in [(np.int32, "i32"), (np.int64, "i64")]:
+        a = np.arange(6, dtype=np_type)
+        t = cm.from_numpy(a)
+        assert t.dtype == name and np.asarray(t).dtype == np_type
+        assert address(np.asarray(t)) == address(a)
+
+
+def test_bf16_and_fp8_travel_as_raw_codes():
+    x = np.array([1.0, -2.5, 3.140625, 1e-3], np.float32)
+    b = cm.tensor(x, dtype="bf16")
+    codes = np.asarray(b)
+    assert codes.dtype == np.uint16
+    expected = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(codes, expected)
+    back = cm.from_numpy(codes, dtype="bf16")
+    assert back.dtype == "bf16" and back.data_ptr() == address(codes)
+    np.testing.assert_array_equal(np.asarray(back.to("f32")),
+                                  torch.from_numpy(x).to(torch.bfloat16).float().numpy())
+    q = cm.tensor([448.0, -1.0, 0.0], dtype="f8e4m3")
+    assert np.asarray(q).dtype == np.uint8
+    np.testing.assert_array_equal(np.asarray(q), [0x7E, 0xB8, 0x00])  # e4m3: 448 = S.1111.110
+
+
+def test_torch_round_trip_through_dlpack_shares_memory():
+    t = torch.arange(10, dtype=torch.float32).reshape(2, 5)
+    x = cm.from_dlpack(t)
+    assert x.shape == (2, 5) and x.data_ptr() == t.data_ptr()
+    y = torch.from_dlpack(x)
+    assert y.data_ptr() == t.data_ptr()
+    y[0, 0] = 42.0
+    assert t[0, 0].item() == 42.0
+    for dtype, name in [(torch.bfloat16, "bf16"), (torch.int32, "i32"), (torch.int64, "i64")]:
+        src = torch.ones(3, dtype=dtype)
+        c = cm.from_dlpack(src)
+        assert c.dtype == name and c.data_ptr() == src.data_ptr()
+        assert torch.from_dlpack(c).dtype == dtype
+
+
+def test_coremesh_results_reach_torch_through_dlpack():
+    a = torch.randn(8, 16)
+    b = torch.randn(16, 4)
+    c = ops.matmul(cm.from_dlpack(a), cm.from_dlpack(b))
+    torch.testing.assert_close(torch.from_dlpack(c), a @ b, rtol=1e-5, atol=1e-5)
+    assert torch.utils.dlpack.from_dlpack(c.__dlpack__()).shape == (8, 4)
+    assert c.__dlpack_device__() == (1, 0)
+    # a raw capsule from torch.utils.dlpack works too, and only once
+    cap = torch.utils.dlpack.to_dlpack(a)
+    assert cm.from_dlpack(cap).data_ptr() == a.data_ptr()
+    with pytest.raises(cm.InvalidArgument, match="not an unused DLPack capsule"):
+        cm.from_dlpack(cap)
+
+
+def test_numpy_dlpack_producer():
+    a = np.arange(4, dtype=np.float32)
+    assert cm.from_dlpack(a).data_ptr() == address(a)
+
+
+def test_bad_buffers_are_refused_with_a_hint():
+    with pytest.raises(cm.InvalidArgument, match="format 'd'"):
+        cm.from_numpy(np.zeros(3))  # float64
+    with pytest.raises(cm.InvalidArgument, match="C-contiguous"):
+        cm.from_numpy(np.zeros((4, 4), np.float32)[:, ::2])
+    ro = np.zeros(3, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(cm.InvalidArgument, match="read-only"):
+        cm.from_numpy(ro)
+    with pytest.raises(cm.InvalidArgument, match="format 'H'"):
+        cm.from_numpy(np.zeros(3, np.uint16))  # bf16 codes need dtype='bf16'
+    with pytest.raises(cm.InvalidArgument, match="contiguous"):
+        cm.from_dlpack(torch.zeros(4, 4).t())
+    with pytest.raises(ValueError):
+        cm.empty([2], dtype="f16")
+    with pytest.raises(cm.InvalidArgument, match="item"):
+        cm.zeros([2]).item()
+
+
+def test_tensor_copies_and_converts():
+    src = np.array([[1.0, 2.0], [3.0, 4.0]])  # float64 -> f32
+    t = cm.tensor(src)
+    assert t.dtype == "f32" and t.data_ptr() != address(src)
+    np.testing.assert_array_equal(np.asarray(t), src.astype(np.float32))
+    assert cm.tensor([1, 2, 3]).dtype == "i64"
+    assert cm.full([1], 2.5).item() == 2.5
+    z = cm.zeros([2, 2]).fill_(3.0)
+    np.testing.assert_array_equal(np.asarray(z.clone()), np.full((2, 2), 3.0))
+    assert repr(cm.zeros([2, 3], "i32")) == "Tensor([2, 3], i32)"
+    assert cm.zeros([2, 3]).view(3, 2).shape == (3, 2)

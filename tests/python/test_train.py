@@ -1,0 +1,88 @@
+"""coremesh.train: the C++ trainer from Python, configured like `coremesh train`.
+The same config through Python and through the command line gives the same
+losses (one implementation), and the metrics come back as dicts."""
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+import coremesh as cm
+from coremesh import train
+
+WORDS = ["in the beginning ", "god created ", "the heaven ", "and the earth. ",
+         "and the earth was ", "without form, ", "and void; ", "and darkness "]
+
+
+@pytest.fixture
+def config(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    x, text = 7, []
+    for _ in range(6000):
+        x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
+        text.append(WORDS[(x >> 33) % 8])
+    corpus.write_text("".join(text))
+    return {
+        "model": {"vocab_size": 256, "d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+                  "max_seq_len": 32, "first_k_dense": 1, "dense_hidden": 64, "n_routed_experts": 4,
+                  "top_k": 2, "expert_hidden": 32, "n_shared_experts": 1},
+        "train": {"data": [str(corpus)], "batch_size": 4, "seq_len": 32, "steps": 12, "lr": 3e-3,
+                  "min_lr": 3e-4, "warmup_steps": 3, "val_every": 6, "val_batches": 2,
+                  "out_dir": str(tmp_path / "run"), "cores": 1, "report": False, "sample_tokens": 8},
+    }
+
+
+def test_run_returns_the_metrics_and_matches_the_command_line(config, tmp_path):
+    result = train.run(config)
+    records = result["records"]
+    assert result["steps_done"] == 12 and len(records) == 12
+    assert [r["step"] for r in records] == list(range(12))
+    assert result["final_loss"] == records[-1]["loss"]
+    assert records[-1]["loss"] < records[0]["loss"] - 0.5
+    assert all(r["expert_balance"] >= 1.0 and r["tokens_per_s"] > 0 for r in records)
+    assert [v["step"] for v in result["validation"]] == [5, 11]  # every val_every steps
+    assert result["final_val_loss"] == result["validation"][-1]["loss"] < records[0]["loss"]
+    assert os.path.exists(result["checkpoint"])
+
+    path = tmp_path / "cfg.json"
+    config["train"]["out_dir"] = str(tmp_path / "cli_run")
+    path.write_text(json.dumps(config))
+    out = subprocess.run([os.environ["COREMESH_RUN"], "train", "--config", str(path), "--no-progress"],
+                         check=True, capture_output=True, text=True).stdout
+    cli_loss = float(re.search(r"done: 12 steps, loss ([\d.]+)", out).group(1))
+    assert f"{result['final_loss']:.4f}" == f"{cli_loss:.4f}", out
+
+
+def test_trainer_steps_validates_and_resumes(config, tmp_path):
+    trainer = train.Trainer(str(_write(config, tmp_path)))  # a JSON path works too
+    first = trainer.run(until_step=6)
+    assert trainer.step == 6 and first["steps_done"] == 6 and trainer.cores == 1
+    assert len(trainer.records) == 6 and trainer.validate() > 0
+    assert isinstance(trainer.sample(), str)
+    resumed = train.Trainer(config)
+    resumed.resume(first["checkpoint"])
+    assert resumed.step == 6
+    a, b = trainer.run(until_step=8, save_at_end=False), resumed.run(until_step=8, save_at_end=False)
+    assert a["final_loss"] == b["final_loss"]  # a resumed run continues bit-exactly
+    assert len(a["final_balance"]) == 1  # one MoE layer
+    trainer.queue_step()  # returns at once; Python may work meanwhile
+    record = trainer.finish_step()
+    assert record["step"] == 8 and trainer.step == 9 and record["loss"] > 0
+
+
+def test_config_is_validated_with_a_hint(config):
+    full = train.config(config)
+    assert full["train"]["batch_size"] == 4 and "lr" in full["train"] and "d_model" in full["model"]
+    config["train"]["batch_size"] = 0
+    with pytest.raises(cm.InvalidArgument, match="HINT"):
+        train.run(config)
+    with pytest.raises(cm.InvalidArgument, match="cannot open config"):
+        train.Trainer("/nonexistent/cfg.json")
+
+
+def _write(config, tmp_path):
+    path = tmp_path / "trainer.json"
+    path.write_text(json.dumps(config))
+    return path
