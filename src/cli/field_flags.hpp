@@ -1,6 +1,6 @@
 // Command-line flags generated from a FieldTable (core/fields.hpp): one
 // `--<flag>` per field (and per alias), with the field's type, help and
-// default in its description. A flag overrides the config file only when it
+// default in its description; a bool flag alone means true. A flag overrides the config file only when it
 // is given; its text is converted to the field's JSON type and set through
 // the table, so a flag and a config key are checked the same way.
 #pragma once
@@ -29,6 +29,7 @@ inline std::string flag_name(const std::string& field_name) {
 // Converts a flag's text to the JSON value of a field of `type`.
 inline nlohmann::json flag_value(const std::string& flag, const std::string& type, const std::vector<std::string>& text) {
   if (type == "list") return text;
+  if (type == "bool" && (text.empty() || (text.size() == 1 && text[0].empty()))) return true;  // `--graph` alone
   CM_CHECK(text.size() == 1, fmt::format("give {} one value", flag), "{} got {} values", flag, text.size());
   const std::string& v = text[0];
   auto fail = [&](const char* want) -> nlohmann::json {
@@ -76,6 +77,7 @@ class FieldFlags {
       const std::string help = fmt::format("{} ({}, default {})", f.help, f.type, f.get(defaults).dump());
       flag->option = cmd.add_option(spec, flag->text, help)->group(group)->type_name(value_name(f.type));
       if (f.type == "list") flag->option->expected(1, -1);
+      else if (f.type == "bool") flag->option->expected(0, 1);
       else flag->option->expected(1);
       flags_.push_back(std::move(flag));
     }

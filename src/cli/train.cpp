@@ -230,6 +230,7 @@ void run_train(const TrainFlags& f) {
   if (!r.final_balance.empty())
     fmt::print("expert balance at the last step, per MoE layer: {:.2f} (busiest expert's tokens / mean; 1 = even)\n",
                fmt::join(r.final_balance, ", "));
+  if (!r.graph.empty()) fmt::print("{}\n", r.graph);
   if (!r.checkpoint.empty()) fmt::print("checkpoint: {}\n", r.checkpoint);
   if (!r.report.empty()) fmt::print("report: {}\n", std::filesystem::absolute(r.report).string());
 }

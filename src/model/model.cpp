@@ -7,6 +7,7 @@
 #include "coremesh/core/error.hpp"
 #include "coremesh/model/rng.hpp"
 #include "coremesh/ops/elementwise.hpp"
+#include "coremesh/parallel/comm.hpp"
 #include "coremesh/ops/moe_routing.hpp"
 #include "coremesh/runtime/stream.hpp"
 #include "parts.hpp"
@@ -202,10 +203,7 @@ class Model::WeightPhase final : public WgradSink {
     if (m_.seams_.tied && m_.holds_embedding() && ref.first == m_.part(0).table) {
       // the embedding's rows go onto the head's product: dwte = head's + rows
       const Tensor dw = view(ref), head = m_.seams_.tied->take_head_gradient(slot_);
-      runtime::current_stream().launch({"tied_gradient", runtime::KernelKind::vector, 1, 0},
-                                       [dw, head](const runtime::BlockContext&) {
-                                         std::memcpy(dw.raw_data(), head.raw_data(), dw.nbytes());
-                                       });
+      parallel::copy_on_stream(head, dw);
       take_beta(ref);
       job(dw, 1.0f);
       return;
@@ -302,16 +300,21 @@ void Model::open_slot(int index, const MicroBatch& b) {
   const int64_t N = int64_t(b.B) * b.T;
   auto s = std::make_unique<Slot>();
   s->B = b.B, s->T = b.T, s->loss_scale = b.loss_scale;
-  if (holds_embedding()) {
-    CM_CHECK(b.tokens, "pass the tokens to the stage that holds the embedding", "slot {}: no tokens", index);
-    check_tokens(b.tokens, N, c.vocab_size, "token");
-    s->ids = Tensor::from_vector(std::vector<int32_t>(b.tokens, b.tokens + N), {N});
-  }
-  if (holds_head()) {
-    CM_CHECK(b.targets, "pass the targets to the stage that holds the head", "slot {}: no targets", index);
-    check_tokens(b.targets, N, c.vocab_size, "target");
-    s->targets = Tensor::from_vector(std::vector<int32_t>(b.targets, b.targets + N), {N});
-  }
+  // the host pointer's tokens copied, or the tensor read in place
+  auto ids = [&](const int32_t* host, const Tensor& t, const char* what) {
+    if (t.defined()) {
+      CM_CHECK(t.dtype() == DType::i32 && t.numel() == N && t.is_contiguous(),
+               "pass B*T contiguous i32 ids", "slot {}: {} ids are {}", index, what, t.describe());
+      check_tokens(t.data<int32_t>(), N, c.vocab_size, what);
+      return t.view({N});
+    }
+    CM_CHECK(host, "pass the tokens to the stage that holds the embedding and the targets to the one that holds "
+             "the head", "slot {}: no {}s", index, what);
+    check_tokens(host, N, c.vocab_size, what);
+    return Tensor::from_vector(std::vector<int32_t>(host, host + N), {N});
+  };
+  if (holds_embedding()) s->ids = ids(b.tokens, b.token_ids, "token");
+  if (holds_head()) s->targets = ids(b.targets, b.target_ids, "target");
   s->positions = seams_.context->positions(b.T);
   s->attention.resize(size_t(c.n_layers));
   s->ffn.resize(size_t(c.n_layers));
@@ -449,6 +452,13 @@ void Model::reset_stats() {
   load_.clear();
   for (const auto& p : parts_)
     if (p && p->moe >= 0) load_.push_back(Tensor::zeros({config_.n_routed_experts + 1}, DType::i64));
+}
+
+void Model::keep_stats() { kept_ = {losses_, aux_losses_, load_}; }
+
+void Model::reuse_stats() {
+  losses_ = kept_.losses, aux_losses_ = kept_.aux_losses, load_ = kept_.load;
+  for (Tensor& l : load_) std::memset(l.raw_data(), 0, l.nbytes());
 }
 
 StepStats Model::read_stats() const {

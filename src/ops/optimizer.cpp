@@ -206,38 +206,69 @@ Tensor clip_coefficient(const Tensor& sq_sum, float max_norm) {
   return out;
 }
 
-// One launch over the chunks of the flat tensors; block b of the launch
-// updates the segment pieces inside its chunk range.
-void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                const std::vector<ParamSegment>& segments, const AdamWConfig& c, int64_t step,
-                const Tensor& grad_scale) {
-  for (const Tensor* t : {&param, &grad, &m, &v}) {
-    check_f32(*t, "adamw tensor");
-    detail::check_shape(*t, param.shape(), "grad/m/v");
-  }
-  CM_CHECK(step >= 1, "count steps from 1", "adamw step {}", step);
-  if (grad_scale.defined()) {
-    check_f32(grad_scale, "grad_scale");
-    detail::check_shape(grad_scale, {1}, "grad_scale");
-  }
-  const int64_t n = param.numel();
-  std::vector<ParamSegment> pieces = checked_segments(segments, n);
+namespace {
+
+// The update's constants for learning rate `lr` at step `step` (>= 1).
+// One compiled copy (not inlined) so that launch-time and run-time values get
+// the same roundings (no contraction that differs between call sites).
+[[gnu::noinline]] AdamWScalars adamw_scalars(const AdamWConfig& c, float lr, int64_t step) {
   const double bc1 = 1.0 - std::pow(double(c.beta1), double(step));
   const double bc2 = 1.0 - std::pow(double(c.beta2), double(step));
   AdamWScalars k{};
   k.beta1 = c.beta1, k.one_minus_beta1 = 1.0f - c.beta1;
   k.beta2 = c.beta2, k.one_minus_beta2 = 1.0f - c.beta2;
-  k.step_size = static_cast<float>(double(c.lr) / bc1);
+  k.step_size = static_cast<float>(double(lr) / bc1);
   k.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   k.eps = c.eps;
-  const float decay = 1.0f - c.lr * c.weight_decay;
+  k.decay = 1.0f - lr * c.weight_decay;
+  return k;
+}
+
+// One launch over the chunks of the flat tensors; block b of the launch
+// updates the segment pieces inside its chunk range. The lr and step come
+// from `values` when given (read as the kernel runs), else from config.lr
+// and `step`.
+void launch_adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                  const std::vector<ParamSegment>& segments, const AdamWConfig& c, int64_t step,
+                  const AdamWStepValues* values, const Tensor& grad_scale) {
+  for (const Tensor* t : {&param, &grad, &m, &v}) {
+    check_f32(*t, "adamw tensor");
+    detail::check_shape(*t, param.shape(), "grad/m/v");
+  }
+  if (grad_scale.defined()) {
+    check_f32(grad_scale, "grad_scale");
+    detail::check_shape(grad_scale, {1}, "grad_scale");
+  }
+  const bool late = values != nullptr;
+  const AdamWStepValues at = late ? *values : AdamWStepValues{};
+  if (late) {
+    CM_CHECK(at.lr.defined() && at.step.defined(), "pass both the lr and the step tensor",
+             "the step values need both tensors (lr {}, step {})", at.lr.defined() ? "given" : "missing",
+             at.step.defined() ? "given" : "missing");
+    check_f32(at.lr, "lr");
+    detail::check_shape(at.lr, {1}, "lr");
+    CM_CHECK(at.step.dtype() == DType::i64 && at.step.numel() == 1, "pass the step as a (1) i64 tensor",
+             "step is {}", at.step.describe());
+  } else {
+    CM_CHECK(step >= 1, "count steps from 1", "adamw step {}", step);
+  }
+  const int64_t n = param.numel();
+  std::vector<ParamSegment> pieces = checked_segments(segments, n);
   detail::Args args{{param, grad, m, v}, {param, m, v}};
   if (grad_scale.defined()) args.in.add(grad_scale);
+  if (late) args.in.add(at.lr), args.in.add(at.step);
+  const AdamWScalars fixed = late ? AdamWScalars{} : adamw_scalars(c, c.lr, step);
   detail::launch_rows("adamw", detail::KernelKind::vector, {param.shape()}, {DType::f32}, "", args,
                       detail::ceil_div(n, kChunk), kChunk,
-                      [param, grad, m, v, pieces = std::move(pieces), k, decay, grad_scale, n](
+                      [param, grad, m, v, pieces = std::move(pieces), c, fixed, at, late, grad_scale, n](
                           int64_t c0, int64_t c1) {
-                        AdamWScalars ks = k;
+                        AdamWScalars ks = fixed;
+                        if (late) {
+                          const int64_t t = at.step.data<int64_t>()[0];
+                          CM_CHECK(t >= 1, "count steps from 1", "adamw step {}", t);
+                          ks = adamw_scalars(c, at.lr.data<float>()[0], t);
+                        }
+                        const float decay = ks.decay;
                         ks.grad_scale = grad_scale.defined() ? grad_scale.data<float>()[0] : 1.0f;
                         float* p = param.data<float>();
                         const float* g = grad.data<float>();
@@ -249,6 +280,20 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
                                          adamw_run(p + b, g + b, mm + b, vv + b, e - b, ks);
                                        });
                       });
+}
+
+}  // namespace
+
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                const std::vector<ParamSegment>& segments, const AdamWConfig& c, int64_t step,
+                const Tensor& grad_scale) {
+  launch_adamw(param, grad, m, v, segments, c, step, nullptr, grad_scale);
+}
+
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                const std::vector<ParamSegment>& segments, const AdamWConfig& c, const AdamWStepValues& at,
+                const Tensor& grad_scale) {
+  launch_adamw(param, grad, m, v, segments, c, 0, &at, grad_scale);
 }
 
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,

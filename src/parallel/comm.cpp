@@ -23,15 +23,27 @@ Group Group::of(std::vector<int> pes, int my_pe) {
   return g;
 }
 
-void wait_signal_on_stream(runtime::Stream& stream, uint64_t* signal, uint64_t value, std::string what) {
-  stream.launch({"signal_wait", runtime::KernelKind::comm, 1, 0},
-                [signal, value, what = std::move(what)](const runtime::BlockContext&) {
+runtime::LaunchInfo launch_info(std::string name, runtime::KernelKind kind, int block_dim, std::vector<Tensor> in,
+                                std::vector<Tensor> out) {
+  runtime::LaunchInfo info{name, kind, block_dim, 0};
+  runtime::OpKey key;
+  key.op = std::move(name);
+  for (const auto* list : {&in, &out})
+    for (const Tensor& t : *list) key.shapes.push_back(t.shape()), key.dtypes.push_back(t.dtype());
+  info.op = std::make_shared<const runtime::OpDesc>(runtime::OpDesc{std::move(key), std::move(in), std::move(out)});
+  return info;
+}
+
+void wait_signal_on_stream(runtime::Stream& stream, uint64_t* signal, uint64_t count, std::string what) {
+  stream.launch(launch_info("signal_wait", runtime::KernelKind::comm, 1),
+                [signal, count, what = std::move(what)](const runtime::BlockContext&) {
                   try {
-                    shmem::signal_wait_until(signal, shmem::Cmp::ge, value);
+                    shmem::signal_wait_until(signal, shmem::Cmp::ge, count);
                   } catch (const TimeoutError& e) {
                     CM_THROW(TimeoutError, "a PE of the group may have failed or fallen behind; see its output",
                              "PE {} {}: {}", shmem::my_pe(), what, e.message());
                   }
+                  shmem::atomic_add(signal, uint64_t(0) - count, shmem::my_pe());  // take them
                 });
 }
 
@@ -53,10 +65,16 @@ Tensor symmetric_tensor(const Shape& shape, DType dtype) {
 void copy_on_stream(const Tensor& src, const Tensor& dst) {
   CM_CHECK(src.nbytes() == dst.nbytes() && src.is_contiguous() && dst.is_contiguous(),
            "copy between contiguous tensors of the same size", "copy of {} into {}", src.describe(), dst.describe());
-  runtime::current_stream().launch({"copy", runtime::KernelKind::vector, 1, 0},
+  runtime::current_stream().launch(launch_info("copy", runtime::KernelKind::vector, 1, {src}, {dst}),
                                    [src, dst](const runtime::BlockContext&) {
                                      std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
                                    });
+}
+
+void zero_on_stream(const Tensor& t) {
+  CM_CHECK(t.is_contiguous(), "zero a contiguous tensor", "zero of {}", t.describe());
+  runtime::current_stream().launch(launch_info("zero", runtime::KernelKind::vector, 1, {}, {t}),
+                                   [t](const runtime::BlockContext&) { std::memset(t.raw_data(), 0, t.nbytes()); });
 }
 
 void sum_in_order(const std::vector<Tensor>& inputs, const Tensor& out) {
@@ -71,7 +89,7 @@ void sum_in_order(const std::vector<Tensor>& inputs, const Tensor& out) {
   const int64_t n = out.numel();
   const int blocks = int(std::clamp<int64_t>(n / 65536, 1,
                                              runtime::max_blocks(stream.effective_limits(), runtime::KernelKind::vector)));
-  stream.launch({"sum_in_order", runtime::KernelKind::vector, blocks, 0},
+  stream.launch(launch_info("sum_in_order", runtime::KernelKind::vector, blocks, inputs, {out}),
                 [inputs, out, n](const runtime::BlockContext& ctx) {
                   const int64_t lo = n * ctx.block_idx / ctx.block_dim, hi = n * (ctx.block_idx + 1) / ctx.block_dim;
                   auto run = [&](auto* dst, auto tag) {
@@ -157,7 +175,7 @@ void ShardedSum::reduce_scatter(int r, runtime::Stream& stream) {
                                 shmem::SignalOp::add, g.pes[size_t(o)]);
   }
   ++rs_rounds_[size_t(r)];
-  wait_signal_on_stream(stream, sig, rs_rounds_[size_t(r)] * uint64_t(g.size() - 1),
+  wait_signal_on_stream(stream, sig, uint64_t(g.size() - 1),
                         fmt::format("waits for the copies of {} to sum range {} (round {})", others(g), r,
                                     rs_rounds_[size_t(r)]));
   // my shard = the members' copies summed in member order
@@ -189,7 +207,7 @@ void ShardedSum::all_gather(int r, const Tensor& arena, runtime::Stream& stream)
       shmem::put_signal_on_stream(stream, base + b * elem, base + b * elem, size_t(e - b) * elem, sig, 1,
                                   shmem::SignalOp::add, g.pes[size_t(m)]);
   ++ag_rounds_[size_t(r)];
-  wait_signal_on_stream(stream, sig, ag_rounds_[size_t(r)] * uint64_t(g.size() - 1),
+  wait_signal_on_stream(stream, sig, uint64_t(g.size() - 1),
                         fmt::format("waits for the shards of {} of range {} (round {})", others(g), r,
                                     ag_rounds_[size_t(r)]));
 }

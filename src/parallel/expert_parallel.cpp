@@ -13,9 +13,6 @@ namespace {
 
 enum Signal { kCounts = 0, kRecvFwd = 1, kBackFwd = 2, kRecvBwd = 3, kBackBwd = 4, kSignals = 5 };
 
-runtime::LaunchInfo kernel(const char* name, runtime::KernelKind kind = runtime::KernelKind::comm) {
-  return {name, kind, 1, 0};
-}
 
 // Rows [row, row + n) of an (rows, C) f32 tensor.
 float* rows_at(const Tensor& t, int64_t row) { return t.data<float>() + row * t.size(1); }
@@ -87,7 +84,7 @@ ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tens
   // 1. my row counts per expert -> row `me` of every member's count matrix
   const Group ep = ep_;
   const Tensor counts = L.counts;
-  stream.launch(kernel("ep_counts"), [ep, offsets, counts, sig, E](const runtime::BlockContext&) {
+  stream.launch(launch_info("ep_counts", runtime::KernelKind::comm, 1, {offsets}, {counts}), [ep, offsets, counts, sig, E](const runtime::BlockContext&) {
     std::vector<int64_t> mine(static_cast<size_t>(E));
     const int64_t* off = offsets.data<int64_t>();
     for (int e = 0; e < E; ++e) mine[size_t(e)] = off[e + 1] - off[e];
@@ -98,14 +95,14 @@ ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tens
       shmem::atomic_add(sig + kCounts, uint64_t{1}, pe);
     }
   });
-  wait_signal_on_stream(stream, sig + kCounts, round * uint64_t(g),
+  wait_signal_on_stream(stream, sig + kCounts, uint64_t(g),
                         fmt::format("waits for the row counts of {} (MoE layer {}, dispatch {})", others(ep_), index,
                                     round));
   // 2. the plan: a copy of the matrix and the group lists of the rows I receive
   const Plan& p = *plan;
   const Tensor matrix = p.matrix, local_off = p.offsets, source_off = p.source_offsets;
   const int me = ep_.me;
-  stream.launch(kernel("ep_plan", runtime::KernelKind::vector),
+  stream.launch(launch_info("ep_plan", runtime::KernelKind::vector, 1, {counts}, {matrix, local_off, source_off}),
                 [counts, matrix, local_off, source_off, g, E, El, me](const runtime::BlockContext&) {
                   std::memcpy(matrix.raw_data(), counts.raw_data(), matrix.nbytes());
                   const int64_t* M = matrix.data<int64_t>();
@@ -140,7 +137,7 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::
   const int64_t C = shape_.width;
   // my rows of each destination's expert e -> its buffer after the rows of
   // (e, earlier sources) and of (earlier experts, every source)
-  stream.launch(kernel("ep_to_owners"), [ep, matrix, rows, buffer, sig, g, E, El, C](const runtime::BlockContext&) {
+  stream.launch(launch_info("ep_to_owners", runtime::KernelKind::comm, 1, {matrix, rows}, {buffer}), [ep, matrix, rows, buffer, sig, g, E, El, C](const runtime::BlockContext&) {
     const int64_t* M = matrix.data<int64_t>();
     int64_t src = 0;  // my rows are grouped by global expert, destinations in order
     for (int d = 0; d < g; ++d) {
@@ -157,13 +154,13 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::
       shmem::atomic_add(sig, uint64_t{1}, ep.pes[size_t(d)]);
     }
   });
-  wait_signal_on_stream(stream, sig, round * uint64_t(g),
+  wait_signal_on_stream(stream, sig, uint64_t(g),
                         fmt::format("waits for the rows {} send to its experts (MoE layer {}, {} {})", others(ep_),
                                     p.layer, which == kRecvFwd ? "dispatch" : "combine backward", round));
   // the received rows out of the buffer (it is reused by the next round)
   Tensor out = Tensor::empty({recv_rows_, C});
   const Tensor total = p.offsets;
-  stream.launch(kernel("ep_receive", runtime::KernelKind::vector), [buffer, out, total, El, C](const runtime::BlockContext&) {
+  stream.launch(launch_info("ep_receive", runtime::KernelKind::vector, 1, {buffer, total}, {out}), [buffer, out, total, El, C](const runtime::BlockContext&) {
     const int64_t n = total.data<int64_t>()[El];
     std::memcpy(out.raw_data(), buffer.raw_data(), size_t(n * C) * sizeof(float));
     std::memset(rows_at(out, n), 0, size_t((out.size(0) - n) * C) * sizeof(float));
@@ -181,7 +178,7 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer:
   const int64_t C = shape_.width;
   // rows of (my expert e, source s) -> source s's buffer where its rows of
   // global expert (me, e) were
-  stream.launch(kernel("ep_to_sources"), [ep, matrix, rows, buffer, source_off, sig, g, E, El, C](const runtime::BlockContext&) {
+  stream.launch(launch_info("ep_to_sources", runtime::KernelKind::comm, 1, {matrix, rows, source_off}, {buffer}), [ep, matrix, rows, buffer, source_off, sig, g, E, El, C](const runtime::BlockContext&) {
     const int64_t* M = matrix.data<int64_t>();
     const int64_t* so = source_off.data<int64_t>();
     for (int s = 0; s < g; ++s) {
@@ -197,12 +194,12 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer:
       shmem::atomic_add(sig, uint64_t{1}, ep.pes[size_t(s)]);
     }
   });
-  wait_signal_on_stream(stream, sig, round * uint64_t(g),
+  wait_signal_on_stream(stream, sig, uint64_t(g),
                         fmt::format("waits for its rows back from the experts of {} (MoE layer {}, {} {})",
                                     others(ep_), p.layer, which == kBackFwd ? "combine" : "dispatch backward", round));
   Tensor out = Tensor::empty({p.rows, C});
   const int me = ep_.me;
-  stream.launch(kernel("ep_return", runtime::KernelKind::vector), [buffer, out, matrix, me, E, C](const runtime::BlockContext&) {
+  stream.launch(launch_info("ep_return", runtime::KernelKind::vector, 1, {buffer, matrix}, {out}), [buffer, out, matrix, me, E, C](const runtime::BlockContext&) {
     int64_t n = 0;
     for (int j = 0; j < E; ++j) n += matrix.data<int64_t>()[int64_t(me) * E + j];
     std::memcpy(out.raw_data(), buffer.raw_data(), size_t(n * C) * sizeof(float));

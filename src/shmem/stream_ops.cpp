@@ -7,6 +7,7 @@
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/runtime/device.hpp"
+#include "coremesh/runtime/op_desc.hpp"
 #include "internal.hpp"
 #include "reduce.hpp"
 
@@ -15,11 +16,17 @@ namespace coremesh::shmem {
 namespace {
 constexpr size_t kMinBlockBytes = 64 * 1024;
 
+// A comm kernel's launch. Its op descriptor names the op and lists no
+// tensors (the API takes addresses), which is what graph capture needs to
+// record it; see stream_ops.hpp for the memory a captured one may touch.
 runtime::LaunchInfo comm(const char* name, int block_dim) {
   runtime::LaunchInfo info;
   info.name = name;
   info.kind = runtime::KernelKind::comm;
   info.block_dim = block_dim;
+  runtime::OpKey key;
+  key.op = name;
+  info.op = std::make_shared<const runtime::OpDesc>(runtime::OpDesc{std::move(key), {}, {}});
   return info;
 }
 
@@ -63,8 +70,11 @@ void put_on_stream_bytes(runtime::Stream& stream, void* dest, const void* src, s
                   auto [lo, hi] = block_range(bytes, ctx.block_idx, ctx.block_dim, 64);
                   if (hi > lo) t->put(pe, offset + lo, source + lo, hi - lo);
                   // The last block to finish signals: every block's put is
-                  // complete (blocking) and happens-before this point.
-                  if (left->fetch_sub(1, std::memory_order_acq_rel) != 1 || !signal) return;
+                  // complete (blocking) and happens-before this point. It
+                  // rearms the count for the next run (a replayed graph).
+                  if (left->fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+                  left->store(blocks, std::memory_order_relaxed);
+                  if (!signal) return;
                   t->atomic(pe, signal_offset,
                             op == SignalOp::add ? internal::AmoOp::add : internal::AmoOp::set, 8,
                             value, 0);

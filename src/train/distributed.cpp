@@ -143,8 +143,7 @@ void Distributed::finish_backward() {
 
 Tensor Distributed::grad_sq_sum() {
   const Tensor P = partial_arena_, grad = model_->grad_arena();
-  runtime::current_stream().launch({"zero_partials", runtime::KernelKind::vector, 1, 0},
-                                   [P](const runtime::BlockContext&) { std::memset(P.raw_data(), 0, P.nbytes()); });
+  parallel::zero_on_stream(P);
   const model::ParamLayout& l = model_->layout();
   for (int r = 0; r < int(grads_->ranges().size()); ++r) {
     const auto [b, e] = grads_->my_shard(r);

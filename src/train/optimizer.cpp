@@ -51,8 +51,21 @@ void AdamW::clip_gradients(const Tensor& sq) {
   clip_scale_ = cfg_.grad_clip > 0 ? ops::clip_coefficient(sq, float(cfg_.grad_clip)) : Tensor();
 }
 
-void AdamW::step(double lr) {
+void AdamW::read_step_values_when_run() {
+  if (!step_values_.lr.defined()) step_values_ = {Tensor::zeros({1}), Tensor::zeros({1}, DType::i64)};
+}
+
+void AdamW::advance(double lr) {
+  CM_CHECK(step_values_.lr.defined(), "call read_step_values_when_run() before a graph replays the update",
+           "advance() without step tensors");
   ++t_;
+  step_values_.lr.data<float>()[0] = float(lr);
+  step_values_.step.data<int64_t>()[0] = t_;
+}
+
+void AdamW::step(double lr) {
+  if (step_values_.lr.defined()) advance(lr);
+  else ++t_;
   // One fused ops::adamw_step launch per owned range: matrices decay, norms do not.
   ops::AdamWConfig c;
   c.lr = float(lr), c.beta1 = float(cfg_.beta1), c.beta2 = float(cfg_.beta2), c.eps = float(cfg_.eps);
@@ -61,8 +74,10 @@ void AdamW::step(double lr) {
     const auto [b, e] = owned_[i];
     if (b == e) continue;
     const int64_t s = state_offset_[i];
-    ops::adamw_step(model_.param_arena().slice(0, b, e), model_.grad_arena().slice(0, b, e), m_.slice(0, s, s + e - b),
-                    v_.slice(0, s, s + e - b), segments_[i], c, t_, clip_scale_);
+    const Tensor p = model_.param_arena().slice(0, b, e), g = model_.grad_arena().slice(0, b, e);
+    const Tensor m = m_.slice(0, s, s + e - b), v = v_.slice(0, s, s + e - b);
+    if (step_values_.lr.defined()) ops::adamw_step(p, g, m, v, segments_[i], c, step_values_, clip_scale_);
+    else ops::adamw_step(p, g, m, v, segments_[i], c, t_, clip_scale_);
   }
   clip_scale_ = Tensor();
 }

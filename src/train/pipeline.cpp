@@ -20,11 +20,6 @@ namespace {
 using parallel::ActionKind;
 constexpr int64_t K = ops::kOptimizerChunk;
 
-void zero_on_stream(const Tensor& t) {
-  runtime::current_stream().launch({"zero", runtime::KernelKind::vector, 1, 0},
-                                   [t](const runtime::BlockContext&) { std::memset(t.raw_data(), 0, t.nbytes()); });
-}
-
 // The parameters of `params` inside [b, e), clipped, relative to b.
 std::vector<ops::ParamSegment> segments_in(const std::vector<model::ParamInfo>& params, int64_t b, int64_t e) {
   std::vector<ops::ParamSegment> out;
@@ -193,7 +188,6 @@ Pipeline::Pipeline(const TrainConfig& cfg)
   plan_norm(messages + Tied::signals(schedule_));
   const int signals = norm_->signal_base + int(norm_->expected.size()) + 2;  // + DualPipe's copy sums
   signals_ = parallel::symmetric_tensor({signals}, DType::i64);
-  rounds_.assign(size_t(signals), 0);
   if (cfg.model.tied_embeddings) tied_ = std::make_unique<Tied>(*this, messages);
   host_values_ = parallel::symmetric_tensor({int64_t(4 * (shmem::n_pes() + 1))}, DType::i64);  // doubles, 8 bytes each
   const int64_t E = cfg.model.n_routed_experts;
@@ -282,8 +276,7 @@ int Pipeline::buffer(bool grad, int chunk, int mb) const {
 
 void Pipeline::wait(int index, std::string what) {
   runtime::Stream stream = runtime::current_stream();
-  parallel::wait_signal_on_stream(stream, signal(index), ++rounds_[size_t(index)],
-                                  std::move(what));
+  parallel::wait_signal_on_stream(stream, signal(index), 1, std::move(what));
 }
 
 void Pipeline::attach(model::Model& model) {
@@ -442,7 +435,7 @@ void Pipeline::sum_over_data_ranks() {
 Tensor Pipeline::grad_sq_sum() {
   NormPlan& q = *norm_;
   const Tensor grad = model_->grad_arena(), P = q.partials;
-  zero_on_stream(P);
+  parallel::zero_on_stream(P);
   runtime::Stream stream = runtime::current_stream();
   auto partials_into = [&](const Tensor& values, int64_t first_chunk, int64_t b, int64_t e) {
     const Tensor part = ops::grad_sq_partials(values, segments_in(q.params, b, e));

@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "coremesh/core/error.hpp"
+#include "coremesh/graph/exec.hpp"
+#include "coremesh/runtime/capture.hpp"
 #include "coremesh/shmem/collectives.hpp"
 #include "coremesh/shmem/session.hpp"
 #include "coremesh/train/generate.hpp"
@@ -56,6 +58,8 @@ const FieldTable<TrainConfig>& train_fields() {
                "compute cores this PE's kernels may use (0: all of its device)", non_negative<int>())
           .alias("threads")
           .add("report", [](T& c) -> auto& { return c.report; }, "write report.html at the end")
+          .add("graph", [](T& c) -> auto& { return c.graph; },
+               "capture the second step into a graph and replay it for every later step (single PE, dp, ep)")
           .add("sample_tokens", [](T& c) -> auto& { return c.sample_tokens; },
                "bytes of greedy sample at each validation (0: none)", non_negative<int>())
           .add("sample_prompt", [](T& c) -> auto& { return c.sample_prompt; }, "prompt of those samples");
@@ -73,6 +77,9 @@ void TrainConfig::validate() const {
   if (model.vocab_size < 256)
     p.push_back(fmt::format("vocab_size = {} is too small for byte tokens: use vocab_size >= 256", model.vocab_size));
   if (min_lr > lr) p.push_back(fmt::format("min_lr = {} is above lr = {}", min_lr, lr));
+  if (graph && parallel.pp > 1)
+    p.push_back(fmt::format("graph mode does not run pipeline layouts yet (pp = {}): drop graph or use pp = 1",
+                            parallel.pp));
   if (!p.empty()) {
     std::string text = "invalid training config:";
     for (const auto& s : p) text += "\n  - " + s;
@@ -282,15 +289,100 @@ int64_t Trainer::tokens_per_step() const {
   return cfg_.tokens_per_step() * (dist_ ? dist_->data_ranks() : pipe_ ? pipe_->data_ranks() : 1);
 }
 
+// Graph mode (cfg.graph): the first step of a run runs eagerly (it fills
+// the op cache and allocates what lives across steps, such as the
+// expert-parallel buffers); the second is captured into a graph,
+// instantiated and replayed; every later step refills the graph's inputs
+// (tokens, targets, lr, step count), rewinds the statistics it adds into and
+// replays it. Validation and sampling, whose shapes differ, run eagerly.
 void Trainer::queue_step() {
   runtime::StreamGuard on(stream_);
   CM_CHECK(!step_queued_, "finish_step() the queued step first", "a step is already queued");
   step_start_ = now_seconds();
+  if (step_graph_) {
+    read_step_batches();
+    model_->reuse_stats();
+    opt_->advance(schedule_.at(step_));
+    step_graph_->replay(stream_);
+  } else if (cfg_.graph && eager_steps_ > 0) {
+    capture_step();
+  } else {
+    launch_step();
+    ++eager_steps_;
+  }
+  step_queued_ = true;
+}
+
+void Trainer::capture_step() {
+  opt_->read_step_values_when_run();
+  graph::begin_capture(stream_);
+  try {
+    launch_step();
+  } catch (...) {
+    try {
+      graph::end_capture();
+    } catch (const runtime::CaptureError&) {  // the capture is abandoned either way
+    }
+    throw;
+  }
+  try {
+    step_graph_ = graph::instantiate(graph::end_capture());
+  } catch (const runtime::CaptureError& e) {
+    CM_THROW(InvalidArgument, "train without graph mode (drop --graph)",
+             "graph mode cannot capture this layout's training step: {} ({})", e.message(), e.hint());
+  }
+  model_->keep_stats();
+  graph_step_ = step_ + 1;
+  step_graph_->replay(stream_);
+}
+
+std::string describe(const GraphSummary& g) {
+  std::string passes;
+  for (const auto& p : g.passes)
+    if (p.matches > 0) passes += fmt::format("{}{} {}x", passes.empty() ? "" : ", ", p.name, p.matches);
+  return fmt::format("graph: step {} captured as {} kernels, {} per replay ({})", g.step, g.captured_kernels,
+                     g.replayed_kernels, passes.empty() ? "nothing fused" : passes);
+}
+
+GraphSummary Trainer::graph_summary() const {
+  GraphSummary g;
+  if (!step_graph_) return g;
+  g.step = graph_step_;
+  g.captured_kernels = int64_t(step_graph_->captured_nodes());
+  g.replayed_kernels = int64_t(step_graph_->nodes());
+  g.passes = step_graph_->pass_results();
+  return g;
+}
+
+model::MicroBatch Trainer::micro_batch(int m, float scale) {
+  model::MicroBatch b{x_.data(), y_.data(), cfg_.batch_size, cfg_.seq_len, scale};
+  if (!cfg_.graph) return b;
+  const int64_t n = int64_t(cfg_.batch_size) * cfg_.seq_len;
+  while (graph_inputs_.size() <= size_t(m))
+    graph_inputs_.push_back({Tensor::empty({n}, DType::i32), Tensor::empty({n}, DType::i32)});
+  auto& [tokens, targets] = graph_inputs_[size_t(m)];
+  std::copy(x_.begin(), x_.end(), tokens.data<int32_t>());
+  std::copy(y_.begin(), y_.end(), targets.data<int32_t>());
+  b.token_ids = tokens, b.target_ids = targets;
+  return b;
+}
+
+// The step's micro-batches are those of a 1-PE run accumulating
+// grad_accum x data_ranks of them; this PE takes its data_index-th run of
+// grad_accum.
+void Trainer::read_step_batches() {
+  const int a = cfg_.grad_accum;
+  const int ranks = dist_ ? dist_->data_ranks() : 1, mine = dist_ ? dist_->data_index() : 0;
+  for (int g = 0; g < a * ranks; ++g) {
+    train_loader_->next_batch(x_, y_);
+    if (g / a == mine) micro_batch(g % a, 0);
+  }
+}
+
+void Trainer::launch_step() {
   model_->reset_stats();
   model_->zero_grad();
-  // The step's micro-batches are those of a 1-PE run accumulating
-  // grad_accum x data_ranks of them; this PE takes its data_index-th run of
-  // grad_accum, and every micro-batch's loss weighs 1 / (their number).
+  // every micro-batch's loss weighs 1 / (their number)
   const int a = cfg_.grad_accum;
   const int ranks = dist_ ? dist_->data_ranks() : pipe_ ? pipe_->data_ranks() : 1;
   const int mine = dist_ ? dist_->data_index() : pipe_ ? pipe_->data_index() : 0;
@@ -312,7 +404,6 @@ void Trainer::queue_step() {
     opt_->step(schedule_.at(step_));
     pipe_->sync_tied_table();
     model_->update_router_bias();  // each stage's routers see all of the step's micro-batches
-    step_queued_ = true;
     return;
   }
   for (int g = 0; g < a * ranks; ++g) {
@@ -320,7 +411,7 @@ void Trainer::queue_step() {
     if (g / a != mine) continue;
     const int m = g % a;
     if (dist_ && m == a - 1) dist_->arm();  // the last backward: sum each part's gradients once it is done
-    model_->forward(m, {x_.data(), y_.data(), cfg_.batch_size, cfg_.seq_len, scale});
+    model_->forward(m, micro_batch(m, scale));
     model_->backward(m);
   }
   model_->seal_gradients();
@@ -334,7 +425,6 @@ void Trainer::queue_step() {
   opt_->step(schedule_.at(step_));
   if (dist_) dist_->after_optimizer(), dist_->sum_expert_load();
   model_->update_router_bias();
-  step_queued_ = true;
 }
 
 StepRecord& Trainer::finish_step() {
@@ -382,7 +472,9 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   TrainResult result;
   double val = -1;
   while (step_ < end) {
+    const bool captures = cfg_.graph && !step_graph_;
     queue_step();
+    if (captures && step_graph_ && cfg_.progress && leader()) progress.message(describe(graph_summary()));
     StepRecord& r = finish_step();  // advances step_
     const int64_t done = r.step + 1;
     r.mfu = flops_tok * r.tokens_per_s / peak;
@@ -406,6 +498,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   }
   if (cfg_.progress) progress.finish();
   result.steps_done = step_;
+  if (step_graph_) result.graph = describe(graph_summary());
   if (!records_.empty()) result.final_loss = records_.back().loss;
   if (!val_records_.empty()) result.final_val_loss = val_records_.back().loss;
   for (const auto& share : last_load_.load) result.final_balance.push_back(expert_balance(share));

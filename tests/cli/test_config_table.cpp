@@ -84,6 +84,29 @@ TEST(ConfigTable, EveryTrainFieldRoundTripsJsonAndFlags) {
       [](const json& j) { return train::train_config_from_json(j); });
 }
 
+// A bool flag alone means true (`--graph`); with a value it takes it.
+TEST(ConfigTable, ABoolFlagAloneMeansTrue) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"test", "--graph", "--steps", "7"}, {"test", "--graph", "true", "--steps", "7"},
+        {"test", "--steps", "7", "--graph"}}) {
+    CLI::App app;
+    cli::FieldFlags<train::TrainConfig> flags(app, train::train_fields(), "test");
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    app.parse(int(argv.size()), const_cast<char**>(argv.data()));
+    train::TrainConfig c{};
+    flags.apply(c);
+    EXPECT_TRUE(c.graph) << args[1] << " " << args[2];
+    EXPECT_EQ(c.steps, 7);
+  }
+  CLI::App app;
+  cli::FieldFlags<train::TrainConfig> flags(app, train::train_fields(), "test");
+  const char* argv[] = {"test", "--report", "maybe"};
+  app.parse(3, const_cast<char**>(argv));
+  train::TrainConfig c{};
+  EXPECT_NE(error_of([&] { flags.apply(c); }).find("--report expects true or false, got 'maybe'"), std::string::npos);
+}
+
 TEST(ConfigTable, EveryParallelFieldRoundTripsJsonAndFlags) {
   round_trip_every_field<parallel::ParallelConfig>(
       parallel::parallel_fields(), [](const parallel::ParallelConfig& c) { return json{{"parallel", parallel::parallel_fields().to_json(c)}}; },

@@ -247,5 +247,37 @@ TEST(OpsOptimizer, FlatRejectsBadArguments) {
   EXPECT_EQ(step(g, {{5, 0, true}, {0, 10, false}}), "");  // empty segments overlap nothing
 }
 
+// The lr and step read from tensors as the kernel runs: the same bits as
+// the values given at launch, and a later write of the tensors reaches the
+// next run (what a replayed graph relies on).
+TEST(OpsOptimizer, StepValuesReadWhenTheKernelRuns) {
+  AdamWConfig cfg{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  const std::vector<ParamSegment> segs{{0, 5000, true}, {5000, 4001, false}};
+  Tensor p = randn({9001}, 1), m = Tensor::zeros({9001}), v = Tensor::zeros({9001});
+  Tensor pr = p.clone(), mr = m.clone(), vr = v.clone();
+  AdamWStepValues at{Tensor::zeros({1}), Tensor::zeros({1}, DType::i64)};
+  const float lrs[] = {1e-2f, 3e-3f, 7e-4f};
+  for (int64_t step = 1; step <= 3; ++step) {
+    Tensor g = randn({9001}, 10 + step);
+    at.lr.data<float>()[0] = lrs[step - 1];
+    at.step.data<int64_t>()[0] = step;
+    AdamWConfig c = cfg;
+    c.lr = lrs[step - 1];
+    run_on_stream([&] {
+      adamw_step(p, g, m, v, segs, cfg, at);
+      adamw_step(pr, g, mr, vr, segs, c, step);
+    });
+  }
+  EXPECT_EQ(0, std::memcmp(p.raw_data(), pr.raw_data(), p.nbytes()));
+  EXPECT_EQ(0, std::memcmp(m.raw_data(), mr.raw_data(), m.nbytes()));
+  EXPECT_EQ(0, std::memcmp(v.raw_data(), vr.raw_data(), v.nbytes()));
+  EXPECT_NE(invalid_argument_of([&] { adamw_step(p, p, m, v, segs, cfg, AdamWStepValues{at.lr, {}}); })
+                .find("need both tensors (lr given, step missing)"),
+            std::string::npos);
+  EXPECT_NE(invalid_argument_of([&] { adamw_step(p, p, m, v, segs, cfg, AdamWStepValues{at.lr, at.lr}); })
+                .find("step is"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace coremesh::ops

@@ -65,11 +65,16 @@ class WgradSink;
 // holds the embedding, targets (B,T) by the one that holds the head (host
 // memory, copied at open_slot). loss_scale weighs this micro-batch's loss in
 // the step's loss (1 / micro-batches per step).
+//
+// Instead of host pointers, token_ids and target_ids (B*T) i32 tensors may
+// be given: the kernels then read them in place when they run, so their
+// owner may refill them for the next run of the same launches (graph mode).
 struct MicroBatch {
   const int32_t* tokens = nullptr;
   const int32_t* targets = nullptr;
   int B = 0, T = 0;
   float loss_scale = 1.0f;
+  Tensor token_ids, target_ids;
 };
 
 // What a step's forwards left on the stream, read after synchronization.
@@ -160,6 +165,13 @@ class Model {
   // ---- statistics and the aux-loss-free balancing
   void reset_stats();
   StepStats read_stats() const;  // the stream must have been synchronized
+  // Graph mode: a replayed step writes the statistics tensors that its
+  // capture recorded. keep_stats() remembers them after the capture;
+  // reuse_stats() makes them current again (dropping what later forwards,
+  // e.g. validation, recorded) and zeroes the expert-load counters, which
+  // the step adds into. The stream must not be running.
+  void keep_stats();
+  void reuse_stats();
   // Per MoE layer held: (E+1) i64 on the stream, selections per expert and
   // dropped assignments since reset_stats(); a parallel layout sums them
   // over the ranks that share the router before update_router_bias().
@@ -215,6 +227,10 @@ class Model {
   };
   std::vector<Recorded> losses_, aux_losses_;
   std::vector<Tensor> load_;                        // per MoE layer held
+  struct Kept {
+    std::vector<Recorded> losses, aux_losses;
+    std::vector<Tensor> load;
+  } kept_;                                          // keep_stats()
 };
 
 }  // namespace coremesh::model

@@ -88,6 +88,18 @@ void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const 
                 const std::vector<ParamSegment>& segments, const AdamWConfig& config, int64_t step,
                 const Tensor& grad_scale = {});
 
+// The learning rate and step count of an update read when the kernel runs
+// rather than when it is launched: a replayed graph reuses one launch for
+// every step, and the host writes these before each replay. lr (1) f32,
+// step (1) i64. The arithmetic is that of the overload above.
+struct AdamWStepValues {
+  Tensor lr;
+  Tensor step;
+};
+void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                const std::vector<ParamSegment>& segments, const AdamWConfig& config,
+                const AdamWStepValues& at, const Tensor& grad_scale = {});
+
 namespace reference {
 void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                 const AdamWConfig& config, int64_t step, float grad_scale = 1.0f);

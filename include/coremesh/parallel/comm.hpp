@@ -38,10 +38,19 @@ struct Group {
 // order when the tensor dies).
 Tensor symmetric_tensor(const Shape& shape, DType dtype = DType::f32);
 
-// Later work on `stream` waits until the symmetric *signal >= value on this
-// PE. If the watchdog (COREMESH_WAIT_TIMEOUT_S) expires, the kernel fails
-// with a TimeoutError that says `what`: who is waited for and why.
-void wait_signal_on_stream(runtime::Stream& stream, uint64_t* signal, uint64_t value, std::string what);
+// Later work on `stream` waits until `count` signal additions arrived at the
+// symmetric *signal on this PE beyond those earlier waits took, and takes
+// them (subtracts count). Each wait thus stands for itself, so a replayed
+// graph's waits wait for each step's arrivals, as eager ones do. If the
+// watchdog (COREMESH_WAIT_TIMEOUT_S) expires, the kernel fails with a
+// TimeoutError that says `what`: who is waited for and why.
+void wait_signal_on_stream(runtime::Stream& stream, uint64_t* signal, uint64_t count, std::string what);
+
+// The LaunchInfo of a kernel of this layer, with the op descriptor that
+// graph capture and the profiler read: it reads `in` and writes `out`
+// (every tensor whose memory it touches).
+runtime::LaunchInfo launch_info(std::string name, runtime::KernelKind kind, int block_dim,
+                                std::vector<Tensor> in = {}, std::vector<Tensor> out = {});
 
 // "PEs 1, 3" for the members of a group other than this PE.
 std::string others(const Group& group);
@@ -52,6 +61,8 @@ std::vector<int64_t> max_over_world(const std::vector<int64_t>& values);
 
 // dst = src (contiguous, the same bytes) on the current stream.
 void copy_on_stream(const Tensor& src, const Tensor& dst);
+// t = 0 (contiguous, any dtype) on the current stream.
+void zero_on_stream(const Tensor& t);
 
 // out = ((inputs[0] + inputs[1]) + inputs[2]) ..., element-wise, f32 or i64,
 // on the current stream (out may be one of the inputs).

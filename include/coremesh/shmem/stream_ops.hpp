@@ -8,7 +8,10 @@
 // sleep. Errors surface at the stream's next synchronize()/query().
 //
 // Arguments are checked when the call enqueues; buffers must stay valid
-// until the work has run. Collectives on a team must not be interleaved
+// until the work has run. Graph capture records these kernels with an op
+// descriptor that lists no tensors: a captured one may touch only memory
+// that the graph does not own (symmetric buffers, arenas, tensors the caller
+// keeps), since a pass could otherwise rewrite a temporary it reads. Collectives on a team must not be interleaved
 // with host collectives on the same team while they are in flight.
 #pragma once
 

@@ -46,6 +46,12 @@ class AdamW {
   static double grad_norm(const Tensor& sq_sum) { return std::sqrt(double(sq_sum.data<float>()[0])); }
   // One update with learning rate `lr` (increments the step count).
   void step(double lr);
+  // Graph mode: from now on step() launches an update that reads the lr and
+  // the step count from two small tensors as it runs, and writes them from
+  // the host when it launches (so the stream must not be running an earlier
+  // step). A replayed step calls advance(lr) instead of step(lr).
+  void read_step_values_when_run();
+  void advance(double lr);
 
   int64_t steps() const { return t_; }
   void set_steps(int64_t t) { t_ = t; }
@@ -68,6 +74,7 @@ class AdamW {
   Tensor m_, v_;
   std::vector<std::vector<ops::ParamSegment>> segments_;  // per owned range, relative to it
   Tensor clip_scale_;  // (1) from clip_gradients(), consumed by step()
+  ops::AdamWStepValues step_values_;  // graph mode: lr and t as the kernel reads them
   int64_t t_ = 0;
 };
 

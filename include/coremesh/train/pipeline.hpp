@@ -145,7 +145,6 @@ class Pipeline {
   std::unique_ptr<parallel::ShardedSum> grad_sum_, load_sum_;  // over the data-parallel replicas of the stage
   Tensor load_arena_, copy_grads_, copy_loads_;  // copy_*: DualPipe's partner's
   Tensor recv_, signals_, host_values_, buffers_, load_values_;
-  std::vector<uint64_t> rounds_;  // per signal: rounds waited for
   // the step in flight: outputs to send or hand over, received inputs, kept sources of puts
   std::map<std::pair<int, int>, Tensor> outputs_, grads_, inputs_, grad_inputs_;
   std::vector<Tensor> keep_;

@@ -20,9 +20,11 @@
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "coremesh/graph/exec.hpp"
 #include "coremesh/model/config.hpp"
 #include "coremesh/model/model.hpp"
 #include "coremesh/model/rng.hpp"
@@ -63,6 +65,7 @@ struct TrainConfig {
   bool report = true;
   int sample_tokens = 64;             // bytes of greedy sample at each validation (0: none)
   std::string sample_prompt = "And "; // its prompt
+  bool graph = false;    // capture one step and replay it (see Trainer::queue_step)
   bool progress = true;  // not a config field: the command line's --no-progress
 
   void validate() const;
@@ -84,7 +87,18 @@ struct TrainResult {
   double mean_tokens_per_s = 0, mean_mfu = 0;
   std::vector<double> final_balance;  // per MoE layer at the last step: busiest expert / mean
   std::string checkpoint, report;
+  std::string graph;  // graph mode: describe(graph_summary()), else empty
 };
+
+// What graph mode made of a step: kernels captured, kernels each replay
+// runs, and what each pass did.
+struct GraphSummary {
+  int64_t step = 0;  // the step captured (from 1); 0: no graph (yet)
+  int64_t captured_kernels = 0, replayed_kernels = 0;
+  std::vector<graph::PassResult> passes;
+};
+// "graph: step 2 captured as 812 kernels, 790 per replay (matmul_add 8x, ...)"
+std::string describe(const GraphSummary& g);
 
 class Trainer {
  public:
@@ -121,9 +135,15 @@ class Trainer {
   const std::vector<StepRecord>& records() const { return records_; }
   const std::vector<ValRecord>& validation() const { return val_records_; }
   ReportData report_data() const;
+  GraphSummary graph_summary() const;
 
  private:
   CheckpointState checkpoint_state();
+  void launch_step();    // the whole step, on the stream
+  void capture_step();   // launch_step() captured into step_graph_, and replayed
+  void read_step_batches();  // the next step's batches into the graph's inputs
+  // micro-batch m of x_, y_ (graph mode: copied into the graph's inputs)
+  model::MicroBatch micro_batch(int m, float scale);
 
   TrainConfig cfg_;
   int cores_ = 1;
@@ -148,6 +168,10 @@ class Trainer {
   std::vector<int32_t> x_, y_;
   std::vector<std::vector<int32_t>> xs_, ys_;  // pipeline: the step's micro-batches
   ExpertLoadRecord last_load_;
+  // graph mode
+  int64_t eager_steps_ = 0, graph_step_ = 0;
+  std::optional<graph::Exec> step_graph_;
+  std::vector<std::pair<Tensor, Tensor>> graph_inputs_;  // per micro-batch: tokens, targets
 };
 
 }  // namespace coremesh::train

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Training throughput in graph mode (`coremesh train --graph`: the second
+# step captured, every later one replayed) vs eager, on the `make run` demo
+# model, 1 and 2 cores, in the same run. Each round runs eager then graph;
+# the table gives the medians over the rounds of each side's tokens/s and of
+# the per-round ratio, and what the graph passes made of the step.
+# Prints a markdown table for docs/performance.md, section "## Graph mode training".
+#   usage: bench/train_graph.sh [steps] [rounds]   (default 20 steps, 5 rounds)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS=${1:-20}
+ROUNDS=${2:-5}
+COREMESH=${COREMESH:-build/coremesh}
+WORK=$(mktemp -d /tmp/coremesh_bench_graph.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+[ -s data/bible-kjv.txt ] || { mkdir -p data; bible "gen1:1-rev22:21" </dev/null >data/bible-kjv.txt; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+tokens() { sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p'; }
+echo "| cores | eager tokens/s | graph tokens/s | ratio |"
+echo "|---|---|---|---|"
+for cores in 1 2; do
+  sed -e "s/\"steps\": [0-9]*/\"steps\": $STEPS/" -e "s/\"threads\": [0-9]*/\"threads\": $cores/" \
+      -e "s/\"val_every\": [0-9]*/\"val_every\": 0/" -e "s/\"ckpt_every\": [0-9]*/\"ckpt_every\": 0/" \
+      -e "s|\"out_dir\": \"[^\"]*\"|\"out_dir\": \"$WORK/run\"|" \
+      bench/train_demo_config.json >"$WORK/cfg.json"
+  : >"$WORK/eager"; : >"$WORK/graph"; : >"$WORK/ratio"
+  for _ in $(seq "$ROUNDS"); do
+    eager=$("$COREMESH" train --config "$WORK/cfg.json" --no-progress --report false | tokens)
+    "$COREMESH" train --config "$WORK/cfg.json" --no-progress --report false --graph >"$WORK/graph.log"
+    graph=$(tokens <"$WORK/graph.log")
+    echo "$eager" >>"$WORK/eager"; echo "$graph" >>"$WORK/graph"
+    awk -v a="$graph" -v b="$eager" 'BEGIN { printf "%.4f\n", a / b }' >>"$WORK/ratio"
+  done
+  printf "| %s | %.0f | %.0f | %.3fx |\n" "$cores" "$(median <"$WORK/eager")" "$(median <"$WORK/graph")" \
+    "$(median <"$WORK/ratio")"
+done
+echo
+grep '^graph:' "$WORK/graph.log"
