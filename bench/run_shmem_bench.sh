@@ -5,10 +5,12 @@
 #             local memcpy; bench/shmem_mpi_bench.c: MPI_Put over osc sm
 #   colls  -- bench_shmem_collectives vs bench/shmem_mpi_bench.c: allreduce (f32
 #             sum), alltoall, alltoallv at 1 MiB and 64 MiB per PE, 2 and 4 PEs
-#   net    -- the network path: 2 PEs under mpirun, TCP over loopback. coremesh's
-#             mpi transport on MPI-3 RMA over ob1/tcp (osc pt2pt) and over UCX/tcp
-#             (osc ucx) vs OpenMPI OSHMEM (spml ucx, UCX_TLS=tcp); allreduce vs
-#             MPI_Allreduce on the same TCP path. Fewer iterations (RMA_BENCH_*).
+#   net    -- the network path: 2 PEs under mpirun, each its own host
+#             (COREMESH_PES_PER_HOST=1), TCP over loopback. coremesh's two engines,
+#             ucx (UCX_TLS=tcp,self) and mpi (MPI-3 RMA over ob1/tcp, osc pt2pt), vs
+#             OpenMPI OSHMEM (spml ucx, the same UCX restriction); allreduce on the
+#             ucx engine vs MPI_Allreduce over ob1/tcp. Fewer iterations (RMA_BENCH_*).
+# Every figure is a median (of RMA_BENCH_TRIALS runs, or of the calls).
 # Prints markdown tables on stdout.
 # usage: bench/run_shmem_bench.sh [BUILD_DIR]   (default: build)
 set -euo pipefail
@@ -38,19 +40,20 @@ for n in 2 4; do
   "${mpi[@]}" -np $n "$work/mpi_bench" coll 2>/dev/null | grep '^mpi_' >> "$work/out.txt"
 done
 
-# Network path: every PE reached over TCP on the loopback device.
-net=(-x RMA_BENCH_LAT_ITERS=2000 -x RMA_BENCH_MIB=16 -x RMA_BENCH_TRIALS=1 -x SHMEM_SYMMETRIC_SIZE=512M)
+# Network path: every PE its own host, reached over TCP on the loopback device.
+net=(-x RMA_BENCH_LAT_ITERS=2000 -x RMA_BENCH_MIB=16 -x RMA_BENCH_TRIALS=3 -x SHMEM_SYMMETRIC_SIZE=512M)
 ob1_tcp=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca osc pt2pt)
-ucx_tcp=(--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -x UCX_TLS=tcp,self
-         -x UCX_NET_DEVICES=lo)
-"${mpi[@]}" "${ob1_tcp[@]}" "${net[@]}" -np 2 "$work/rma_coremesh" 2>/dev/null \
-  | grep -E '^(put|get)_' | sed 's/^/net_cm_ob1_/' >> "$work/out.txt"
-"${mpi[@]}" "${ucx_tcp[@]}" --mca osc ucx "${net[@]}" -np 2 "$work/rma_coremesh" 2>/dev/null \
-  | grep -E '^(put|get)_' | sed 's/^/net_cm_ucx_/' >> "$work/out.txt"
-oshrun --allow-run-as-root --oversubscribe "${ucx_tcp[@]}" --mca spml ucx "${net[@]}" -np 2 \
-  "$work/rma_oshmem" 2>/dev/null | grep -E '^(put|get)_' | sed 's/^/net_oshmem_/' >> "$work/out.txt"
-"${mpi[@]}" "${ob1_tcp[@]}" -x SHMEM_SYMMETRIC_SIZE=512M -np 2 "$build/bench/bench_shmem_collectives" \
-  2>/dev/null | grep '^cm_' | sed 's/^/net_/' >> "$work/out.txt"
+ucx_tcp=(-x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo)
+engine() { echo -x COREMESH_PES_PER_HOST=1 -x COREMESH_TRANSPORT="$1"; }
+for e in ucx mpi; do
+  "${mpi[@]}" "${ob1_tcp[@]}" "${ucx_tcp[@]}" $(engine $e) "${net[@]}" -np 2 "$work/rma_coremesh" \
+    2>/dev/null | grep -E '^(put|get)_' | sed "s/^/net_cm_${e}_/" >> "$work/out.txt"
+done
+oshrun --allow-run-as-root --oversubscribe --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
+  "${ucx_tcp[@]}" --mca spml ucx "${net[@]}" -np 2 "$work/rma_oshmem" 2>/dev/null \
+  | grep -E '^(put|get)_' | sed 's/^/net_oshmem_/' >> "$work/out.txt"
+"${mpi[@]}" "${ob1_tcp[@]}" "${ucx_tcp[@]}" $(engine ucx) -x SHMEM_SYMMETRIC_SIZE=512M -np 2 \
+  "$build/bench/bench_shmem_collectives" 2>/dev/null | grep '^cm_' | sed 's/^/net_/' >> "$work/out.txt"
 "${mpi[@]}" "${ob1_tcp[@]}" -np 2 "$work/mpi_bench" coll 2>/dev/null | grep '^mpi_' \
   | sed 's/^/net_/' >> "$work/out.txt"
 
@@ -67,7 +70,7 @@ print("| operation | coremesh | OpenMPI OSHMEM | MPI_Put (osc sm) + flush |")
 print("|---|---:|---:|---:|")
 print(f"| put | {g('coremesh_put_lat', 8):.1f} | {g('oshmem_put_lat', 8):.1f} | {g('mpi_put_lat', 8):.1f} |")
 print(f"| get | {g('coremesh_get_lat', 8):.1f} | {g('oshmem_get_lat', 8):.1f} | - |")
-print("\n### Bandwidth, PE 0 -> PE 1 (GB/s, best of 3 trials)\n")
+print("\n### Bandwidth, PE 0 -> PE 1 (GB/s, median of 3 trials)\n")
 print("| size | memcpy | coremesh put | put / memcpy | coremesh get | OSHMEM put | OSHMEM get | MPI_Put |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 s = 4096
@@ -84,22 +87,22 @@ for c in ("allreduce", "alltoall", "alltoallv"):
         for s in (1 << 20, 64 << 20):
             a, b = g(f"cm_{c}_np{n}", s), g(f"mpi_{c}_np{n}", s)
             print(f"| {c} | {n} | {size_name(s)} | {a:.3f} | {b:.3f} | {b / a:.1f}x |")
-print("\n### Network path: 2 PEs, mpirun, TCP over loopback\n")
+print("\n### Network path: 2 PEs, mpirun, every PE its own host, TCP over loopback\n")
 print("Latency, 8 bytes (us per operation; put = put + quiet):\n")
-print("| operation | coremesh mpi (ob1/tcp, osc pt2pt) | coremesh mpi (UCX tcp, osc ucx) | OSHMEM (UCX tcp) | best coremesh / OSHMEM |")
+print("| operation | coremesh ucx | coremesh mpi (ob1/tcp, osc pt2pt) | OSHMEM (UCX tcp) | ucx / OSHMEM (speed) |")
 print("|---|---:|---:|---:|---:|")
 for op in ("put", "get"):
-    a, b, o = g(f"net_cm_ob1_{op}_lat", 8) / 1e3, g(f"net_cm_ucx_{op}_lat", 8) / 1e3, g(f"net_oshmem_{op}_lat", 8) / 1e3
-    print(f"| {op} | {a:.1f} | {b:.1f} | {o:.1f} | {o / min(a, b):.2f}x |")
+    u, m, o = (g(f"net_{k}_{op}_lat", 8) / 1e3 for k in ("cm_ucx", "cm_mpi", "oshmem"))
+    print(f"| {op} | {u:.1f} | {m:.1f} | {o:.1f} | {o / u:.2f}x |")
 print("\nBandwidth (GB/s, PE 0 -> PE 1):\n")
-print("| size | cm put (ob1) | cm get (ob1) | cm put (ucx) | cm get (ucx) | OSHMEM put | OSHMEM get |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+print("| size | cm put (ucx) | cm get (ucx) | cm put (mpi) | cm get (mpi) | OSHMEM put | OSHMEM get | put ucx/OSHMEM | get ucx/OSHMEM |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 s = 4096
 while s <= 64 << 20:
-    row = [g(f"net_{k}_bw", s) for k in ("cm_ob1_put", "cm_ob1_get", "cm_ucx_put", "cm_ucx_get", "oshmem_put", "oshmem_get")]
-    print(f"| {size_name(s)} | " + " | ".join(f"{x:.3f}" for x in row) + " |")
+    row = [g(f"net_{k}_bw", s) for k in ("cm_ucx_put", "cm_ucx_get", "cm_mpi_put", "cm_mpi_get", "oshmem_put", "oshmem_get")]
+    print(f"| {size_name(s)} | " + " | ".join(f"{x:.3f}" for x in row) + f" | {row[0] / row[4]:.2f}x | {row[1] / row[5]:.2f}x |")
     s *= 4
-print("\nallreduce (f32 sum, ms per call), mpi transport (ob1/tcp) vs MPI_Allreduce on the same path:\n")
+print("\nallreduce (f32 sum, ms per call), ucx engine vs MPI_Allreduce (ob1/tcp):\n")
 print("| size | coremesh | MPI_Allreduce | speed-up |")
 print("|---|---:|---:|---:|")
 for s in (1 << 20, 64 << 20):

@@ -1,8 +1,9 @@
 // bench_shmem_collectives: coremesh::shmem allreduce (f32 sum), alltoall and
 // alltoallv (equal counts) at 1 MiB and 64 MiB per PE, timed like the MPI
-// side (bench/shmem_mpi_bench.c): barrier, one call, the slowest PE's time,
-// averaged. Run under the launcher: coremesh run -n 4 --heap 512M bench_shmem_collectives
+// side (bench/shmem_mpi_bench.c): barrier, one call, the slowest PE's time;
+// the median call. Run under the launcher: coremesh run -n 4 --heap 512M bench_shmem_collectives
 // Output lines: "cm_<collective>_np<N> <bytes> <ms>".
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -29,7 +30,7 @@ int main() {
     const int reps = bytes > (8u << 20) ? 5 : 50;
     const char* names[3] = {"cm_allreduce", "cm_alltoall", "cm_alltoallv"};
     for (int which = 0; which < 3; ++which) {
-      double total = 0;
+      std::vector<double> times;
       for (int r = -1; r < reps; ++r) {
         shmem::barrier();
         const auto t = std::chrono::steady_clock::now();
@@ -42,10 +43,11 @@ int main() {
         *worst = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
         shmem::allreduce(world, reinterpret_cast<int64_t*>(worst_out),
                          reinterpret_cast<const int64_t*>(worst), 1, shmem::ReduceOp::max);
-        if (r >= 0) total += *worst_out;  // positive doubles order like their bits
+        if (r >= 0) times.push_back(*worst_out);  // positive doubles order like their bits
       }
+      std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
       if (shmem::my_pe() == 0)
-        std::printf("%s_np%d %zu %.3f\n", names[which], n, bytes, total / reps * 1e3);
+        std::printf("%s_np%d %zu %.3f\n", names[which], n, bytes, times[reps / 2] * 1e3);
     }
     shmem::sym_free(b);
     shmem::sym_free(a);

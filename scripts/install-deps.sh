@@ -7,7 +7,7 @@ packages=(
   # toolchain
   g++ cmake ninja-build make pkg-config
   # libraries
-  libopenblas-dev libxsmm-dev libopenmpi-dev openmpi-bin libcli11-dev nlohmann-json3-dev libfmt-dev
+  libopenblas-dev libxsmm-dev libopenmpi-dev openmpi-bin libucx-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # PyTorch cross-checks and benchmarks (/usr/bin/python3)
   python3-torch python3-numpy

@@ -103,7 +103,7 @@ void bind_session_and_teams(py::module_& m) {
   m.def("initialized", &shmem::initialized);
   m.def("my_pe", &shmem::my_pe);
   m.def("n_pes", &shmem::n_pes);
-  m.def("transport_name", &shmem::transport_name, "'shm', 'shm-rma' or 'mpi' (COREMESH_TRANSPORT).");
+  m.def("transport_name", &shmem::transport_name, "'shm' or 'shm-rma' (coremesh run), 'ucx' or 'mpi' (mpirun) (COREMESH_TRANSPORT).");
   m.def("global_exit", &shmem::global_exit, py::arg("status"), "Stops every PE with `status`.");
   m.def("fence", &shmem::fence, "Orders this PE's puts to each PE.");
   m.def("quiet", &shmem::quiet, py::call_guard<py::gil_scoped_release>(),

@@ -24,6 +24,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -85,6 +86,8 @@ __attribute__((no_sanitize("address"))) void copy_nonzero_pages(std::byte* dst,
   }
 }
 
+}  // namespace
+
 int count_threads() {
   DIR* dir = opendir("/proc/self/task");
   if (dir == nullptr) return 1;  // no /proc: cannot tell
@@ -94,6 +97,8 @@ int count_threads() {
   closedir(dir);
   return n;
 }
+
+namespace {
 
 // The range moved by the last move_into_shm, for the fork handler.
 DataRange g_moved;
@@ -107,7 +112,10 @@ void privatise_in_child() {
   void* copy = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (copy == MAP_FAILED) _exit(127);  // cannot keep the parent's globals safe
   copy_nonzero_pages(static_cast<std::byte*>(copy), base, bytes);
-  if (mremap(copy, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, base) == MAP_FAILED) _exit(127);
+  // The system call itself: UCX's memory hooks (UCM, under mpirun) replace
+  // mremap with a wrapper that drops MREMAP_FIXED's new address.
+  const long moved = syscall(SYS_mremap, copy, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, base);
+  if (moved != reinterpret_cast<long>(base)) _exit(127);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Symmetric global and static variables: the executable's writable data
-// (.data + .bss) is moved into a POSIX shm object at the same address, so that
+// (.data + .bss) is moved into a shared memory object (POSIX shm or memfd) at the same address, so that
 // peers can map it. See data_segment.cpp for the mechanism and its limits.
 #pragma once
 
@@ -17,6 +17,9 @@ struct DataRange {
 // The main program's writable data that is not RELRO, page aligned; empty
 // when COREMESH_SYMMETRIC_DATA=0.
 DataRange find_data_range();
+
+// Threads of this process (1 when /proc cannot tell).
+int count_threads();
 
 // Moves `range` into the shm object `fd` (already sized to range.bytes): copies
 // the current contents into it, then maps it MAP_FIXED|MAP_SHARED over the same

@@ -9,6 +9,7 @@
 #include "coremesh/shmem/launch.hpp"
 #include "coremesh/runtime/profiler.hpp"
 #include "internal.hpp"
+#include "mpi_boot.hpp"
 #include "wait.hpp"
 
 namespace coremesh::shmem::internal {
@@ -45,21 +46,21 @@ size_t heap_bytes(size_t requested) {
   return kDefaultHeapBytes;
 }
 
-// COREMESH_TRANSPORT: shm (the default under `coremesh run` and alone),
-// shm-rma (shm without load/store), mpi (the default under mpirun; every
-// PE reached over MPI, also on one host).
+// COREMESH_TRANSPORT: under `coremesh run` (and alone) shm, or shm-rma
+// (shm without load/store); under mpirun the network engine between hosts,
+// ucx (the default) or mpi, with shm between the PEs of a host.
 std::unique_ptr<Transport> make_transport(size_t bytes) {
   const bool mpirun = launched_by_mpirun() && !env::get(kJobIdEnv);
-  const std::string kind = env::get("COREMESH_TRANSPORT").value_or(mpirun ? "mpi" : "shm");
-  CM_CHECK(kind == "shm" || kind == "shm-rma" || kind == "mpi",
-           "set COREMESH_TRANSPORT to shm, shm-rma or mpi",
+  const std::string kind = env::get("COREMESH_TRANSPORT").value_or(mpirun ? "ucx" : "shm");
+  CM_CHECK(kind == "shm" || kind == "shm-rma" || kind == "ucx" || kind == "mpi",
+           "set COREMESH_TRANSPORT to shm or shm-rma (coremesh run), ucx or mpi (mpirun)",
            "unknown transport COREMESH_TRANSPORT={}", kind);
-  if (kind == "mpi") {
+  if (kind == "ucx" || kind == "mpi") {
     CM_CHECK(mpirun, "start the PEs with mpirun -n N prog (or choose COREMESH_TRANSPORT=shm)",
-             "COREMESH_TRANSPORT=mpi but this process was not started by mpirun");
-    return make_mpi_transport(bytes);
+             "COREMESH_TRANSPORT={} but this process was not started by mpirun", kind);
+    return make_host_transport(bytes, kind);
   }
-  CM_CHECK(!mpirun, "under mpirun, use the mpi transport (unset COREMESH_TRANSPORT)",
+  CM_CHECK(!mpirun, "under mpirun, use COREMESH_TRANSPORT=ucx or mpi (or unset it)",
            "COREMESH_TRANSPORT={} cannot join a job started by mpirun", kind);
   auto shm = make_shm_transport(bytes);
   return kind == "shm-rma" ? without_peer_pointers(std::move(shm)) : std::move(shm);
@@ -83,15 +84,21 @@ void report_environment(const State& s) {
         "  SHMEM_VERSION           print the library version at start-up\n"
         "  SHMEM_INFO              print this text at start-up\n"
         "  SHMEM_DEBUG             print per-PE transport and heap details at start-up\n"
-        "  COREMESH_TRANSPORT      shm (default) or shm-rma (no load/store between PEs)\n"
+        "  COREMESH_TRANSPORT      shm (default) or shm-rma (no load/store between PEs); under\n"
+        "                          mpirun ucx (default) or mpi between hosts\n"
+        "  COREMESH_PES_PER_HOST   under mpirun: PEs [0,k), [k,2k)... form a host (simulated\n"
+        "                          hosts on one machine; 1: the network between all PEs)\n"
         "  COREMESH_WAIT_TIMEOUT_S watchdog of every blocking wait (default 300)\n"
         "  COREMESH_SPIN_US        spin before sleeping in a wait (default 20, 0 when PEs > CPUs)\n"
         "  COREMESH_SYMMETRIC_DATA 0: global variables are not symmetric\n");
   }
   if (on("SHMEM_DEBUG"))
-    std::fprintf(stderr, "[shmem debug] PE %d of %d: transport %s, heap %zu B at %p, globals %zu B\n",
-                 s.my_pe, s.n_pes, s.transport->name(), s.segment_bytes - s.user_base,
-                 static_cast<void*>(s.base + s.user_base), s.data_bytes);
+    std::fprintf(stderr,
+                 "[shmem debug] PE %d of %d: transport %s, %d PEs by load/store, heap %zu B at "
+                 "%p, globals %zu B\n",
+                 s.my_pe, s.n_pes, s.transport->name(), s.shared.size(),
+                 s.segment_bytes - s.user_base, static_cast<void*>(s.base + s.user_base),
+                 s.data_bytes);
   std::fflush(stdout);
 }
 }  // namespace
@@ -125,12 +132,12 @@ void init(size_t requested_heap_bytes) {
   s->allocator = SymmetricAllocator(s->user_base, s->segment_bytes - s->user_base);
   init_team(s->world, 0, s->n_pes, s->my_pe, "team world");
   init_team(s->shared, 1, s->n_pes, s->my_pe, "team shared");
-  // SHMEM_TEAM_SHARED: the PEs whose memory this one reaches by load/store.
-  const bool load_store = s->n_pes == 1 || s->transport->peer_pointer((s->my_pe + 1) % s->n_pes, 0);
-  if (!load_store) {
-    s->shared.pes = {s->my_pe};
-    s->shared.my_index = 0;
-  }
+  // SHMEM_TEAM_SHARED: the PEs whose memory this one reaches by load/store
+  // (under mpirun, the PEs of its host).
+  s->shared.pes.clear();
+  for (int pe = 0; pe < s->n_pes; ++pe)
+    if (pe == s->my_pe || s->transport->peer_pointer(pe, 0) != nullptr) s->shared.pes.push_back(pe);
+  s->shared.my_index = s->shared.index_of(s->my_pe);
   s->free_slots = ~uint64_t{0} << 2;
   set_wait_identity(s->my_pe, s->transport->job());
   set_wait_policy(s->n_pes);
@@ -159,7 +166,7 @@ void global_exit(int status) {
       job->global_exit = 1;
       ring(job->abort);  // abort.seq != 0 now: every waiting PE stops
     }
-    if (std::string(g_state->transport->name()) == "mpi") {
+    if (launched_by_mpirun() && g_state->transport->job() == nullptr) {
       std::fflush(stdout);
       std::fflush(stderr);
       abort_mpi_job(status);  // mpirun stops every PE and reports the status

@@ -1,10 +1,10 @@
-// The MPI transport: PEs started by OpenMPI's mpirun, on one host or many.
+// The MPI engine: the network path between hosts on MPI-3 RMA (the
+// alternative to the UCX engine, COREMESH_TRANSPORT=mpi; host_transport.cpp
+// creates it once MPI is up and this PE's memory exists).
 //
-// Bootstrap, the size checks and the heap's remote keys come from MPI: every
-// PE creates its heap segment (and, when globals are symmetric, a window
-// over its program's writable data) and MPI_Win_create exchanges what the
-// network needs to reach it. The data path is MPI-3 passive-target RMA in
-// one lock_all epoch per window:
+// MPI_Win_create over the heap segment and over the program's writable data
+// exchanges what the network needs to reach them. The data path is MPI-3
+// passive-target RMA in one lock_all epoch per window:
 //   put / get           MPI_Put / MPI_Get + MPI_Win_flush (complete on return)
 //   put_nbi / get_nbi   MPI_Put / MPI_Get, completed by quiet (flush_all)
 //   atomic              MPI_Fetch_and_op / MPI_Compare_and_swap + flush
@@ -17,27 +17,22 @@
 // Thread safety: every MPI call is made under one mutex (MPI_THREAD_SERIALIZED
 // suffices then); stream kernels may call from worker threads.
 //
-// Caveat (MPI-3 11.7.1): concurrent accumulates on one location are atomic
-// for the same op (or MPI_NO_OP); OpenSHMEM mixes swap, compare-swap and
-// add on one word (the MCS lock does). OpenMPI's osc components apply
-// accumulates to one target one at a time, which makes the mix atomic
-// there; another MPI may not.
+// Atomicity: MPI applies accumulates in its own code, not as CPU atomics
+// (cpu_atomics() is false): the host transport then sends every atomic,
+// also to PEs of this host, through MPI. MPI-3 (11.7.1) makes concurrent
+// accumulates on one location atomic for the same op only; OpenSHMEM mixes
+// swap, compare-swap and add on one word (the MCS lock does). OpenMPI's osc
+// components apply accumulates to one target one at a time, which makes the
+// mix atomic there; another MPI may not.
 #define OMPI_SKIP_MPICXX 1  // the C API only (no libmpi_cxx)
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <climits>
-#include <cstring>
 #include <mutex>
-#include <vector>
 
-#include "coremesh/core/env.hpp"
 #include "coremesh/core/error.hpp"
-#include "data_segment.hpp"
+#include "mpi_boot.hpp"
 #include "transport.hpp"
 #include "wait.hpp"
 
@@ -45,20 +40,11 @@ namespace coremesh::shmem::internal {
 
 namespace {
 
-void check_mpi(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  CM_THROW(Error, "check the mpirun command line (transport MCA parameters) and the peers' output",
-           "MPI transport: {} failed: {}", what, std::string(text, static_cast<size_t>(len)));
-}
-
 constexpr size_t kChunk = size_t{1} << 30;  // MPI counts are ints
 
 class MpiTransport final : public Transport {
  public:
-  explicit MpiTransport(size_t user_heap_bytes);
+  explicit MpiTransport(const LocalMemory& memory);
   ~MpiTransport() override { close(); }
 
   const char* name() const override { return "mpi"; }
@@ -68,11 +54,7 @@ class MpiTransport final : public Transport {
   size_t segment_bytes() const override { return segment_bytes_; }
   std::byte* local_data_base() const override { return data_.base; }
   size_t data_bytes() const override { return data_.bytes; }
-  // Only this PE's own memory is load/store here.
-  std::byte* peer_pointer(int pe, size_t offset) const override {
-    if (pe != my_pe_) return nullptr;
-    return offset < segment_bytes_ ? base_ + offset : data_.base + (offset - segment_bytes_);
-  }
+  std::byte* peer_pointer(int, size_t) const override { return nullptr; }
 
   void put(int pe, size_t offset, const void* src, size_t bytes) override {
     std::lock_guard lock(mutex_);
@@ -107,6 +89,7 @@ class MpiTransport final : public Transport {
   }
   void fence() override { quiet(); }
   void notify(int, Wake) override {}  // peers poll
+  bool cpu_atomics() const override { return false; }
   JobControl* job() const override { return nullptr; }  // mpirun watches the job
   void close() override;
 
@@ -139,12 +122,9 @@ class MpiTransport final : public Transport {
     check_mpi(MPI_Win_flush_all(heap_win_), "MPI_Win_flush_all");
     if (data_win_ != MPI_WIN_NULL) check_mpi(MPI_Win_flush_all(data_win_), "MPI_Win_flush_all");
   }
-  void check_sizes() const;
 
   int my_pe_ = 0;
   int n_pes_ = 1;
-  bool owns_mpi_ = false;
-  size_t user_heap_bytes_ = 0;
   size_t segment_bytes_ = 0;
   std::byte* base_ = nullptr;
   DataRange data_;
@@ -158,40 +138,17 @@ void poll_mpi() {
   if (g_mpi != nullptr) g_mpi->progress();
 }
 
-MpiTransport::MpiTransport(size_t user_heap_bytes) {
-  CM_CHECK(user_heap_bytes >= 4096, "use a heap of at least 4K",
-           "symmetric heap size {} B is too small", user_heap_bytes);
-  user_heap_bytes_ = (user_heap_bytes + 4095) / 4096 * 4096;
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) {
-    int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
-    owns_mpi_ = true;
-    CM_CHECK(provided >= MPI_THREAD_SERIALIZED, "use an MPI built with thread support",
-             "MPI provides thread level {}, SHMEM needs MPI_THREAD_SERIALIZED", provided);
-  }
-  MPI_Comm_rank(MPI_COMM_WORLD, &my_pe_);
-  MPI_Comm_size(MPI_COMM_WORLD, &n_pes_);
-  CM_CHECK(n_pes_ <= kMaxPes, "run at most 256 PEs", "{} MPI ranks exceed {} PEs", n_pes_, kMaxPes);
-  set_wait_identity(my_pe_, nullptr);
-
-  segment_bytes_ = user_heap_base(n_pes_) + user_heap_bytes_;
-  void* p = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                 -1, 0);
-  CM_CHECK(p != MAP_FAILED, "use a smaller heap (SHMEM_SYMMETRIC_SIZE / COREMESH_HEAP_SIZE)",
-           "cannot map a symmetric heap of {} bytes: {}", segment_bytes_, std::strerror(errno));
-  base_ = static_cast<std::byte*>(p);
-  auto* header = reinterpret_cast<HeapHeader*>(base_);
-  header->magic = kHeapMagic;
-  header->segment_bytes = segment_bytes_;
-  data_ = find_data_range();  // globals stay where they are: the window covers them
-  check_sizes();
-
+MpiTransport::MpiTransport(const LocalMemory& memory)
+    : my_pe_(memory.my_pe),
+      n_pes_(memory.n_pes),
+      segment_bytes_(memory.segment_bytes),
+      base_(memory.base),
+      data_(memory.data) {
   check_mpi(MPI_Win_create(base_, static_cast<MPI_Aint>(segment_bytes_), 1, MPI_INFO_NULL,
                            MPI_COMM_WORLD, &heap_win_),
             "MPI_Win_create (heap)");
   check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, heap_win_), "MPI_Win_lock_all");
+  // Collective: every PE has the same data segment size (checked at bootstrap).
   if (data_.bytes != 0) {
     check_mpi(MPI_Win_create(data_.base, static_cast<MPI_Aint>(data_.bytes), 1, MPI_INFO_NULL,
                              MPI_COMM_WORLD, &data_win_),
@@ -200,28 +157,6 @@ MpiTransport::MpiTransport(size_t user_heap_bytes) {
   }
   g_mpi = this;
   set_poll_hook(poll_mpi);
-}
-
-// Every PE must have the same heap and data segment: gather them and name
-// every PE's values on a mismatch.
-void MpiTransport::check_sizes() const {
-  const uint64_t mine[3] = {user_heap_bytes_, data_.bytes, data_.image_offset};
-  std::vector<uint64_t> all(3 * static_cast<size_t>(n_pes_));
-  check_mpi(MPI_Allgather(mine, 3, MPI_UINT64_T, all.data(), 3, MPI_UINT64_T, MPI_COMM_WORLD),
-            "MPI_Allgather");
-  std::string heaps, datas;
-  bool same_heap = true, same_data = true;
-  for (int pe = 0; pe < n_pes_; ++pe) {
-    const uint64_t* v = &all[3 * static_cast<size_t>(pe)];
-    same_heap = same_heap && v[0] == mine[0];
-    same_data = same_data && v[1] == mine[1] && v[2] == mine[2];
-    heaps += fmt::format("{}PE {}: {} B", pe ? ", " : "", pe, v[0]);
-    datas += fmt::format("{}PE {}: {} B at image offset {:#x}", pe ? ", " : "", pe, v[1], v[2]);
-  }
-  CM_CHECK(same_heap, "set the same SHMEM_SYMMETRIC_SIZE / COREMESH_HEAP_SIZE on every PE",
-           "symmetric heap sizes differ: {}", heaps);
-  CM_CHECK(same_data, "run the same executable on every PE, with the same COREMESH_SYMMETRIC_DATA",
-           "the PEs' global data segments differ: {}", datas);
 }
 
 uint64_t MpiTransport::atomic(int pe, size_t offset, AmoOp op, int width, uint64_t operand,
@@ -257,38 +192,21 @@ void MpiTransport::close() {
   if (base_ == nullptr) return;
   set_poll_hook(nullptr);
   g_mpi = nullptr;
-  {
-    std::lock_guard lock(mutex_);
-    flush_all();
-    MPI_Win_unlock_all(heap_win_);
-    MPI_Win_free(&heap_win_);
-    if (data_win_ != MPI_WIN_NULL) {
-      MPI_Win_unlock_all(data_win_);
-      MPI_Win_free(&data_win_);
-    }
+  std::lock_guard lock(mutex_);
+  flush_all();
+  MPI_Win_unlock_all(heap_win_);
+  MPI_Win_free(&heap_win_);
+  if (data_win_ != MPI_WIN_NULL) {
+    MPI_Win_unlock_all(data_win_);
+    MPI_Win_free(&data_win_);
   }
-  munmap(base_, segment_bytes_);
-  base_ = nullptr;
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (owns_mpi_ && !finalized) MPI_Finalize();
+  base_ = nullptr;  // the bootstrap owns the memory
 }
 
 }  // namespace
 
-bool launched_by_mpirun() {
-  return env::get("OMPI_COMM_WORLD_SIZE").has_value() || env::get("PMIX_RANK").has_value();
-}
-
-std::unique_ptr<Transport> make_mpi_transport(size_t user_heap_bytes) {
-  return std::make_unique<MpiTransport>(user_heap_bytes);
-}
-
-void abort_mpi_job(int status) {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, status);
+std::unique_ptr<Transport> make_mpi_transport(const LocalMemory& memory) {
+  return std::make_unique<MpiTransport>(memory);
 }
 
 }  // namespace coremesh::shmem::internal

@@ -12,7 +12,9 @@
 //      from here on no name exists in /dev/shm (the launcher also unlinks
 //      every name of the job when it exits, for PEs that die half-way).
 // A single PE (no launcher) maps its heap anonymously and leaves its globals
-// where they are: nobody else needs to map them.
+// where they are: nobody else needs to map them. Under mpirun the host
+// transport maps the segments of the PEs of its host and hands them over
+// (ShmSegments); the other PEs' entries are null and never asked for.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -46,6 +48,7 @@ void* map_fd(int fd, size_t bytes, const std::string& what) {
 class ShmTransport final : public Transport {
  public:
   explicit ShmTransport(size_t user_heap_bytes);
+  explicit ShmTransport(ShmSegments segments);
   ~ShmTransport() override { close(); }
 
   const char* name() const override { return "shm"; }
@@ -124,10 +127,12 @@ class ShmTransport final : public Transport {
     }
     return 0;
   }
-  // A symmetric offset's address at `pe` (heap or data segment).
+  // A symmetric offset's address at `pe` (heap or data segment); nullptr
+  // where that segment is not mapped.
   std::byte* at(int pe, size_t offset) const {
-    return offset < segment_bytes_ ? bases_[pe] + offset
-                                   : data_bases_[pe] + (offset - segment_bytes_);
+    std::byte* base = offset < segment_bytes_ ? bases_[pe] : data_bases_[pe];
+    if (base == nullptr) return nullptr;
+    return offset < segment_bytes_ ? base + offset : base + (offset - segment_bytes_);
   }
   void start_alone();
   void join_job(const std::string& job_id);
@@ -158,6 +163,14 @@ ShmTransport::ShmTransport(size_t user_heap_bytes) {
   if (job_id) join_job(*job_id);
   else start_alone();
 }
+
+ShmTransport::ShmTransport(ShmSegments segments)
+    : my_pe_(segments.my_pe),
+      n_pes_(segments.n_pes),
+      segment_bytes_(segments.segment_bytes),
+      bases_(std::move(segments.heaps)),
+      data_(segments.data),
+      data_bases_(std::move(segments.datas)) {}
 
 void ShmTransport::start_alone() {
   // A single PE: anonymous shared memory, no names at all.
@@ -318,6 +331,10 @@ void ShmTransport::close() {
 
 std::unique_ptr<Transport> make_shm_transport(size_t user_heap_bytes) {
   return std::make_unique<ShmTransport>(user_heap_bytes);
+}
+
+std::unique_ptr<Transport> make_shm_transport(ShmSegments segments) {
+  return std::make_unique<ShmTransport>(std::move(segments));
 }
 
 }  // namespace coremesh::shmem::internal

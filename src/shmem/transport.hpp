@@ -11,8 +11,11 @@
 //   shm-rma  the shm transport with peer_pointer refused: proves that the
 //            internal tier needs nothing but the calls (what a network
 //            transport offers).
-//   mpi      mpi_transport.cpp: PEs started by mpirun; MPI-3 RMA windows,
-//            waits poll (peers cannot ring this PE's futex bells).
+// Under mpirun, host_transport.cpp composes two of them per target PE:
+//   shm      over the segments of the PEs of this host (mapped at bootstrap),
+//   ucx|mpi  a network engine for the PEs of other hosts: ucx_transport.cpp
+//            (UCX's own API, a progress thread) or mpi_transport.cpp (MPI-3
+//            RMA; waits poll, peers cannot ring this PE's futex bells).
 #pragma once
 
 #include <cstddef>
@@ -21,7 +24,9 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "data_segment.hpp"
 #include "layout.hpp"
 
 namespace coremesh::shmem::internal {
@@ -100,6 +105,10 @@ class Transport {
   // with a native barrier may override it.
   virtual void sync(const SyncSpec& spec);
 
+  // Whether atomic() is atomic with respect to CPU atomics on the target's
+  // memory (a PE of the target's host updating the same word by load/store).
+  virtual bool cpu_atomics() const { return true; }
+
   // The job control block; nullptr when the process runs alone.
   virtual JobControl* job() const = 0;
   // Tears down the mappings; called once by finalize.
@@ -112,10 +121,35 @@ class Transport {
 std::unique_ptr<Transport> make_shm_transport(size_t user_heap_bytes);
 // `inner` without its fast path: peer_pointer() is always nullptr.
 std::unique_ptr<Transport> without_peer_pointers(std::unique_ptr<Transport> inner);
-// The MPI transport (mpi_transport.cpp); initialises MPI if needed.
-std::unique_ptr<Transport> make_mpi_transport(size_t user_heap_bytes);
-bool launched_by_mpirun();
-// MPI_Abort when MPI is up (shmem_global_exit under mpirun).
-void abort_mpi_job(int status);
+
+// The segments a shm transport reaches by load/store, already mapped:
+// every PE's heap segment and data segment, nullptr for PEs (or data
+// segments) it cannot reach. The transport unmaps them all at close, except
+// this PE's data segment (the program's globals).
+struct ShmSegments {
+  int my_pe = 0;
+  int n_pes = 1;
+  size_t segment_bytes = 0;
+  std::vector<std::byte*> heaps;  // [pe]
+  std::vector<std::byte*> datas;  // [pe]; datas[my_pe] == data.base
+  DataRange data;
+};
+std::unique_ptr<Transport> make_shm_transport(ShmSegments segments);
+
+// What a network engine registers and offers its peers: this PE's heap
+// segment and global data (already created by the bootstrap).
+struct LocalMemory {
+  int my_pe = 0;
+  int n_pes = 1;
+  std::byte* base = nullptr;
+  size_t segment_bytes = 0;
+  DataRange data;
+};
+// Network engines (MPI is up; every PE creates one, collectively).
+std::unique_ptr<Transport> make_mpi_transport(const LocalMemory& memory);
+std::unique_ptr<Transport> make_ucx_transport(const LocalMemory& memory);
+// The transport under mpirun (host_transport.cpp): bootstrap over MPI, shm
+// between the PEs of one host, `network` ("ucx" or "mpi") between hosts.
+std::unique_ptr<Transport> make_host_transport(size_t user_heap_bytes, const std::string& network);
 
 }  // namespace coremesh::shmem::internal

@@ -26,9 +26,11 @@ inline runtime::Device& one_core() {
 }
 
 // A /tmp directory of this job only: jobs of other worktrees may run the
-// same tests at the same time. Remove it at the end of the test.
+// same tests at the same time (under mpirun: the PMIx namespace names the
+// job). Remove it at the end of the test.
 inline std::string job_dir(const std::string& name) {
   const char* id = std::getenv(shmem::kJobIdEnv);
+  if (id == nullptr) id = std::getenv("PMIX_NAMESPACE");
   return "/tmp/coremesh_pe_" + name + "_" + (id ? std::string(id).substr(0, 12) : "job");
 }
 

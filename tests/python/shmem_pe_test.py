@@ -32,7 +32,7 @@ def test_identity(me):
     assert shmem.initialized() and 0 <= pe < n
     world = shmem.Team.world()
     assert world.my_pe() == pe and world.n_pes() == n and world.world_pes() == list(range(n))
-    assert shmem.transport_name() in ("shm", "shm-rma", "mpi")
+    assert shmem.transport_name() in ("shm", "shm-rma", "ucx", "mpi")
 
 
 def test_put_get_ring(me):

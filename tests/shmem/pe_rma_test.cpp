@@ -1,6 +1,8 @@
 // RMA: put/get, p/g, strided, non-blocking + quiet, checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -84,23 +86,39 @@ TEST(Rma, OutOfRangePeAndNonSymmetricAddressAreErrors) {
   shmem::sym_free(buf);
 }
 
-// The load/store fast path exists on the shm transport and not on shm-rma
-// or mpi, where shmem_ptr returns NULL for every other PE.
-TEST(Rma, PeerPointerIsLoadStore) {
-  auto* v = static_cast<int*>(shmem::sym_calloc(1, sizeof(int)));
-  int* right = shmem::peer_ptr(v, (me() + 1) % npes());
+// The PEs this one should reach by load/store, from the environment alone:
+// every PE on shm, itself on shm-rma, the PEs of its host under mpirun
+// (one machine here; COREMESH_PES_PER_HOST=k makes hosts of k PEs).
+std::vector<int> expected_shared() {
+  const std::string transport = shmem::transport_name();
+  const char* per_host = std::getenv("COREMESH_PES_PER_HOST");
+  const int k = transport == "shm-rma" ? 1
+                : transport == "shm" || per_host == nullptr ? npes()
+                                                            : std::atoi(per_host);
+  std::vector<int> pes;
+  for (int pe = 0; pe < npes(); ++pe)
+    if (pe / k == me() / k) pes.push_back(pe);
+  return pes;
+}
+
+// The load/store fast path reaches exactly SHMEM_TEAM_SHARED, and stores
+// through it arrive; shmem_ptr is NULL for every other PE.
+TEST(Rma, PeerPointersReachTheSharedTeam) {
+  auto* v = static_cast<int*>(shmem::sym_calloc(static_cast<size_t>(npes()), sizeof(int)));
+  const std::vector<int> shared = expected_shared();
+  EXPECT_EQ(shmem::Team::shared().world_pes(), shared);
   EXPECT_EQ(shmem::peer_ptr(v, me()), v);
-  if (std::string(shmem::transport_name()) != "shm" && npes() > 1) {
-    EXPECT_EQ(right, nullptr);
-    shmem::barrier();
-    shmem::sym_free(v);
-    return;
+  for (int pe = 0; pe < npes(); ++pe) {
+    const bool near = std::find(shared.begin(), shared.end(), pe) != shared.end();
+    EXPECT_EQ(shmem::peer_ptr(v, pe) != nullptr, near) << "PE " << pe;
   }
-  ASSERT_NE(right, nullptr);
   shmem::barrier();
-  *right = 100 + me();
+  for (int pe : shared) static_cast<int*>(shmem::peer_ptr(v, pe))[me()] = 100 + me();
   shmem::barrier();
-  EXPECT_EQ(*v, 100 + (me() + npes() - 1) % npes());
+  for (int pe = 0; pe < npes(); ++pe) {
+    const bool near = std::find(shared.begin(), shared.end(), pe) != shared.end();
+    EXPECT_EQ(v[pe], near ? 100 + pe : 0) << "PE " << pe;
+  }
   shmem::barrier();
   shmem::sym_free(v);
 }

@@ -2,8 +2,8 @@
 // <shmem.h>; both share one implementation).
 //
 // A Session initialises the library (joining the job started by
-// `coremesh run -n N`, or running as a single PE) and finalises it when it
-// goes out of scope. Errors are exceptions (coremesh::Error and subclasses)
+// `coremesh run -n N` or by OpenMPI's mpirun, or running as a single PE)
+// and finalises it when it goes out of scope. Errors are exceptions (coremesh::Error and subclasses)
 // with file:line and a hint.
 //
 // Thread safety: RMA, atomics and waits may be called from any thread;
@@ -16,7 +16,8 @@ namespace coremesh::shmem {
 
 struct InitOptions {
   // Bytes of the symmetric heap of each PE; 0: COREMESH_HEAP_SIZE
-  // (e.g. "512M"), else 128 MiB. Must be the same on every PE.
+  // (e.g. "512M"), else SHMEM_SYMMETRIC_SIZE, else 512 MiB. Must be the
+  // same on every PE.
   size_t heap_bytes = 0;
 };
 
@@ -34,7 +35,8 @@ class Session {
 bool initialized();
 int my_pe();
 int n_pes();
-// The transport in use: "shm", "shm-rma" or "mpi" (COREMESH_TRANSPORT,
+// The transport in use: "shm" or "shm-rma" (coremesh run), "ucx" or "mpi"
+// (mpirun; the network engine between hosts) (COREMESH_TRANSPORT,
 // docs/shmem.md).
 const char* transport_name();
 // Stops every PE of the job with `status` (the launcher reports it).

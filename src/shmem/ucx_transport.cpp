@@ -1,0 +1,399 @@
+// The UCX engine: the network path between hosts on UCX's own API (ucp), as
+// OpenMPI's OSHMEM (spml ucx) does; host_transport.cpp creates it once MPI
+// is up and this PE's memory exists.
+//
+// Keys: ucp_mem_map registers the heap segment and the program's writable
+// data; worker addresses, base addresses and packed rkeys go to every PE
+// over MPI (allgather), and every PE connects an endpoint to every other.
+//
+// Data path:
+//   put                ucp_put_nbx, returns at local completion (src reusable)
+//   put_nbi / get_nbi  ucp_put_nbx / ucp_get_nbx, completed by quiet
+//   get                ucp_get_nbx, returns when the data is here
+//   atomic             ucp_atomic_op_nbx with a reply, returns with it
+//   put_signal         put, then the atomic on the signal
+//   fence / quiet      ucp_worker_fence / ucp_worker_flush_nbx
+// A put completes only locally, so a later get, atomic or signal first
+// fences the worker: the table's contract (an atomic is ordered after this
+// PE's earlier blocking operations) and a get seeing an earlier put hold.
+//
+// Progress. Without RMA hardware (TCP) the target applies puts, answers gets
+// and performs atomics inside its own ucp_worker_progress. MPI passive-target
+// RMA does that only while the target calls MPI; here a progress thread
+// sleeps on the worker's event fd and progresses as soon as data arrives, so
+// a PE that computes, or sleeps in a wait, still serves its peers. After
+// progress it rings this PE's bells, so waits sleep on futexes as on shm.
+// Atomics run on the target's CPU (UCX_ATOMIC_MODE=cpu), so they are atomic
+// with respect to the PEs of its host, which use CPU atomics on the word.
+//
+// Threads: every ucp call is made under one mutex (the worker is
+// UCS_THREAD_MODE_SERIALIZED); the progress thread waits without it, and a
+// caller waiting for its operation spins (the wait policy's spin), then
+// sleeps until the operation's callback rings.
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "coremesh/core/error.hpp"
+#include "mpi_boot.hpp"
+#include "transport.hpp"
+#include "wait.hpp"
+
+namespace coremesh::shmem::internal {
+
+namespace {
+
+void check_ucs(ucs_status_t status, const char* what) {
+  if (status == UCS_OK) return;
+  CM_THROW(Error, "check the UCX settings (UCX_TLS, UCX_NET_DEVICES) and the peers' output",
+           "UCX transport: {} failed: {}", what, ucs_status_string(status));
+}
+
+// One blocking operation: its callback marks it done and rings `bell`.
+struct Completion {
+  std::atomic<bool> done{false};
+  ucs_status_t status = UCS_OK;
+  Bell* bell = nullptr;
+};
+void on_complete(void*, ucs_status_t status, void* user) {
+  auto* c = static_cast<Completion*>(user);
+  c->status = status;
+  c->done.store(true, std::memory_order_release);
+  ring(*c->bell);
+}
+
+// A registered region of every PE: its base address there and its rkey.
+struct Region {
+  ucp_mem_h memh = nullptr;
+  std::vector<uint64_t> bases;   // [pe]
+  std::vector<ucp_rkey_h> keys;  // [pe]; null for this PE
+};
+
+class UcxTransport final : public Transport {
+ public:
+  explicit UcxTransport(const LocalMemory& memory);
+  ~UcxTransport() override { close(); }
+
+  const char* name() const override { return "ucx"; }
+  int my_pe() const override { return mem_.my_pe; }
+  int n_pes() const override { return mem_.n_pes; }
+  std::byte* local_base() const override { return mem_.base; }
+  size_t segment_bytes() const override { return mem_.segment_bytes; }
+  std::byte* local_data_base() const override { return mem_.data.base; }
+  size_t data_bytes() const override { return mem_.data.bytes; }
+  std::byte* peer_pointer(int, size_t) const override { return nullptr; }
+
+  void put(int pe, size_t offset, const void* src, size_t bytes) override {
+    std::unique_lock lock(mutex_);
+    Completion c;
+    const auto param = waited(c);
+    wait(ucp_put_nbx(eps_[pe], src, bytes, remote(pe, offset), key(pe, offset), &param), c, lock,
+         "ucp_put_nbx");
+    unordered_ = true;
+  }
+  void get(void* dst, int pe, size_t offset, size_t bytes) override {
+    std::unique_lock lock(mutex_);
+    order_puts();
+    Completion c;
+    const auto param = waited(c);
+    wait(ucp_get_nbx(eps_[pe], dst, bytes, remote(pe, offset), key(pe, offset), &param), c, lock,
+         "ucp_get_nbx");
+  }
+  void put_nbi(int pe, size_t offset, const void* src, size_t bytes) override {
+    std::lock_guard lock(mutex_);
+    release(ucp_put_nbx(eps_[pe], src, bytes, remote(pe, offset), key(pe, offset), &nbi_),
+            "ucp_put_nbx");
+    unordered_ = true;
+  }
+  void get_nbi(void* dst, int pe, size_t offset, size_t bytes) override {
+    std::lock_guard lock(mutex_);
+    order_puts();
+    release(ucp_get_nbx(eps_[pe], dst, bytes, remote(pe, offset), key(pe, offset), &nbi_),
+            "ucp_get_nbx");
+  }
+  void put_signal(int pe, size_t offset, const void* src, size_t bytes, size_t signal_offset,
+                  uint64_t value, SignalOp op, bool nbi) override {
+    if (bytes != 0) {
+      if (nbi) put_nbi(pe, offset, src, bytes);
+      else put(pe, offset, src, bytes);
+    }
+    atomic(pe, signal_offset, op == SignalOp::add ? AmoOp::add : AmoOp::set, 8, value, 0);
+  }
+  uint64_t atomic(int pe, size_t offset, AmoOp op, int width, uint64_t operand,
+                  uint64_t compare) override;
+  void quiet() override {
+    std::unique_lock lock(mutex_);
+    Completion c;
+    const auto param = waited(c);
+    wait(ucp_worker_flush_nbx(worker_, &param), c, lock, "ucp_worker_flush_nbx");
+    unordered_ = false;
+  }
+  void fence() override {
+    std::lock_guard lock(mutex_);
+    check_ucs(ucp_worker_fence(worker_), "ucp_worker_fence");
+    unordered_ = false;
+  }
+  void notify(int, Wake) override {}  // the target's progress thread rings its bells
+  JobControl* job() const override { return nullptr; }  // mpirun watches the job
+  void close() override;
+
+ private:
+  uint64_t remote(int pe, size_t offset) const {
+    return offset < mem_.segment_bytes ? heap_.bases[pe] + offset
+                                       : data_.bases[pe] + (offset - mem_.segment_bytes);
+  }
+  ucp_rkey_h key(int pe, size_t offset) const {
+    return offset < mem_.segment_bytes ? heap_.keys[pe] : data_.keys[pe];
+  }
+  ucp_request_param_t waited(Completion& c) {
+    c.bell = &done_;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = on_complete;
+    p.user_data = &c;
+    return p;
+  }
+  void order_puts() {
+    if (!unordered_) return;
+    check_ucs(ucp_worker_fence(worker_), "ucp_worker_fence");
+    unordered_ = false;
+  }
+  // An nbi request: UCX frees it when it completes; quiet waits for it.
+  static void release(ucs_status_ptr_t request, const char* what) {
+    if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), what);
+    if (request != nullptr) ucp_request_free(request);
+  }
+  void wait(ucs_status_ptr_t request, Completion& c, std::unique_lock<std::mutex>& lock,
+            const char* what);
+  unsigned progress_locked();
+  void progress_loop();
+  Region register_region(std::byte* base, size_t bytes, const std::vector<ucp_ep_h>& eps);
+  void destroy_region(Region& region);
+
+  LocalMemory mem_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<ucp_ep_h> eps_;  // [pe]; null for this PE
+  Region heap_, data_;
+  ucp_request_param_t nbi_{};
+  bool unordered_ = false;  // puts issued since the last fence or flush
+  std::mutex mutex_;        // every ucp call
+  Bell done_;               // rung by operation callbacks
+  int event_fd_ = -1;       // the worker's
+  int stop_fd_ = -1;        // eventfd that stops the progress thread
+  std::thread progress_;
+};
+
+UcxTransport::UcxTransport(const LocalMemory& memory) : mem_(memory) {
+  ucp_config_t* config = nullptr;
+  check_ucs(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+  // Atomics on the target's CPU: coherent with its host's load/store path.
+  ucp_config_modify(config, "ATOMIC_MODE", "cpu");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO32 | UCP_FEATURE_AMO64 | UCP_FEATURE_WAKEUP;
+  const ucs_status_t status = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  check_ucs(status, "ucp_init");
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  check_ucs(ucp_worker_create(context_, &wp, &worker_), "ucp_worker_create");
+  check_ucs(ucp_worker_get_efd(worker_, &event_fd_), "ucp_worker_get_efd");
+
+  // Connect to every peer.
+  ucp_address_t* address = nullptr;
+  size_t address_bytes = 0;
+  check_ucs(ucp_worker_get_address(worker_, &address, &address_bytes), "ucp_worker_get_address");
+  const auto addresses =
+      allgather_bytes({reinterpret_cast<const std::byte*>(address), address_bytes});
+  ucp_worker_release_address(worker_, address);
+  eps_.assign(static_cast<size_t>(mem_.n_pes), nullptr);
+  for (int pe = 0; pe < mem_.n_pes; ++pe) {
+    if (pe == mem_.my_pe) continue;
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep.address = reinterpret_cast<const ucp_address_t*>(addresses[pe].data());
+    check_ucs(ucp_ep_create(worker_, &ep, &eps_[pe]), "ucp_ep_create");
+  }
+  heap_ = register_region(mem_.base, mem_.segment_bytes, eps_);
+  if (mem_.data.bytes != 0) data_ = register_region(mem_.data.base, mem_.data.bytes, eps_);
+
+  stop_fd_ = eventfd(0, EFD_CLOEXEC);
+  CM_CHECK(stop_fd_ >= 0, "raise the open file limit (ulimit -n)", "eventfd failed");
+  progress_ = std::thread([this] { progress_loop(); });
+}
+
+Region UcxTransport::register_region(std::byte* base, size_t bytes,
+                                     const std::vector<ucp_ep_h>& eps) {
+  Region region;
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = base;
+  mp.length = bytes;
+  check_ucs(ucp_mem_map(context_, &mp, &region.memh), "ucp_mem_map");
+  void* packed = nullptr;
+  size_t packed_bytes = 0;
+  check_ucs(ucp_rkey_pack(context_, region.memh, &packed, &packed_bytes), "ucp_rkey_pack");
+  // Each PE's entry: its base address, then its packed key.
+  std::vector<std::byte> mine(sizeof(uint64_t) + packed_bytes);
+  const auto at = reinterpret_cast<uint64_t>(base);
+  std::memcpy(mine.data(), &at, sizeof at);
+  std::memcpy(mine.data() + sizeof at, packed, packed_bytes);
+  ucp_rkey_buffer_release(packed);
+  const auto all = allgather_bytes(mine);
+  region.bases.assign(eps.size(), 0);
+  region.keys.assign(eps.size(), nullptr);
+  for (size_t pe = 0; pe < eps.size(); ++pe) {
+    std::memcpy(&region.bases[pe], all[pe].data(), sizeof(uint64_t));
+    if (eps[pe] == nullptr) continue;
+    check_ucs(ucp_ep_rkey_unpack(eps[pe], all[pe].data() + sizeof(uint64_t), &region.keys[pe]),
+              "ucp_ep_rkey_unpack");
+  }
+  return region;
+}
+
+void UcxTransport::destroy_region(Region& region) {
+  for (ucp_rkey_h k : region.keys)
+    if (k != nullptr) ucp_rkey_destroy(k);
+  region.keys.clear();
+  if (region.memh != nullptr) ucp_mem_unmap(context_, region.memh);
+  region.memh = nullptr;
+}
+
+uint64_t UcxTransport::atomic(int pe, size_t offset, AmoOp op, int width, uint64_t operand,
+                              uint64_t compare) {
+  ucp_atomic_op_t code = UCP_ATOMIC_OP_ADD;
+  switch (op) {
+    case AmoOp::fetch: code = UCP_ATOMIC_OP_OR, operand = 0; break;  // old | 0 == old
+    case AmoOp::set:
+    case AmoOp::swap: code = UCP_ATOMIC_OP_SWAP; break;
+    case AmoOp::compare_swap: code = UCP_ATOMIC_OP_CSWAP; break;
+    case AmoOp::add: code = UCP_ATOMIC_OP_ADD; break;
+    case AmoOp::band: code = UCP_ATOMIC_OP_AND; break;
+    case AmoOp::bor: code = UCP_ATOMIC_OP_OR; break;
+    case AmoOp::bxor: code = UCP_ATOMIC_OP_XOR; break;
+  }
+  // CSWAP compares with `buffer` and swaps in `reply`, which returns the old value.
+  uint64_t in64 = op == AmoOp::compare_swap ? compare : operand;
+  uint64_t reply64 = op == AmoOp::compare_swap ? operand : 0;
+  uint32_t in32 = static_cast<uint32_t>(in64), reply32 = static_cast<uint32_t>(reply64);
+  std::unique_lock lock(mutex_);
+  order_puts();
+  Completion c;
+  auto param = waited(c);
+  param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+  param.datatype = ucp_dt_make_contig(static_cast<size_t>(width));
+  param.reply_buffer = width == 4 ? static_cast<void*>(&reply32) : &reply64;
+  const void* in = width == 4 ? static_cast<const void*>(&in32) : &in64;
+  wait(ucp_atomic_op_nbx(eps_[pe], code, in, 1, remote(pe, offset), key(pe, offset), &param), c,
+       lock, "ucp_atomic_op_nbx");
+  return width == 4 ? reply32 : reply64;
+}
+
+unsigned UcxTransport::progress_locked() {
+  unsigned events = 0;
+  for (int i = 0; i < 64; ++i) {
+    const unsigned n = ucp_worker_progress(worker_);
+    if (n == 0) break;
+    events += n;
+  }
+  if (events != 0) {  // something may have landed in this PE's memory
+    auto* header = reinterpret_cast<HeapHeader*>(mem_.base);
+    ring(header->doorbell);
+    ring(header->sync_bell);
+  }
+  return events;
+}
+
+// Spins (the wait policy's spin) progressing the worker, then sleeps until
+// the operation's callback rings while the progress thread progresses;
+// wakes every millisecond to progress itself too.
+void UcxTransport::wait(ucs_status_ptr_t request, Completion& c, std::unique_lock<std::mutex>& lock,
+                        const char* what) {
+  if (request == nullptr) return;  // completed at once
+  if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), what);
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const auto spin_end = start + std::chrono::nanoseconds(wait_policy().spin_ns);
+  const auto deadline = start + std::chrono::duration_cast<clock::duration>(
+                                    std::chrono::duration<double>(wait_policy().timeout_s));
+  for (;;) {
+    progress_locked();
+    if (c.done.load(std::memory_order_acquire)) break;
+    const auto now = clock::now();
+    if (now < spin_end) continue;
+    if (now >= deadline) {
+      lock.unlock();
+      throw_wait_timeout([&] { return fmt::format("PE {} waits for {} to complete", mem_.my_pe, what); },
+                         wait_policy().timeout_s);
+    }
+    const uint32_t seq = done_.seq.load(std::memory_order_seq_cst);
+    lock.unlock();
+    done_.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (!c.done.load(std::memory_order_acquire)) futex_wait(&done_.seq, seq, 1'000'000);
+    done_.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    lock.lock();
+  }
+  ucp_request_free(request);
+  check_ucs(c.status, what);
+}
+
+void UcxTransport::progress_loop() {
+  pollfd fds[2] = {{event_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+  for (;;) {
+    ucs_status_t armed;
+    {
+      std::lock_guard lock(mutex_);
+      progress_locked();
+      armed = ucp_worker_arm(worker_);
+    }
+    if (armed == UCS_ERR_BUSY) continue;  // more events already: progress again
+    poll(fds, 2, 100);
+    if (fds[1].revents != 0) return;
+  }
+}
+
+void UcxTransport::close() {
+  if (worker_ == nullptr) return;
+  quiet();
+  // Endpoints close (flushed) while both sides still progress; nobody sends
+  // after the barrier.
+  {
+    std::unique_lock lock(mutex_);
+    destroy_region(heap_);
+    destroy_region(data_);
+    for (ucp_ep_h& ep : eps_) {
+      if (ep == nullptr) continue;
+      Completion c;
+      const auto param = waited(c);
+      wait(ucp_ep_close_nbx(ep, &param), c, lock, "ucp_ep_close_nbx");
+      ep = nullptr;
+    }
+  }
+  mpi_barrier();
+  const uint64_t one = 1;
+  (void)!write(stop_fd_, &one, sizeof one);
+  progress_.join();
+  ::close(stop_fd_);
+  ucp_worker_destroy(worker_);
+  worker_ = nullptr;
+  ucp_cleanup(context_);
+  context_ = nullptr;
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> make_ucx_transport(const LocalMemory& memory) {
+  return std::make_unique<UcxTransport>(memory);
+}
+
+}  // namespace coremesh::shmem::internal
