@@ -27,18 +27,14 @@
 #include "coremesh/runtime/device.hpp"
 #include "coremesh/runtime/stream.hpp"
 #include "coremesh/shmem/shmem.hpp"
+#include "bench_util.hpp"
 
 using namespace coremesh;
 
+using coremesh::bench::median;
+using coremesh::bench::seconds;
+
 namespace {
-
-double seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 model::ModelConfig demo(int T) {
   model::ModelConfig c;

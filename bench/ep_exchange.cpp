@@ -22,21 +22,13 @@
 #include "coremesh/runtime/stream.hpp"
 #include "coremesh/shmem/shmem.hpp"
 #include "ep_exchange_layout.h"
+#include "bench_util.hpp"
 
 using namespace coremesh;
 namespace shmem = coremesh::shmem;
 
-namespace {
-
-double seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-}  // namespace
+using coremesh::bench::median;
+using coremesh::bench::seconds;
 
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 300, warmup = 20;

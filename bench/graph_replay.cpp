@@ -17,18 +17,16 @@
 #include "coremesh/graph/exec.hpp"
 #include "coremesh/ops/elementwise.hpp"
 #include "coremesh/runtime/stream.hpp"
+#include "bench_util.hpp"
 
 using namespace coremesh;
 using Clock = std::chrono::steady_clock;
 
+using coremesh::bench::median;
+
 namespace {
 
 constexpr int kKernels = 1000;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 std::string load_average() {
   std::ifstream in("/proc/loadavg");

@@ -14,16 +14,14 @@
 
 #include "coremesh/ops/elementwise.hpp"
 #include "coremesh/runtime/stream.hpp"
+#include "bench_util.hpp"
 
 using namespace coremesh;
 using Clock = std::chrono::steady_clock;
 
-namespace {
+using coremesh::bench::median;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+namespace {
 
 // Median over `reps` batches of the nanoseconds per call of `batch` calls.
 template <typename Fn>

@@ -20,17 +20,15 @@
 #include "coremesh/ops/elementwise.hpp"
 #include "coremesh/ops/gemm.hpp"
 #include "coremesh/runtime/stream.hpp"
+#include "bench_util.hpp"
 
 using namespace coremesh;
 using namespace coremesh::runtime;
 using Clock = std::chrono::steady_clock;
 
-namespace {
+using coremesh::bench::median;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+namespace {
 
 // Median seconds of `reps` runs of fn after `warmup` runs.
 double time_median(int reps, int warmup, const std::function<void()>& fn) {

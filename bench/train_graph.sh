@@ -11,18 +11,14 @@ cd "$(dirname "$0")/.."
 STEPS=${1:-20}
 ROUNDS=${2:-5}
 COREMESH=${COREMESH:-build/coremesh}
-WORK=$(mktemp -d /tmp/coremesh_bench_graph.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-[ -s data/bible-kjv.txt ] || { mkdir -p data; bible "gen1:1-rev22:21" </dev/null >data/bible-kjv.txt; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+. bench/lib.sh
+bench_workdir graph
+demo_data
 tokens() { sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p'; }
 echo "| cores | eager tokens/s | graph tokens/s | ratio |"
 echo "|---|---|---|---|"
 for cores in 1 2; do
-  sed -e "s/\"steps\": [0-9]*/\"steps\": $STEPS/" -e "s/\"threads\": [0-9]*/\"threads\": $cores/" \
-      -e "s/\"val_every\": [0-9]*/\"val_every\": 0/" -e "s/\"ckpt_every\": [0-9]*/\"ckpt_every\": 0/" \
-      -e "s|\"out_dir\": \"[^\"]*\"|\"out_dir\": \"$WORK/run\"|" \
-      bench/train_demo_config.json >"$WORK/cfg.json"
+  demo_config cfg "$STEPS" "$cores"
   : >"$WORK/eager"; : >"$WORK/graph"; : >"$WORK/ratio"
   for _ in $(seq "$ROUNDS"); do
     eager=$("$COREMESH" train --config "$WORK/cfg.json" --no-progress --report false | tokens)

@@ -22,28 +22,22 @@ STEPS=${1:-12}
 ROUNDS=${2:-3}
 COREMESH=${COREMESH:-build/coremesh}
 BUILD=$(dirname "$COREMESH")
-WORK=$(mktemp -d /tmp/coremesh_bench_parallel.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-[ -s data/bible-kjv.txt ] || { mkdir -p data; bible "gen1:1-rev22:21" </dev/null >data/bible-kjv.txt; }
+. bench/lib.sh
+bench_workdir parallel
+demo_data
 cmake --build "$BUILD" --target coremesh bench_ep_exchange >/dev/null
 mpicc -O2 bench/ep_exchange_mpi.c -o "$WORK/ep_exchange_mpi"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 RAW=$WORK/raw.txt
 
-config() {  # name steps grad_accum
-  sed -e "s/\"steps\": [0-9]*/\"steps\": $2/" -e "s/\"grad_accum\": [0-9]*/\"grad_accum\": $3/" \
-      -e "s/\"threads\": [0-9]*/\"threads\": 1/" \
-      -e "s/\"val_every\": [0-9]*/\"val_every\": 0/" -e "s/\"ckpt_every\": [0-9]*/\"ckpt_every\": 0/" \
-      -e "s|\"out_dir\": \"[^\"]*\"|\"out_dir\": \"$WORK/run_$1\"|" bench/train_demo_config.json >"$WORK/$1.json"
-}
 ours() {  # config flags...: tokens/s
   "$COREMESH" train --config "$WORK/$1.json" --no-progress --sample-tokens 0 --val-batches 1 --report false "${@:2}" | sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p'
 }
 torch() { /usr/bin/python3 bench/train_torch.py "$WORK/run_two/config.json" "$STEPS" "$@"; }
-config one "$STEPS" 2
-config two "$STEPS" 1
-config mem 4 1
+demo_config one "$STEPS" 1 2
+demo_config two "$STEPS" 1 1
+demo_config mem 4 1 1
 
 for _ in $(seq "$ROUNDS"); do
   {

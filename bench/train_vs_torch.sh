@@ -10,22 +10,18 @@ cd "$(dirname "$0")/.."
 STEPS=${1:-20}
 ROUNDS=${2:-3}
 COREMESH=${COREMESH:-build/coremesh}
-WORK=$(mktemp -d /tmp/coremesh_bench_train.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-[ -s data/bible-kjv.txt ] || { mkdir -p data; bible "gen1:1-rev22:21" </dev/null >data/bible-kjv.txt; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+. bench/lib.sh
+bench_workdir train
+demo_data
 echo "| threads | coremesh tokens/s | PyTorch 1.13 tokens/s | ratio | coremesh MFU |"
 echo "|---|---|---|---|---|"
 for threads in 1 2; do
-  sed -e "s/\"steps\": [0-9]*/\"steps\": $STEPS/" -e "s/\"threads\": [0-9]*/\"threads\": $threads/" \
-      -e "s/\"val_every\": [0-9]*/\"val_every\": 0/" -e "s/\"ckpt_every\": [0-9]*/\"ckpt_every\": 0/" \
-      -e "s|\"out_dir\": \"[^\"]*\"|\"out_dir\": \"$WORK/run$threads\"|" \
-      bench/train_demo_config.json >"$WORK/cfg$threads.json"
+  demo_config "$threads" "$STEPS" "$threads"
   : >"$WORK/ours" ; : >"$WORK/mfu"; : >"$WORK/torch"; : >"$WORK/ratio"
   for _ in $(seq "$ROUNDS"); do
-    ours=$("$COREMESH" train --config "$WORK/cfg$threads.json" --no-progress | sed -n 's/^throughput: \([0-9.]*\) tokens\/s, MFU \([0-9.]*\)%.*/\1 \2/p')
+    ours=$("$COREMESH" train --config "$WORK/$threads.json" --no-progress | sed -n 's/^throughput: \([0-9.]*\) tokens\/s, MFU \([0-9.]*\)%.*/\1 \2/p')
     torch=$(OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive \
-            /usr/bin/python3 bench/train_torch.py "$WORK/run$threads/config.json" "$STEPS")  # the full config coremesh wrote
+            /usr/bin/python3 bench/train_torch.py "$WORK/run_$threads/config.json" "$STEPS")  # the full config coremesh wrote
     set -- $ours
     echo "$1" >>"$WORK/ours"; echo "$2" >>"$WORK/mfu"; echo "$torch" >>"$WORK/torch"
     awk -v a="$1" -v b="$torch" 'BEGIN { printf "%.4f\n", a / b }' >>"$WORK/ratio"
