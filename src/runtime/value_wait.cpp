@@ -6,8 +6,8 @@
 // every parked wait, sleeping between rounds with a backoff from kMinPause
 // to kMaxPause (reset whenever a wait is parked or finishes), on the
 // doorbell of a wait that has one (ValueWait::sleep: woken when a writer
-// rings it) or else on a condition variable, as when nothing is parked. The workers never see a parked
-// wait; they run the other streams' kernels.
+// rings it) or else on a condition variable, as when nothing is parked. The
+// workers never see a parked wait; they run the other streams' kernels.
 #include <algorithm>
 
 #include "coremesh/core/error.hpp"
