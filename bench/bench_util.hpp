@@ -1,9 +1,12 @@
-// Helpers the C++ benchmarks share: a monotonic clock in seconds and the
-// median of a sample.
+// Helpers the C++ benchmarks share: a monotonic clock in seconds, the
+// median of a sample, and pinning a PE to one core.
 #pragma once
+
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 namespace coremesh::bench {
@@ -17,6 +20,14 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// One core per PE, as `coremesh train` gives them (mpirun binds its ranks alike).
+inline void pin_to_one_core(int pe) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(pe % int(std::max(1u, std::thread::hardware_concurrency())), &one);
+  sched_setaffinity(0, sizeof(one), &one);
 }
 
 }  // namespace coremesh::bench

@@ -52,10 +52,7 @@ int main(int argc, char** argv) {
   const int T = argc > 2 ? std::atoi(argv[2]) : 4096, iters = argc > 3 ? std::atoi(argv[3]) : 3;
   shmem::Session session;
   const int me = shmem::my_pe(), n = shmem::n_pes();
-  cpu_set_t one;  // one core per PE, as `coremesh train` gives them
-  CPU_ZERO(&one);
-  CPU_SET(me % int(std::max(1u, std::thread::hardware_concurrency())), &one);
-  sched_setaffinity(0, sizeof(one), &one);
+  coremesh::bench::pin_to_one_core(me);
   runtime::Device device(runtime::DeviceOptions{.cores = 1});
   runtime::Stream stream(device);
   runtime::StreamGuard on(stream);

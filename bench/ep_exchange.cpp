@@ -34,10 +34,7 @@ int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 300, warmup = 20;
   shmem::Session session;
   const int me = shmem::my_pe(), n = shmem::n_pes();
-  cpu_set_t one;  // one core per PE, as `coremesh train` gives them (mpirun binds its ranks alike)
-  CPU_ZERO(&one);
-  CPU_SET(me % int(std::max(1u, std::thread::hardware_concurrency())), &one);
-  sched_setaffinity(0, sizeof(one), &one);
+  coremesh::bench::pin_to_one_core(me);
   runtime::Device device(runtime::DeviceOptions{.cores = 1});
   runtime::Stream stream(device);
   runtime::StreamGuard on(stream);
