@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   std::vector<int> world;
   for (int p = 0; p < n; ++p) world.push_back(p);
   parallel::ShmemExperts experts(parallel::Group::of(world, me), {EPX_EXPERTS, EPX_WIDTH, EPX_ROWS, -1, {0}});
-  const Tensor xp = Tensor::empty({EPX_ROWS, EPX_WIDTH});
+  // built where the model builds them: in the exchange's send buffer
+  const Tensor xp = experts.send_buffer(0, false, EPX_ROWS, EPX_WIDTH);
   const Tensor offsets = Tensor::empty({EPX_EXPERTS + 1}, DType::i64);
   epx_make(me, offsets.data<int64_t>(), xp.data<float>());
 

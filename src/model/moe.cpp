@@ -60,7 +60,9 @@ Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, cons
   if (cfg.aux_loss_alpha > 0) a.aux = ops::sequence_balance_loss(a.scores, sel.indices, B, cfg.aux_loss_alpha);
   // --- permute rows by expert, send them to their experts' PEs, grouped-GEMM
   // experts, bring the outputs back, weighted combine
-  const ops::Permutation perm = ops::permute(x, a.idx, E);  // xp (N*K, C)
+  // xp (N*K, C), built where the exchange sends it from
+  const ops::Permutation perm = ops::permute(x, a.idx, E, experts.send_buffer(layer, false, a.idx.numel(), x.size(1)));
+  a.layer = layer;
   a.offsets = perm.offsets, a.row_of = perm.row_of;
   a.routed = experts.dispatch(perm.x, perm.offsets, layer);
   a.xp = gemm_input(a.routed.rows, cfg.precision);
@@ -82,7 +84,8 @@ Tensor moe_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const
   Tensor dx;
   if (w.sw13.defined()) dx = mlp_backward(dy, gemm_input(x, cfg.precision), a.shared, g.sw13, g.sw2, sink);
   // --- combine: y_n += w_k ye_r  =>  dye_r = w_k dy_n,  dw_k = dy_n . ye_r
-  const ops::UnpermuteGrads ug = ops::unpermute_backward(dy, a.ye, a.row_of, a.w);
+  const ops::UnpermuteGrads ug = ops::unpermute_backward(
+      dy, a.ye, a.row_of, a.w, experts.send_buffer(a.layer, true, a.ye.size(0), a.ye.size(1)));
   // --- back to the experts' PEs, experts, return; then xp_r = x_n  =>  dx_n += dxp_r
   const Tensor dye = experts.combine_backward(ug.dyp, a.routed);
   const Tensor dxp = experts.dispatch_backward(experts_backward(dye, g, a, sink), a.routed);

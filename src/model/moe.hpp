@@ -28,6 +28,7 @@ struct MoeGrads {
 
 // Everything the backward needs from one micro-batch's forward.
 struct MoeActs {
+  int layer = 0;                // the model's layer index (names the exchange's buffers)
   Tensor scores;                // (N, E) affinities p
   Tensor sel_idx, sel_w;        // (N, K) routing before capacity (selections)
   Tensor idx, w;                // (N, K) routing after capacity (-1/0 = dropped)

@@ -18,6 +18,13 @@ namespace {
 
 constexpr auto kVector = detail::KernelKind::vector;
 
+// A caller-given output: contiguous f32 of the op's output shape.
+void check_output(const Tensor& out, const Shape& shape, const char* op) {
+  CM_CHECK(out.dtype() == DType::f32 && out.is_contiguous() && out.shape() == shape,
+           "pass a contiguous f32 tensor of the output's shape, or none", "{}: out is {}, the output is ({}) f32", op,
+           out.describe(), fmt::join(shape, ", "));
+}
+
 void check_scores(const Tensor& s, const char* what) {
   detail::check_contiguous(s, what);
   detail::check_dtype(s, DType::f32, what);
@@ -269,7 +276,7 @@ Routing apply_capacity(const Routing& routing, int64_t E, int64_t capacity, Drop
 
 // Pass 1 (one block, O(T k + E)): counting sort of the assignments by expert,
 // stable in token order -> offsets, row_of. Pass 2 (tokens split): copies.
-Permutation permute(const Tensor& x, const Tensor& indices, int64_t E) {
+Permutation permute(const Tensor& x, const Tensor& indices, int64_t E, const Tensor& out) {
   detail::check_contiguous(x, "x");
   detail::check_dtype(x, DType::f32, "x");
   check_indices(indices);
@@ -277,7 +284,8 @@ Permutation permute(const Tensor& x, const Tensor& indices, int64_t E) {
   CM_CHECK(x.dim() == 2 && x.size(0) == T, "x must be (T,C) with one row per token",
            "x {} for indices {}", x.describe(), indices.describe());
   const int64_t C = x.size(1);
-  Permutation p{Tensor::empty({T * k, C}), Tensor::empty({E + 1}, DType::i64),
+  if (out.defined()) check_output(out, {T * k, C}, "permute");
+  Permutation p{out.defined() ? out : Tensor::empty({T * k, C}), Tensor::empty({E + 1}, DType::i64),
                 Tensor::empty({T, k}, DType::i64)};
   Tensor offsets = p.offsets, row_of = p.row_of, xp = p.x;
   detail::Plan plan = detail::plan("permute_index", kVector, {indices.shape()}, {DType::i32},
@@ -360,14 +368,16 @@ Tensor unpermute(const Tensor& yp, const Tensor& row_of, const Tensor& weights) 
 
 // y[t] = sum_j w[t,j] yp[r(t,j)]:  dyp[r(t,j)] = w[t,j] dy[t],  dw[t,j] = dy[t] . yp[r(t,j)]
 UnpermuteGrads unpermute_backward(const Tensor& dy, const Tensor& yp, const Tensor& row_of,
-                                  const Tensor& weights) {
+                                  const Tensor& weights, const Tensor& dyp_out) {
   detail::check_contiguous(dy, "dy");
   detail::check_contiguous(yp, "yp");
   const int64_t T = row_of.size(0), k = row_of.size(1), C = yp.size(1);
   detail::check_shape(dy, {T, C}, "dy");
   // Rows no token points at are zeroed by the kernel (its blocks share them
   // out like the tokens), not on the host: a replayed graph runs no host code.
-  UnpermuteGrads g{T ? Tensor::empty(yp.shape()) : Tensor::zeros(yp.shape()), Tensor::empty({T, k})};
+  if (dyp_out.defined()) check_output(dyp_out, yp.shape(), "unpermute_backward");
+  UnpermuteGrads g{T == 0 ? Tensor::zeros(yp.shape()) : dyp_out.defined() ? dyp_out : Tensor::empty(yp.shape()),
+                   Tensor::empty({T, k})};
   Tensor dyp = g.dyp, dw = g.dweights;
   detail::launch_rows("unpermute_backward", kVector, {yp.shape(), row_of.shape()}, {DType::f32}, "",
                       {{dy, yp, row_of, weights}, {dyp, dw}}, T, 2 * k * C,

@@ -11,7 +11,7 @@
 namespace coremesh::parallel {
 namespace {
 
-enum Signal { kRecvFwd = 0, kBackFwd = 1, kRecvBwd = 2, kBackBwd = 3, kSignals = 4 };
+enum Signal { kSendFwd = 0, kBackFwd = 1, kSendBwd = 2, kBackBwd = 3, kSignals = 4 };
 
 // Rows [row, row + n) of an (rows, C) f32 tensor.
 float* rows_at(const Tensor& t, int64_t row) { return t.data<float>() + row * t.size(1); }
@@ -54,8 +54,7 @@ int64_t slot_rows(int local, const ShmemExperts::Shape& s) {
 }  // namespace
 
 int64_t ShmemExperts::symmetric_bytes(int ep, const Shape& s) {
-  const int64_t recv = int64_t(ep) * slot_rows(s.experts / ep, s);
-  const int64_t per_layer = 8 * int64_t(ep) * s.experts + 4 * s.width * (2 * recv + 2 * s.max_rows) + 8 * kSignals;
+  const int64_t per_layer = 8 * int64_t(ep) * s.experts + 4 * s.width * 4 * s.max_rows + 8 * kSignals;
   return int64_t(s.layers.size()) * (per_layer + 5 * 128);  // + the heap's alignment per block
 }
 
@@ -70,8 +69,8 @@ ShmemExperts::ShmemExperts(Group ep, const Shape& s) : ep_(std::move(ep)), shape
   for (int l : s.layers) {  // the same order on every PE: the allocations are collective
     Layer& L = layers_[l];
     L.counts = symmetric_tensor({g, s.experts}, DType::i64);
-    L.recv_fwd = symmetric_tensor({recv_rows_, s.width});
-    L.recv_bwd = symmetric_tensor({recv_rows_, s.width});
+    L.send_fwd = symmetric_tensor({s.max_rows, s.width});
+    L.send_bwd = symmetric_tensor({s.max_rows, s.width});
     L.back_fwd = symmetric_tensor({s.max_rows, s.width});
     L.back_bwd = symmetric_tensor({s.max_rows, s.width});
     L.signals = symmetric_tensor({kSignals}, DType::i64);
@@ -108,61 +107,59 @@ ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tens
   d.sources = g;
   d.offsets = plan->offsets;
   d.source_offsets = plan->source_offsets;
-  d.rows = to_owners(xp, *plan, &Layer::recv_fwd, kRecvFwd, plan->fwd_round, offsets);
+  d.rows = to_owners(xp, *plan, &Layer::send_fwd, kSendFwd, plan->fwd_round, offsets);
   d.plan = plan;
   return d;
 }
 
-Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::*recv, int which, uint64_t round,
+Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::*send, int which, uint64_t round,
                                const Tensor& offsets) {
   const int g = ep_.size(), E = shape_.experts, El = local_;
-  const bool forward = which == kRecvFwd;  // the owners learn the counts with the rows
+  const bool forward = which == kSendFwd;  // the owners learn the counts with the signal
   Layer& L = layer(p.layer);
   runtime::Stream stream = runtime::current_stream();
   auto* sig = reinterpret_cast<uint64_t*>(L.signals.data<int64_t>()) + which;
   const Group ep = ep_;
-  const Tensor matrix = p.matrix, buffer = L.*recv, counts = L.counts;
+  const Tensor matrix = p.matrix, buffer = (L.*send).slice(0, 0, rows.size(0)), counts = L.counts;
   const int64_t slot = slot_rows_;
-  // To every other member d: my count row (forward: from the offsets, into
-  // row `me` of the plan's matrix) and my rows of d's experts (contiguous:
-  // they are grouped by global expert) into my slot of its buffer, one
-  // signal for both. Member order starts after me, so that the members do
-  // not all write to the same PE first.
-  std::vector<Tensor> reads{matrix, rows};
+  if (rows.data<float>() != buffer.data<float>())  // built elsewhere: into the send buffer first
+    stream.launch(launch_info("ep_stage", runtime::KernelKind::vector, 1, {rows}, {buffer}),
+                  [rows, buffer](const runtime::BlockContext&) { copy_rows(buffer, 0, rows, 0, rows.size(0)); });
+  // To every other member: forward, my count row (from the offsets, also
+  // into row `me` of the plan's matrix); then the signal that my rows are
+  // ready to be read. Member order starts after me, so that the members do
+  // not all signal the same PE first.
+  std::vector<Tensor> reads{buffer};
   if (forward) reads.push_back(offsets);
-  stream.launch(launch_info("ep_to_owners", runtime::KernelKind::comm, 1, reads, {matrix, counts, buffer}), [ep, matrix, counts, offsets, rows, buffer, sig, forward, slot, g, E, El](
-                                            const runtime::BlockContext&) {
-    int64_t* mine = matrix.data<int64_t>() + int64_t(ep.me) * E;
-    if (forward)
-      for (int e = 0; e < E; ++e) mine[e] = offsets.data<int64_t>()[e + 1] - offsets.data<int64_t>()[e];
-    for (int k = 1; k < g; ++k) {
-      const int d = (ep.me + k) % g, pe = ep.pes[size_t(d)];
-      const int64_t from = sum(mine, 0, int64_t(d) * El), n = sum(mine, int64_t(d) * El, int64_t(d + 1) * El);
-      CM_CHECK(n <= slot, "raise the expert capacity the buffers were sized for, or lower the batch",
-               "PE {} sends {} rows to the experts of PE {}, whose buffer holds {} per source", ep.pes[size_t(ep.me)],
-               n, pe, slot);
-      if (forward) shmem::put(counts.data<int64_t>() + int64_t(ep.me) * E, mine, size_t(E), pe);
-      if (n > 0) shmem::put(rows_at(buffer, int64_t(ep.me) * slot), rows_at(rows, from), size_t(n * rows.size(1)), pe);
-      shmem::fence();
-      shmem::atomic_add(sig, uint64_t{1}, pe);
-    }
-  });
+  stream.launch(launch_info("ep_rows_ready", runtime::KernelKind::comm, 1, reads, {matrix, counts}),
+                [ep, matrix, counts, offsets, sig, forward, g, E](const runtime::BlockContext&) {
+                  int64_t* mine = matrix.data<int64_t>() + int64_t(ep.me) * E;
+                  if (forward)
+                    for (int e = 0; e < E; ++e) mine[e] = offsets.data<int64_t>()[e + 1] - offsets.data<int64_t>()[e];
+                  for (int k = 1; k < g; ++k) {
+                    const int pe = ep.pes[size_t((ep.me + k) % g)];
+                    if (forward) shmem::put(counts.data<int64_t>() + int64_t(ep.me) * E, mine, size_t(E), pe);
+                    shmem::fence();
+                    shmem::atomic_add(sig, uint64_t{1}, pe);
+                  }
+                });
   shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g - 1),
-                               fmt::format("waits for the rows {} send to its experts (MoE layer {}, {} {})", others(ep_),
-                                    p.layer, forward ? "dispatch" : "combine backward", round));
-  // The received rows out of the buffer (reused by the next round), grouped
-  // by local expert and source; mine straight from `rows`. Forward: the plan
-  // from the counts first. It takes the signals it waited for (as
+                               fmt::format("waits for {} to have their rows for its experts ready (MoE layer {}, {} {})",
+                                           others(ep_), p.layer, forward ? "dispatch" : "combine backward", round));
+  // The rows of my experts, grouped by local expert and source, read from
+  // the sources' send buffers (mine from my own). Forward: the plan from the
+  // counts first. It takes the signals it waited for (as
   // wait_signal_on_stream does, without a kernel of its own).
   Tensor out = Tensor::empty({recv_rows_, shape_.width});
   const Tensor local_off = p.offsets, source_off = p.source_offsets;
   std::vector<Tensor> writes{out};
   if (forward) writes.insert(writes.end(), {matrix, local_off, source_off});
-  stream.launch(launch_info("ep_receive", runtime::KernelKind::vector, 1,
-                            {counts, matrix, local_off, source_off, buffer, rows}, writes),
-                [me = ep_.me, pe = ep_.pes[size_t(ep_.me)], sig, counts, matrix, local_off, source_off, buffer, rows,
-                 out, forward, slot, g, E, El](const runtime::BlockContext&) {
-                  if (g > 1) shmem::atomic_add(sig, uint64_t(0) - uint64_t(g - 1), pe);
+  stream.launch(launch_info("ep_gather", runtime::KernelKind::comm, 1, {counts, matrix, local_off, source_off, buffer},
+                            writes),
+                [ep, sig, counts, matrix, local_off, source_off, buffer, out, forward, slot, g, E, El](
+                    const runtime::BlockContext&) {
+                  const int me = ep.me;
+                  if (g > 1) shmem::atomic_add(sig, uint64_t(0) - uint64_t(g - 1), ep.pes[size_t(me)]);
                   int64_t* M = matrix.data<int64_t>();
                   int64_t* lo = local_off.data<int64_t>();
                   int64_t* so = source_off.data<int64_t>();
@@ -177,14 +174,23 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::
                     }
                     lo[El] = so[int64_t(El) * g] = at;
                   }
+                  for (int s = 0; s < g; ++s) {
+                    const int64_t n = sum(M + int64_t(s) * E, me * El, (me + 1) * El);
+                    CM_CHECK(n <= slot, "raise the expert capacity the buffers were sized for, or lower the batch",
+                             "PE {} sends {} rows to the experts of PE {}, who take {} per source", ep.pes[size_t(s)],
+                             n, ep.pes[size_t(me)], slot);
+                  }
                   for (int e = 0; e < El; ++e)
                     for (int s = 0; s < g; ++s) {
                       const int64_t* row = M + int64_t(s) * E;
-                      const int64_t n = row[me * El + e];
-                      if (s == me) copy_rows(out, so[e * g + s], rows, sum(row, 0, me * El + e), n);
-                      else copy_rows(out, so[e * g + s], buffer, s * slot + sum(row, me * El, me * El + e), n);
+                      const int64_t n = row[me * El + e], from = sum(row, 0, me * El + e);
+                      if (s == me) copy_rows(out, so[e * g + s], buffer, from, n);
+                      else if (n > 0)
+                        shmem::get_nbi(rows_at(out, so[e * g + s]), rows_at(buffer, from), size_t(n * out.size(1)),
+                                       ep.pes[size_t(s)]);
                     }
                   zero_from(out, lo[El]);
+                  shmem::quiet();
                 });
   return out;
 }
@@ -243,6 +249,16 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer:
   return out;
 }
 
+Tensor ShmemExperts::send_buffer(int index, bool backward, int64_t rows, int64_t width) {
+  Layer& L = layer(index);
+  const Tensor& buffer = backward ? L.send_bwd : L.send_fwd;
+  // A buffer still being read, or rows that do not fit: a tensor of their own
+  // (dispatch refuses them with the fix, or copies them in once it may).
+  if (L.awaiting_combine && !backward) return ExpertDispatcher::send_buffer(index, backward, rows, width);
+  if (rows > buffer.size(0) || width != buffer.size(1)) return ExpertDispatcher::send_buffer(index, backward, rows, width);
+  return buffer.slice(0, 0, rows);
+}
+
 Tensor ShmemExperts::combine(const Tensor& y, const Dispatched& d) {
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
   layer(p.layer).awaiting_combine = false;
@@ -252,7 +268,7 @@ Tensor ShmemExperts::combine(const Tensor& y, const Dispatched& d) {
 Tensor ShmemExperts::combine_backward(const Tensor& dy, const Dispatched& d) {
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
   p.bwd_round = ++layer(p.layer).bwd_round;
-  return to_owners(dy, p, &Layer::recv_bwd, kRecvBwd, p.bwd_round);
+  return to_owners(dy, p, &Layer::send_bwd, kSendBwd, p.bwd_round);
 }
 
 Tensor ShmemExperts::dispatch_backward(const Tensor& drows, const Dispatched& d) {

@@ -240,5 +240,31 @@ TEST(OpsMoE, PermuteAndCombineGradients) {
             }), 1e-2);
 }
 
+TEST(OpsMoE, PermuteAndItsGradientBuildInAGivenTensor) {
+  const int64_t T = 9, E = 3, C = 5, k = 2;
+  Tensor x = randn({T, C}, 17), dy = randn({T, C}, 18), yp = randn({T * k, C}, 19);
+  Routing r = reference::topk_route(reference::softmax(randn({T, E}, 20)), {}, {k, 1, 1, false, 1.0f});
+  r.indices.data<int32_t>()[3] = -1;  // a dropped slot: its row is zeroed in the given tensor too
+  // stale values in the given tensors: every row must be written
+  Tensor out = Tensor::full({T * k + 4, C}, 7.0f).slice(0, 2, 2 + T * k), dyp_out = Tensor::full({T * k, C}, -3.0f);
+  Permutation fresh, given;
+  UnpermuteGrads g_fresh, g_given;
+  run_on_stream([&] {
+    fresh = permute(x, r.indices, E);
+    given = permute(x, r.indices, E, out);
+    g_fresh = unpermute_backward(dy, yp, fresh.row_of, r.weights);
+    g_given = unpermute_backward(dy, yp, fresh.row_of, r.weights, dyp_out);
+  });
+  EXPECT_EQ(given.x.data<float>(), out.data<float>());
+  EXPECT_TRUE(bitwise_equal(given.x, fresh.x));
+  EXPECT_EQ(g_given.dyp.data<float>(), dyp_out.data<float>());
+  EXPECT_TRUE(bitwise_equal(g_given.dyp, g_fresh.dyp));
+  // the wrong shape, dtype or layout: refused with what to pass
+  EXPECT_THROW(permute(x, r.indices, E, Tensor::empty({T * k - 1, C})), InvalidArgument);
+  EXPECT_THROW(permute(x, r.indices, E, Tensor::empty({T * k, C}, DType::i64)), InvalidArgument);
+  EXPECT_THROW(unpermute_backward(dy, yp, fresh.row_of, r.weights, Tensor::empty({C, T * k}).transpose(0, 1)),
+               InvalidArgument);
+}
+
 }  // namespace
 }  // namespace coremesh::ops

@@ -89,7 +89,9 @@ struct Permutation {
   Tensor offsets;  // (E+1) i64, the group list of grouped_matmul
   Tensor row_of;   // (T,k) i64: row of x holding assignment (t,j), -1 if dropped
 };
-Permutation permute(const Tensor& x, const Tensor& indices, int64_t num_experts);
+// out: where to build x ((T*k, C) f32, contiguous; e.g. a send buffer of the
+// expert exchange); default a new tensor.
+Permutation permute(const Tensor& x, const Tensor& indices, int64_t num_experts, const Tensor& out = {});
 // dxp (T*k, C) -> dx (T,C) = sum_j dxp[row_of[t,j]]
 Tensor permute_backward(const Tensor& dxp, const Tensor& row_of);
 // Combine: y (T,C) = sum_j weights[t,j] * yp[row_of[t,j]].
@@ -98,8 +100,9 @@ struct UnpermuteGrads {
   Tensor dyp;       // (T*k, C)
   Tensor dweights;  // (T,k)
 };
+// dyp_out: where to build dyp (yp's shape, f32, contiguous); default a new tensor.
 UnpermuteGrads unpermute_backward(const Tensor& dy, const Tensor& yp, const Tensor& row_of,
-                                  const Tensor& weights);
+                                  const Tensor& weights, const Tensor& dyp_out = {});
 
 namespace reference {
 Routing topk_route(const Tensor& scores, const Tensor& bias, const TopKConfig& config);
