@@ -1,6 +1,6 @@
 // bench_ep_exchange: coremesh's expert-parallel dispatch + combine
-// (parallel::ShmemExperts: one-sided puts with signals straight into the
-// owners' receive buffers) for the demo model's token layout
+// (parallel::ShmemExperts: the rows built in symmetric send buffers, read by
+// their receivers once signalled) for the demo model's token layout
 // (ep_exchange_layout.h), timed like its MPI peer bench/ep_exchange_mpi.c:
 // barrier, dispatch (to the stream's end), combine (ditto), the slowest PE's
 // time per iteration, medians. Identity experts: combine returns what
@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
   for (int p = 0; p < n; ++p) world.push_back(p);
   parallel::ShmemExperts experts(parallel::Group::of(world, me), {EPX_EXPERTS, EPX_WIDTH, EPX_ROWS, -1, {0}});
   // built where the model builds them: in the exchange's send buffer
-  const Tensor xp = experts.send_buffer(0, false, EPX_ROWS, EPX_WIDTH);
+  const Tensor xp = experts.send_buffer(0, parallel::ExpertDispatcher::Exchange::dispatch, EPX_ROWS, EPX_WIDTH);
   const Tensor offsets = Tensor::empty({EPX_EXPERTS + 1}, DType::i64);
   epx_make(me, offsets.data<int64_t>(), xp.data<float>());
 
@@ -57,10 +58,15 @@ int main(int argc, char** argv) {
     const auto d = experts.dispatch(xp, offsets, 0);
     stream.synchronize();
     const double t1 = seconds();
-    const Tensor back = experts.combine(d.rows, d);
+    // the identity experts' outputs, written where the model's last expert
+    // GEMM writes them (untimed: expert work, not exchange)
+    const Tensor y = experts.send_buffer(0, parallel::ExpertDispatcher::Exchange::combine, d.rows.size(0), EPX_WIDTH);
+    std::memcpy(y.data<float>(), d.rows.data<float>(), d.rows.nbytes());
+    const double t1b = seconds();
+    const Tensor back = experts.combine(y, d);
     stream.synchronize();
     const double t2 = seconds();
-    if (it >= 0) t[3 * it] = t1 - t0, t[3 * it + 1] = t2 - t1, t[3 * it + 2] = t2 - t0;
+    if (it >= 0) t[3 * it] = t1 - t0, t[3 * it + 1] = t2 - t1b, t[3 * it + 2] = t1 - t0 + t2 - t1b;
     if (it == iters - 1) {
       recv_sum = epx_checksum(d.rows.data<float>(), d.offsets.data<int64_t>()[experts.local_experts()] * EPX_WIDTH);
       back_sum = epx_checksum(back.data<float>(), back.numel());

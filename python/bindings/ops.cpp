@@ -121,7 +121,10 @@ dw = d w + dw_beta * dw_into, written into dw_into.)doc");
         }, py::arg("dy"), py::arg("x"), py::arg("offsets"), py::arg("dw"), py::arg("layout") = "nk",
         py::arg("beta") = 0.0f,
         "The weight-gradient half alone: dw[g] = dy_g^T x_g ['nk'] + beta * dw[g], into dw (w's shape).");
-  m.def("grouped_matmul_fp8", &ops::grouped_matmul_fp8, py::arg("x"), py::arg("w"), py::arg("offsets"),
+  m.def("grouped_matmul_fp8",
+        [](const ops::QuantizedTensor& x, const ops::QuantizedTensor& w, const Tensor& offsets) {
+          return ops::grouped_matmul_fp8(x, w, offsets);
+        }, py::arg("x"), py::arg("w"), py::arg("offsets"),
         "Layout B in FP8: x QuantizedTensor (M,K), w QuantizedTensor (G,N,K) -> y (M,N) f32.");
 }
 

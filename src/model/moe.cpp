@@ -20,22 +20,28 @@ ops::TopKConfig topk_config(const ModelConfig& cfg) {
   return t;
 }
 
+using Exchange = parallel::ExpertDispatcher::Exchange;
+
 // Grouped SwiGLU experts on the routed rows: y (R,C) from a.xp and the group
-// list. Each expert's gate and up weights are one (2F,C) matrix [w1_e; w3_e],
-// so the gate/up product is one grouped GEMM and silu(a1) * a3 one fused swiglu.
-Tensor experts_forward(MoeActs& a) {
+// list, built where combine sends it from. Each expert's gate and up weights
+// are one (2F,C) matrix [w1_e; w3_e], so the gate/up product is one grouped
+// GEMM and silu(a1) * a3 one fused swiglu.
+Tensor experts_forward(MoeActs& a, parallel::ExpertDispatcher& experts, int64_t C) {
   const Tensor& offsets = a.routed.offsets;
   a.gu = grouped_linear(a.xp, a.w13, offsets);               // [a1 | a3] (R,2F)
   a.g = gemm_input(ops::swiglu(a.gu), a.xp.precision);       // silu(a1) * a3 (R,F)
-  return grouped_linear(a.g, a.w2, offsets);                 // (R,C)
+  const int64_t R = a.gu.size(0);
+  return grouped_linear(a.g, a.w2, offsets, experts.send_buffer(a.layer, Exchange::combine, R, C));  // (R,C)
 }
 
-Tensor experts_backward(const Tensor& dy, const MoeGrads& g, const MoeActs& a, WgradSink& sink) {
+Tensor experts_backward(const Tensor& dy, const MoeGrads& g, const MoeActs& a, parallel::ExpertDispatcher& experts,
+                        WgradSink& sink) {
   const Tensor& offsets = a.routed.offsets;
   const RowSources src{a.routed.sources, a.routed.source_offsets};
   const Tensor dg = grouped_linear_backward(dy, a.g, a.w2, offsets, g.w2, sink, src);
   const Tensor dgu = ops::swiglu_backward(dg, a.gu);
-  return grouped_linear_backward(dgu, a.xp, a.w13, offsets, g.w13, sink, src);
+  const Tensor dx_out = experts.send_buffer(a.layer, Exchange::dispatch_backward, dy.size(0), dy.size(1));
+  return grouped_linear_backward(dgu, a.xp, a.w13, offsets, g.w13, sink, src, dx_out);
 }
 
 }  // namespace
@@ -44,6 +50,7 @@ Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, cons
                    int64_t B, int layer, parallel::ExpertDispatcher& experts, const Tensor& load,
                    MoeActs& a) {
   const int64_t N = x.size(0), E = cfg.n_routed_experts;
+  a.layer = layer;
   // --- routing: s = x R^T (N,E) -> p -> top-k with bias (selection only)
   a.scores = ops::router_scores(linear(x, w.router), score_func(cfg));
   const ops::Routing sel = ops::topk_route(a.scores, bias, topk_config(cfg));
@@ -61,14 +68,13 @@ Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, cons
   // --- permute rows by expert, send them to their experts' PEs, grouped-GEMM
   // experts, bring the outputs back, weighted combine
   // xp (N*K, C), built where the exchange sends it from
-  const ops::Permutation perm = ops::permute(x, a.idx, E, experts.send_buffer(layer, false, a.idx.numel(), x.size(1)));
-  a.layer = layer;
+  const ops::Permutation perm = ops::permute(x, a.idx, E, experts.send_buffer(layer, Exchange::dispatch, a.idx.numel(), x.size(1)));
   a.offsets = perm.offsets, a.row_of = perm.row_of;
   a.routed = experts.dispatch(perm.x, perm.offsets, layer);
   a.xp = gemm_input(a.routed.rows, cfg.precision);
   a.routed.rows = Tensor();  // kept as the GEMM read it (a.xp), not also in f32
   a.w13 = gemm_weight(w.w13, cfg.precision), a.w2 = gemm_weight(w.w2, cfg.precision);
-  a.ye = experts.combine(experts_forward(a), a.routed);
+  a.ye = experts.combine(experts_forward(a, experts, x.size(1)), a.routed);
   Tensor y = ops::unpermute(a.ye, a.row_of, a.w);  // (N,C) = sum_k w_k ye[row(n,k)]
   // --- shared experts: y += SwiGLU_shared(x); their input is cast again in the
   // backward rather than kept next to the f32 x
@@ -85,10 +91,10 @@ Tensor moe_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const
   if (w.sw13.defined()) dx = mlp_backward(dy, gemm_input(x, cfg.precision), a.shared, g.sw13, g.sw2, sink);
   // --- combine: y_n += w_k ye_r  =>  dye_r = w_k dy_n,  dw_k = dy_n . ye_r
   const ops::UnpermuteGrads ug = ops::unpermute_backward(
-      dy, a.ye, a.row_of, a.w, experts.send_buffer(a.layer, true, a.ye.size(0), a.ye.size(1)));
+      dy, a.ye, a.row_of, a.w, experts.send_buffer(a.layer, Exchange::combine_backward, a.ye.size(0), a.ye.size(1)));
   // --- back to the experts' PEs, experts, return; then xp_r = x_n  =>  dx_n += dxp_r
   const Tensor dye = experts.combine_backward(ug.dyp, a.routed);
-  const Tensor dxp = experts.dispatch_backward(experts_backward(dye, g, a, sink), a.routed);
+  const Tensor dxp = experts.dispatch_backward(experts_backward(dye, g, a, experts, sink), a.routed);
   const Tensor dx_routed = ops::permute_backward(dxp, a.row_of);
   dx = dx.defined() ? ops::add(dx, dx_routed) : dx_routed;
   // --- gate weights -> affinities (through the pre-capacity selection: the

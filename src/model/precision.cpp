@@ -101,23 +101,29 @@ Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w
 
 // ---- grouped (routed experts): y_e = x_e W_e^T
 
-Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& offsets) {
-  switch (x.precision) {
-    case Precision::f32: return ops::grouped_matmul(x.x, w.master, offsets);
-    case Precision::bf16: return ops::grouped_matmul(x.x, w.bf16, offsets);
-    case Precision::fp8: break;
-  }
-  return ops::grouped_matmul_fp8(x.fp8, ops::quantize_fp8_weight(w.master), offsets);
+Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& offsets, const Tensor& out) {
+  if (x.precision == Precision::fp8)
+    return ops::grouped_matmul_fp8(x.fp8, ops::quantize_fp8_weight(w.master), offsets, out);
+  const Tensor& wx = x.precision == Precision::f32 ? w.master : w.bf16;
+  if (!out.defined()) return ops::grouped_matmul(x.x, wx, offsets);
+  ops::grouped_matmul_out(x.x, wx, offsets, out);
+  return out;
 }
 
 Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w,
                                const Tensor& offsets, const GradRef& dw, WgradSink& sink,
-                               const RowSources& src) {
+                               const RowSources& src, const Tensor& dx_out) {
   using ops::WeightLayout;
+  // dy W_e into dx_out, or a new tensor
+  auto product = [&](const Tensor& a, const Tensor& b) {
+    if (!dx_out.defined()) return ops::grouped_matmul(a, b, offsets, WeightLayout::kn);
+    ops::grouped_matmul_out(a, b, offsets, dx_out, WeightLayout::kn);
+    return dx_out;
+  };
   // dx_e = dy_e W_e: the layout-B product with W_e (out,in) read as (K,N) = kn
   switch (x.precision) {
     case Precision::f32: {
-      const Tensor dx = ops::grouped_matmul(dy, w.master, offsets, WeightLayout::kn);
+      const Tensor dx = product(dy, w.master);
       const Tensor xf = x.x;
       sink.add(dw, [dy, xf, offsets, src](const Tensor& g, float beta) { grouped_wgrad(dy, xf, offsets, src, g, beta); });
       return dx;
@@ -126,7 +132,7 @@ Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmW
       // The grouped GEMMs here take f32: f32 copies of the bf16 values give
       // exactly the bf16 products.
       const Tensor dyr = round_bf16(dy);
-      const Tensor dx = ops::grouped_matmul(dyr, ops::cast(w.bf16, DType::f32), offsets, WeightLayout::kn);
+      const Tensor dx = product(dyr, ops::cast(w.bf16, DType::f32));
       const Tensor xb = x.x;
       sink.add(dw, [dyr, xb, offsets, src](const Tensor& g, float beta) {
         grouped_wgrad(dyr, ops::cast(xb, DType::f32), offsets, src, g, beta);
@@ -137,7 +143,7 @@ Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmW
   }
   // dgrad as in linear_backward, per expert: W_e^T in 128x128 blocks.
   const Tensor dx = ops::grouped_matmul_fp8(
-      ops::quantize_fp8_act(dy), ops::quantize_fp8_weight(ops::transpose(w.master)), offsets);
+      ops::quantize_fp8_act(dy), ops::quantize_fp8_weight(ops::transpose(w.master)), offsets, dx_out);
   // wgrad: 1x128 tiles along the permuted rows, counted from row 0 (the group
   // list is only known on the stream, so a tile may span two experts; its
   // scale then covers both). The rounded values go back to row-major for the

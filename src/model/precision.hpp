@@ -62,8 +62,9 @@ Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w
 
 // Routed experts on permuted rows: y (R,out) = x_e W_e^T for the rows
 // [offsets[e], offsets[e+1]) of expert e; W (E,out,in), offsets (E+1) i64 (read
-// on the stream). Rows from offsets[E] on give zeros.
-Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& offsets);
+// on the stream). Rows from offsets[E] on give zeros. Written into `out` when
+// given ((R,out) f32, contiguous; e.g. an expert exchange's send buffer).
+Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& offsets, const Tensor& out = {});
 // Where the routed rows came from: expert e's rows are `sources` runs, one
 // per source (another PE's tokens), in source order; (e, s) owns rows
 // [source_offsets[e * sources + s], ...+1). One source: the whole group.
@@ -74,9 +75,9 @@ struct RowSources {
 // dx (R,in) = dy_e W_e, returned;  dW_e = dy_e^T x_e (dw: (E,out,in) arena
 // view), a job for the sink. With several sources, each source's product is
 // computed on its own and they are summed in source order (as one PE sums
-// its micro-batches).
+// its micro-batches). dx is written into `dx_out` when given.
 Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w,
                                const Tensor& offsets, const GradRef& dw, WgradSink& sink,
-                               const RowSources& sources = {});
+                               const RowSources& sources = {}, const Tensor& dx_out = {});
 
 }  // namespace coremesh::model::detail

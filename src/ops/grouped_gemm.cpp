@@ -292,7 +292,8 @@ Tensor grouped_matmul_stacked(const std::vector<Tensor>& xs, const std::vector<T
   return y;
 }
 
-Tensor grouped_matmul_fp8(const QuantizedTensor& x, const QuantizedTensor& w, const Tensor& offsets) {
+Tensor grouped_matmul_fp8(const QuantizedTensor& x, const QuantizedTensor& w, const Tensor& offsets,
+                          const Tensor& out) {
   detail::check_dtype(x.data, DType::f8e4m3, "x.data");
   detail::check_dtype(w.data, DType::f8e4m3, "w.data");
   detail::check_contiguous(x.data, "x.data");
@@ -304,7 +305,12 @@ Tensor grouped_matmul_fp8(const QuantizedTensor& x, const QuantizedTensor& w, co
   detail::check_shape(x.scale, {M, ceil_div(K, QB)}, "x.scale");
   detail::check_shape(w.scale, {G, ceil_div(N, QB), ceil_div(K, QB)}, "w.scale");
   check_offsets(offsets, G);
-  Tensor y = Tensor::empty({M, N});
+  if (out.defined()) {
+    detail::check_dtype(out, DType::f32, "out");
+    detail::check_contiguous(out, "out");
+    detail::check_shape(out, {M, N}, "out");
+  }
+  Tensor y = out.defined() ? out : Tensor::empty({M, N});
   run_forward(Problem{G, M, N, K, WeightLayout::nk, {x.data}, {w.data}, {y}, offsets, x.scale, w.scale});
   return y;
 }

@@ -11,7 +11,7 @@
 namespace coremesh::parallel {
 namespace {
 
-enum Signal { kSendFwd = 0, kBackFwd = 1, kSendBwd = 2, kBackBwd = 3, kSignals = 4 };
+enum Signal { kSendFwd = 0, kRetFwd = 1, kSendBwd = 2, kRetBwd = 3, kSignals = 4 };
 
 // Rows [row, row + n) of an (rows, C) f32 tensor.
 float* rows_at(const Tensor& t, int64_t row) { return t.data<float>() + row * t.size(1); }
@@ -30,6 +30,31 @@ int64_t sum(const int64_t* M, int64_t from, int64_t to) {
   int64_t n = 0;
   for (int64_t i = from; i < to; ++i) n += M[i];
   return n;
+}
+
+// Where owner d's grouped rows of (its local expert e, source s) start, from
+// the count matrix M (g x E; El experts per member): grouped by local expert,
+// then by source.
+int64_t owner_row(const int64_t* M, int g, int E, int El, int d, int e, int s) {
+  int64_t at = 0;
+  for (int j = 0; j < g; ++j) at += sum(M + int64_t(j) * E, d * El, d * El + e);
+  for (int j = 0; j < s; ++j) at += M[int64_t(j) * E + d * El + e];
+  return at;
+}
+
+// One signal to every other member that this PE's rows are ready (after the
+// puts before it). Member order starts after me, so that the members do not
+// all signal the same PE first.
+void signal_members(const Group& ep, uint64_t* sig) {
+  shmem::fence();
+  for (int k = 1; k < ep.size(); ++k) shmem::atomic_add(sig, uint64_t{1}, ep.pes[size_t((ep.me + k) % ep.size())]);
+}
+
+// The rows into the head of `buffer`, unless they were built there.
+void stage(runtime::Stream& stream, const Tensor& rows, const Tensor& buffer) {
+  if (rows.data<float>() == buffer.data<float>()) return;
+  stream.launch(launch_info("ep_stage", runtime::KernelKind::vector, 1, {rows}, {buffer}),
+                [rows, buffer](const runtime::BlockContext&) { copy_rows(buffer, 0, rows, 0, rows.size(0)); });
 }
 
 }  // namespace
@@ -54,7 +79,8 @@ int64_t slot_rows(int local, const ShmemExperts::Shape& s) {
 }  // namespace
 
 int64_t ShmemExperts::symmetric_bytes(int ep, const Shape& s) {
-  const int64_t per_layer = 8 * int64_t(ep) * s.experts + 4 * s.width * 4 * s.max_rows + 8 * kSignals;
+  const int64_t recv = int64_t(ep) * slot_rows(s.experts / ep, s);
+  const int64_t per_layer = 8 * int64_t(ep) * s.experts + 4 * s.width * (2 * s.max_rows + 2 * recv) + 8 * kSignals;
   return int64_t(s.layers.size()) * (per_layer + 5 * 128);  // + the heap's alignment per block
 }
 
@@ -71,8 +97,8 @@ ShmemExperts::ShmemExperts(Group ep, const Shape& s) : ep_(std::move(ep)), shape
     L.counts = symmetric_tensor({g, s.experts}, DType::i64);
     L.send_fwd = symmetric_tensor({s.max_rows, s.width});
     L.send_bwd = symmetric_tensor({s.max_rows, s.width});
-    L.back_fwd = symmetric_tensor({s.max_rows, s.width});
-    L.back_bwd = symmetric_tensor({s.max_rows, s.width});
+    L.ret_fwd = symmetric_tensor({recv_rows_, s.width});
+    L.ret_bwd = symmetric_tensor({recv_rows_, s.width});
     L.signals = symmetric_tensor({kSignals}, DType::i64);
   }
 }
@@ -122,13 +148,10 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::
   const Group ep = ep_;
   const Tensor matrix = p.matrix, buffer = (L.*send).slice(0, 0, rows.size(0)), counts = L.counts;
   const int64_t slot = slot_rows_;
-  if (rows.data<float>() != buffer.data<float>())  // built elsewhere: into the send buffer first
-    stream.launch(launch_info("ep_stage", runtime::KernelKind::vector, 1, {rows}, {buffer}),
-                  [rows, buffer](const runtime::BlockContext&) { copy_rows(buffer, 0, rows, 0, rows.size(0)); });
+  stage(stream, rows, buffer);
   // To every other member: forward, my count row (from the offsets, also
   // into row `me` of the plan's matrix); then the signal that my rows are
-  // ready to be read. Member order starts after me, so that the members do
-  // not all signal the same PE first.
+  // ready to be read.
   std::vector<Tensor> reads{buffer};
   if (forward) reads.push_back(offsets);
   stream.launch(launch_info("ep_rows_ready", runtime::KernelKind::comm, 1, reads, {matrix, counts}),
@@ -136,12 +159,10 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::
                   int64_t* mine = matrix.data<int64_t>() + int64_t(ep.me) * E;
                   if (forward)
                     for (int e = 0; e < E; ++e) mine[e] = offsets.data<int64_t>()[e + 1] - offsets.data<int64_t>()[e];
-                  for (int k = 1; k < g; ++k) {
-                    const int pe = ep.pes[size_t((ep.me + k) % g)];
-                    if (forward) shmem::put(counts.data<int64_t>() + int64_t(ep.me) * E, mine, size_t(E), pe);
-                    shmem::fence();
-                    shmem::atomic_add(sig, uint64_t{1}, pe);
-                  }
+                  if (forward)
+                    for (int k = 1; k < g; ++k)
+                      shmem::put(counts.data<int64_t>() + int64_t(ep.me) * E, mine, size_t(E), ep.pes[size_t((ep.me + k) % g)]);
+                  signal_members(ep, sig);
                 });
   shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g - 1),
                                fmt::format("waits for {} to have their rows for its experts ready (MoE layer {}, {} {})",
@@ -195,74 +216,74 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::
   return out;
 }
 
-Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer::*back, int which, uint64_t round) {
+Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer::*ret, int which, uint64_t round) {
   const int g = ep_.size(), E = shape_.experts, El = local_;
   Layer& L = layer(p.layer);
   runtime::Stream stream = runtime::current_stream();
   auto* sig = reinterpret_cast<uint64_t*>(L.signals.data<int64_t>()) + which;
   const Group ep = ep_;
-  const Tensor matrix = p.matrix, buffer = L.*back, source_off = p.source_offsets;
-  // rows of (my expert e, source s) -> source s's buffer where its rows of
-  // global expert (me, e) were in its xp
-  stream.launch(launch_info("ep_to_sources", runtime::KernelKind::comm, 1, {matrix, rows, source_off}, {buffer}), [ep, matrix, rows, buffer, source_off, sig, g, E, El](const runtime::BlockContext&) {
-    const int64_t* M = matrix.data<int64_t>();
-    const int64_t* so = source_off.data<int64_t>();
-    for (int k = 1; k < g; ++k) {
-      const int s = (ep.me + k) % g;
-      const int64_t* row = M + int64_t(s) * E;
-      int64_t at = sum(row, 0, ep.me * El);
-      for (int e = 0; e < El; ++e) {
-        const int64_t n = row[ep.me * El + e];
-        if (n > 0) shmem::put(rows_at(buffer, at), rows_at(rows, so[e * g + s]), size_t(n * rows.size(1)), ep.pes[size_t(s)]);
-        at += n;
-      }
-      shmem::fence();
-      shmem::atomic_add(sig, uint64_t{1}, ep.pes[size_t(s)]);
-    }
-  });
-  // my rows in xp order: my own experts' straight from `rows` (and the unused
-  // tail zeroed) while the others' are on their way, then the others' from
-  // the buffer
+  const Tensor matrix = p.matrix, buffer = (L.*ret).slice(0, 0, rows.size(0)), source_off = p.source_offsets;
+  stage(stream, rows, buffer);
+  // The signal that my experts' rows are ready; then my rows of my own
+  // experts into xp order (and the dropped rows' tail zeroed) while the
+  // others' signals are on their way.
   Tensor out = Tensor::empty({p.rows, shape_.width});
-  const int me = ep_.me;
-  stream.launch(launch_info("ep_return_own", runtime::KernelKind::vector, 1, {rows, matrix, source_off}, {out}),
-                [me, rows, out, matrix, source_off, g, E, El](const runtime::BlockContext&) {
+  stream.launch(launch_info("ep_rows_ready", runtime::KernelKind::comm, 1, {buffer, matrix, source_off}, {out}),
+                [ep, sig, buffer, out, matrix, source_off, g, E, El](const runtime::BlockContext&) {
+                  signal_members(ep, sig);
+                  const int me = ep.me;
                   const int64_t* row = matrix.data<int64_t>() + int64_t(me) * E;
                   const int64_t* so = source_off.data<int64_t>();
                   int64_t at = sum(row, 0, me * El);
-                  for (int e = 0; e < El; ++e) copy_rows(out, at, rows, so[e * g + me], row[me * El + e]), at += row[me * El + e];
+                  for (int e = 0; e < El; ++e)
+                    copy_rows(out, at, buffer, so[e * g + me], row[me * El + e]), at += row[me * El + e];
                   zero_from(out, sum(row, 0, E));
                 });
-  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g - 1),
-                               fmt::format("waits for its rows back from the experts of {} (MoE layer {}, {} {})",
-                                    others(ep_), p.layer, which == kBackFwd ? "combine" : "dispatch backward", round));
   if (g == 1) return out;
-  stream.launch(launch_info("ep_return", runtime::KernelKind::vector, 1, {buffer, matrix}, {out}),
-                [me, pe = ep_.pes[size_t(ep_.me)], sig, buffer, out, matrix, g, E, El](const runtime::BlockContext&) {
-                  shmem::atomic_add(sig, uint64_t(0) - uint64_t(g - 1), pe);  // take the signals waited for
-                  const int64_t* row = matrix.data<int64_t>() + int64_t(me) * E;
+  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g - 1),
+                               fmt::format("waits for {} to have its rows back from their experts ready (MoE layer {}, {} {})",
+                                           others(ep_), p.layer, which == kRetFwd ? "combine" : "dispatch backward", round));
+  // The others' experts' rows, read out of their return buffers (where owner
+  // d holds them grouped by its local expert, then by source). It takes the
+  // signals it waited for.
+  stream.launch(launch_info("ep_gather", runtime::KernelKind::comm, 1, {buffer, matrix}, {out}),
+                [ep, sig, buffer, out, matrix, g, E, El](const runtime::BlockContext&) {
+                  const int me = ep.me;
+                  shmem::atomic_add(sig, uint64_t(0) - uint64_t(g - 1), ep.pes[size_t(me)]);
+                  const int64_t* M = matrix.data<int64_t>();
+                  const int64_t* row = M + int64_t(me) * E;
                   for (int d = 0; d < g; ++d) {
-                    const int64_t at = sum(row, 0, d * El);
-                    if (d != me) copy_rows(out, at, buffer, at, sum(row, d * El, (d + 1) * El));
+                    if (d == me) continue;
+                    int64_t at = sum(row, 0, d * El);
+                    for (int e = 0; e < El; ++e) {
+                      const int64_t n = row[d * El + e];
+                      if (n > 0)
+                        shmem::get_nbi(rows_at(out, at), rows_at(buffer, owner_row(M, g, E, El, d, e, me)),
+                                       size_t(n * out.size(1)), ep.pes[size_t(d)]);
+                      at += n;
+                    }
                   }
+                  shmem::quiet();
                 });
   return out;
 }
 
-Tensor ShmemExperts::send_buffer(int index, bool backward, int64_t rows, int64_t width) {
+Tensor ShmemExperts::send_buffer(int index, Exchange which, int64_t rows, int64_t width) {
   Layer& L = layer(index);
-  const Tensor& buffer = backward ? L.send_bwd : L.send_fwd;
-  // A buffer still being read, or rows that do not fit: a tensor of their own
-  // (dispatch refuses them with the fix, or copies them in once it may).
-  if (L.awaiting_combine && !backward) return ExpertDispatcher::send_buffer(index, backward, rows, width);
-  if (rows > buffer.size(0) || width != buffer.size(1)) return ExpertDispatcher::send_buffer(index, backward, rows, width);
+  const Tensor* buffers[] = {&L.send_fwd, &L.ret_fwd, &L.send_bwd, &L.ret_bwd};
+  const Tensor& buffer = *buffers[int(which)];
+  // A forward buffer still being read (a dispatch not yet combined: refused
+  // by dispatch with the fix), or rows that do not fit: a tensor of their own.
+  const bool busy = L.awaiting_combine && which == Exchange::dispatch;
+  if (busy || rows > buffer.size(0) || width != buffer.size(1))
+    return ExpertDispatcher::send_buffer(index, which, rows, width);
   return buffer.slice(0, 0, rows);
 }
 
 Tensor ShmemExperts::combine(const Tensor& y, const Dispatched& d) {
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
   layer(p.layer).awaiting_combine = false;
-  return to_sources(y, p, &Layer::back_fwd, kBackFwd, p.fwd_round);
+  return to_sources(y, p, &Layer::ret_fwd, kRetFwd, p.fwd_round);
 }
 
 Tensor ShmemExperts::combine_backward(const Tensor& dy, const Dispatched& d) {
@@ -275,7 +296,7 @@ Tensor ShmemExperts::dispatch_backward(const Tensor& drows, const Dispatched& d)
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
   CM_CHECK(p.bwd_round > 0, "run combine_backward before dispatch_backward", "dispatch_backward of layer {}",
            p.layer);
-  return to_sources(drows, p, &Layer::back_bwd, kBackBwd, p.bwd_round);
+  return to_sources(drows, p, &Layer::ret_bwd, kRetBwd, p.bwd_round);
 }
 
 }  // namespace coremesh::parallel

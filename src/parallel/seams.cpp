@@ -38,7 +38,7 @@ class LocalTensor final : public TensorParallel {
 
 }  // namespace
 
-Tensor ExpertDispatcher::send_buffer(int, bool, int64_t rows, int64_t width) { return Tensor::empty({rows, width}); }
+Tensor ExpertDispatcher::send_buffer(int, Exchange, int64_t rows, int64_t width) { return Tensor::empty({rows, width}); }
 
 ExpertDispatcher& ExpertDispatcher::local() {
   static LocalExperts local;

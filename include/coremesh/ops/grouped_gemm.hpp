@@ -63,9 +63,10 @@ void grouped_matmul_dw(const Tensor& dy, const Tensor& x, const Tensor& offsets,
                        WeightLayout layout = WeightLayout::nk, float beta = 0.0f);
 
 // FP8 layout B with DeepSeek-V3 scales: x data (M,K) + scale (M,ceil(K/128)),
-// w data (G,N,K) + scale (G,ceil(N/128),ceil(K/128)) -> y (M,N) f32.
+// w data (G,N,K) + scale (G,ceil(N/128),ceil(K/128)) -> y (M,N) f32, written
+// into `out` when given (contiguous (M,N) f32).
 Tensor grouped_matmul_fp8(const QuantizedTensor& x, const QuantizedTensor& w,
-                          const Tensor& offsets);
+                          const Tensor& offsets, const Tensor& out = {});
 
 namespace reference {
 Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& offsets,

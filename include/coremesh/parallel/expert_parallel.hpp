@@ -13,21 +13,26 @@
 //      sources' send buffers (gets), grouped by local expert and, inside
 //      one, by source (the order of one PE's micro-batches); its own rows it
 //      takes from its own buffer. One copy per row, as a pull.
-// combine puts the experts' outputs back to the sources' buffers, in each
-// source's own row order (one signal per source); a source takes its own
-// experts' outputs directly. The backward runs the mirror pair: combine's
-// backward is a dispatch of dy (read from the sources' backward send
-// buffers), dispatch's backward a combine of drows.
+// combine is the same pull the other way: the owner's experts write their
+// outputs into its symmetric return buffer and it signals every source,
+// which reads its rows back into its own row order (its own experts' rows
+// from its own buffer, while the others' signals are on their way). The
+// backward runs the mirror pair: combine's backward is a dispatch of dy
+// (from the sources' backward send buffers), dispatch's backward a combine
+// of drows (from the owners' backward return buffers).
 //
-// Buffers are allocated once (collectively) per MoE layer and direction: a
+// Buffers are allocated once (collectively) per MoE layer and exchange: a
 // source sends at most max_rows rows (N x K of its largest micro-batch); an
 // owner receives at most one slot of rows per source: max_rows, or, with an
 // expert capacity, (E / ep) x capacity. A larger micro-batch than the
 // buffers were sized for is refused with the fix. Forward and backward use
 // their own buffers, so a PE ahead by one phase never writes into one still
-// being read; within a direction, a layer's next dispatch must follow its
-// combine (checked): a source rebuilds its send buffer for round n + 1 only
-// after it has round n's rows back, so every owner has read round n by then.
+// being read. Within a direction, a layer's next dispatch must follow its
+// combine (checked); a buffer is rewritten only after its readers are done:
+// a source rebuilds its send buffer for round n + 1 after it has read round
+// n's rows back (so every owner has read round n), and an owner rewrites its
+// return buffer after round n + 1's rows have arrived, which every source
+// signals after reading round n.
 #pragma once
 
 #include <cstdint>
@@ -61,14 +66,14 @@ class ShmemExperts final : public ExpertDispatcher {
   Tensor combine(const Tensor& y, const Dispatched& d) override;
   Tensor combine_backward(const Tensor& dy, const Dispatched& d) override;
   Tensor dispatch_backward(const Tensor& drows, const Dispatched& d) override;
-  Tensor send_buffer(int layer, bool backward, int64_t rows, int64_t width) override;
+  Tensor send_buffer(int layer, Exchange which, int64_t rows, int64_t width) override;
 
  private:
   struct Layer {
     Tensor counts;                 // (ep, E) i64: row counts of every source
     Tensor send_fwd, send_bwd;     // (max_rows, C): rows the owners read from their source
-    Tensor back_fwd, back_bwd;     // (max_rows, C): rows coming back to their source
-    Tensor signals;                // u64: send_fwd, back_fwd, send_bwd, back_bwd ready
+    Tensor ret_fwd, ret_bwd;       // (recv_rows, C): rows the sources read back from their owner
+    Tensor signals;                // u64: send_fwd, ret_fwd, send_bwd, ret_bwd ready
     uint64_t fwd_round = 0, bwd_round = 0;
     bool awaiting_combine = false;  // dispatched, not yet combined
   };
@@ -80,9 +85,10 @@ class ShmemExperts final : public ExpertDispatcher {
   // mine from `offsets`).
   Tensor to_owners(const Tensor& rows, const Plan& plan, Tensor Layer::*send, int sig, uint64_t round,
                    const Tensor& offsets = Tensor());
-  // Rows of this PE's experts -> the sources' `back` buffers, then this PE's
-  // rows copied out in xp order.
-  Tensor to_sources(const Tensor& rows, const Plan& plan, Tensor Layer::*back, int sig, uint64_t round);
+  // Rows of this PE's experts, in its `ret` buffer -> the sources, who read
+  // them from there once signalled (`sig`); returns this PE's rows in xp
+  // order.
+  Tensor to_sources(const Tensor& rows, const Plan& plan, Tensor Layer::*ret, int sig, uint64_t round);
 
   Group ep_;
   Shape shape_;

@@ -52,11 +52,13 @@ class ExpertDispatcher {
   // is a combine of drows (R_local, C) -> (R, C).
   virtual Tensor combine_backward(const Tensor& dy, const Dispatched& d) = 0;
   virtual Tensor dispatch_backward(const Tensor& drows, const Dispatched& d) = 0;
+  // The four exchanges of a MoE layer, named by the call whose rows they move.
+  enum class Exchange { dispatch, combine, combine_backward, dispatch_backward };
   // Where the model may build the (rows, width) f32 rows it next passes to
-  // dispatch (backward = false) or combine_backward (backward = true) of
-  // MoE `layer`: rows built there leave without another copy (ShmemExperts:
-  // the owners read them from it). Default: a new tensor.
-  virtual Tensor send_buffer(int layer, bool backward, int64_t rows, int64_t width);
+  // the call `which` of MoE `layer`: rows built there leave without another
+  // copy (ShmemExperts: the receivers read them from it). Default: a new
+  // tensor.
+  virtual Tensor send_buffer(int layer, Exchange which, int64_t rows, int64_t width);
 
   static ExpertDispatcher& local();  // every expert on this PE: nothing moves
 };
