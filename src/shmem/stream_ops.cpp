@@ -105,8 +105,10 @@ void signal_wait_on_stream(runtime::Stream& stream, uint64_t* signal, Cmp cmp, u
     if (internal::PollHook hook = internal::poll_hook()) hook();
     internal::check_job_alive();
   };
-  // Local writers ring this PE's doorbell after writing a signal: sleep on it.
+  // Local writers ring this PE's doorbell after writing a signal: sleep on it
+  // (and let a network engine's progress thread serve meanwhile).
   wait.sleep = [signal, cmp, value](std::chrono::nanoseconds most) {
+    if (internal::SleepHook hook = internal::sleep_hook()) hook();
     internal::Bell& bell = internal::my_doorbell();
     const uint32_t seq = bell.seq.load(std::memory_order_seq_cst);
     bell.sleepers.fetch_add(1, std::memory_order_seq_cst);

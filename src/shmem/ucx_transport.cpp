@@ -26,15 +26,29 @@
 // Atomics run on the target's CPU (UCX_ATOMIC_MODE=cpu), so they are atomic
 // with respect to the PEs of its host, which use CPU atomics on the word.
 //
+// Who progresses. A caller waiting for its operation progresses the worker
+// itself, spinning as OSHMEM's callers do while the network moves (until
+// kNetSpinNs pass without an event: a TCP round trip takes tens of us); the
+// progress thread stays parked meanwhile. A PE's
+// threads share its core (mpirun binds a rank to one), so a progress thread
+// woken by every reply would preempt the caller it serves and then queue on
+// its mutex. The thread serves again once no caller has progressed for
+// a linger (kLingerMinNs, doubling up to kLingerMaxNs while callers keep
+// coming: every look costs the caller its core for a moment), or at once
+// when a caller hands over (it stops spinning and sleeps until its callback
+// rings) or a wait of this PE goes to sleep (the sleep hook, wait.hpp).
+// After an event it keeps polling for kNetSpinNs before it sleeps on the
+// event fd, so a peer's next request in an exchange finds it awake. Neither
+// spins when the wait policy does not (more PEs than CPUs).
+//
 // Threads: every ucp call is made under one mutex (the worker is
-// UCS_THREAD_MODE_SERIALIZED); the progress thread waits without it, and a
-// caller waiting for its operation spins (the wait policy's spin), then
-// sleeps until the operation's callback rings.
+// UCS_THREAD_MODE_SERIALIZED); the progress thread waits without it.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -42,6 +56,7 @@
 #include <thread>
 #include <vector>
 
+#include "coremesh/core/env.hpp"
 #include "coremesh/core/error.hpp"
 #include "mpi_boot.hpp"
 #include "transport.hpp"
@@ -50,6 +65,22 @@
 namespace coremesh::shmem::internal {
 
 namespace {
+
+// How long a caller spins progressing before it hands over and sleeps, and
+// the progress thread polls after an event before it sleeps (a TCP round
+// trip, loopback included, takes tens of us); at least the wait policy's
+// spin, none when that is 0.
+constexpr int64_t kNetSpinNs = 200'000;
+// How long no caller must have progressed before the progress thread serves
+// again, unless one hands over: the first look, and the longest interval
+// between looks while callers keep coming.
+constexpr int64_t kLingerMinNs = 100'000;
+constexpr int64_t kLingerMaxNs = 1'600'000;
+
+int64_t net_spin_ns() {
+  const int64_t spin = wait_policy().spin_ns;
+  return spin == 0 ? 0 : std::max(spin, kNetSpinNs);
+}
 
 void check_ucs(ucs_status_t status, const char* what) {
   if (status == UCS_OK) return;
@@ -77,7 +108,42 @@ struct Region {
   std::vector<ucp_rkey_h> keys;  // [pe]; null for this PE
 };
 
+class UcxTransport;
+// The engine of this process, for the sleep hook (one per process).
+std::atomic<UcxTransport*> g_ucx{nullptr};
+
 class UcxTransport final : public Transport {
+  // A thread inside a blocking operation: it holds the mutex and, until it
+  // hands over, progresses the worker itself while the progress thread stays
+  // parked.
+  class Caller {
+   public:
+    explicit Caller(UcxTransport& t) : t_(t) {
+      t_.callers_.fetch_add(1, std::memory_order_seq_cst);
+      t_.turn_.seq.fetch_add(1, std::memory_order_seq_cst);  // "a caller was here"
+      lock_ = std::unique_lock(t_.mutex_);
+    }
+    ~Caller() {
+      if (progressing_) t_.callers_.fetch_sub(1, std::memory_order_seq_cst);
+    }
+    Caller(const Caller&) = delete;
+    Caller& operator=(const Caller&) = delete;
+    std::unique_lock<std::mutex>& lock() { return lock_; }
+    // Stops progressing (the caller is about to sleep): the progress thread
+    // takes over at once.
+    void hand_over() {
+      if (!progressing_) return;
+      progressing_ = false;
+      t_.callers_.fetch_sub(1, std::memory_order_seq_cst);
+      t_.wake_progress_thread();
+    }
+
+   private:
+    UcxTransport& t_;
+    std::unique_lock<std::mutex> lock_;
+    bool progressing_ = true;
+  };
+
  public:
   explicit UcxTransport(const LocalMemory& memory);
   ~UcxTransport() override { close(); }
@@ -92,20 +158,20 @@ class UcxTransport final : public Transport {
   std::byte* peer_pointer(int, size_t) const override { return nullptr; }
 
   void put(int pe, size_t offset, const void* src, size_t bytes) override {
-    std::unique_lock lock(mutex_);
+    Caller caller(*this);
     Completion c;
     const auto param = waited(c);
-    wait(ucp_put_nbx(eps_[pe], src, bytes, remote(pe, offset), key(pe, offset), &param), c, lock,
-         "ucp_put_nbx");
+    wait(ucp_put_nbx(eps_[pe], src, bytes, remote(pe, offset), key(pe, offset), &param), c,
+         caller, "ucp_put_nbx");
     unordered_ = true;
   }
   void get(void* dst, int pe, size_t offset, size_t bytes) override {
-    std::unique_lock lock(mutex_);
+    Caller caller(*this);
     order_puts();
     Completion c;
     const auto param = waited(c);
-    wait(ucp_get_nbx(eps_[pe], dst, bytes, remote(pe, offset), key(pe, offset), &param), c, lock,
-         "ucp_get_nbx");
+    wait(ucp_get_nbx(eps_[pe], dst, bytes, remote(pe, offset), key(pe, offset), &param), c,
+         caller, "ucp_get_nbx");
   }
   void put_nbi(int pe, size_t offset, const void* src, size_t bytes) override {
     std::lock_guard lock(mutex_);
@@ -130,10 +196,10 @@ class UcxTransport final : public Transport {
   uint64_t atomic(int pe, size_t offset, AmoOp op, int width, uint64_t operand,
                   uint64_t compare) override;
   void quiet() override {
-    std::unique_lock lock(mutex_);
+    Caller caller(*this);
     Completion c;
     const auto param = waited(c);
-    wait(ucp_worker_flush_nbx(worker_, &param), c, lock, "ucp_worker_flush_nbx");
+    wait(ucp_worker_flush_nbx(worker_, &param), c, caller, "ucp_worker_flush_nbx");
     unordered_ = false;
   }
   void fence() override {
@@ -171,9 +237,14 @@ class UcxTransport final : public Transport {
     if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), what);
     if (request != nullptr) ucp_request_free(request);
   }
-  void wait(ucs_status_ptr_t request, Completion& c, std::unique_lock<std::mutex>& lock,
-            const char* what);
+  void wait(ucs_status_ptr_t request, Completion& c, Caller& caller, const char* what);
   unsigned progress_locked();
+  void park_while_callers_progress();
+  void wake_progress_thread() {
+    handed_over_.store(true, std::memory_order_seq_cst);
+    ring(turn_);
+  }
+  static void on_wait_sleeps();
   void progress_loop();
   Region register_region(std::byte* base, size_t bytes, const std::vector<ucp_ep_h>& eps);
   void destroy_region(Region& region);
@@ -187,6 +258,11 @@ class UcxTransport final : public Transport {
   bool unordered_ = false;  // puts issued since the last fence or flush
   std::mutex mutex_;        // every ucp call
   Bell done_;               // rung by operation callbacks
+  // The hand-over between callers and the progress thread (Caller).
+  std::atomic<int> callers_{0};          // callers progressing the worker now
+  std::atomic<bool> handed_over_{false};  // a caller stopped progressing to sleep
+  Bell turn_;                             // seq: bumped by callers; the progress thread parks on it
+  uint32_t served_seq_ = 0;               // turn_.seq when the progress thread last served
   int event_fd_ = -1;       // the worker's
   int stop_fd_ = -1;        // eventfd that stops the progress thread
   std::thread progress_;
@@ -197,6 +273,11 @@ UcxTransport::UcxTransport(const LocalMemory& memory) : mem_(memory) {
   check_ucs(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
   // Atomics on the target's CPU: coherent with its host's load/store path.
   ucp_config_modify(config, "ATOMIC_MODE", "cpu");
+  // UCX's TCP transport sends 8 KiB segments by default, each a system call
+  // and an active message the target handles: 64 KiB ones (its receive
+  // segment size) move 2-4x more from 64 KiB on. A user's setting wins; a
+  // UCX without the key keeps its default.
+  if (!env::get("UCX_TCP_TX_SEG_SIZE")) (void)ucp_config_modify(config, "TX_SEG_SIZE", "64k");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO32 | UCP_FEATURE_AMO64 | UCP_FEATURE_WAKEUP;
@@ -230,6 +311,8 @@ UcxTransport::UcxTransport(const LocalMemory& memory) : mem_(memory) {
   stop_fd_ = eventfd(0, EFD_CLOEXEC);
   CM_CHECK(stop_fd_ >= 0, "raise the open file limit (ulimit -n)", "eventfd failed");
   progress_ = std::thread([this] { progress_loop(); });
+  g_ucx.store(this, std::memory_order_release);
+  set_sleep_hook(on_wait_sleeps);
 }
 
 Region UcxTransport::register_region(std::byte* base, size_t bytes,
@@ -286,7 +369,7 @@ uint64_t UcxTransport::atomic(int pe, size_t offset, AmoOp op, int width, uint64
   uint64_t in64 = op == AmoOp::compare_swap ? compare : operand;
   uint64_t reply64 = op == AmoOp::compare_swap ? operand : 0;
   uint32_t in32 = static_cast<uint32_t>(in64), reply32 = static_cast<uint32_t>(reply64);
-  std::unique_lock lock(mutex_);
+  Caller caller(*this);
   order_puts();
   Completion c;
   auto param = waited(c);
@@ -295,7 +378,7 @@ uint64_t UcxTransport::atomic(int pe, size_t offset, AmoOp op, int width, uint64
   param.reply_buffer = width == 4 ? static_cast<void*>(&reply32) : &reply64;
   const void* in = width == 4 ? static_cast<const void*>(&in32) : &in64;
   wait(ucp_atomic_op_nbx(eps_[pe], code, in, 1, remote(pe, offset), key(pe, offset), &param), c,
-       lock, "ucp_atomic_op_nbx");
+       caller, "ucp_atomic_op_nbx");
   return width == 4 ? reply32 : reply64;
 }
 
@@ -314,24 +397,29 @@ unsigned UcxTransport::progress_locked() {
   return events;
 }
 
-// Spins (the wait policy's spin) progressing the worker, then sleeps until
-// the operation's callback rings while the progress thread progresses;
-// wakes every millisecond to progress itself too.
-void UcxTransport::wait(ucs_status_ptr_t request, Completion& c, std::unique_lock<std::mutex>& lock,
+// Spins progressing the worker until no event came for net_spin_ns, then
+// hands over to the progress thread and sleeps until the operation's
+// callback rings.
+void UcxTransport::wait(ucs_status_ptr_t request, Completion& c, Caller& caller,
                         const char* what) {
   if (request == nullptr) return;  // completed at once
   if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), what);
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  const auto spin_end = start + std::chrono::nanoseconds(wait_policy().spin_ns);
+  const auto spin = std::chrono::nanoseconds(net_spin_ns());
   const auto deadline = start + std::chrono::duration_cast<clock::duration>(
                                     std::chrono::duration<double>(wait_policy().timeout_s));
-  for (;;) {
-    progress_locked();
-    if (c.done.load(std::memory_order_acquire)) break;
+  auto& lock = caller.lock();
+  // Spin while the network moves (a long transfer keeps producing events).
+  for (auto idle_end = start + spin; !c.done.load(std::memory_order_acquire);) {
+    const bool moved = progress_locked() != 0;
     const auto now = clock::now();
-    if (now < spin_end) continue;
-    if (now >= deadline) {
+    if (moved) idle_end = now + spin;
+    if (now >= idle_end || now >= deadline) break;
+  }
+  if (!c.done.load(std::memory_order_acquire)) caller.hand_over();
+  while (!c.done.load(std::memory_order_acquire)) {
+    if (clock::now() >= deadline) {
       lock.unlock();
       throw_wait_timeout([&] { return fmt::format("PE {} waits for {} to complete", mem_.my_pe, what); },
                          wait_policy().timeout_s);
@@ -339,7 +427,7 @@ void UcxTransport::wait(ucs_status_ptr_t request, Completion& c, std::unique_loc
     const uint32_t seq = done_.seq.load(std::memory_order_seq_cst);
     lock.unlock();
     done_.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (!c.done.load(std::memory_order_acquire)) futex_wait(&done_.seq, seq, 1'000'000);
+    if (!c.done.load(std::memory_order_acquire)) futex_wait(&done_.seq, seq, 100'000'000);
     done_.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     lock.lock();
   }
@@ -347,13 +435,42 @@ void UcxTransport::wait(ucs_status_ptr_t request, Completion& c, std::unique_loc
   check_ucs(c.status, what);
 }
 
+// Returns at once when no caller came since the progress thread last
+// served; else once none has progressed for a linger, or on a hand-over.
+// Callers that come and go do not wake it: it wakes after each linger to look.
+void UcxTransport::park_while_callers_progress() {
+  uint32_t seen = turn_.seq.load(std::memory_order_seq_cst);
+  if (seen == served_seq_ && callers_.load(std::memory_order_seq_cst) == 0) return;
+  for (int64_t linger = kLingerMinNs;; linger = std::min(2 * linger, kLingerMaxNs)) {
+    if (callers_.load(std::memory_order_seq_cst) == 0 && handed_over_.exchange(false)) break;
+    turn_.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    futex_wait(&turn_.seq, seen, linger);
+    turn_.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    const uint32_t now = turn_.seq.load(std::memory_order_seq_cst);
+    if (callers_.load(std::memory_order_seq_cst) == 0 && now == seen) break;
+    seen = now;
+  }
+  served_seq_ = turn_.seq.load(std::memory_order_seq_cst);
+}
+
+// A wait of this PE sleeps: nobody progresses unless the progress thread does.
+void UcxTransport::on_wait_sleeps() {
+  if (UcxTransport* t = g_ucx.load(std::memory_order_acquire)) t->wake_progress_thread();
+}
+
 void UcxTransport::progress_loop() {
+  using clock = std::chrono::steady_clock;
+  const auto spin = std::chrono::nanoseconds(net_spin_ns());
+  auto awake_until = clock::time_point{};
   pollfd fds[2] = {{event_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
   for (;;) {
-    ucs_status_t armed;
+    park_while_callers_progress();
+    ucs_status_t armed = UCS_OK;
     {
       std::lock_guard lock(mutex_);
-      progress_locked();
+      const auto now = clock::now();
+      if (progress_locked() != 0) awake_until = now + spin;
+      if (now < awake_until) continue;  // stay awake for the peer's next request
       armed = ucp_worker_arm(worker_);
     }
     if (armed == UCS_ERR_BUSY) continue;  // more events already: progress again
@@ -365,19 +482,22 @@ void UcxTransport::progress_loop() {
 void UcxTransport::close() {
   if (worker_ == nullptr) return;
   quiet();
+  set_sleep_hook(nullptr);
+  g_ucx.store(nullptr, std::memory_order_release);
   // Endpoints close (flushed) while both sides still progress; nobody sends
   // after the barrier.
   {
     std::unique_lock lock(mutex_);
     destroy_region(heap_);
     destroy_region(data_);
-    for (ucp_ep_h& ep : eps_) {
-      if (ep == nullptr) continue;
-      Completion c;
-      const auto param = waited(c);
-      wait(ucp_ep_close_nbx(ep, &param), c, lock, "ucp_ep_close_nbx");
-      ep = nullptr;
-    }
+  }
+  for (ucp_ep_h& ep : eps_) {
+    if (ep == nullptr) continue;
+    Caller caller(*this);
+    Completion c;
+    const auto param = waited(c);
+    wait(ucp_ep_close_nbx(ep, &param), c, caller, "ucp_ep_close_nbx");
+    ep = nullptr;
   }
   mpi_barrier();
   const uint64_t one = 1;

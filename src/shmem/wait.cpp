@@ -41,6 +41,12 @@ std::atomic<PollHook> g_poll_hook{nullptr};
 }  // namespace
 void set_poll_hook(PollHook hook) { g_poll_hook.store(hook); }
 PollHook poll_hook() { return g_poll_hook.load(std::memory_order_relaxed); }
+
+namespace {
+std::atomic<SleepHook> g_sleep_hook{nullptr};
+}  // namespace
+void set_sleep_hook(SleepHook hook) { g_sleep_hook.store(hook); }
+SleepHook sleep_hook() { return g_sleep_hook.load(std::memory_order_relaxed); }
 void poll_pause(int64_t us) {
   timespec ts{0, static_cast<long>(us * 1000)};
   nanosleep(&ts, nullptr);

@@ -51,6 +51,14 @@ using PollHook = void (*)();
 void set_poll_hook(PollHook hook);
 PollHook poll_hook();
 
+// A transport whose peers' requests are served by a progress thread that
+// stands aside while this PE's threads progress it themselves (ucx) sets a
+// sleep hook: a wait calls it before it first sleeps, so that the thread
+// serves at once (the wait needs a peer's data that it applies).
+using SleepHook = void (*)();
+void set_sleep_hook(SleepHook hook);
+SleepHook sleep_hook();
+
 // Blocks until `ready()` is true; `bell` must be rung after every change
 // that can make it true. ready() is not called again after it returned true. `timeout_s` < 0 uses the policy's watchdog.
 template <typename Ready>
@@ -87,6 +95,7 @@ void wait_until_ready(Bell& bell, Ready&& ready, const Describe& describe, doubl
       if (policy.spin_ns == 0) poll_pause(pause_us);
     }
   }
+  if (SleepHook hook = sleep_hook()) hook();
   for (;;) {
     const uint32_t seq = bell.seq.load(std::memory_order_seq_cst);
     if (ready()) return;
