@@ -238,7 +238,7 @@ class UcxTransport final : public Transport {
     if (request != nullptr) ucp_request_free(request);
   }
   void wait(ucs_status_ptr_t request, Completion& c, Caller& caller, const char* what);
-  unsigned progress_locked();
+  unsigned progress_locked(const std::atomic<bool>* stop = nullptr);
   void park_while_callers_progress();
   void wake_progress_thread() {
     handed_over_.store(true, std::memory_order_seq_cst);
@@ -382,12 +382,16 @@ uint64_t UcxTransport::atomic(int pe, size_t offset, AmoOp op, int width, uint64
   return width == 4 ? reply32 : reply64;
 }
 
-unsigned UcxTransport::progress_locked() {
+// Progresses until nothing more happens (at most 64 rounds), or `stop` is
+// set: a waiting caller's operation completed (one system call less on its
+// way back).
+unsigned UcxTransport::progress_locked(const std::atomic<bool>* stop) {
   unsigned events = 0;
   for (int i = 0; i < 64; ++i) {
     const unsigned n = ucp_worker_progress(worker_);
     if (n == 0) break;
     events += n;
+    if (stop != nullptr && stop->load(std::memory_order_acquire)) break;
   }
   if (events != 0) {  // something may have landed in this PE's memory
     auto* header = reinterpret_cast<HeapHeader*>(mem_.base);
@@ -410,12 +414,18 @@ void UcxTransport::wait(ucs_status_ptr_t request, Completion& c, Caller& caller,
   const auto deadline = start + std::chrono::duration_cast<clock::duration>(
                                     std::chrono::duration<double>(wait_policy().timeout_s));
   auto& lock = caller.lock();
-  // Spin while the network moves (a long transfer keeps producing events).
+  // Spin while the network moves (a long transfer keeps producing events);
+  // let another caller of this PE in between.
   for (auto idle_end = start + spin; !c.done.load(std::memory_order_acquire);) {
-    const bool moved = progress_locked() != 0;
+    const bool moved = progress_locked(&c.done) != 0;
     const auto now = clock::now();
     if (moved) idle_end = now + spin;
     if (now >= idle_end || now >= deadline) break;
+    if (callers_.load(std::memory_order_relaxed) > 1) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    }
   }
   if (!c.done.load(std::memory_order_acquire)) caller.hand_over();
   while (!c.done.load(std::memory_order_acquire)) {
