@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <numeric>
 #include <string>
@@ -66,6 +68,44 @@ TEST(Rma, NonBlockingPutsCompleteAtQuiet) {
   shmem::barrier();
   shmem::sym_free(flags);
   shmem::sym_free(dst);
+}
+
+// A PE that has just made blocking calls and then computes, calling nothing,
+// still serves its peers (on the ucx engine its progress thread, which
+// stands aside while the PE's own calls progress UCX, must take over).
+TEST(Rma, PeThatComputesAfterBlockingCallsStillServesPeers) {
+  if (npes() == 1) GTEST_SKIP() << "needs two PEs";
+  if (std::string(shmem::transport_name()) == "mpi")  // docs/shmem.md, "Choices and limits"
+    GTEST_SKIP() << "the mpi engine applies a peer's RMA only while the target calls SHMEM";
+  auto* cells = static_cast<int64_t*>(shmem::sym_calloc(3, sizeof(int64_t)));
+  int64_t& value = cells[0];
+  int64_t& computing = cells[1];  // PE 0 -> PE 1: "from now on I call nothing"
+  int64_t& done = cells[2];       // PE 1 -> PE 0: "I reached you meanwhile"
+  value = 100 + me();
+  shmem::barrier();
+  if (me() == 0) {
+    for (int i = 0; i < 100; ++i) EXPECT_EQ(shmem::g(&value, 1), 101);  // blocking calls
+    shmem::p(&computing, int64_t{1}, 1);
+    shmem::quiet();
+    // Compute: read `done` by plain loads, no SHMEM call, for at most 30 s.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    int64_t seen = 0;
+    while ((seen = std::atomic_ref<int64_t>(done).load(std::memory_order_acquire)) == 0 &&
+           std::chrono::steady_clock::now() < give_up) {
+    }
+    EXPECT_EQ(seen, 1) << "PE 1 could not reach PE 0 while PE 0 computed";
+    EXPECT_EQ(value, 7);
+  } else if (me() == 1) {
+    shmem::wait_until<int64_t>(&computing, shmem::Cmp::eq, 1);
+    EXPECT_EQ(shmem::g(&value, 0), 100);  // served while PE 0 computes
+    shmem::p(&value, int64_t{7}, 0);
+    shmem::quiet();
+    EXPECT_EQ(shmem::g(&value, 0), 7);
+    shmem::p(&done, int64_t{1}, 0);
+    shmem::quiet();
+  }
+  shmem::barrier();
+  shmem::sym_free(cells);
 }
 
 TEST(Rma, OutOfRangePeAndNonSymmetricAddressAreErrors) {
