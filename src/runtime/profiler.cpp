@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -22,6 +23,7 @@ struct ProfilerState {
   std::atomic<int> pe{-1};
   std::mutex mutex;
   std::vector<KernelRecord> records;
+  std::vector<SpanRecord> spans;
   const std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
 };
 
@@ -69,6 +71,7 @@ void profiler_set_pe(int pe) { state().pe = pe; }
 void profiler_clear() {
   std::lock_guard lock(state().mutex);
   state().records.clear();
+  state().spans.clear();
 }
 
 int64_t profiler_now_ns() {
@@ -81,6 +84,19 @@ void profiler_add(KernelRecord record) {
   record.pe = state().pe.load();
   std::lock_guard lock(state().mutex);
   state().records.push_back(std::move(record));
+}
+
+void profiler_add_span(SpanRecord span) {
+  span.pe = state().pe.load();
+  std::lock_guard lock(state().mutex);
+  state().spans.push_back(std::move(span));
+}
+
+std::vector<SpanRecord> profiler_spans() {
+  std::lock_guard lock(state().mutex);
+  auto spans = state().spans;
+  std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  return spans;
 }
 
 std::vector<KernelRecord> profiler_records() {
@@ -136,6 +152,14 @@ void write_chrome_trace(const std::string& path) {
     events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
                       {"args", {{"sort_index", order}}}});
   };
+  std::map<std::string, int> span_tracks;  // by name, numbered in order of appearance
+  for (const SpanRecord& s : profiler_spans()) {
+    const int tid = 2000000 + int(span_tracks.emplace(s.track, int(span_tracks.size())).first->second);
+    events.push_back({{"name", s.name}, {"cat", s.cat}, {"ph", "X"}, {"pid", pid}, {"tid", tid},
+                      {"ts", s.start_ns / 1e3}, {"dur", (s.end_ns - s.start_ns) / 1e3}});
+  }
+  int order = -1000;  // above the streams, by name
+  for (const auto& [track, i] : span_tracks) name_track(2000000 + i, track, order++);
   for (auto [device, stream] : stream_tracks)
     name_track(device * 10000 + stream, fmt::format("dev{} stream {}", device, stream),
                device * 10000 + stream);

@@ -32,6 +32,15 @@ bool zigzag(const parallel::ParallelConfig& p) { return p.cp_zigzag && p.cp_comm
 
 }  // namespace
 
+parallel::ShmemExperts::Shape expert_dispatch_shape(const TrainConfig& c) {
+  const model::ModelConfig& m = c.model;
+  std::vector<int> layers;
+  for (int l = 0; l < m.n_layers; ++l)
+    if (m.is_moe_layer(l)) layers.push_back(l);
+  const int64_t tokens = int64_t(c.batch_size) * c.seq_len;
+  return {m.n_routed_experts, m.d_model, tokens * m.top_k, m.expert_capacity(tokens), layers};
+}
+
 Distributed::Distributed(const TrainConfig& cfg, runtime::Device& device)
     : cfg_(cfg), mesh_(cfg.parallel, shmem::n_pes(), split_sizes(cfg)), rank_(shmem::my_pe()), comm_(device) {
   const parallel::ParallelConfig& p = cfg.parallel;
@@ -48,17 +57,9 @@ Distributed::Distributed(const TrainConfig& cfg, runtime::Device& device)
   if (p.cp > 1)
     context_ = std::make_unique<parallel::ShmemContext>(parallel::Group::of(mesh_.group(parallel::Dim::cp, rank_), rank_),
                                                         p.cp_comm, zigzag(p), context_shape(cfg));
-  if (p.ep > 1) {
-    const model::ModelConfig& m = cfg.model;
-    std::vector<int> layers;
-    for (int l = 0; l < m.n_layers; ++l)
-      if (m.is_moe_layer(l)) layers.push_back(l);
-    const int64_t tokens = int64_t(cfg.batch_size) * cfg.seq_len;
-    experts_ = std::make_unique<parallel::ShmemExperts>(
-        parallel::Group::of(mesh_.group(parallel::Dim::ep, rank_), rank_),
-        parallel::ShmemExperts::Shape{m.n_routed_experts, m.d_model, tokens * m.top_k, m.expert_capacity(tokens),
-                                      layers});
-  }
+  if (p.ep > 1)
+    experts_ = std::make_unique<parallel::ShmemExperts>(parallel::Group::of(mesh_.group(parallel::Dim::ep, rank_), rank_),
+                                                        expert_dispatch_shape(cfg));
 }
 
 Distributed::~Distributed() = default;
@@ -288,14 +289,7 @@ int64_t Distributed::symmetric_bytes(const TrainConfig& c, int world) {
   int64_t bytes = 4 * 3 * arena + (16 << 20);  // weights, gradients, staging; small buffers and alignment
   if (c.parallel.cp > 1)
     bytes += parallel::ShmemContext::symmetric_bytes(c.parallel.cp_comm, c.parallel.cp, context_shape(c));
-  if (ep > 1) {
-    std::vector<int> layers;
-    for (int l = 0; l < c.model.n_layers; ++l)
-      if (c.model.is_moe_layer(l)) layers.push_back(l);
-    const int64_t tokens = int64_t(c.batch_size) * c.seq_len;
-    bytes += parallel::ShmemExperts::symmetric_bytes(
-        ep, {E, c.model.d_model, tokens * c.model.top_k, c.model.expert_capacity(tokens), layers});
-  }
+  if (ep > 1) bytes += parallel::ShmemExperts::symmetric_bytes(ep, expert_dispatch_shape(c));
   return bytes;
 }
 

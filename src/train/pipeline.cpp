@@ -1,23 +1,31 @@
 #include "coremesh/train/pipeline.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/ops/elementwise.hpp"
 #include "coremesh/ops/optimizer.hpp"
 #include "coremesh/parallel/schedule_generators.hpp"
+#include "coremesh/runtime/profiler.hpp"
 #include "coremesh/shmem/collectives.hpp"
 #include "coremesh/shmem/rma.hpp"
 #include "coremesh/shmem/session.hpp"
 #include "coremesh/shmem/stream_ops.hpp"
 #include "coremesh/shmem/team.hpp"
+#include "coremesh/train/distributed.hpp"
 #include "coremesh/train/trainer.hpp"
 
 namespace coremesh::train {
 namespace {
 
 using parallel::ActionKind;
+using parallel::Dim;
 constexpr int64_t K = ops::kOptimizerChunk;
 
 // The parameters of `params` inside [b, e), clipped, relative to b.
@@ -28,6 +36,53 @@ std::vector<ops::ParamSegment> segments_in(const std::vector<model::ParamInfo>& 
     if (lo < hi) out.push_back({lo - b, hi - lo, p.weight_decay});
   }
   return out;
+}
+
+int64_t steady_ns() {  // one clock for every process of the machine
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// From a mark launched before the work to one launched after: what the stream
+// did in between (the action's kernels, a receive's wait). Profiling: a named
+// interval on the stage's track of the trace; `times`: the interval, for the
+// report.
+class StreamSpan {
+ public:
+  StreamSpan(int stage, std::string name, std::string cat, std::pair<int64_t, int64_t>* times)
+      : span_(std::make_shared<runtime::SpanRecord>()), times_(times) {
+    span_->track = fmt::format("pipeline stage {}", stage), span_->name = std::move(name), span_->cat = std::move(cat);
+    runtime::current_stream().launch(parallel::launch_info("span_begin", runtime::KernelKind::comm, 1),
+                                     [s = span_, t = times_](const runtime::BlockContext&) {
+                                       s->start_ns = runtime::profiler_now_ns();
+                                       if (t) t->first = steady_ns();
+                                     });
+  }
+  ~StreamSpan() {
+    runtime::current_stream().launch(parallel::launch_info("span_end", runtime::KernelKind::comm, 1),
+                                     [s = span_, t = times_](const runtime::BlockContext&) {
+                                       s->end_ns = runtime::profiler_now_ns();
+                                       if (t) t->second = steady_ns();
+                                       if (runtime::profiler_enabled()) runtime::profiler_add_span(*s);
+                                     });
+  }
+  StreamSpan(const StreamSpan&) = delete;
+  StreamSpan& operator=(const StreamSpan&) = delete;
+
+ private:
+  std::shared_ptr<runtime::SpanRecord> span_;
+  std::pair<int64_t, int64_t>* times_;
+};
+
+std::string category(ActionKind k) {
+  switch (k) {
+    case ActionKind::F: return "F";
+    case ActionKind::B: return "B";
+    case ActionKind::I: return "I";
+    case ActionKind::W: return "W";
+    case ActionKind::FB: return "F&B";
+    default: return "p2p";
+  }
 }
 
 int replica_index(const model::ParamLayout& l) {
@@ -165,19 +220,25 @@ struct Pipeline::NormPlan {
 
 // ---- construction
 
-Pipeline::Pipeline(const TrainConfig& cfg)
+Pipeline::Pipeline(const TrainConfig& cfg, runtime::Device& device)
     : cfg_(cfg),
       schedule_(pipeline_schedule(cfg)),
       mesh_(cfg.parallel, cfg.parallel.world(), {cfg.model.n_routed_experts, cfg.model.n_heads, cfg.model.n_layers,
-                                                 cfg.seq_len}) {
+                                                 cfg.seq_len}),
+      comm_(device) {
   const parallel::ParallelConfig& p = cfg.parallel;
-  CM_CHECK(p.world() == p.pp * p.dp && p.zero == 0,
-           "with pp > 1 set cp, ep and tp to 1 and zero to 0: pipelines combine with data parallelism only",
-           "the layout asks for pp {} with dp {} x cp {} x ep {} x tp {}, zero {}", p.pp, p.dp, p.cp, p.ep, p.tp,
-           p.zero);
+  CM_CHECK(p.tp == 1 && p.cp == 1,
+           "with pp > 1 set tp and cp to 1: pipelines combine with data and expert parallelism and ZeRO-1 only",
+           "the layout asks for pp {} with tp {} x cp {}", p.pp, p.tp, p.cp);
+  CM_CHECK(p.ep == 1 || schedule_.placement != parallel::Placement::bidirectional,
+           "set ep to 1 or use another schedule: DualPipe's two model copies do not combine with expert parallelism",
+           "schedule {} with ep {}", schedule_.name, p.ep);
   const int me = shmem::my_pe();
-  rank_ = mesh_.coords(me)[parallel::Dim::pp];
-  pes_ = mesh_.group(parallel::Dim::pp, me);
+  rank_ = mesh_.coords(me)[Dim::pp];
+  pes_ = mesh_.group(Dim::pp, me);
+  if (p.ep > 1)  // the stage's MoE layers send their tokens to the experts of its ep peers
+    experts_ = std::make_unique<parallel::ShmemExperts>(parallel::Group::of(mesh_.group(Dim::ep, me), me),
+                                                        expert_dispatch_shape(cfg));
   stage_parts(cfg.model, schedule_.num_stages());  // checks the stage count
   rows_ = int64_t(cfg.batch_size) * cfg.seq_len;
   // Symmetric allocations, in the same order on every PE: receive buffers per
@@ -195,9 +256,16 @@ Pipeline::Pipeline(const TrainConfig& cfg)
   load_values_ = parallel::symmetric_tensor({std::max<int64_t>(1, 2 * cfg.model.n_layers * E)}, DType::i64);
   const int64_t loads = int64_t(cfg.model.n_layers) * (E + 1);
   load_arena_ = parallel::symmetric_tensor({std::max<int64_t>(loads, 1)}, DType::i64);
-  const parallel::Group data = parallel::Group::of(mesh_.group(parallel::Dim::dp, me), me);
+  const parallel::Group data = parallel::Group::of(mesh_.dense_grad_group(me), me);  // every token of the step
   load_sum_ = std::make_unique<parallel::ShardedSum>(load_arena_, std::vector<parallel::Group>{data},
                                                      std::vector<parallel::ShardedSum::Range>{{0, loads, 0}}, 1);
+  // the report's executed schedule: asked for on any PE (the leader writes it)
+  timed_ = parallel::max_over_world({int64_t(cfg.report || runtime::profiler_enabled())})[0] > 0;
+  if (timed_) {
+    size_t most = 0;
+    for (const auto& list : schedule_.actions) most = std::max(most, list.size() + 1);
+    times_buffer_ = parallel::symmetric_tensor({int64_t(2 * most) * (shmem::n_pes() + 1)}, DType::i64);
+  }
   if (schedule_.placement == parallel::Placement::bidirectional) {  // the partner's gradients and loads
     const int64_t arena = model::layout_params(cfg.model, stage()).arena_size;
     copy_grads_ = parallel::symmetric_tensor({parallel::max_over_world({arena})[0]});
@@ -253,11 +321,18 @@ Pipeline::~Pipeline() = default;
 
 bool Pipeline::leader() const { return shmem::my_pe() == 0; }
 
-model::StageLayout Pipeline::stage_of(int rank) const { return pipeline_stage(cfg_.model, schedule_, rank); }
+// The layout of `rank`'s stage; under ep the experts of this PE's ep index
+// (every ep index has the same layout).
+model::StageLayout Pipeline::stage_of(int rank) const {
+  model::StageLayout s = pipeline_stage(cfg_.model, schedule_, rank);
+  if (experts_) s.expert_begin = experts_->first_expert(), s.expert_end = s.expert_begin + experts_->local_experts();
+  return s;
+}
 
 parallel::Seams Pipeline::seams() {
   parallel::Seams s;
   s.tied = tied_.get();
+  if (experts_) s.experts = experts_.get();
   return s;
 }
 
@@ -279,23 +354,98 @@ void Pipeline::wait(int index, std::string what) {
   parallel::wait_signal_on_stream(stream, signal(index), 1, std::move(what));
 }
 
+// Collective, the same allocations in the same order on every PE.
 void Pipeline::attach(model::Model& model) {
   model_ = &model;
-  if (data_ranks() == 1) return;
-  // the stage's gradients summed over the data-parallel replicas of the stage (collective)
   const int me = shmem::my_pe();
-  const parallel::Group data = parallel::Group::of(mesh_.group(parallel::Dim::dp, me), me);
-  grad_sum_ = std::make_unique<parallel::ShardedSum>(model.grad_arena(), std::vector<parallel::Group>{data},
-                                                     std::vector<parallel::ShardedSum::Range>{{0, model.num_params(), 0}});
+  const model::ParamLayout& l = model.layout();
+  const int64_t n = l.arena_size;
+  if (experts_) {  // the norm's partials: chunks of the largest stage's arena
+    const int64_t chunks = parallel::max_over_world({(n + K - 1) / K})[0];
+    cut_partials_ = parallel::symmetric_tensor({chunks});
+    std::vector<int> world(size_t(mesh_.world()));
+    for (int pe = 0; pe < mesh_.world(); ++pe) world[size_t(pe)] = pe;
+    cut_sum_ = std::make_unique<parallel::ShardedSum>(
+        cut_partials_, std::vector<parallel::Group>{parallel::Group::of(world, me)},
+        std::vector<parallel::ShardedSum::Range>{{0, chunks, 0}}, 1);
+  }
+  // The stage's gradients summed over its replicas: runs of parameters with
+  // one group (0: dense over dp x ep, 1: routed experts over dp), the head's
+  // replica of the table a run of its own (ZeRO-1 does not gather it: the
+  // embedding's stage puts the table there); as many ranges on every PE (the
+  // sum's buffers are symmetric).
+  // A part's ranges are summed as soon as its last backward is in.
+  auto kind = [&](const model::ParamInfo& p) { return p.tied_replica ? 2 : experts_ && p.expert() ? 1 : 0; };
+  std::vector<parallel::ShardedSum::Range> ranges;
+  for (int part = 0; part < int(l.regions.size()); ++part) {
+    const model::PartRange ps = l.regions[size_t(part)];
+    for (int i = ps.begin; i < ps.end;) {
+      int j = i;
+      while (j < ps.end && kind(l.params[size_t(j)]) == kind(l.params[size_t(i)])) ++j;
+      if (kind(l.params[size_t(i)]) == 2) replica_range_ = int(ranges.size());
+      const int64_t b = i == ps.begin ? l.region_offset[size_t(part)] : l.params[size_t(i)].offset;
+      const int64_t e = j < ps.end ? l.params[size_t(j)].offset
+                                   : l.region_offset[size_t(part)] + l.region_size[size_t(part)];
+      ranges.push_back({b, e, kind(l.params[size_t(i)]) & 1});
+      range_part_.push_back(part);
+      i = j;
+    }
+  }
+  const int64_t most = parallel::max_over_world({int64_t(ranges.size())})[0];
+  while (int64_t(ranges.size()) < most) ranges.push_back({n, n, 0}), range_part_.push_back(-1);
+  owned_table_ = parallel::symmetric_tensor({1 + 3 * (most + 1)}, DType::i64);  // the replica cuts one range in two
+  if (data_ranks() == 1) return;
+  grad_sum_ = std::make_unique<parallel::ShardedSum>(
+      model.grad_arena(),
+      std::vector<parallel::Group>{parallel::Group::of(mesh_.dense_grad_group(me), me),
+                                   parallel::Group::of(mesh_.expert_grad_group(me), me)},
+      ranges, experts_ ? 16 : K);
+  overlap_ = schedule_.placement != parallel::Placement::bidirectional;  // DualPipe sums its copies first
+  if (overlap_) model.on_gradients_ready([this](int part) { on_part_ready(part); });
+}
+
+// A part's gradients of a micro-batch are in the arena (launched): after the
+// step's last, the stage's replicas sum the part on the communication stream
+// while this rank's schedule goes on.
+void Pipeline::on_part_ready(int part) {
+  if (part_backwards_.empty()) part_backwards_.assign(model_->layout().regions.size(), 0);
+  if (++part_backwards_[size_t(part)] < schedule_.micro_batches) return;
+  runtime::Event ready;
+  ready.record();  // on the compute stream: the part's gradients of the step are complete
+  ready.wait(comm_);
+  for (int r = 0; r < int(range_part_.size()); ++r)
+    if (range_part_[size_t(r)] == part) sum_range(r, comm_);
+}
+
+void Pipeline::sum_range(int r, runtime::Stream& stream) {
+  const parallel::ShardedSum::Range& x = grad_sum_->ranges()[size_t(r)];
+  if (x.begin == x.end || grad_sum_->group(r).size() == 1) return;
+  grad_sum_->reduce_scatter(r, stream);
+  grad_sum_->all_gather(r, model_->grad_arena(), stream);  // the norm reads the whole stage (ZeRO-1 too)
 }
 
 std::vector<AdamW::Range> Pipeline::owned_ranges() const {
   const model::ParamLayout& l = model_->layout();
+  std::vector<AdamW::Range> keep{{0, l.arena_size}};  // the arena, under ZeRO-1 this PE's shards of it
+  if (cfg_.parallel.zero > 0 && grad_sum_) {
+    keep.clear();
+    for (int r = 0; r < int(grad_sum_->ranges().size()); ++r) {
+      const auto s = grad_sum_->my_shard(r);
+      if (s.first < s.second) keep.push_back(s);
+    }
+    std::sort(keep.begin(), keep.end());
+  }
+  std::vector<AdamW::Range> out;
   const int r = replica_index(l);
-  if (r < 0) return {};
-  const model::ParamInfo& p = l.params[size_t(r)];
-  std::vector<AdamW::Range> out{{0, p.offset}};
-  if (p.offset + p.numel < l.arena_size) out.push_back({p.offset + p.numel, l.arena_size});
+  const int64_t rb = r < 0 ? l.arena_size : l.params[size_t(r)].offset;
+  const int64_t re = r < 0 ? l.arena_size : rb + l.params[size_t(r)].numel;
+  for (const auto& [b, e] : keep) {  // without the head's replica of the table
+    if (b < std::min(e, rb)) out.push_back({b, std::min(e, rb)});
+    if (std::max(b, re) < e) out.push_back({std::max(b, re), e});
+  }
+  CM_CHECK(!out.empty(), "use fewer data-parallel ranks or zero 0: this stage is too small to shard",
+           "PE {} keeps no optimizer state", shmem::my_pe());
+  if (out.size() == 1 && out[0] == AdamW::Range{0, l.arena_size}) out.clear();  // the whole arena
   return out;
 }
 
@@ -332,6 +482,7 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
   CM_CHECK(int(batches.size()) == schedule_.micro_batches, "pass one micro-batch per scheduled micro-batch",
            "{} micro-batches for a schedule of {}", batches.size(), schedule_.micro_batches);
   keep_.clear();  // the previous step's puts are done (finish_step synchronized)
+  part_backwards_.assign(model_->layout().regions.size(), 0);
   model::Model& m = *model_;
   const int last = schedule_.num_stages() - 1;
   // Where a chunk's input (or output gradient) comes from: a message, or the
@@ -372,15 +523,36 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
     if (stage > 0) grads_[{c, mb}] = din;
     if (--passes[size_t(mb)] == 0 && m.slot_open(mb)) m.close_slot(mb);
   };
-  for (const parallel::Action& a : schedule_.actions[size_t(rank_)]) {
+  const bool traced = timed_ || runtime::profiler_enabled();
+  const std::vector<parallel::Action>& actions = schedule_.actions[size_t(rank_)];
+  times_.assign(actions.size() + 1, {0, 0});  // + the copies' sum
+  memory_ = {};
+  std::set<std::pair<int, int>> live;  // chunk slots: (chunk, micro-batch) from F to B or W
+  auto note = [&](int chunk, int mb, bool taken) {
+    if (!traced) return;
+    if (!taken) {
+      live.erase({chunk, mb});
+      return;
+    }
+    live.insert({chunk, mb});
+    int64_t bytes = 0;
+    for (int i = 0; i < schedule_.micro_batches; ++i)
+      if (m.slot_open(i)) bytes += m.saved_bytes(i).activations;
+    memory_.peak_activation_bytes = std::max(memory_.peak_activation_bytes, bytes);
+    memory_.peak_slots = std::max(memory_.peak_slots, int(live.size()));
+  };
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const parallel::Action& a = actions[i];
+    std::optional<StreamSpan> span;
+    if (traced) span.emplace(schedule_.stage_of(rank_, a.chunk), parallel::to_string(a), category(a.kind), &times_[i]);
     switch (a.kind) {
-      case ActionKind::F: forward(a.chunk, a.micro_batch); break;
-      case ActionKind::B: backward(a.chunk, a.micro_batch, false); break;
+      case ActionKind::F: forward(a.chunk, a.micro_batch), note(a.chunk, a.micro_batch, true); break;
+      case ActionKind::B: backward(a.chunk, a.micro_batch, false), note(a.chunk, a.micro_batch, false); break;
       case ActionKind::I: backward(a.chunk, a.micro_batch, true); break;
-      case ActionKind::W: m.backward_weight(a.micro_batch, a.chunk); break;
-      case ActionKind::FB:
-        forward(a.chunk, a.micro_batch);
-        backward(a.b_chunk, a.b_micro_batch, false);
+      case ActionKind::W: m.backward_weight(a.micro_batch, a.chunk), note(a.chunk, a.micro_batch, false); break;
+      case ActionKind::FB:  // the forward's slot is taken before the backward frees its own
+        forward(a.chunk, a.micro_batch), note(a.chunk, a.micro_batch, true);
+        backward(a.b_chunk, a.b_micro_batch, false), note(a.b_chunk, a.b_micro_batch, false);
         break;
       case ActionKind::SendF: send(take(outputs_, {a.chunk, a.micro_batch}), a); break;
       case ActionKind::SendB: send(take(grads_, {a.chunk, a.micro_batch}), a); break;
@@ -389,7 +561,10 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
     }
   }
   CM_ASSERT(outputs_.empty() && grads_.empty() && inputs_.empty() && grad_inputs_.empty());
-  if (copy_grads_.defined()) sum_copies();
+  if (!copy_grads_.defined()) return;
+  std::optional<StreamSpan> span;
+  if (traced) span.emplace(schedule_.stage_of(rank_, 0), "sum of the copies", "grad sum", &times_.back());
+  sum_copies();
 }
 
 // DualPipe: rank r holds stage r of copy 0 and stage p-1-r of copy 1, its
@@ -424,15 +599,50 @@ void Pipeline::sum_copies() {
 
 void Pipeline::sum_over_data_ranks() {
   CM_ASSERT(grad_sum_);
+  std::optional<StreamSpan> span;
+  if (runtime::profiler_enabled()) span.emplace(schedule_.stage_of(rank_, 0), "data-parallel sum", "grad sum", nullptr);
   runtime::Stream stream = runtime::current_stream();
-  // gradients: replica d holds micro-batches [d a, (d+1) a); summed in replica order
-  grad_sum_->reduce_scatter(0, stream);
-  grad_sum_->all_gather(0, model_->grad_arena(), stream);
+  // gradients: replica d holds micro-batches [d a, (d+1) a); summed in replica
+  // order and gathered whole
+  if (overlap_) {
+    for (int r = 0; r < int(range_part_.size()); ++r)  // parts no backward wrote (sealed: zeros)
+      if (range_part_[size_t(r)] >= 0 && part_backwards_.at(size_t(range_part_[size_t(r)])) < schedule_.micro_batches)
+        sum_range(r, stream);
+    runtime::Event done;
+    done.record(comm_);
+    done.wait();  // the compute stream goes on with the sums
+  } else {
+    for (int r = 0; r < int(grad_sum_->ranges().size()); ++r) sum_range(r, stream);
+  }
   // the routers' loads: every replica updates its biases from the global load
   if (!model_->expert_load().empty()) load_sum_->sum_packed(model_->expert_load(), stream);
 }
 
+// Expert parallelism cuts the experts' rows over PEs, so no PE holds a 1-PE
+// chunk of them: each PE takes the partials of what it alone counts (its
+// experts, the dense parameters on ep rank 0; data replica 0; not the head's
+// replica) and the world sums them: within rounding of one PE.
+Tensor Pipeline::grad_sq_sum_cut() {
+  const parallel::Coords at = mesh_.coords(shmem::my_pe());
+  std::vector<ops::ParamSegment> mine;
+  if (at[Dim::dp] == 0)
+    for (const model::ParamInfo& p : model_->params())
+      if (!p.tied_replica && (p.expert() || at[Dim::ep] == 0)) mine.push_back({p.offset, p.numel, p.weight_decay});
+  const Tensor P = cut_partials_;
+  parallel::zero_on_stream(P);
+  if (!mine.empty()) {
+    const Tensor part = ops::grad_sq_partials(model_->grad_arena(), mine);
+    Tensor dst = P.slice(0, 0, part.numel());
+    ops::add_out(dst, part, dst);
+  }
+  runtime::Stream stream = runtime::current_stream();
+  cut_sum_->reduce_scatter(0, stream);
+  cut_sum_->all_gather(0, P, stream);
+  return ops::sum_partials(P);
+}
+
 Tensor Pipeline::grad_sq_sum() {
+  if (experts_) return grad_sq_sum_cut();
   NormPlan& q = *norm_;
   const Tensor grad = model_->grad_arena(), P = q.partials;
   parallel::zero_on_stream(P);
@@ -484,6 +694,18 @@ void Pipeline::sync_tied_table() {
   if (tied_) tied_->sync(*model_);
 }
 
+void Pipeline::after_optimizer() {
+  if (cfg_.parallel.zero > 0 && grad_sum_) {  // each PE updated its shards: every replica gets them
+    runtime::Stream stream = runtime::current_stream();
+    for (int r = 0; r < int(grad_sum_->ranges().size()); ++r) {
+      const parallel::ShardedSum::Range& x = grad_sum_->ranges()[size_t(r)];
+      if (x.begin < x.end && grad_sum_->group(r).size() > 1 && r != replica_range_)
+        grad_sum_->all_gather(r, model_->param_arena(), stream);
+    }
+  }
+  sync_tied_table();  // after the gather: the embedding's table is whole
+}
+
 // ---- host
 
 Tensor Pipeline::forward_only(const model::MicroBatch& batch) {
@@ -527,6 +749,36 @@ std::vector<Pipeline::Totals> Pipeline::over_world(const std::vector<double>& lo
   return out;
 }
 
+void Pipeline::gather_executed() {
+  if (!timed_) return;
+  const int64_t slots = times_buffer_.numel() / (shmem::n_pes() + 1);  // 2 per action
+  auto* v = times_buffer_.data<int64_t>();
+  std::fill(v, v + slots, 0);
+  for (size_t i = 0; i < times_.size() && int64_t(2 * i + 1) < slots; ++i)
+    v[2 * i] = times_[i].first, v[2 * i + 1] = times_[i].second;
+  shmem::allgather(shmem::Team::world(), v + slots, v, size_t(slots));
+  executed_.clear();
+  auto times_of = [&](int rank) {  // data replica 0's
+    parallel::Coords c;
+    c[Dim::pp] = rank;
+    return v + slots * (mesh_.rank(c) + 1);
+  };
+  int64_t origin = std::numeric_limits<int64_t>::max();
+  for (int r = 0; r < schedule_.ranks; ++r)
+    for (int64_t i = 0; i < slots; i += 2)
+      if (times_of(r)[i] > 0) origin = std::min(origin, times_of(r)[i]);
+  for (int r = 0; r < schedule_.ranks; ++r) {
+    const int64_t* t = times_of(r);
+    const std::vector<parallel::Action>& actions = schedule_.actions[size_t(r)];
+    for (size_t i = 0; i <= actions.size(); ++i) {
+      if (t[2 * i] == 0) continue;  // not run (the copies' sum outside DualPipe)
+      const bool sum = i == actions.size();
+      executed_.push_back({r, sum ? "sum" : parallel::to_string(actions[i]), sum ? "grad sum" : category(actions[i].kind),
+                           double(t[2 * i] - origin) / 1e6, double(t[2 * i + 1] - origin) / 1e6});
+    }
+  }
+}
+
 std::vector<std::vector<double>> Pipeline::every_expert_load(const std::vector<std::vector<double>>& mine) {
   const model::ModelConfig& m = cfg_.model;
   const int64_t E = m.n_routed_experts, n = m.n_layers * E;
@@ -554,7 +806,12 @@ void Pipeline::gather_state(model::Model& model, AdamW& opt, NamedTensors& param
     const int l = std::stoi(name.substr(7));
     std::memcpy(buffers_.data<float>() + l * E, b.data<float>(), size_t(E) * sizeof(float));
   }
-  shmem::barrier();  // every PE's step is done and its buffers staged
+  auto* table = owned_table_.data<int64_t>();  // where this PE's AdamW state lies: (begin, end, offset) per range
+  table[0] = int64_t(opt.owned().size());
+  for (size_t i = 0; i < opt.owned().size(); ++i)
+    table[1 + 3 * i] = opt.owned()[i].first, table[2 + 3 * i] = opt.owned()[i].second,
+                  table[3 + 3 * i] = opt.state_offset(i);
+  shmem::barrier();  // every PE's step is done and its buffers and table staged
   if (shmem::my_pe() == 0) {
     // the holder of each part (a pipeline rank of data replica 0), and its layout
     std::vector<int> holder(size_t(model::num_parts(cfg_.model)));
@@ -564,27 +821,56 @@ void Pipeline::gather_state(model::Model& model, AdamW& opt, NamedTensors& param
         for (int part = r.begin; part < r.end; ++part) holder[size_t(part)] = pe;
       layouts.push_back(model::layout_params(cfg_.model, stage_of(pe)));
     }
-    auto get = [](Tensor& to, const Tensor& from, int64_t offset, int pe) {
-      shmem::get(to.data<float>(), from.data<float>() + offset, size_t(to.numel()), pe);
+    auto get = [](Tensor& to, int64_t at, const Tensor& from, int64_t offset, int64_t n, int pe) {
+      shmem::get(to.data<float>() + at, from.data<float>() + offset, size_t(n), pe);
     };
+    std::map<int, std::vector<int64_t>> tables;  // of the PEs read so far
+    auto owned = [&](int pe) -> const std::vector<int64_t>& {
+      std::vector<int64_t>& t = tables[pe];
+      if (t.empty()) {
+        int64_t n = 0;
+        shmem::get(&n, owned_table_.data<int64_t>(), 1, pe);
+        t.resize(size_t(1 + 3 * n));
+        shmem::get(t.data(), owned_table_.data<int64_t>(), t.size(), pe);
+      }
+      return t;
+    };
+    const int ep = cfg_.parallel.ep;
     for (const model::ParamInfo& w : model::layout_params(cfg_.model).params) {
-      const int pe = holder[size_t(w.part)];
-      const model::ParamLayout& l = layouts[size_t(pe)];
-      int64_t offset = -1;
-      for (const auto& p : l.params)
-        if (p.name == w.name && !p.tied_replica) offset = p.offset;
-      CM_ASSERT(offset >= 0);
-      // AdamW's state sits at the parameter's arena offset: every range before the replica is owned
+      const int rank = holder[size_t(w.part)];
+      const model::ParamLayout& l = layouts[size_t(rank)];
+      const model::ParamInfo* p = nullptr;
+      for (const auto& q : l.params)
+        if (q.name == w.name && !q.tied_replica) p = &q;
+      CM_ASSERT(p != nullptr);
       Tensor x = Tensor::empty(w.shape), m = Tensor::empty(w.shape), v = Tensor::empty(w.shape);
-      const int from = this->pe(pe);
-      get(x, model.param_arena(), offset, from), get(m, opt.m(), offset, from), get(v, opt.v(), offset, from);
+      for (int j = 0; j < (w.expert() ? ep : 1); ++j) {  // under ep: each ep rank's experts (data replica 0)
+        parallel::Coords c;
+        c[Dim::pp] = rank, c[Dim::ep] = j;
+        const int from = mesh_.rank(c);
+        const int64_t at = j * p->numel;  // its rows of the whole tensor
+        get(x, at, model.param_arena(), p->offset, p->numel, from);
+        // AdamW's state: on `from`, or under ZeRO-1 on the members that own its shards
+        std::vector<int> owners{from};
+        if (cfg_.parallel.zero > 0) owners = w.expert() ? mesh_.expert_grad_group(from) : mesh_.dense_grad_group(from);
+        for (int o : owners) {
+          const std::vector<int64_t>& t = owned(o);
+          for (int64_t i = 0; i < t[0]; ++i) {
+            const int64_t b = t[size_t(1 + 3 * i)], e = t[size_t(2 + 3 * i)], s = t[size_t(3 + 3 * i)];
+            const int64_t lo = std::max(b, p->offset), hi = std::min(e, p->offset + p->numel);
+            if (lo >= hi) continue;
+            get(m, at + (lo - p->offset), opt.m(), s + (lo - b), hi - lo, o);
+            get(v, at + (lo - p->offset), opt.v(), s + (lo - b), hi - lo, o);
+          }
+        }
+      }
       params.emplace_back(w.name, x), adam_m.emplace_back(w.name, m), adam_v.emplace_back(w.name, v);
     }
     buffers.clear();
     for (int l = 0; l < cfg_.model.n_layers; ++l) {
       if (!cfg_.model.is_moe_layer(l)) continue;
       Tensor b = Tensor::empty({E});
-      get(b, buffers_, l * E, pe(holder[size_t(2 + 2 * l)]));
+      get(b, 0, buffers_, l * E, E, pe(holder[size_t(2 + 2 * l)]));
       buffers.emplace_back("layers." + std::to_string(l) + ".router_bias", b);
     }
   }
@@ -600,9 +886,11 @@ int64_t Pipeline::symmetric_bytes(const TrainConfig& c) {
   // weights, gradients, AdamW m and v (the largest stage, at most the whole model and a
   // replica), receive buffers, the tied table's per micro-batch, norm slots
   // the gradients' reduce-scatter (dp), the partner's gradients (DualPipe)
-  const int64_t staging = (c.parallel.dp > 1) + (s.placement == parallel::Placement::bidirectional);
+  const int64_t staging = (c.parallel.dp * c.parallel.ep > 1) + (s.placement == parallel::Placement::bidirectional);
   const int64_t staged = staging * (whole + table);
-  return 4 * (4 * (whole + table) + staged + messages + mb * table + (c.parallel.pp * 2 + 2) * K) + (16 << 20);
+  const int64_t experts = c.parallel.ep > 1 ? parallel::ShmemExperts::symmetric_bytes(c.parallel.ep, expert_dispatch_shape(c)) : 0;
+  return 4 * (4 * (whole + table) + staged + messages + mb * table + (c.parallel.pp * 2 + 2) * K) + experts +
+         (16 << 20);
 }
 
 }  // namespace coremesh::train

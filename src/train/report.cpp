@@ -136,6 +136,49 @@ std::string heatmap(const std::vector<ExpertLoadRecord>& recs) {
   return o + "</svg>";
 }
 
+// A pipeline's last step as it ran: a row per rank, a box per action from
+// its start to its end on the rank's stream, coloured by kind and labelled
+// with its token (0F3) where the box is wide enough. The gaps are the bubble.
+std::string executed_schedule(const std::string& title, const std::vector<ExecutedAction>& actions) {
+  int ranks = 0;
+  double end = 0;
+  for (const auto& a : actions) ranks = std::max(ranks, a.rank + 1), end = std::max(end, a.end_ms);
+  if (ranks == 0 || end <= 0) return "";
+  const double L = 70, T = 40, W = 1100, rowh = 26, H = T + ranks * rowh + 50, scale = (W - L - 20) / end;
+  auto colour = [](const std::string& cat) {
+    return cat == "F"     ? "#4e79a7"
+           : cat == "B"   ? "#e15759"
+           : cat == "I"   ? "#f28e2b"
+           : cat == "W"   ? "#59a14f"
+           : cat == "F&B" ? "#b07aa1"
+           : cat == "p2p" ? "#bab0ac"
+                          : "#9c755f";
+  };
+  std::string o = fmt::format(
+      "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{:.0f}' class='chart'>"
+      "<rect width='100%' height='100%' fill='#fff'/>"
+      "<text x='{}' y='18' font-size='14' font-weight='bold'>Executed schedule, last step: {} "
+      "(F blue, B red, I orange, W green, F&amp;B purple, P2P and waits grey, gradient sums brown)</text>",
+      W, H, L, escape(title));
+  for (int r = 0; r < ranks; ++r)
+    o += fmt::format("<text x='{}' y='{:.1f}' font-size='11' text-anchor='end'>rank {}</text>", L - 6,
+                     T + r * rowh + rowh / 2 + 4, r);
+  for (const auto& a : actions) {
+    const double x = L + a.start_ms * scale, w = std::max(0.5, (a.end_ms - a.start_ms) * scale);
+    const double y = T + a.rank * rowh + (a.cat == "p2p" ? rowh * 0.6 : 2), h = a.cat == "p2p" ? rowh * 0.35 : rowh * 0.55;
+    o += fmt::format("<rect x='{:.1f}' y='{:.1f}' width='{:.1f}' height='{:.1f}' fill='{}'><title>{} {:.3f}-{:.3f} ms"
+                     "</title></rect>",
+                     x, y, w, h, colour(a.cat), escape(a.action), a.start_ms, a.end_ms);
+    if (a.cat != "p2p" && w > 18)  // the micro-batch: the digits after the kind's letters
+      o += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='10' fill='#fff'>{}</text>", x + 2, y + h - 4,
+                       escape(a.action));
+  }
+  o += fmt::format("<text x='{}' y='{:.1f}' font-size='11'>0 ms</text>", L, T + ranks * rowh + 16);
+  o += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='11' text-anchor='end'>{:.2f} ms</text>", W - 20,
+                   T + ranks * rowh + 16, end);
+  return o + "</svg>";
+}
+
 }  // namespace
 
 std::string render_report_html(const ReportData& d) {
@@ -165,6 +208,7 @@ std::string render_report_html(const ReportData& d) {
   o += line_chart("Loss (cross entropy, nats/byte)", "loss", loss);
   o += line_chart("Throughput", "tokens/s", speed);
   o += "</div><div>" + heatmap(d.expert_load) + "</div>";
+  if (!d.executed.empty()) o += "<div>" + executed_schedule(d.schedule, d.executed) + "</div>";
   if (!balance[0].points.empty()) {
     o += "<div>" + line_chart("Expert balance (worst MoE layer)", "max / mean", balance) + "</div>";
     o += "<p>Balance is the tokens routed to the busiest expert over the mean tokens per expert, in "

@@ -129,7 +129,7 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
   if (cfg_.val_fraction > 0)
     val_loader_ = std::make_unique<DataLoader>(*data_, Split::validation, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
   if (cfg_.parallel.pp > 1) {
-    pipe_ = std::make_unique<Pipeline>(cfg_);
+    pipe_ = std::make_unique<Pipeline>(cfg_, device);
     model_ = std::make_unique<model::Model>(cfg_.model, pipe_->stage(), pipe_->seams(), pipe_->arena());
     pipe_->attach(*model_);
     opt_ = std::make_unique<AdamW>(*model_, cfg_.adam, pipe_->owned_ranges(), pipe_->state_allocator());
@@ -408,7 +408,7 @@ void Trainer::launch_step() {
     grad_sq_ = pipe_->grad_sq_sum();
     opt_->clip_gradients(grad_sq_);
     opt_->step(schedule_.at(step_));
-    pipe_->sync_tied_table();
+    pipe_->after_optimizer();  // ZeRO-1's gather of the parameters, the tied table
     model_->update_router_bias();  // each stage's routers see all of the step's micro-batches
     return;
   }
@@ -447,6 +447,7 @@ StepRecord& Trainer::finish_step() {
     const auto t = pipe_->over_world({st.loss, st.aux_loss});
     r.loss = t[0].sum, r.aux_loss = t[1].sum;
     st.expert_load = pipe_->every_expert_load(st.expert_load);
+    pipe_->gather_executed();  // the report's executed schedule
   }
   r.grad_norm = AdamW::grad_norm(grad_sq_);
   CM_CHECK(std::isfinite(r.loss), "lower the learning rate or enable gradient clipping",
@@ -554,6 +555,11 @@ ReportData Trainer::report_data() const {
   d.validation = val_records_;
   d.expert_load = expert_load_;
   d.samples = samples_;
+  if (pipe_) {
+    const parallel::Schedule& s = pipe_->schedule();
+    d.schedule = fmt::format("{} on {} ranks, {} micro-batches", s.name, s.ranks, s.micro_batches);
+    d.executed = pipe_->executed();
+  }
   return d;
 }
 

@@ -34,6 +34,12 @@ static ReportData sample_report() {
       d.expert_load.push_back(e);
     }
   }
+  d.schedule = "1f1b on 2 ranks, 2 micro-batches";
+  const char* actions[2][4] = {{"0F0", "0F1", "0B0", "0B1"}, {"0F0", "0B0", "0F1", "0B1"}};
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 4; ++i)
+      d.executed.push_back({r, actions[r][i], std::string(1, actions[r][i][1]), 1.0 * i + r, 1.0 * i + r + 0.8});
+  d.executed.push_back({1, "0RECV_F0", "p2p", 0.0, 0.9});
   return d;
 }
 
@@ -42,6 +48,10 @@ TEST(Report, IsSelfContained) {
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("Expert load"), std::string::npos);
   EXPECT_NE(html.find("polyline"), std::string::npos);
+  // the executed schedule: a box per action, its token and times in its title
+  EXPECT_NE(html.find("Executed schedule, last step: 1f1b on 2 ranks"), std::string::npos);
+  EXPECT_NE(html.find("<title>0B1 4.000-4.800 ms</title>"), std::string::npos);
+  EXPECT_NE(html.find("<title>0RECV_F0 0.000-0.900 ms</title>"), std::string::npos);
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("src="), std::string::npos);
   EXPECT_EQ(html.find("href="), std::string::npos);

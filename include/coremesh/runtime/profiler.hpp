@@ -1,6 +1,8 @@
 // Profiler: one record per kernel and per block, exported as
 // kernel_details.csv (the RFC reads block_dim there) and as a Chrome/Perfetto
-// trace JSON with one track per stream and one per core.
+// trace JSON with one track per stream and one per core, and spans: named
+// intervals that a caller knows the meaning of (a pipeline stage's F3, B3,
+// RECV_F3), one track per span track name.
 //
 // Switched on by profiler_start() or by COREMESH_PROFILE=<dir>, in which case
 // the files are written to <dir> when the process exits (as
@@ -37,6 +39,14 @@ struct KernelRecord {
   std::string op;  // the op descriptor as text (OpDesc::describe), empty if none
 };
 
+struct SpanRecord {
+  int pe = -1;
+  std::string track;  // e.g. "pipeline stage 1"
+  std::string name;   // e.g. "0F3"
+  std::string cat;    // e.g. "F", "p2p"
+  int64_t start_ns = 0, end_ns = 0;
+};
+
 void profiler_start();
 void profiler_stop();
 bool profiler_enabled();
@@ -55,5 +65,8 @@ std::vector<std::string> profiler_export(const std::string& dir);
 
 // Called by the runtime for each finished kernel.
 void profiler_add(KernelRecord record);
+// A finished span (pe filled in); spans by start time.
+void profiler_add_span(SpanRecord span);
+std::vector<SpanRecord> profiler_spans();
 
 }  // namespace coremesh::runtime

@@ -37,6 +37,10 @@ namespace coremesh::train {
 
 struct TrainConfig;
 
+// The expert dispatcher's sizes for a training config (its MoE layers, one
+// micro-batch's routed rows, the capacity).
+parallel::ShmemExperts::Shape expert_dispatch_shape(const TrainConfig& config);
+
 class Distributed {
  public:
   // Collective over the job's PEs (SHMEM must be initialized): every PE

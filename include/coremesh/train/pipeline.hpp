@@ -28,11 +28,15 @@
 //               gathered on the host (every PE gets them).
 //   checkpoints the leader gets every parameter, AdamW moment and router
 //               bias from its stage under the 1-PE names.
-//   dp          replicas of the pipeline (mesh rank order [DP][PP]) read
-//               consecutive runs of the step's micro-batches; after the
-//               backward each stage's gradients and router loads are summed
-//               over its replicas in replica order (bit-identical to one PE
-//               when each replica runs one micro-batch).
+//   dp, ep      replicas of the pipeline (mesh rank order [DP][PP][EP])
+//               read consecutive runs of the step's micro-batches (data
+//               index dp·ep + ep); under ep a stage's MoE layers send their
+//               tokens to the experts on the stage's ep peers. After the
+//               backward each stage's dense gradients are summed over
+//               dp x ep, its experts' over dp, in member order (bit-identical
+//               to one PE when each replica runs one micro-batch and ep is 1).
+//   ZeRO-1      each PE keeps AdamW's m and v for its shards of those sums
+//               only, updates them and all-gathers the parameters.
 //
 // Gradients of a stage are summed in micro-batch order by the model, which
 // holds for a schedule that runs each chunk's backwards (or W) in
@@ -49,11 +53,13 @@
 
 #include "coremesh/model/model.hpp"
 #include "coremesh/parallel/comm.hpp"
+#include "coremesh/parallel/expert_parallel.hpp"
 #include "coremesh/parallel/mesh.hpp"
 #include "coremesh/parallel/schedule.hpp"
 #include "coremesh/runtime/stream.hpp"
 #include "coremesh/train/checkpoint.hpp"
 #include "coremesh/train/optimizer.hpp"
+#include "coremesh/train/report.hpp"
 
 namespace coremesh::train {
 
@@ -68,25 +74,28 @@ model::StageLayout pipeline_stage(const model::ModelConfig& config, const parall
 
 class Pipeline {
  public:
-  // Collective over the job's PEs (SHMEM initialized, dp x pp of them):
+  // Collective over the job's PEs (SHMEM initialized, dp x pp x ep of them):
   // checks the layout and the schedule, allocates the symmetric buffers.
-  explicit Pipeline(const TrainConfig& config);
+  // `device` runs the data-parallel sums' communication stream.
+  Pipeline(const TrainConfig& config, runtime::Device& device);
   ~Pipeline();
 
   const parallel::Schedule& schedule() const { return schedule_; }
   int rank() const { return rank_; }  // in the pipeline
   bool leader() const;                // PE 0: logs, checkpoints
   // This PE's replica of the pipeline reads micro-batches [data_index * a,
-  // (data_index + 1) * a) of each step's data_ranks * a (a = grad_accum).
-  int data_index() const { return mesh_.coords(pe(rank_))[parallel::Dim::dp]; }
-  int data_ranks() const { return mesh_.degree(parallel::Dim::dp); }
+  // (data_index + 1) * a) of each step's data_ranks * a (a = grad_accum);
+  // replicas differ in dp and ep.
+  int data_index() const { return mesh_.data_index(pe(rank_)); }
+  int data_ranks() const { return mesh_.data_ranks(); }
   // What this PE's model is built with.
   model::StageLayout stage() const { return stage_of(rank_); }
   parallel::Seams seams();
   model::Model::ArenaAllocator arena() const;  // symmetric, the largest stage's size
-  // After the model exists (collective): the data-parallel gradient sum.
+  // After the model exists (collective): the gradient sums over the replicas.
   void attach(model::Model& model);
-  // The arena without the head's replica of a tied table (it follows the embedding).
+  // The arena without the head's replica of a tied table (it follows the
+  // embedding); under ZeRO-1 this PE's shards of it.
   std::vector<AdamW::Range> owned_ranges() const;
   model::Model::ArenaAllocator state_allocator() const;
 
@@ -94,11 +103,16 @@ class Pipeline {
   // This rank's actions; micro-batch i is batches[i] (tokens and targets).
   // DualPipe: ends with the sum of the two model copies.
   void run(const std::vector<model::MicroBatch>& batches);
-  // dp > 1: the stage's gradients and the routers' loads summed over the
-  // replicas of the stage, in replica order.
+  // dp x ep > 1: the stage's gradients and the routers' loads summed over
+  // the replicas of the stage, in replica order. Each part's sum starts on
+  // the communication stream once the part's last backward (B or W) of the
+  // step has been launched, overlapping the rest of the schedule (DualPipe:
+  // after the copies' sum); this call makes the stream wait for them.
   void sum_over_data_ranks();
-  Tensor grad_sq_sum();    // (1): the 1-PE sum of squares, on every PE
+  Tensor grad_sq_sum();    // (1): the 1-PE sum of squares, on every PE (within rounding under ep)
   void sync_tied_table();  // the embedding's table into the head's replica
+  // After AdamW: ZeRO-1's all-gather of the parameters, then the tied table.
+  void after_optimizer();
 
   // ---- host
   // Forward only, one batch at a time (validation): the last stage's token
@@ -109,6 +123,20 @@ class Pipeline {
     double sum = 0, max = 0;
   };
   std::vector<Totals> over_world(const std::vector<double>& local);
+  // Collective, after the step's synchronization: every pipeline rank's
+  // actions of the step with their times on the stream (data replica 0), for
+  // the report; kept while a report (on any PE) or a profile is asked for.
+  void gather_executed();
+  const std::vector<ExecutedAction>& executed() const { return executed_; }
+  // This PE's last step, measured while its actions are timed: the peak of
+  // the activations its open micro-batches keep for their backwards
+  // (Model::saved_bytes), and the peak of chunk slots (the simulator's: one
+  // chunk's activations of one micro-batch, from its F to its B or W).
+  struct Memory {
+    int64_t peak_activation_bytes = 0;
+    int peak_slots = 0;
+  };
+  const Memory& memory() const { return memory_; }
   // Every MoE layer's expert load (in layer order) from this stage's
   // (`mine`, the layers it holds, after the step's sums).
   std::vector<std::vector<double>> every_expert_load(const std::vector<std::vector<double>>& mine);
@@ -125,6 +153,11 @@ class Pipeline {
   // The chunks whose parts `rank` holds for the whole model (DualPipe: copy 0's).
   std::vector<model::PartRange> canonical_chunks(int rank) const;
   void sum_copies();
+  void on_part_ready(int part);  // the model's hook: a part's gradients of a micro-batch are in
+  void sum_range(int range, runtime::Stream& stream);
+  Tensor grad_sq_sum_cut();  // under ep: every PE's partials of what it alone holds, summed
+  // The arena ranges whose AdamW state the PE keeps, in arena order.
+  std::vector<AdamW::Range> owned_by(int pe) const;
   int pe(int rank) const { return pes_[size_t(rank)]; }  // the PE of a pipeline rank (this replica's)
   void plan_norm(int signal_base);
   int buffer(bool grad, int chunk, int micro_batch) const;  // index of a receive buffer (and its signal)
@@ -141,13 +174,29 @@ class Pipeline {
   int64_t rows_ = 0;  // tokens per micro-batch (N)
   model::Model* model_ = nullptr;
   std::unique_ptr<Tied> tied_;
+  std::unique_ptr<parallel::ShmemExperts> experts_;
   std::unique_ptr<NormPlan> norm_;
-  std::unique_ptr<parallel::ShardedSum> grad_sum_, load_sum_;  // over the data-parallel replicas of the stage
+  // over the replicas of the stage: ranges of dense (group 0: dp x ep) and
+  // expert (group 1: dp) parameters; the routers' loads (dp x ep)
+  std::unique_ptr<parallel::ShardedSum> grad_sum_, load_sum_;
+  std::unique_ptr<parallel::ShardedSum> cut_sum_;  // the norm's partials under ep, over the world
+  int replica_range_ = -1;  // the range of the head's replica of the tied table
+  std::vector<int> range_part_;  // per range of grad_sum_: its part (-1: padding)
+  std::vector<int> part_backwards_;  // per part: backwards of the step so far
+  bool overlap_ = false;  // sums start as parts finish (not DualPipe)
+  runtime::Stream comm_;
+  Tensor cut_partials_, owned_table_;  // owned_table_: this PE's owned ranges and state offsets (checkpoints)
   Tensor load_arena_, copy_grads_, copy_loads_;  // copy_*: DualPipe's partner's
   Tensor recv_, signals_, host_values_, buffers_, load_values_;
   // the step in flight: outputs to send or hand over, received inputs, kept sources of puts
   std::map<std::pair<int, int>, Tensor> outputs_, grads_, inputs_, grad_inputs_;
   std::vector<Tensor> keep_;
+  // the step's action times (steady clock ns, written by the stream), all PEs' gathered
+  bool timed_ = false;
+  std::vector<std::pair<int64_t, int64_t>> times_;
+  Tensor times_buffer_;
+  std::vector<ExecutedAction> executed_;
+  Memory memory_;
 };
 
 }  // namespace coremesh::train

@@ -4,6 +4,8 @@
 //   - tokens/s over steps
 //   - expert load heatmap: rows are (MoE layer, expert), columns are logged
 //     steps, colour is the expert's share of its layer's tokens
+//   - a pipeline's executed schedule: per rank, its actions over the last
+//     step's time (F, B, I, W, F&B, P2P), coloured by kind
 //   - a summary table (config, final numbers)
 //   - the greedy samples written at each validation
 #pragma once
@@ -27,6 +29,13 @@ struct SampleRecord {
   std::string prompt, text;  // text: the continuation
 };
 
+// One action of a pipeline rank as it ran on the stream (ms from the step's start).
+struct ExecutedAction {
+  int rank = 0;
+  std::string action, cat;  // "0F3", "F" (F, B, I, W, F&B, p2p, grad sum)
+  double start_ms = 0, end_ms = 0;
+};
+
 struct ReportData {
   std::string title = "coremesh training report";
   std::vector<std::pair<std::string, std::string>> summary;  // key, value rows
@@ -34,6 +43,8 @@ struct ReportData {
   std::vector<ValRecord> validation;
   std::vector<ExpertLoadRecord> expert_load;
   std::vector<SampleRecord> samples;  // greedy samples at each validation
+  std::string schedule;                // the pipeline's schedule, e.g. "1f1b pp 2, 4 micro-batches"
+  std::vector<ExecutedAction> executed;  // its last step; empty without a pipeline
 };
 
 std::string render_report_html(const ReportData& data);

@@ -1,0 +1,134 @@
+// bench_pipeline_bubble: the bubble a pipeline schedule leaves when it runs
+// (issue 16), against the simulator fed with the costs measured in the same
+// run and against the textbook formula; and each rank's peak activation
+// memory against the schedule's slot count. One schedule per run:
+//   coremesh run -n P bench_pipeline_bubble CORPUS SCHEDULE M STEPS [V]
+// trains the bench model (below) with pp = P, M micro-batches, one core per
+// PE, timing every action on its stream (Pipeline::executed). Per step after
+// the first:
+//   measured   1 - sum(compute time of every rank) / (P x step), the step
+//              being the first action's start to the last one's end
+//   simulated  parallel::simulate() of the schedule with this step's median
+//              F, B (or I + W), W and F&B durations, P2P 0 (latency only;
+//              sends and receives are one-sided)
+// and prints, on PE 0, the medians over the steps as one line
+//   "bubble SCHEDULE P M measured simulated formula"
+// (formula: the textbook fraction of the step, or "-" where the table of
+// architecture.md gives it as a time), then per rank
+//   "memory RANK peak_slots simulated_slots peak_activation_MiB"
+// Formulas and slots: docs/architecture.md, "How to add a pipeline schedule".
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "coremesh/parallel/schedule_simulator.hpp"
+#include "coremesh/runtime/device.hpp"
+#include "coremesh/runtime/profiler.hpp"
+#include "coremesh/shmem/shmem.hpp"
+#include "coremesh/train/trainer.hpp"
+
+using namespace coremesh;
+using coremesh::bench::median;
+
+namespace {
+
+train::TrainConfig bench_config(const std::string& corpus, parallel::PipelineSchedule schedule, int pp, int m,
+                                int steps, int v) {
+  train::TrainConfig c;
+  c.model.vocab_size = 256, c.model.d_model = 128, c.model.n_layers = 4, c.model.n_heads = 4;
+  c.model.n_kv_heads = 2, c.model.max_seq_len = 128, c.model.first_k_dense = 1, c.model.dense_hidden = 256;
+  c.model.n_routed_experts = 8, c.model.top_k = 2, c.model.expert_hidden = 64, c.model.n_shared_experts = 1;
+  c.data = {corpus};
+  c.batch_size = 4, c.seq_len = 128, c.grad_accum = m, c.steps = steps;
+  c.val_every = 0, c.cores = 1, c.progress = false, c.report = false, c.sample_tokens = 0;
+  c.parallel.pp = pp, c.parallel.schedule = schedule, c.parallel.virtual_stages = v;
+  c.out_dir = "/tmp/coremesh_bench_pipeline_" + std::to_string(shmem::my_pe());
+  return c;
+}
+
+// The textbook bubble as a fraction of the step, where it is one.
+double formula(const parallel::Schedule& s, parallel::PipelineSchedule kind, int v) {
+  const double p = s.ranks, m = s.micro_batches;
+  using S = parallel::PipelineSchedule;
+  if (kind == S::gpipe || kind == S::one_f_one_b) return (p - 1) / (m + p - 1);
+  if (kind == S::interleaved) return (p - 1) / (v * m + p - 1);
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: coremesh run -n P bench_pipeline_bubble CORPUS SCHEDULE M STEPS [V]\n");
+    return 2;
+  }
+  shmem::Session session;
+  const int me = shmem::my_pe(), pp = shmem::n_pes();
+  coremesh::bench::pin_to_one_core(me);
+  parallel::PipelineSchedule kind{};
+  bool known = false;
+  for (const auto& [k, name] : parallel::pipeline_schedules())
+    if (name == argv[2]) kind = k, known = true;
+  if (!known) {
+    std::fprintf(stderr, "unknown schedule '%s'\n", argv[2]);
+    return 2;
+  }
+  const int m = std::atoi(argv[3]), steps = std::atoi(argv[4]), v = argc > 5 ? std::atoi(argv[5]) : 2;
+  runtime::Device device(runtime::DeviceOptions{.cores = 1});
+  runtime::profiler_start();  // the pipeline times its actions (spans); kernels are recorded too
+  train::Trainer t(bench_config(argv[1], kind, pp, m, steps, v), device);
+  const parallel::Schedule& s = t.pipeline()->schedule();
+  std::vector<double> measured, simulated;
+  std::vector<int> peak_slots, sim_slots;
+  std::vector<double> peak_mib;
+  for (int step = 0; step < steps; ++step) {
+    t.queue_step();
+    t.finish_step();
+    runtime::profiler_clear();  // keep the profile small
+    if (step == 0) continue;    // warm-up: caches, allocations
+    std::map<std::string, std::vector<double>> cost;  // per kind, ms
+    std::vector<double> busy(size_t(pp), 0.0);
+    double begin = 1e300, end = 0;
+    for (const train::ExecutedAction& a : t.pipeline()->executed()) {
+      begin = std::min(begin, a.start_ms), end = std::max(end, a.end_ms);
+      if (a.cat == "p2p" || a.cat == "grad sum") continue;
+      busy[size_t(a.rank)] += a.end_ms - a.start_ms;
+      cost[a.cat].push_back(a.end_ms - a.start_ms);
+    }
+    double total = 0;
+    for (double b : busy) total += b;
+    measured.push_back(1 - total / (pp * (end - begin)));
+    parallel::Costs c;
+    auto med = [&](const char* k) { return cost.count(k) ? median(cost[k]) : 0.0; };
+    c.uniform.f = med("F");
+    c.uniform.w = med("W");
+    c.uniform.b = cost.count("B") ? med("B") : med("I") + c.uniform.w;
+    if (cost.count("F&B")) c.fb = med("F&B");
+    c.p2p = 0;
+    const parallel::Simulation sim = parallel::simulate(s, c);
+    simulated.push_back(sim.total_bubble_fraction);
+    sim_slots = sim.peak_slots;
+    const train::Pipeline::Memory mem = t.pipeline()->memory();  // this PE's
+    if (step == steps - 1) {
+      peak_slots.assign(size_t(pp), 0), peak_mib.assign(size_t(pp), 0);
+      for (int r = 0; r < pp; ++r) {  // one collective per rank: the sums of values only rank r gives
+        const auto x = t.pipeline()->over_world({r == me ? double(mem.peak_slots) : 0.0,
+                                                 r == me ? double(mem.peak_activation_bytes) : 0.0});
+        peak_slots[size_t(r)] = int(x[0].sum), peak_mib[size_t(r)] = x[1].sum / (1 << 20);
+      }
+    }
+  }
+  runtime::profiler_stop();
+  if (me == 0) {
+    const double f = formula(s, kind, v);
+    std::printf("bubble %s %d %d %.4f %.4f %s\n", s.name.c_str(), pp, m, median(measured), median(simulated),
+                f < 0 ? "-" : fmt::format("{:.4f}", f).c_str());
+    for (int r = 0; r < pp; ++r)
+      std::printf("memory %d %d %d %.2f\n", r, peak_slots[size_t(r)], sim_slots[size_t(r)], peak_mib[size_t(r)]);
+  }
+  return 0;
+}
