@@ -6,11 +6,13 @@
 // trains the bench model (below) with pp = P, M micro-batches, one core per
 // PE, timing every action on its stream (Pipeline::executed). Per step after
 // the first:
-//   measured   1 - sum(compute time of every rank) / (P x step), the step
-//              being the first action's start to the last one's end
+//   measured   1 - sum(busy time of every rank) / (P x step), the step
+//              being the first action's start to the last one's end; busy:
+//              the compute actions and the sends (their puts run on the
+//              compute stream: each is counted with the compute before it)
 //   simulated  parallel::simulate() of the schedule with this step's median
-//              F, B (or I + W), W and F&B durations, P2P 0 (latency only;
-//              sends and receives are one-sided)
+//              F, B (or I + W) and W durations of each rank's chunks, F&B's,
+//              P2P 0 (latency only; sends and receives are one-sided)
 // and prints, on PE 0, the medians over the steps as one line
 //   "bubble SCHEDULE P M measured simulated formula"
 // (formula: the textbook fraction of the step, or "-" where the table of
@@ -22,6 +24,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -43,7 +46,7 @@ train::TrainConfig bench_config(const std::string& corpus, parallel::PipelineSch
   c.model.n_kv_heads = 2, c.model.max_seq_len = 128, c.model.first_k_dense = 1, c.model.dense_hidden = 256;
   c.model.n_routed_experts = 8, c.model.top_k = 2, c.model.expert_hidden = 64, c.model.n_shared_experts = 1;
   c.data = {corpus};
-  c.batch_size = 4, c.seq_len = 128, c.grad_accum = m, c.steps = steps;
+  c.batch_size = 4, c.seq_len = 128, c.grad_accum = m, c.steps = steps, c.warmup_steps = 0;
   c.val_every = 0, c.cores = 1, c.progress = false, c.report = false, c.sample_tokens = 0;
   c.parallel.pp = pp, c.parallel.schedule = schedule, c.parallel.virtual_stages = v;
   c.out_dir = "/tmp/coremesh_bench_pipeline_" + std::to_string(shmem::my_pe());
@@ -90,24 +93,42 @@ int main(int argc, char** argv) {
     t.finish_step();
     runtime::profiler_clear();  // keep the profile small
     if (step == 0) continue;    // warm-up: caches, allocations
-    std::map<std::string, std::vector<double>> cost;  // per kind, ms
-    std::vector<double> busy(size_t(pp), 0.0);
+    // per (rank, chunk, kind): ms
+    std::map<std::tuple<int, int, std::string>, std::vector<double>> cost;
+    std::vector<double> busy(size_t(pp), 0.0), fb;
     double begin = 1e300, end = 0;
+    std::vector<double>* last = nullptr;  // the rank's last compute cost (its back): its send's put is part of it
+    int last_rank = -1;
     for (const train::ExecutedAction& a : t.pipeline()->executed()) {
       begin = std::min(begin, a.start_ms), end = std::max(end, a.end_ms);
+      const double d = a.end_ms - a.start_ms;
+      const bool send = a.action.find("SEND") != std::string::npos;
+      if (a.rank != last_rank) last = nullptr, last_rank = a.rank;
+      if (send && last) last->back() += d, busy[size_t(a.rank)] += d;  // the put runs on the compute stream
       if (a.cat == "p2p" || a.cat == "grad sum") continue;
-      busy[size_t(a.rank)] += a.end_ms - a.start_ms;
-      cost[a.cat].push_back(a.end_ms - a.start_ms);
+      busy[size_t(a.rank)] += d;
+      std::vector<double>& into = a.cat == "F&B" ? fb : cost[{a.rank, std::atoi(a.action.c_str()), a.cat}];
+      into.push_back(d);  // "1B3": chunk 1
+      last = &into;
     }
     double total = 0;
     for (double b : busy) total += b;
     measured.push_back(1 - total / (pp * (end - begin)));
+    // each stage's own median costs: the embedding's and the head's stages are not alike
     parallel::Costs c;
-    auto med = [&](const char* k) { return cost.count(k) ? median(cost[k]) : 0.0; };
-    c.uniform.f = med("F");
-    c.uniform.w = med("W");
-    c.uniform.b = cost.count("B") ? med("B") : med("I") + c.uniform.w;
-    if (cost.count("F&B")) c.fb = med("F&B");
+    c.per_rank.assign(size_t(pp), std::vector<parallel::ComputeCost>(size_t(s.chunks)));
+    for (int r = 0; r < pp; ++r)
+      for (int k = 0; k < s.chunks; ++k) {
+        auto med = [&](const char* kind) {
+          const auto it = cost.find({r, k, kind});
+          return it == cost.end() ? 0.0 : median(it->second);
+        };
+        parallel::ComputeCost& x = c.per_rank[size_t(r)][size_t(k)];
+        x.f = med("F"), x.w = med("W");
+        x.b = cost.count({r, k, "B"}) ? med("B") : med("I") + x.w;
+        x.w = std::min(x.w, x.b);
+      }
+    if (!fb.empty()) c.fb = median(fb);
     c.p2p = 0;
     const parallel::Simulation sim = parallel::simulate(s, c);
     simulated.push_back(sim.total_bubble_fraction);

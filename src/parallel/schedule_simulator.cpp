@@ -11,17 +11,18 @@
 
 namespace coremesh::parallel {
 
-const ComputeCost& Costs::of(int chunk) const {
+const ComputeCost& Costs::of(int chunk, int rank) const {
+  if (!per_rank.empty() && rank >= 0) return per_rank.at(static_cast<size_t>(rank)).at(static_cast<size_t>(chunk));
   return per_chunk.empty() ? uniform : per_chunk.at(static_cast<size_t>(chunk));
 }
 
-double Costs::duration(const Action& a) const {
+double Costs::duration(const Action& a, int rank) const {
   switch (a.kind) {
-    case ActionKind::F: return of(a.chunk).f;
-    case ActionKind::B: return of(a.chunk).b;
-    case ActionKind::I: return of(a.chunk).b - of(a.chunk).w;
-    case ActionKind::W: return of(a.chunk).w;
-    case ActionKind::FB: return fb >= 0 ? fb : of(a.chunk).f + of(a.b_chunk).b;
+    case ActionKind::F: return of(a.chunk, rank).f;
+    case ActionKind::B: return of(a.chunk, rank).b;
+    case ActionKind::I: return of(a.chunk, rank).b - of(a.chunk, rank).w;
+    case ActionKind::W: return of(a.chunk, rank).w;
+    case ActionKind::FB: return fb >= 0 ? fb : of(a.chunk, rank).f + of(a.b_chunk, rank).b;
     default: return 0;
   }
 }
@@ -37,6 +38,11 @@ void Costs::check(int chunks) const {
   };
   one(uniform);
   for (const auto& c : per_chunk) one(c);
+  for (const auto& row : per_rank) {
+    CM_CHECK(static_cast<int>(row.size()) == chunks, "give each rank one cost per chunk",
+             "{} costs of a rank for {} chunks", row.size(), chunks);
+    for (const auto& c : row) one(c);
+  }
   CM_CHECK(p2p >= 0 && std::isfinite(p2p) && std::isfinite(fb), "P2P is a latency >= 0",
            "bad costs P2P={} F&B={}", p2p, fb);
 }
@@ -72,7 +78,7 @@ Run run_actions(const Schedule& s, const Costs& costs) {
           const StageRef to = s.peer(r, a);
           slot(a.kind == ActionKind::SendB, to.rank, to.chunk, a.micro_batch) = now + costs.p2p;
         } else {
-          end = start + costs.duration(a);
+          end = start + costs.duration(a, r);
         }
         run.timeline[static_cast<size_t>(r)].push_back({a, start, end});
         now = end;
@@ -92,6 +98,9 @@ Run run_actions(const Schedule& s, const Costs& costs) {
 Simulation simulate(const Schedule& schedule, const Costs& costs) {
   validate(schedule);
   costs.check(schedule.chunks);
+  CM_CHECK(costs.per_rank.empty() || static_cast<int>(costs.per_rank.size()) == schedule.ranks,
+           "give costs for every rank, or none", "costs of {} ranks for a schedule of {}", costs.per_rank.size(),
+           schedule.ranks);
   detail::Run run = detail::run_actions(schedule, costs);
   CM_ASSERT(run.complete);  // validate() proved it deadlock-free
   const size_t p = static_cast<size_t>(schedule.ranks);

@@ -312,7 +312,8 @@ TEST(PipelineTraining, DualPipeWithinRounding) {
 // Pipelines replicated over data and expert ranks, with ZeRO-1 (pp 2 on 4
 // PEs): replica d (dp·ep + ep) runs micro-batches [d m, (d+1) m); each
 // stage's dense gradients are summed over dp x ep, its experts' over dp, in
-// replica order. With one micro-batch per replica and no ep that is one PE's
+// replica order, each part's sum starting as soon as its last backward is in.
+// With one micro-batch per replica and no ep that is one PE's
 // sum, bit for bit (ZeRO-1 too: AdamW is element-wise); otherwise (g0 + g1) +
 // (g2 + g3) against ((g0 + g1) + g2) + g3, and under ep a norm summed from
 // another layout's chunks: within the tolerances of the other parallel tests
@@ -342,6 +343,9 @@ TEST(PipelineTraining, ComposesWithDataAndExpertParallelismAndZero) {
     cfg.out_dir = dir;
     Trainer t(cfg, one_core());
     const std::string ckpt = t.run(-1, true).checkpoint;
+    int held = 0;  // every part this stage holds was summed as soon as its last backward was in
+    for (const model::PartRange& r : t.model().layout().regions) held += r.begin < r.end;
+    EXPECT_EQ(t.pipeline()->parts_summed_early(), held);
     ASSERT_EQ(t.records().size(), ref.records().size());
     for (size_t s = 0; s < ref.records().size(); ++s) {
       const StepRecord &a = t.records()[s], &b = ref.records()[s];

@@ -221,6 +221,20 @@ TEST(ScheduleSimulate, PerChunkCostsAndPairs) {
   EXPECT_THROW(simulate(zb_v(1, 3), costs(1, 2, 1, -1, -1)), InvalidArgument);
 }
 
+// Measured stages differ (the embedding's, the head's): costs per rank. GPipe
+// on 2 ranks, 1 micro-batch, rank 0 F 1 B 2, rank 1 F 3 B 4: the step is
+// 1 + 3 + 4 + 2 and each rank idles for the other's work.
+TEST(ScheduleSimulate, PerRankCosts) {
+  Costs c = costs(1, 2, 1);
+  c.per_rank = {{{1, 2, 1}}, {{3, 4, 1}}};
+  const Simulation s = simulate(gpipe(2, 1), c);
+  EXPECT_DOUBLE_EQ(s.step_time, 10.0);
+  EXPECT_DOUBLE_EQ(s.busy[0], 3.0);
+  EXPECT_DOUBLE_EQ(s.busy[1], 7.0);
+  c.per_rank.pop_back();
+  EXPECT_THROW(simulate(gpipe(2, 1), c), InvalidArgument);  // a rank without costs
+}
+
 TEST(ScheduleSimulate, ChartHasOneRowPerRank) {
   // F = 1, B = 2: 3 columns per time unit fit "F0 "; idle time is '.'.
   const Simulation sim = simulate(gpipe(2, 1), costs(1, 2, 1));

@@ -5,7 +5,9 @@
 // - Costs are per chunk action: F = f, B = b, I = b - w, W = w (DeepSeek's table
 //   writes B for the full backward, so I = B - W), an overlapped F&B pair = fb
 //   (fb < 0: the F of its forward chunk plus the B of its backward chunk, i.e. no
-//   overlap gain). per_chunk, when given, sets f, b, w for each chunk.
+//   overlap gain). per_chunk, when given, sets f, b, w for each chunk;
+//   per_rank, when given, for each chunk of each rank (measured stages that
+//   are not alike: the embedding's, the head's).
 // - Every rank starts at t = 0 and runs its actions in order; a compute action
 //   starts when the previous action of its rank has ended.
 // - P2P is latency only: a message sent at t can be received at t + p2p. Sends and
@@ -40,11 +42,12 @@ struct ComputeCost {
 struct Costs {
   ComputeCost uniform;                 // every chunk, unless per_chunk is set
   std::vector<ComputeCost> per_chunk;  // empty, or one entry per chunk
+  std::vector<std::vector<ComputeCost>> per_rank;  // empty, or [rank][chunk] (overrides the others)
   double fb = -1;                      // overlapped F&B pair; < 0: f + b of its halves
   double p2p = 0;                      // message latency
 
-  const ComputeCost& of(int chunk) const;
-  double duration(const Action& action) const;  // 0 for sends and receives
+  const ComputeCost& of(int chunk, int rank = -1) const;
+  double duration(const Action& action, int rank = -1) const;  // 0 for sends and receives
   void check(int chunks) const;                 // costs >= 0, w <= b, per_chunk sized 0 or chunks
 };
 

@@ -72,6 +72,9 @@ parallel::Schedule pipeline_schedule(const TrainConfig& config);
 // What pipeline rank `rank` holds: one chunk per stage its placement gives it.
 model::StageLayout pipeline_stage(const model::ModelConfig& config, const parallel::Schedule& schedule, int rank);
 
+// An action's kind as the trace and the report name it: F, B, I, W, F&B, p2p.
+std::string action_category(parallel::ActionKind kind);
+
 class Pipeline {
  public:
   // Collective over the job's PEs (SHMEM initialized, dp x pp x ep of them):
@@ -109,6 +112,9 @@ class Pipeline {
   // step has been launched, overlapping the rest of the schedule (DualPipe:
   // after the copies' sum); this call makes the stream wait for them.
   void sum_over_data_ranks();
+  // The parts whose sum the last step started from the model's hook, before
+  // the end of the schedule (the rest wait for sum_over_data_ranks).
+  int parts_summed_early() const { return parts_summed_early_; }
   Tensor grad_sq_sum();    // (1): the 1-PE sum of squares, on every PE (within rounding under ep)
   void sync_tied_table();  // the embedding's table into the head's replica
   // After AdamW: ZeRO-1's all-gather of the parameters, then the tied table.
@@ -184,6 +190,7 @@ class Pipeline {
   std::vector<int> range_part_;  // per range of grad_sum_: its part (-1: padding)
   std::vector<int> part_backwards_;  // per part: backwards of the step so far
   bool overlap_ = false;  // sums start as parts finish (not DualPipe)
+  int parts_summed_early_ = 0;
   runtime::Stream comm_;
   Tensor cut_partials_, owned_table_;  // owned_table_: this PE's owned ranges and state offsets (checkpoints)
   Tensor load_arena_, copy_grads_, copy_loads_;  // copy_*: DualPipe's partner's
