@@ -18,6 +18,7 @@
 // (formula: the textbook fraction of the step, or "-" where the table of
 // architecture.md gives it as a time), then per rank
 //   "memory RANK peak_slots simulated_slots peak_activation_MiB"
+// COREMESH_BENCH_VERBOSE=1: each step's two sides and the costs.
 // Formulas and slots: docs/architecture.md, "How to add a pipeline schedule".
 #include <algorithm>
 #include <cstdio>
@@ -132,6 +133,15 @@ int main(int argc, char** argv) {
     c.p2p = 0;
     const parallel::Simulation sim = parallel::simulate(s, c);
     simulated.push_back(sim.total_bubble_fraction);
+    if (me == 0 && std::getenv("COREMESH_BENCH_VERBOSE")) {  // what the two sides saw
+      std::printf("step %d: measured %.4f (step %.3f ms), simulated %.4f (step %.3f ms)\n", step, measured.back(),
+                  end - begin, sim.total_bubble_fraction, sim.step_time);
+      for (int r = 0; r < pp; ++r)
+        for (int k = 0; k < s.chunks; ++k) {
+          const parallel::ComputeCost& x = c.per_rank[size_t(r)][size_t(k)];
+          std::printf("  rank %d chunk %d: F %.3f B %.3f W %.3f busy %.3f\n", r, k, x.f, x.b, x.w, busy[size_t(r)]);
+        }
+    }
     sim_slots = sim.peak_slots;
     const train::Pipeline::Memory mem = t.pipeline()->memory();  // this PE's
     if (step == steps - 1) {
