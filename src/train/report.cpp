@@ -144,7 +144,7 @@ std::string executed_schedule(const std::string& title, const std::vector<Execut
   double end = 0;
   for (const auto& a : actions) ranks = std::max(ranks, a.rank + 1), end = std::max(end, a.end_ms);
   if (ranks == 0 || end <= 0) return "";
-  const double L = 70, T = 40, W = 1100, rowh = 26, H = T + ranks * rowh + 50, scale = (W - L - 20) / end;
+  const double L = 70, T = 44, W = 1100, rowh = 26, H = T + ranks * rowh + 50, scale = (W - L - 20) / end;
   auto colour = [](const std::string& cat) {
     return cat == "F"     ? "#4e79a7"
            : cat == "B"   ? "#e15759"
@@ -157,9 +157,10 @@ std::string executed_schedule(const std::string& title, const std::vector<Execut
   std::string o = fmt::format(
       "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{:.0f}' class='chart'>"
       "<rect width='100%' height='100%' fill='#fff'/>"
-      "<text x='{}' y='18' font-size='14' font-weight='bold'>Executed schedule, last step: {} "
-      "(F blue, B red, I orange, W green, F&amp;B purple, P2P and waits grey, gradient sums brown)</text>",
-      W, H, L, escape(title));
+      "<text x='{}' y='18' font-size='14' font-weight='bold'>Executed schedule, last step: {}</text>"
+      "<text x='{}' y='32' font-size='11'>F blue, B red, I orange, W green, F&amp;B purple, P2P and waits "
+      "grey, gradient sums brown; hover a box for its action and times</text>",
+      W, H, L, escape(title), L);
   for (int r = 0; r < ranks; ++r)
     o += fmt::format("<text x='{}' y='{:.1f}' font-size='11' text-anchor='end'>rank {}</text>", L - 6,
                      T + r * rowh + rowh / 2 + 4, r);
