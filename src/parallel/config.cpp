@@ -1,5 +1,7 @@
 #include "coremesh/parallel/config.hpp"
 
+#include <fmt/format.h>
+
 #include <utility>
 
 namespace coremesh::parallel {
@@ -48,7 +50,11 @@ const FieldTable<ParallelConfig>& parallel_fields() {
 }
 
 std::vector<std::string> ParallelConfig::problems() const {
-  return parallel_fields().problems(*this);
+  std::vector<std::string> out = parallel_fields().problems(*this);
+  if (tp > 1 && pp > 1)
+    out.push_back(fmt::format("set tp or pp to 1 (tp {} x pp {}): tensor parallelism does not run in pipeline "
+                              "stages yet", tp, pp));
+  return out;
 }
 
 }  // namespace coremesh::parallel
