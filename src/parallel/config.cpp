@@ -1,7 +1,5 @@
 #include "coremesh/parallel/config.hpp"
 
-#include <fmt/format.h>
-
 #include <utility>
 
 namespace coremesh::parallel {
@@ -50,11 +48,7 @@ const FieldTable<ParallelConfig>& parallel_fields() {
 }
 
 std::vector<std::string> ParallelConfig::problems() const {
-  std::vector<std::string> out = parallel_fields().problems(*this);
-  if (tp > 1 && pp > 1)
-    out.push_back(fmt::format("set tp or pp to 1 (tp {} x pp {}): tensor parallelism does not run in pipeline "
-                              "stages yet", tp, pp));
-  return out;
+  return parallel_fields().problems(*this);
 }
 
 }  // namespace coremesh::parallel

@@ -80,6 +80,9 @@ void TrainConfig::validate() const {
   if (graph && parallel.pp > 1)
     p.push_back(fmt::format("graph mode does not run pipeline layouts yet (pp = {}): drop graph or use pp = 1",
                             parallel.pp));
+  if (parallel.tp > 1 && parallel.pp > 1)
+    p.push_back(fmt::format("set tp or pp to 1 (tp {} x pp {}): tensor parallelism does not run in pipeline "
+                            "stages yet", parallel.tp, parallel.pp));
   if (graph && parallel.tp > 1)
     p.push_back(fmt::format("graph mode does not capture tensor parallelism yet (tp = {}): drop graph or use tp = 1",
                             parallel.tp));
