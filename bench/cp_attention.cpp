@@ -28,24 +28,13 @@
 #include "coremesh/runtime/stream.hpp"
 #include "coremesh/shmem/shmem.hpp"
 #include "bench_util.hpp"
+#include "demo_model.hpp"
 
 using namespace coremesh;
 
+using coremesh::bench::demo_model;
 using coremesh::bench::median;
 using coremesh::bench::seconds;
-
-namespace {
-
-model::ModelConfig demo(int T) {
-  model::ModelConfig c;
-  c.vocab_size = 256, c.d_model = 256, c.n_layers = 4, c.n_heads = 8, c.n_kv_heads = 4, c.max_seq_len = T;
-  c.first_k_dense = 1, c.dense_hidden = 768, c.n_routed_experts = 8, c.n_shared_experts = 1, c.top_k = 2;
-  c.expert_hidden = 384, c.gating = model::Gating::sigmoid, c.bias_update_rate = 0.003f;
-  c.aux_loss_alpha = 0.0f, c.capacity_factor = 0.0f, c.tied_embeddings = true;
-  return c;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const std::string comm_name = argc > 1 ? argv[1] : "ring";
@@ -58,7 +47,7 @@ int main(int argc, char** argv) {
   runtime::StreamGuard on(stream);
 
   const parallel::CpComm comm = comm_name == "ulysses" ? parallel::CpComm::ulysses : parallel::CpComm::ring;
-  const model::ModelConfig cfg = demo(T);
+  const model::ModelConfig cfg = demo_model(T);
   const int Tl = T / n;
   std::vector<int> world;
   for (int p = 0; p < n; ++p) world.push_back(p);

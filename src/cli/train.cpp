@@ -120,6 +120,7 @@ void print_layout(const train::TrainConfig& c) {
     model::StageLayout stage = pipeline ? train::pipeline_stage(c.model, schedule, k[parallel::Dim::pp])
                                         : model::StageLayout{};
     if (ep > 1) stage.expert_begin = k[parallel::Dim::ep] * (E / ep), stage.expert_end = stage.expert_begin + E / ep;
+    stage.tp = c.parallel.tp, stage.tp_rank = k[parallel::Dim::tp];  // its slices of the split matrices
     const auto mem = model::estimate_memory(c.model, c.batch_size, c.seq_len / c.parallel.cp, stage);  // CP: its chunks
     // ZeRO-1 keeps each group's share of the optimizer state
     const auto held = model::count_params(c.model, stage);
@@ -129,7 +130,9 @@ void print_layout(const train::TrainConfig& c) {
                                         : double(mem.optimizer);
     fmt::print("{:>5}  {:<20} {:>8} {:>10} {:>10} {:>10} {:>12} {:>14}\n", r,
                pipeline ? fmt::format("dp {} pp {}", k[parallel::Dim::dp], k[parallel::Dim::pp])
-                        : fmt::format("dp {} ep {}", k[parallel::Dim::dp], k[parallel::Dim::ep]),
+                        : c.parallel.tp > 1
+                            ? fmt::format("dp {} ep {} tp {}", k[parallel::Dim::dp], k[parallel::Dim::ep], k[parallel::Dim::tp])
+                            : fmt::format("dp {} ep {}", k[parallel::Dim::dp], k[parallel::Dim::ep]),
                fmt::format("{}-{}", stage.expert_begin, (stage.expert_end < 0 ? E : stage.expert_end) - 1),
                train::format_bytes(double(mem.weights)), train::format_bytes(double(mem.gradients)),
                train::format_bytes(adam), train::format_bytes(double(mem.activations)),

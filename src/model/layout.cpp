@@ -41,6 +41,12 @@ StageLayout resolve_stage(const ModelConfig& c, StageLayout s) {
       CM_CHECK(r.end <= s.chunks[j].begin || r.begin >= s.chunks[j].end,
                "chunks of one stage must not overlap", "stage chunks {} and {} overlap", j, i);
   }
+  CM_CHECK(s.tp >= 1 && s.tp_rank >= 0 && s.tp_rank < s.tp, "give a tensor-parallel rank in [0, tp)",
+           "tp rank {} of {}", s.tp_rank, s.tp);
+  if (s.tp > 1) {
+    const auto problems = tp_problems(c, s.tp);
+    CM_CHECK(problems.empty(), problems.empty() ? "" : problems.front(), "the model cannot be split over tp {}", s.tp);
+  }
   if (s.expert_end < 0) s.expert_end = E;
   CM_CHECK(s.expert_begin >= 0 && s.expert_begin <= s.expert_end && s.expert_end <= E,
            fmt::format("hold a range of experts inside [0, {}]", E),
@@ -52,6 +58,58 @@ bool holds_part(const StageLayout& s, int part) {
   for (const PartRange& r : s.chunks)
     if (part >= r.begin && part < r.end) return true;
   return false;
+}
+
+std::vector<std::string> tp_problems(const ModelConfig& c, int tp) {
+  std::vector<std::string> out;
+  if (tp <= 1) return out;
+  auto need = [&](int64_t size, const char* what) {
+    if (size % tp != 0)
+      out.push_back(fmt::format("choose tp dividing {} ({}), or change it to a multiple of tp {}", what, size, tp));
+  };
+  need(c.n_heads, "model.n_heads");
+  need(c.dense_hidden, "model.dense_hidden");
+  need(int64_t(c.n_shared_experts) * c.expert_hidden, "model.n_shared_experts x model.expert_hidden");
+  if (c.n_routed_experts > 0) need(c.expert_hidden, "model.expert_hidden");
+  if (c.n_kv_heads % tp != 0 && tp % c.n_kv_heads != 0)
+    out.push_back(fmt::format("choose tp dividing model.n_kv_heads ({}) or a multiple of it: key/value heads are "
+                              "split or replicated whole", c.n_kv_heads));
+  return out;
+}
+
+TpShape tp_shape(const ModelConfig& c, const StageLayout& s) {
+  const int tp = s.tp;
+  TpShape t;
+  t.heads = c.n_heads / tp;
+  t.dense_hidden = c.dense_hidden / tp;
+  t.shared_hidden = int64_t(c.n_shared_experts) * c.expert_hidden / tp;
+  t.expert_hidden = c.expert_hidden / tp;
+  if (c.n_kv_heads % tp == 0) {
+    t.kv_heads = c.n_kv_heads / tp, t.kv_head_begin = s.tp_rank * t.kv_heads;
+  } else {  // tp a multiple of the kv heads: this rank's query heads all read one kv head
+    t.kv_sharing = tp / c.n_kv_heads;
+    t.kv_heads = 1, t.kv_head_begin = s.tp_rank / t.kv_sharing;
+  }
+  return t;
+}
+
+namespace {
+
+// The view of `whole` that the stage's part of p is.
+Tensor part_view(const ParamInfo& p, const Tensor& whole) {
+  Tensor t = whole.view(p.tp_dim >= 0 ? p.tp_view : p.whole_shape);
+  if (p.expert()) t = t.slice(0, p.expert_begin, p.expert_begin + p.shape[0]);
+  if (p.tp_dim >= 0) t = t.slice(p.tp_dim, p.tp_begin, p.tp_begin + p.tp_size);
+  return t;
+}
+
+}  // namespace
+
+Tensor held_part(const ParamInfo& p, const Tensor& whole) { return part_view(p, whole).contiguous().view(p.shape); }
+
+void place_part(const ParamInfo& p, const Tensor& part, Tensor& whole) {
+  Tensor t = part_view(p, whole);
+  t.copy_from(part.view(t.shape()));
 }
 
 std::string param_group_name(ParamGroup g) {
@@ -93,7 +151,18 @@ bool same_chunk(const StageLayout& s, int a, int b) {
 struct Builder {
   ParamLayout& out;
   int part = 0;
-  int64_t expert_begin = 0;
+  int64_t expert_begin = 0, experts = 0;  // the first routed expert held, of how many
+  int tp = 1, tp_rank = 0;
+  // How the next parameter is split over TP: its whole shape, the dimension
+  // cut (-1: none), where this rank's slice starts, how many ranks hold it.
+  struct Split {
+    Shape whole, view;  // the whole tensor's shape, and the view cut in `dim`
+    int dim = -1;
+    int64_t begin = 0, size = 0;
+    int copies = 0;  // 0: every TP rank (unsplit)
+    bool first = true;
+  };
+  Split split;
   // Parameters are 64-byte aligned, except that a parameter with fuse_next is
   // directly followed by the next one, so that adjacent weights multiplied by
   // the same input ([wq; wk; wv], [w1; w3]) are one matrix view: one GEMM.
@@ -104,6 +173,15 @@ struct Builder {
     p.part = part, p.group = group, p.tp_axis = axis;
     p.weight_decay = group != ParamGroup::norm;
     p.expert_begin = group == ParamGroup::expert ? expert_begin : 0;
+    p.whole_shape = split.whole.empty() ? shape : split.whole;
+    if (group == ParamGroup::expert) p.whole_shape[0] = experts;
+    p.tp_view = split.view.empty() ? p.whole_shape : split.view;
+    if (group == ParamGroup::expert) p.tp_view[0] = experts;
+    p.tp_dim = split.dim, p.tp_begin = split.begin, p.tp_size = split.size;
+    p.tp_copies = split.copies == 0 ? tp : split.copies, p.tp_first = split.first;
+    p.tp_partial_grad = split.dim >= 0 && p.tp_copies > 1;
+    split = {};
+    p.tp_first = p.tp_first && (p.tp_dim >= 0 || tp_rank == 0);
     out.arena_size += fuse_next ? p.numel : (p.numel + 15) / 16 * 16;
     out.params.push_back(std::move(p));
   }
@@ -115,14 +193,26 @@ ParamLayout layout_params(const ModelConfig& c, const StageLayout& stage_in) {
   const StageLayout stage = resolve_stage(c, stage_in);
   const int64_t C = c.d_model, D = c.head_dim(), V = c.vocab_size, F = c.expert_hidden,
                 SF = int64_t(c.n_shared_experts) * F, El = stage.expert_end - stage.expert_begin;
-  const int P = num_parts(c);
+  const int P = num_parts(c), E = c.n_routed_experts;
   ParamLayout out;
   out.regions.assign(size_t(P), {});
   out.region_offset.assign(size_t(P), 0);
   out.region_size.assign(size_t(P), 0);
-  Builder b{out, 0, stage.expert_begin};
+  Builder b{out, 0, stage.expert_begin, E};
+  b.tp = stage.tp, b.tp_rank = stage.tp_rank;
   using G = ParamGroup;
   using A = TpAxis;
+  // Tensor parallelism: the next parameter is this rank's slice [begin,
+  // begin + size) along dim of a whole tensor `whole` (seen as `view`),
+  // held by `copies` ranks.
+  const TpShape ts = tp_shape(c, stage);
+  const int r = stage.tp_rank;
+  auto cut = [&](Shape whole, int dim, int64_t begin, int64_t size, int copies = 1, Shape view = {}) {
+    if (stage.tp > 1) b.split = {std::move(whole), std::move(view), dim, begin, size, copies, r % copies == 0};
+  };
+  const int64_t H = stage.tp > 1 ? ts.heads : c.n_heads, Hkv = stage.tp > 1 ? ts.kv_heads : c.n_kv_heads,
+                Fd = stage.tp > 1 ? ts.dense_hidden : c.dense_hidden, SFl = stage.tp > 1 ? ts.shared_hidden : SF,
+                Fe = stage.tp > 1 ? ts.expert_hidden : F;
   for (int part = 0; part < P; ++part) {
     if (!holds_part(stage, part)) continue;
     b.part = part;
@@ -136,26 +226,39 @@ ParamLayout layout_params(const ModelConfig& c, const StageLayout& stage_in) {
         break;
       case PartKind::attention:
         b.add(l + "attn_norm", {C}, G::norm, A::none);
-        b.add(l + "wq", {c.n_heads * D, C}, G::dense, A::column, /*fuse_next=*/true);
-        b.add(l + "wk", {c.n_kv_heads * D, C}, G::dense, A::column, /*fuse_next=*/true);
-        b.add(l + "wv", {c.n_kv_heads * D, C}, G::dense, A::column);
-        b.add(l + "wo", {C, c.n_heads * D}, G::dense, A::row);
+        cut({c.n_heads * D, C}, 0, r * H * D, H * D);
+        b.add(l + "wq", {H * D, C}, G::dense, A::column, /*fuse_next=*/true);
+        cut({c.n_kv_heads * D, C}, 0, ts.kv_head_begin * D, Hkv * D, ts.kv_sharing);
+        b.add(l + "wk", {Hkv * D, C}, G::dense, A::column, /*fuse_next=*/true);
+        cut({c.n_kv_heads * D, C}, 0, ts.kv_head_begin * D, Hkv * D, ts.kv_sharing);
+        b.add(l + "wv", {Hkv * D, C}, G::dense, A::column);
+        cut({C, c.n_heads * D}, 1, r * H * D, H * D);
+        b.add(l + "wo", {C, H * D}, G::dense, A::row);
         break;
       case PartKind::ffn:
         b.add(l + "ffn_norm", {C}, G::norm, A::none);
         if (!c.is_moe_layer(pt.layer)) {
-          b.add(l + "w1", {c.dense_hidden, C}, G::dense, A::column, /*fuse_next=*/true);
-          b.add(l + "w3", {c.dense_hidden, C}, G::dense, A::column);
-          b.add(l + "w2", {C, c.dense_hidden}, G::dense, A::row);
+          cut({c.dense_hidden, C}, 0, r * Fd, Fd);
+          b.add(l + "w1", {Fd, C}, G::dense, A::column, /*fuse_next=*/true);
+          cut({c.dense_hidden, C}, 0, r * Fd, Fd);
+          b.add(l + "w3", {Fd, C}, G::dense, A::column);
+          cut({C, c.dense_hidden}, 1, r * Fd, Fd);
+          b.add(l + "w2", {C, Fd}, G::dense, A::row);
           break;
         }
         b.add(l + "router", {c.n_routed_experts, C}, G::router, A::none);
-        b.add(l + "experts.w13", {El, 2 * F, C}, G::expert, A::column);  // [w1_e; w3_e]
-        b.add(l + "experts.w2", {El, C, F}, G::expert, A::row);
+        // [w1_e; w3_e], under TP this rank's hidden units of each: (E, 2, F, C) cut in F
+        cut({E, 2 * F, C}, 2, r * Fe, Fe, 1, {E, 2, F, C});
+        b.add(l + "experts.w13", {El, 2 * Fe, C}, G::expert, A::column);
+        cut({E, C, F}, 2, r * Fe, Fe);
+        b.add(l + "experts.w2", {El, C, Fe}, G::expert, A::row);
         if (SF > 0) {
-          b.add(l + "shared.w1", {SF, C}, G::dense, A::column, /*fuse_next=*/true);
-          b.add(l + "shared.w3", {SF, C}, G::dense, A::column);
-          b.add(l + "shared.w2", {C, SF}, G::dense, A::row);
+          cut({SF, C}, 0, r * SFl, SFl);
+          b.add(l + "shared.w1", {SFl, C}, G::dense, A::column, /*fuse_next=*/true);
+          cut({SF, C}, 0, r * SFl, SFl);
+          b.add(l + "shared.w3", {SFl, C}, G::dense, A::column);
+          cut({C, SF}, 1, r * SFl, SFl);
+          b.add(l + "shared.w2", {C, SFl}, G::dense, A::row);
         }
         break;
       case PartKind::head:
@@ -206,10 +309,11 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
   m.weights = held * 4;
   m.gradients = held * 4;
   m.optimizer = held * 8;
+  const TpShape t = tp_shape(c, stage);  // this TP rank's heads and hidden units
   const int64_t N = int64_t(micro_batch) * seq_len, C = c.d_model, D = c.head_dim(),
-                H = c.n_heads, Hkv = c.n_kv_heads, V = c.vocab_size, E = c.n_routed_experts,
-                El = stage.expert_end - stage.expert_begin, K = c.top_k, F = c.expert_hidden,
-                SF = int64_t(c.n_shared_experts) * F, Fd = c.dense_hidden;
+                H = t.heads, Hkv = t.kv_heads, V = c.vocab_size, E = c.n_routed_experts,
+                El = stage.expert_end - stage.expert_begin, K = c.top_k, F = t.expert_hidden,
+                SF = t.shared_hidden, Fd = t.dense_hidden;
   // One saved row of `width` elements that only a block GEMM reads (its
   // input, kept for the wgrad): f32, bf16, or fp8 codes + one f32 scale per 128.
   auto gemm_row = [&](int64_t width) -> int64_t {

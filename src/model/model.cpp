@@ -21,6 +21,7 @@ Model::Model(const ModelConfig& config, const StageLayout& stage, parallel::Seam
   config_.validate();
   stage_ = resolve_stage(config_, stage);
   layout_ = layout_params(config_, stage_);
+  tp_ = tp_shape(config_, stage_);
   const ArenaAllocator alloc = arena ? arena : [](int64_t n) { return Tensor::zeros({n}); };
   weights_ = alloc(layout_.arena_size);
   grads_ = alloc(layout_.arena_size);
@@ -86,6 +87,13 @@ void Model::init_weights(uint64_t seed) {
     const ParamInfo& p = layout_.params[size_t(local)];
     const bool out_proj = whole.name.ends_with(".wo") || whole.name.ends_with(".w2");
     const float std = out_proj ? out_std : config_.init_std;
+    if (p.tp_dim >= 0) {  // a tensor-parallel slice: draw the whole tensor, keep the slice
+      Tensor all = Tensor::empty(whole.shape);
+      float* a = all.data<float>();
+      for (int64_t i = 0; i < whole.numel; ++i) a[i] = std * rng.normal();
+      wview(local).copy_from(held_part(p, all));
+      continue;
+    }
     const int64_t begin = p.expert() ? p.expert_begin * (whole.numel / whole.shape[0]) : 0;
     rng.skip(2 * uint64_t(begin));
     float* w = param_data() + p.offset;
@@ -140,14 +148,14 @@ std::vector<std::pair<std::string, Tensor>> Model::named_buffers() const {
 }
 
 MoeParams Model::moe_params(const PartParams& p) const {
-  const int64_t C = config_.d_model, SF = int64_t(config_.n_shared_experts) * config_.expert_hidden;
+  const int64_t C = config_.d_model, SF = tp_.shared_hidden;
   MoeParams m{wview(p.router), wview(p.ew13), wview(p.ew2), {}, {}};
   if (SF > 0) m.sw13 = wview(p.w13, {2 * SF, C}), m.sw2 = wview(p.w2);  // shared.w3 follows shared.w1
   return m;
 }
 
 MoeGrads Model::moe_grads(const PartParams& p) const {
-  const int64_t C = config_.d_model, SF = int64_t(config_.n_shared_experts) * config_.expert_hidden;
+  const int64_t C = config_.d_model, SF = tp_.shared_hidden;
   MoeGrads g{{p.router}, {p.ew13}, {p.ew2}, {}, {}};
   if (SF > 0) g.sw13 = {p.w13, 2, {2 * SF, C}}, g.sw2 = {p.w2};
   return g;

@@ -47,8 +47,8 @@ Tensor experts_backward(const Tensor& dy, const MoeGrads& g, const MoeActs& a, p
 }  // namespace
 
 Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, const ModelConfig& cfg,
-                   int64_t B, int layer, parallel::ExpertDispatcher& experts, const Tensor& load,
-                   MoeActs& a) {
+                   int64_t B, int layer, parallel::ExpertDispatcher& experts, parallel::TensorParallel& tp,
+                   const Tensor& load, MoeActs& a) {
   const int64_t N = x.size(0), E = cfg.n_routed_experts;
   a.layer = layer;
   // --- routing: s = x R^T (N,E) -> p -> top-k with bias (selection only)
@@ -78,29 +78,32 @@ Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, cons
   Tensor y = ops::unpermute(a.ye, a.row_of, a.w);  // (N,C) = sum_k w_k ye[row(n,k)]
   // --- shared experts: y += SwiGLU_shared(x); their input is cast again in the
   // backward rather than kept next to the f32 x
-  if (w.sw13.defined())
-    y = ops::add(y, mlp_forward(gemm_input(x, cfg.precision), w.sw13, w.sw2, a.shared));
-  return y;
+  if (w.sw13.defined()) y = ops::add(y, mlp_forward(gemm_input(x, cfg.precision), w.sw13, w.sw2, a.shared));
+  // Under tensor parallelism the experts (routed and shared) are one region:
+  // each rank's hidden units give a part of y, summed on exit.
+  return tp.exit(y);
 }
 
 Tensor moe_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const MoeGrads& g,
                     const ModelConfig& cfg, int64_t B, parallel::ExpertDispatcher& experts,
-                    const MoeActs& a, float aux_scale, WgradSink& sink) {
+                    parallel::TensorParallel& tp, const MoeActs& a, float aux_scale, WgradSink& sink) {
+  const Tensor dyr = tp.exit_backward(dy);  // the experts' region (tensor parallelism)
   // --- shared experts
   Tensor dx;
-  if (w.sw13.defined()) dx = mlp_backward(dy, gemm_input(x, cfg.precision), a.shared, g.sw13, g.sw2, sink);
+  if (w.sw13.defined()) dx = mlp_backward(dyr, gemm_input(x, cfg.precision), a.shared, g.sw13, g.sw2, sink);
   // --- combine: y_n += w_k ye_r  =>  dye_r = w_k dy_n,  dw_k = dy_n . ye_r
   const ops::UnpermuteGrads ug = ops::unpermute_backward(
-      dy, a.ye, a.row_of, a.w, experts.send_buffer(a.layer, Exchange::combine_backward, a.ye.size(0), a.ye.size(1)));
+      dyr, a.ye, a.row_of, a.w, experts.send_buffer(a.layer, Exchange::combine_backward, a.ye.size(0), a.ye.size(1)));
   // --- back to the experts' PEs, experts, return; then xp_r = x_n  =>  dx_n += dxp_r
   const Tensor dye = experts.combine_backward(ug.dyp, a.routed);
   const Tensor dxp = experts.dispatch_backward(experts_backward(dye, g, a, experts, sink), a.routed);
   const Tensor dx_routed = ops::permute_backward(dxp, a.row_of);
-  dx = dx.defined() ? ops::add(dx, dx_routed) : dx_routed;
+  dx = tp.enter_backward(dx.defined() ? ops::add(dx, dx_routed) : dx_routed);
   // --- gate weights -> affinities (through the pre-capacity selection: the
-  // sigmoid renormalization also sees dropped experts) (+ balance loss)
+  // sigmoid renormalization also sees dropped experts) (+ balance loss);
+  // under tensor parallelism ye, and so dw_k, is this rank's part
   const ops::Routing sel{a.sel_idx, a.sel_w};
-  Tensor dscores = ops::topk_route_backward(ug.dweights, a.scores, sel, topk_config(cfg));
+  Tensor dscores = ops::topk_route_backward(tp.all_reduce(ug.dweights), a.scores, sel, topk_config(cfg));
   if (cfg.aux_loss_alpha > 0)
     dscores = ops::add(dscores, ops::sequence_balance_loss_backward(a.scores, a.sel_idx, B,
                                                                     cfg.aux_loss_alpha, aux_scale));

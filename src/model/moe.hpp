@@ -45,13 +45,15 @@ struct MoeActs {
 
 // y (N,C) = MoE(x (N,C)); x holds B sequences of T tokens. The router runs
 // in f32, the shared and routed experts in cfg.precision. Adds this
-// micro-batch's selections and drops to load (E+1) i64.
+// micro-batch's selections and drops to load (E+1) i64. The experts (routed
+// and shared) are a tensor-parallel region: w.w13, w.w2, w.sw13, w.sw2 hold
+// this rank's hidden units (expert-TP); the router reads x whole.
 Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, const ModelConfig& cfg,
-                   int64_t B, int layer, parallel::ExpertDispatcher& experts, const Tensor& load,
-                   MoeActs& acts);
+                   int64_t B, int layer, parallel::ExpertDispatcher& experts, parallel::TensorParallel& tp,
+                   const Tensor& load, MoeActs& acts);
 // dy (N,C) -> dx (N,C) of (dy . y + aux_scale * aux); weight gradients go to the sink.
 Tensor moe_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const MoeGrads& g,
                     const ModelConfig& cfg, int64_t B, parallel::ExpertDispatcher& experts,
-                    const MoeActs& acts, float aux_scale, WgradSink& sink);
+                    parallel::TensorParallel& tp, const MoeActs& acts, float aux_scale, WgradSink& sink);
 
 }  // namespace coremesh::model::detail

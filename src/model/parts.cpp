@@ -51,7 +51,7 @@ Residual Parts::embedding_forward(Model& m, Model::Slot& s, const Model::PartPar
 
 Residual Parts::attention_forward(Model& m, Model::Slot& s, const Model::PartParams& p, const Residual& in) {
   const ModelConfig& c = m.config_;
-  const int64_t B = s.B, T = s.T, N = B * T, C = c.d_model, H = c.n_heads, Hkv = c.n_kv_heads,
+  const int64_t B = s.B, T = s.T, N = B * T, C = c.d_model, H = m.tp_.heads, Hkv = m.tp_.kv_heads,
                 D = c.head_dim(), QKV = (H + 2 * Hkv) * D;
   parallel::TensorParallel& tp = *m.seams_.tensor;
   AttentionActs& a = s.attention[size_t(p.part.layer)];
@@ -77,13 +77,13 @@ Residual Parts::ffn_forward(Model& m, Model::Slot& s, const Model::PartParams& p
   a.h = fn.h, a.frstd = fn.rstd;
   if (p.router < 0) {  // dense: [w1; w3] is one (2Fd, C) view (w3 follows w1 in the arena)
     parallel::TensorParallel& tp = *m.seams_.tensor;
-    const int64_t C = c.d_model, Fd = c.dense_hidden;
+    const int64_t C = c.d_model, Fd = m.tp_.dense_hidden;
     a.ffn_in = gemm_input(tp.enter(fn.y), c.precision);
     return {a.h, tp.exit(mlp_forward(a.ffn_in, m.wview(p.w13, {2 * Fd, C}), m.wview(p.w2), a.mlp))};
   }
   a.fn = fn.y;
   const Tensor y = moe_forward(a.fn, m.moe_params(p), m.router_bias_[size_t(p.part.layer)], c, s.B,
-                               p.part.layer, *m.seams_.experts, m.load_[size_t(p.moe)], a.moe);
+                               p.part.layer, *m.seams_.experts, *m.seams_.tensor, m.load_[size_t(p.moe)], a.moe);
   if (a.moe.aux.defined()) m.aux_losses_.push_back({a.moe.aux, s.loss_scale});
   return {a.h, y};
 }
@@ -122,11 +122,11 @@ Tensor Parts::ffn_backward(Model& m, Model::Slot& s, const Model::PartParams& p,
   Tensor dfn;
   if (p.router < 0) {
     parallel::TensorParallel& tp = *m.seams_.tensor;
-    const int64_t C = c.d_model, Fd = c.dense_hidden;
+    const int64_t C = c.d_model, Fd = m.tp_.dense_hidden;
     dfn = tp.enter_backward(mlp_backward(tp.exit_backward(dr), a.ffn_in, a.mlp, {p.w13, 2, {2 * Fd, C}},
                                          {p.w2}, sink));
   } else {
-    dfn = moe_backward(dr, a.fn, m.moe_params(p), m.moe_grads(p), c, s.B, *m.seams_.experts, a.moe,
+    dfn = moe_backward(dr, a.fn, m.moe_params(p), m.moe_grads(p), c, s.B, *m.seams_.experts, *m.seams_.tensor, a.moe,
                        s.loss_scale, sink);
   }
   return norm_backward(sink, p.norm, dfn, a.h, m.wview(p.norm), a.frstd, dr);
@@ -136,7 +136,7 @@ Tensor Parts::attention_backward(Model& m, Model::Slot& s, const Model::PartPara
                                  WgradSink& sink) {
   const ModelConfig& c = m.config_;
   const AttentionActs& a = s.attention[size_t(p.part.layer)];
-  const int64_t B = s.B, T = s.T, N = B * T, C = c.d_model, H = c.n_heads, Hkv = c.n_kv_heads,
+  const int64_t B = s.B, T = s.T, N = B * T, C = c.d_model, H = m.tp_.heads, Hkv = m.tp_.kv_heads,
                 D = c.head_dim(), QKV = (H + 2 * Hkv) * D;
   parallel::TensorParallel& tp = *m.seams_.tensor;
   // h = x + ao Wo^T  =>  dao = dh Wo, dWo = dh^T ao (ao is cast again, as the forward did)

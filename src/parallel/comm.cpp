@@ -167,6 +167,7 @@ void ShardedSum::reduce_scatter(int r, runtime::Stream& stream) {
     const int64_t slot = staging_offset_[size_t(r)] + g.me * slot_size_[size_t(r)];
     shmem::put_signal_on_stream(stream, stage + slot * elem, base + b * elem, size_t(e - b) * elem, sig, 1,
                                 shmem::SignalOp::add, g.pes[size_t(o)]);
+    bytes_put_ += (e - b) * int64_t(elem);
   }
   ++rs_rounds_[size_t(r)];
   wait_signal_on_stream(stream, sig, uint64_t(g.size() - 1),
@@ -197,9 +198,11 @@ void ShardedSum::all_gather(int r, const Tensor& arena, runtime::Stream& stream)
   auto* sig = static_cast<uint64_t*>(signals_.raw_data()) + 2 * r + 1;
   const auto [b, e] = my_shard(r);
   for (int m = 0; m < g.size(); ++m)
-    if (m != g.me)
+    if (m != g.me) {
       shmem::put_signal_on_stream(stream, base + b * elem, base + b * elem, size_t(e - b) * elem, sig, 1,
                                   shmem::SignalOp::add, g.pes[size_t(m)]);
+      bytes_put_ += (e - b) * int64_t(elem);
+    }
   ++ag_rounds_[size_t(r)];
   wait_signal_on_stream(stream, sig, uint64_t(g.size() - 1),
                         fmt::format("waits for the shards of {} of range {} (round {})", others(g), r,

@@ -34,6 +34,7 @@ class LocalTensor final : public TensorParallel {
   Tensor enter_backward(const Tensor& dx) override { return dx; }
   Tensor exit(const Tensor& y) override { return y; }
   Tensor exit_backward(const Tensor& dy) override { return dy; }
+  Tensor all_reduce(const Tensor& x) override { return x; }
 };
 
 }  // namespace

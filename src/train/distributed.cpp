@@ -7,6 +7,7 @@
 #include "coremesh/core/error.hpp"
 #include "coremesh/ops/elementwise.hpp"
 #include "coremesh/ops/optimizer.hpp"
+#include "coremesh/parallel/tensor_parallel.hpp"
 #include "coremesh/shmem/collectives.hpp"
 #include "coremesh/shmem/rma.hpp"
 #include "coremesh/shmem/session.hpp"
@@ -22,10 +23,31 @@ parallel::SplitSizes split_sizes(const TrainConfig& c) {
 
 int64_t round_up(int64_t x, int64_t unit, int64_t cap) { return std::min(cap, (x + unit - 1) / unit * unit); }
 
-// The attention shapes of one CP rank's micro-batch.
+// The stage of TP rank `tp_rank` (all experts unless ep_index >= 0).
+model::StageLayout tp_stage(const TrainConfig& c, int tp_rank, int ep_index = -1) {
+  model::StageLayout s;
+  s.tp = c.parallel.tp, s.tp_rank = tp_rank;
+  if (ep_index >= 0 && c.parallel.ep > 1) {
+    const int local = c.model.n_routed_experts / c.parallel.ep;
+    s.expert_begin = ep_index * local, s.expert_end = s.expert_begin + local;
+  }
+  return s;
+}
+
+// The attention shapes of one CP rank's micro-batch (this TP rank's heads).
 parallel::ShmemContext::Sizes context_shape(const TrainConfig& c) {
   const model::ModelConfig& m = c.model;
-  return {c.batch_size, c.seq_len / c.parallel.cp, m.n_heads, m.n_kv_heads, m.head_dim()};
+  const model::TpShape t = model::tp_shape(m, tp_stage(c, 0));
+  return {c.batch_size, c.seq_len / c.parallel.cp, int(t.heads), int(t.kv_heads), m.head_dim()};
+}
+
+// The sizes of the tensor-parallel all-reduces: a micro-batch's residual
+// stream, and the routed experts' gate weights (tokens x top-k).
+std::vector<int64_t> tp_sizes(const TrainConfig& c) {
+  const int64_t tokens = int64_t(c.batch_size) * (c.seq_len / c.parallel.cp);
+  std::vector<int64_t> sizes{tokens * c.model.d_model};
+  if (c.model.n_moe_layers() > 0) sizes.push_back(tokens * c.model.top_k);
+  return sizes;
 }
 
 bool zigzag(const parallel::ParallelConfig& p) { return p.cp_zigzag && p.cp_comm == parallel::CpComm::ring; }
@@ -44,9 +66,7 @@ parallel::ShmemExperts::Shape expert_dispatch_shape(const TrainConfig& c) {
 Distributed::Distributed(const TrainConfig& cfg, runtime::Device& device)
     : cfg_(cfg), mesh_(cfg.parallel, shmem::n_pes(), split_sizes(cfg)), rank_(shmem::my_pe()), comm_(device) {
   const parallel::ParallelConfig& p = cfg.parallel;
-  CM_CHECK(p.pp == 1 && p.tp == 1,
-           "set pp and tp to 1: this build splits training over data (dp), sequences (cp) and experts (ep)",
-           "the layout asks for pp {} x tp {}", p.pp, p.tp);
+  CM_CHECK(p.pp == 1, "set pp to 1: pipelines train through train::Pipeline", "the layout asks for pp {}", p.pp);
   CM_CHECK(p.cp == 1 || cfg.model.aux_loss_alpha == 0.0f,
            "set model.aux_loss_alpha to 0 or cp to 1: the sequence-wise balance loss needs whole sequences",
            "cp {} with aux_loss_alpha {}", p.cp, cfg.model.aux_loss_alpha);
@@ -54,6 +74,11 @@ Distributed::Distributed(const TrainConfig& cfg, runtime::Device& device)
            "cp {} with graph mode", p.cp);
   groups_ = {parallel::Group::of(mesh_.dense_grad_group(rank_), rank_),
              parallel::Group::of(mesh_.expert_grad_group(rank_), rank_)};
+  kv_sharing_ = model::tp_shape(cfg.model, stage()).kv_sharing;
+  if (kv_sharing_ > 1) groups_.push_back(parallel::Group::of(mesh_.shared_kv_grad_group(rank_, kv_sharing_), rank_));
+  if (p.tp > 1)
+    tensor_ = std::make_unique<parallel::ShmemTensor>(parallel::Group::of(mesh_.group(parallel::Dim::tp, rank_), rank_),
+                                                      tp_sizes(cfg));
   if (p.cp > 1)
     context_ = std::make_unique<parallel::ShmemContext>(parallel::Group::of(mesh_.group(parallel::Dim::cp, rank_), rank_),
                                                         p.cp_comm, zigzag(p), context_shape(cfg));
@@ -65,7 +90,7 @@ Distributed::Distributed(const TrainConfig& cfg, runtime::Device& device)
 Distributed::~Distributed() = default;
 
 model::StageLayout Distributed::stage() const {
-  model::StageLayout s;
+  model::StageLayout s = tp_stage(cfg_, mesh_.coords(rank_)[parallel::Dim::tp]);
   if (experts_) s.expert_begin = experts_->first_expert(), s.expert_end = s.expert_begin + experts_->local_experts();
   return s;
 }
@@ -74,6 +99,7 @@ parallel::Seams Distributed::seams() {
   parallel::Seams s;
   if (experts_) s.experts = experts_.get();
   if (context_) s.context = context_.get();
+  if (tensor_) s.tensor = tensor_.get();
   return s;
 }
 
@@ -89,7 +115,7 @@ void Distributed::attach(model::Model& model) {
   // Without expert parallelism every parameter is summed over the same group:
   // buckets follow the parts, cut at norm-chunk boundaries so that the norm's
   // per-chunk partials are each computed whole on one PE.
-  exact_norm_ = cfg_.parallel.ep == 1;
+  exact_norm_ = cfg_.parallel.ep == 1 && cfg_.parallel.tp == 1;
   std::vector<parallel::ShardedSum::Range> ranges;
   for (int part = parts - 1; part >= 0; --part) {
     const int64_t b = l.region_offset[size_t(part)], e = b + l.region_size[size_t(part)];
@@ -99,12 +125,17 @@ void Distributed::attach(model::Model& model) {
       ready_part_.push_back(part);
       continue;
     }
-    // runs of parameters with one reduction group: 0 dense, 1 routed experts
+    // runs of parameters with one reduction group: 0 dense, 1 routed
+    // experts, 2 key/value heads shared by TP ranks
     const model::PartRange ps = l.regions[size_t(part)];
+    auto group_of_param = [&](int i) {
+      const model::ParamInfo& q = l.params[size_t(i)];
+      return q.expert() ? 1 : q.tp_partial_grad ? 2 : 0;
+    };
     for (int i = ps.begin; i < ps.end;) {
-      const int group = l.params[size_t(i)].expert() ? 1 : 0;
+      const int group = group_of_param(i);
       int j = i;
-      while (j < ps.end && (l.params[size_t(j)].expert() ? 1 : 0) == group) ++j;
+      while (j < ps.end && group_of_param(j) == group) ++j;
       const int64_t rb = l.params[size_t(i)].offset, re = j < ps.end ? l.params[size_t(j)].offset : e;
       ranges.push_back({rb, re, group});
       ready_part_.push_back(part);
@@ -168,6 +199,9 @@ Tensor Distributed::grad_sq_sum() {
     if (b == e) continue;
     std::vector<ops::ParamSegment> seg;  // the parameters' pieces in the shard, relative to it
     for (const auto& p : l.params) {
+      // a copy that other TP ranks hold too counts on the first of them; kv
+      // heads shared by TP ranks are summed over them, whose shards part them
+      if (!p.tp_first && !p.tp_partial_grad) continue;
       const int64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.numel);
       if (lo < hi) seg.push_back({lo - b, hi - lo, p.weight_decay});
     }
@@ -203,7 +237,10 @@ model::Model::ArenaAllocator Distributed::state_allocator() const {
 
 parallel::Group Distributed::group_of(int r, int pe) const {
   const int kind = grads_->ranges()[size_t(r)].group;
-  return parallel::Group::of(kind == 0 ? mesh_.dense_grad_group(pe) : mesh_.expert_grad_group(pe), pe);
+  return parallel::Group::of(kind == 0   ? mesh_.dense_grad_group(pe)
+                             : kind == 1 ? mesh_.expert_grad_group(pe)
+                                         : mesh_.shared_kv_grad_group(pe, kv_sharing_),
+                             pe);
 }
 
 int64_t Distributed::state_offset(int pe, int r) const {
@@ -217,9 +254,10 @@ int64_t Distributed::state_offset(int pe, int r) const {
   return offset;
 }
 
-std::vector<Distributed::Piece> Distributed::locate(int ep_index, int64_t b, int64_t e, bool state) const {
+std::vector<Distributed::Piece> Distributed::locate(int ep_index, int tp_index, int64_t b, int64_t e,
+                                                    bool state) const {
   parallel::Coords c;
-  c[parallel::Dim::ep] = ep_index;
+  c[parallel::Dim::ep] = ep_index, c[parallel::Dim::tp] = tp_index;
   const int holder = mesh_.rank(c);  // dp 0 of that expert shard: every PE has the full weights
   if (!state || cfg_.parallel.zero == 0) return {{holder, b, e - b, 0}};
   std::vector<Piece> out;
@@ -240,20 +278,27 @@ void Distributed::gather_state(model::Model& model, AdamW& opt, NamedTensors& pa
                                NamedTensors& adam_v) {
   shmem::barrier();  // every PE's step is done: their arenas hold the state to save
   if (leader()) {
-    const int ep = cfg_.parallel.ep, local = cfg_.model.n_routed_experts / std::max(ep, 1);
-    const model::ParamLayout& mine = model.layout();
+    const int ep = cfg_.parallel.ep, tp = cfg_.parallel.tp;
+    // the layouts of every (ep, tp) index: where each one's share of a tensor sits
+    std::vector<std::vector<model::ParamLayout>> layouts(static_cast<size_t>(ep));
+    for (int j = 0; j < ep; ++j)
+      for (int t = 0; t < tp; ++t) layouts[size_t(j)].push_back(model::layout_params(cfg_.model, tp_stage(cfg_, t, j)));
     for (const model::ParamInfo& w : model::layout_params(cfg_.model).params) {
-      const model::ParamInfo& p = mine.params[size_t(mine.index_of(w.name))];
       Tensor x = Tensor::empty(w.shape), m = Tensor::empty(w.shape), v = Tensor::empty(w.shape);
-      for (int j = 0; j < (w.expert() ? ep : 1); ++j) {
-        const int64_t at = w.expert() ? int64_t(j) * local * (w.numel / w.shape[0]) : 0;
-        for (const Piece& q : locate(j, p.offset, p.offset + p.numel, false))
-          shmem::get(x.data<float>() + at + q.at, model.param_data() + q.offset, size_t(q.length), q.pe);
-        for (const Piece& q : locate(j, p.offset, p.offset + p.numel, true)) {
-          shmem::get(m.data<float>() + at + q.at, opt.m().data<float>() + q.offset, size_t(q.length), q.pe);
-          shmem::get(v.data<float>() + at + q.at, opt.v().data<float>() + q.offset, size_t(q.length), q.pe);
+      for (int j = 0; j < (w.expert() ? ep : 1); ++j)
+        for (int t = 0; t < tp; ++t) {
+          const model::ParamLayout& l = layouts[size_t(j)][size_t(t)];
+          const model::ParamInfo& p = l.params[size_t(l.index_of(w.name))];
+          if (!p.tp_first) continue;  // a copy: the first holder's is read
+          Tensor px = Tensor::empty(p.shape), pm = Tensor::empty(p.shape), pv = Tensor::empty(p.shape);
+          for (const Piece& q : locate(j, t, p.offset, p.offset + p.numel, false))
+            shmem::get(px.data<float>() + q.at, model.param_data() + q.offset, size_t(q.length), q.pe);
+          for (const Piece& q : locate(j, t, p.offset, p.offset + p.numel, true)) {
+            shmem::get(pm.data<float>() + q.at, opt.m().data<float>() + q.offset, size_t(q.length), q.pe);
+            shmem::get(pv.data<float>() + q.at, opt.v().data<float>() + q.offset, size_t(q.length), q.pe);
+          }
+          model::place_part(p, px, x), model::place_part(p, pm, m), model::place_part(p, pv, v);
         }
-      }
       params.emplace_back(w.name, x), adam_m.emplace_back(w.name, m), adam_v.emplace_back(w.name, v);
     }
   }
@@ -283,10 +328,9 @@ int64_t Distributed::symmetric_bytes(const TrainConfig& c, int world) {
   if (c.parallel.pp > 1) return Pipeline::symmetric_bytes(c);
   const parallel::Mesh mesh(c.parallel, world, split_sizes(c));
   const int ep = c.parallel.ep, E = c.model.n_routed_experts;
-  model::StageLayout stage;
-  if (ep > 1) stage.expert_begin = 0, stage.expert_end = E / ep;
-  const int64_t arena = model::layout_params(c.model, stage).arena_size;
+  const int64_t arena = model::layout_params(c.model, tp_stage(c, 0, 0)).arena_size;
   int64_t bytes = 4 * 3 * arena + (16 << 20);  // weights, gradients, staging; small buffers and alignment
+  if (c.parallel.tp > 1) bytes += parallel::ShmemTensor::symmetric_bytes(c.parallel.tp, tp_sizes(c));
   if (c.parallel.cp > 1)
     bytes += parallel::ShmemContext::symmetric_bytes(c.parallel.cp_comm, c.parallel.cp, context_shape(c));
   if (ep > 1) bytes += parallel::ShmemExperts::symmetric_bytes(ep, expert_dispatch_shape(c));

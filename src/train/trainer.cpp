@@ -80,6 +80,13 @@ void TrainConfig::validate() const {
   if (graph && parallel.pp > 1)
     p.push_back(fmt::format("graph mode does not run pipeline layouts yet (pp = {}): drop graph or use pp = 1",
                             parallel.pp));
+  if (parallel.tp > 1 && parallel.pp > 1)
+    p.push_back(fmt::format("set tp or pp to 1 (tp {} x pp {}): tensor parallelism does not run in pipeline "
+                            "stages yet", parallel.tp, parallel.pp));
+  if (graph && parallel.tp > 1)
+    p.push_back(fmt::format("graph mode does not capture tensor parallelism yet (tp = {}): drop graph or use tp = 1",
+                            parallel.tp));
+  for (auto& q : model::tp_problems(model, parallel.tp)) p.push_back(std::move(q));
   if (!p.empty()) {
     std::string text = "invalid training config:";
     for (const auto& s : p) text += "\n  - " + s;
@@ -153,22 +160,21 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
 namespace {
 
 // This PE's share of whole-model tensors (by name): its parameters (its
-// experts' rows) and its AdamW state (the ranges it owns).
+// experts' rows, its tensor-parallel slices) and its AdamW state (the ranges it owns).
 void load_state(model::Model& model, AdamW& opt, const NamedTensors& params,
                              const NamedTensors& adam_m, const NamedTensors& adam_v) {
   std::map<std::string, Tensor> P(params.begin(), params.end()), M(adam_m.begin(), adam_m.end()),
       V(adam_v.begin(), adam_v.end());
-  auto whole = [&](const std::map<std::string, Tensor>& from, const model::ParamInfo& p) -> const float* {
+  auto held = [&](const std::map<std::string, Tensor>& from, const model::ParamInfo& p) -> Tensor {
     auto it = from.find(p.name);
     CM_CHECK(it != from.end(), "resume from a complete checkpoint", "the checkpoint lacks '{}'", p.name);
     const Tensor& t = it->second;
-    const int64_t rows = p.expert() ? p.numel / p.shape[0] : 0;
-    CM_CHECK(t.numel() >= p.numel + p.expert_begin * rows, "resume a checkpoint of this model",
-             "'{}' has {} elements, this PE needs {}", p.name, t.numel(), p.numel + p.expert_begin * rows);
-    return t.data<float>() + p.expert_begin * rows;  // this PE's experts' rows
+    CM_CHECK(t.numel() == shape_numel(p.whole_shape), "resume a checkpoint of this model",
+             "'{}' has {} elements, the model's has {}", p.name, t.numel(), shape_numel(p.whole_shape));
+    return model::held_part(p, t);  // this PE's experts' rows, its TP slice
   };
   for (const model::ParamInfo& p : model.params())
-    std::memcpy(model.param_data() + p.offset, whole(P, p), size_t(p.numel) * sizeof(float));
+    std::memcpy(model.param_data() + p.offset, held(P, p).data<float>(), size_t(p.numel) * sizeof(float));
   // AdamW state: each owned range, element by element from the parameters it covers
   for (size_t i = 0; i < opt.owned().size(); ++i) {
     const auto [b, e] = opt.owned()[i];
@@ -176,8 +182,8 @@ void load_state(model::Model& model, AdamW& opt, const NamedTensors& params,
       const int64_t lo = std::max(b, p.offset), hi = std::min(e, p.offset + p.numel);
       if (lo >= hi) continue;
       const int64_t to = opt.state_offset(i) + (lo - b), from = lo - p.offset;
-      std::memcpy(opt.m().data<float>() + to, whole(M, p) + from, size_t(hi - lo) * sizeof(float));
-      std::memcpy(opt.v().data<float>() + to, whole(V, p) + from, size_t(hi - lo) * sizeof(float));
+      std::memcpy(opt.m().data<float>() + to, held(M, p).data<float>() + from, size_t(hi - lo) * sizeof(float));
+      std::memcpy(opt.v().data<float>() + to, held(V, p).data<float>() + from, size_t(hi - lo) * sizeof(float));
     }
   }
 }
@@ -490,7 +496,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
     if ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || done == cfg_.steps) {
       val = validate();
       if (val >= 0) val_records_.push_back({r.step, val});
-      if (cfg_.sample_tokens > 0 && !pipe_ && cfg_.parallel.cp == 1) {  // sampling runs a whole model on one PE
+      if (cfg_.sample_tokens > 0 && !pipe_ && cfg_.parallel.cp == 1 && cfg_.parallel.tp == 1) {  // a whole model on one PE
         samples_.push_back({r.step, cfg_.sample_prompt, sample()});
         if (cfg_.progress)
           progress.message(fmt::format("sample at step {}: {}", done,

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 
 #include "coremesh/model/model.hpp"
 #include "coremesh/model/rng.hpp"
@@ -207,4 +208,45 @@ TEST(ModelSlots, ParametersCarryWhatParallelismNeeds) {
   EXPECT_EQ(end, l.arena_size);
   EXPECT_THROW(Model(c, StageLayout{{{0, 3}, {2, 5}}}), InvalidArgument);  // overlapping chunks
   EXPECT_THROW(Model(c, StageLayout{{}, 3, 9}), InvalidArgument);          // 8 experts
+}
+
+// Tensor parallelism: the TP ranks' slices of every parameter, pasted into
+// whole tensors, are the 1-PE weights (split q/kv heads, hidden units and
+// expert hidden units; kv heads shared by tp / n_kv_heads ranks at tp = 4);
+// each element counts once over the ranks that are first to hold it.
+TEST(ModelSlots, TensorParallelSlicesTileTheWholeModel) {
+  const ModelConfig c = config();
+  Model whole(c);
+  whole.init_weights(7);
+  for (int tp : {2, 4}) {
+    std::map<std::string, Tensor> pasted;
+    std::map<std::string, int64_t> counted;
+    for (int r = 0; r < tp; ++r) {
+      StageLayout stage;
+      stage.tp = tp, stage.tp_rank = r;
+      Model m(c, stage);
+      m.init_weights(7);
+      for (const ParamInfo& p : m.params()) {
+        Tensor& w = pasted.try_emplace(p.name, Tensor::zeros(p.whole_shape)).first->second;
+        place_part(p, m.param(p.name), w);
+        if (p.tp_first) counted[p.name] += p.numel;
+        const Tensor back = held_part(p, whole.param(p.name));
+        EXPECT_EQ(0, std::memcmp(back.raw_data(), m.param(p.name).raw_data(), back.nbytes())) << p.name << " tp " << tp;
+      }
+    }
+    for (const auto& [name, w] : whole.named_params()) {
+      EXPECT_EQ(0, std::memcmp(pasted.at(name).raw_data(), w.raw_data(), w.nbytes())) << name << " tp " << tp;
+      EXPECT_EQ(counted.at(name), w.numel()) << name << " tp " << tp;
+    }
+  }
+  StageLayout four;
+  four.tp = 4, four.tp_rank = 3;
+  const TpShape t = tp_shape(c, four);
+  EXPECT_EQ(t.heads, 1);
+  EXPECT_EQ(t.kv_sharing, 2);
+  EXPECT_EQ(t.kv_head_begin, 1);
+  EXPECT_EQ(t.expert_hidden, c.expert_hidden / 4);
+  StageLayout three;
+  three.tp = 3;
+  EXPECT_THROW(Model(c, three), InvalidArgument);  // 4 heads
 }

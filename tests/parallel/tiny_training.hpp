@@ -71,6 +71,20 @@ inline double relative_l2(const Tensor& a, const Tensor& b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+// The largest relative difference of `run`'s per-step losses from `ref`'s;
+// each step's must be within `tolerance`.
+inline double worst_loss_difference(const train::Trainer& run, const train::Trainer& ref, double tolerance) {
+  EXPECT_EQ(run.records().size(), ref.records().size());
+  double worst = 0;
+  for (size_t s = 0; s < std::min(run.records().size(), ref.records().size()); ++s) {
+    const double a = run.records()[s].loss, b = ref.records()[s].loss;
+    const double r = std::fabs(a - b) / std::max(std::fabs(b), 1e-30);
+    EXPECT_LE(r, tolerance) << "step " << s;
+    worst = std::max(worst, r);
+  }
+  return worst;
+}
+
 // The relative L2 error of every tensor of two checkpoints' states.
 inline double worst_difference(const CheckpointState& a, const CheckpointState& b) {
   double worst = 0;

@@ -41,12 +41,31 @@ struct PartRange {
 struct StageLayout {
   std::vector<PartRange> chunks;   // empty: one chunk with every part
   int expert_begin = 0, expert_end = -1;  // routed experts held: [begin, end); end -1: all
+  int tp = 1, tp_rank = 0;         // tensor parallelism: this stage's share of the split matrices
   bool operator==(const StageLayout&) const = default;
 };
 // Fills the defaults and checks the layout against the config: chunks in
-// range, non-empty, non-overlapping; an expert range inside [0, E).
+// range, non-empty, non-overlapping; an expert range inside [0, E); the
+// sizes tensor parallelism splits divisible by tp.
 StageLayout resolve_stage(const ModelConfig& config, StageLayout stage);
 bool holds_part(const StageLayout& stage, int part);
+
+// What one tensor-parallel rank holds of the split dimensions (Megatron,
+// without sequence parallelism): query heads, dense and shared-expert hidden
+// units are split by tp. Key/value heads are split when tp divides them;
+// when they divide tp instead, each rank holds the one kv head its query
+// heads read, shared by kv_sharing ranks (whose gradients of it add up).
+// Routed experts are split in their hidden units too (expert-TP). The
+// embedding / LM head, norms and routers are not split (every rank of the
+// TP group holds them and computes the same gradients).
+struct TpShape {
+  int64_t heads = 0, kv_heads = 0, dense_hidden = 0, shared_hidden = 0, expert_hidden = 0;
+  int64_t kv_head_begin = 0;  // the first kv head held
+  int kv_sharing = 1;         // TP ranks that hold the same kv heads
+};
+TpShape tp_shape(const ModelConfig& config, const StageLayout& stage);
+// What is wrong with splitting the model over tp ranks (empty: nothing).
+std::vector<std::string> tp_problems(const ModelConfig& config, int tp);
 
 // What parallelism needs to know about a parameter, without the model
 // knowing about communication.
@@ -71,6 +90,20 @@ struct ParamInfo {
   // The head's copy of a tied embedding table held in another chunk or
   // stage: whoever holds both sums their gradients (and so keeps them equal).
   bool tied_replica = false;
+  // Tensor parallelism: the stage holds, of the whole model's tensor of
+  // shape whole_shape seen as tp_view, the slice [tp_begin, tp_begin +
+  // tp_size) of dimension tp_dim (tp_dim -1: all of it, or its experts'
+  // rows); e.g. experts.w13 (E, 2F, C) seen as (E, 2, F, C), sliced in F.
+  // tp_copies TP ranks hold the same values (1: a shard of its own), this
+  // rank being the first of them when tp_first; with tp_partial_grad each
+  // copy's gradient is a part of the gradient (kv heads read by several
+  // ranks' query heads).
+  Shape whole_shape, tp_view;
+  int tp_dim = -1;
+  int64_t tp_begin = 0, tp_size = 0;
+  int tp_copies = 1;
+  bool tp_first = true;
+  bool tp_partial_grad = false;
   bool expert() const { return group == ParamGroup::expert; }
 };
 
@@ -82,6 +115,12 @@ struct ParamLayout {
   int index_of(const std::string& name) const;  // -1 when absent
 };
 ParamLayout layout_params(const ModelConfig& config, const StageLayout& stage = {});
+
+// The part of a whole-model tensor (whole_shape) that the stage holds as p:
+// its experts' rows, its tensor-parallel slice (contiguous, p.shape).
+Tensor held_part(const ParamInfo& p, const Tensor& whole);
+// The inverse: writes `part` (p.shape) into its place in `whole`.
+void place_part(const ParamInfo& p, const Tensor& part, Tensor& whole);
 
 struct ParamCount {
   int64_t total = 0;      // every trained parameter

@@ -212,6 +212,7 @@ class Model {
   StageLayout stage_;
   parallel::Seams seams_;
   ParamLayout layout_;
+  TpShape tp_;  // this stage's heads and hidden units (all of them without TP)
   Tensor weights_, grads_, scratch_;              // scratch_: later micro-batches' gradients
   std::vector<uint8_t> written_;                    // per parameter: written in this weight phase
   std::vector<int> part_grads_;                     // per part: weight halves since zero_grad()

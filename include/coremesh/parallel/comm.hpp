@@ -98,6 +98,8 @@ class ShardedSum {
   // first range covers them), summed over its group and unpacked, each
   // replaced by the members' sum (expert loads of several layers).
   void sum_packed(const std::vector<Tensor>& tensors, runtime::Stream& stream);
+  // Bytes this PE has put (data, not signals), counted as the puts are enqueued.
+  int64_t bytes_put() const { return bytes_put_; }
 
  private:
   Tensor arena_, staging_, signals_;  // signals_: per range, reduce-scatter and all-gather counters (u64)
@@ -106,6 +108,7 @@ class ShardedSum {
   std::vector<int64_t> staging_offset_, slot_size_;
   std::vector<uint64_t> rs_rounds_, ag_rounds_;
   int64_t align_;
+  int64_t bytes_put_ = 0;
 };
 
 }  // namespace coremesh::parallel

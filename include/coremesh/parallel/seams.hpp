@@ -87,6 +87,9 @@ class TensorParallel {
   virtual Tensor enter_backward(const Tensor& dx) = 0;      // all-reduce | reduce-scatter (SP)
   virtual Tensor exit(const Tensor& y) = 0;                 // all-reduce | reduce-scatter (SP)
   virtual Tensor exit_backward(const Tensor& dy) = 0;       // copy | all-gather (SP)
+  // The sum over the TP ranks of a quantity each computed a part of, other
+  // than the residual stream (e.g. the gate-weight gradient of split experts).
+  virtual Tensor all_reduce(const Tensor& x) = 0;
 
   static TensorParallel& local();  // one PE: every call returns its argument
 };

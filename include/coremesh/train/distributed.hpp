@@ -6,7 +6,9 @@
 //   - the arena is cut into buckets, one per part region (and, with expert
 //     parallelism, per run of parameters that share a reduction group):
 //     dense parameters are summed over dp x cp x ep, routed experts over
-//     dp x cp (mesh.hpp);
+//     dp x cp (mesh.hpp), each within one TP coordinate (a TP rank's
+//     shards are its own); key/value heads that several TP ranks hold
+//     (tp a multiple of the kv heads) over those ranks too;
 //   - on the step's last micro-batch, as soon as the model reports a part's
 //     gradients ready, its buckets are summed on the communication stream
 //     (parallel::ShardedSum: a reduce-scatter in member order, which is the
@@ -14,7 +16,8 @@
 //     PE accumulating the same micro-batches), overlapping the rest of the
 //     backward; without ZeRO an all-gather gives every member the sums;
 //   - the global gradient norm sums per-chunk partials of every PE's shards
-//     (exactly the 1-PE norm when no expert parallelism cuts the arena);
+//     (exactly the 1-PE norm when no expert or tensor parallelism cuts the
+//     arena); a parameter held by several TP ranks counts on the first only;
 //   - ZeRO-1: each PE keeps AdamW state for its shards only, updates them and
 //     all-gathers the parameters.
 // Every call launches on the current stream (the trainer's); nothing waits
@@ -29,6 +32,7 @@
 #include "coremesh/parallel/context_parallel.hpp"
 #include "coremesh/parallel/expert_parallel.hpp"
 #include "coremesh/parallel/mesh.hpp"
+#include "coremesh/parallel/tensor_parallel.hpp"
 #include "coremesh/runtime/stream.hpp"
 #include "coremesh/train/checkpoint.hpp"
 #include "coremesh/train/optimizer.hpp"
@@ -89,6 +93,8 @@ class Distributed {
   // (the chunks of its CP rank); all of them without CP.
   std::vector<int32_t> my_tokens(const std::vector<int32_t>& tokens, int B, int T) const;
   int cp() const { return mesh_.degree(parallel::Dim::cp); }
+  // Tensor parallelism: the seam over SHMEM (nullptr without TP).
+  const parallel::ShmemTensor* tensor() const { return tensor_.get(); }
 
   // ---- host, after the step's synchronization
   // Every PE's `local` values, gathered; returns the sum over the PEs that
@@ -105,9 +111,9 @@ class Distributed {
     int64_t length;
     int64_t at;       // where it goes, from the start of the requested range
   };
-  // Where elements [b, e) of the arena of ep index `ep_index` live: in the
+  // Where elements [b, e) of the arena of (ep, tp) index (ep_index, tp_index) live: in the
   // weights of one PE, or (state) the AdamW moments of their ZeRO owners.
-  std::vector<Piece> locate(int ep_index, int64_t b, int64_t e, bool state) const;
+  std::vector<Piece> locate(int ep_index, int tp_index, int64_t b, int64_t e, bool state) const;
   // The group of bucket r as the PE `pe` sees it, and pe's index in it.
   parallel::Group group_of(int r, int pe) const;
   // Where each of pe's ZeRO shards starts in its AdamW state.
@@ -116,9 +122,12 @@ class Distributed {
   const TrainConfig& cfg_;
   parallel::Mesh mesh_;
   int rank_ = 0;
-  std::vector<parallel::Group> groups_;  // 0: dense gradients, 1: expert gradients
+  // 0: dense gradients, 1: expert gradients, 2: kv heads shared by TP ranks
+  std::vector<parallel::Group> groups_;
+  int kv_sharing_ = 1;
   std::unique_ptr<parallel::ShmemExperts> experts_;
   std::unique_ptr<parallel::ShmemContext> context_;
+  std::unique_ptr<parallel::ShmemTensor> tensor_;
   model::Model* model_ = nullptr;
   runtime::Stream comm_;
   std::unique_ptr<parallel::ShardedSum> grads_, partials_, load_;
