@@ -20,10 +20,11 @@ void copy_rows(const Tensor& to, int64_t to_row, const Tensor& from, int64_t fro
   if (n > 0) std::memcpy(rows_at(to, to_row), rows_at(from, from_row), size_t(n * to.size(1)) * sizeof(float));
 }
 
-// Zeroes the rows of `t` from `row` on.
-void zero_from(const Tensor& t, int64_t row) {
-  std::memset(rows_at(t, row), 0, size_t((t.size(0) - row) * t.size(1)) * sizeof(float));
+// Zeroes the rows [from, to) of `t`.
+void zero_rows(const Tensor& t, int64_t from, int64_t to) {
+  if (to > from) std::memset(rows_at(t, from), 0, size_t((to - from) * t.size(1)) * sizeof(float));
 }
+void zero_from(const Tensor& t, int64_t row) { zero_rows(t, row, t.size(0)); }
 
 // Sum of M[i] for i in [from, to).
 int64_t sum(const int64_t* M, int64_t from, int64_t to) {
@@ -48,6 +49,15 @@ int64_t owner_row(const int64_t* M, int g, int E, int El, int d, int e, int s) {
 void signal_members(const Group& ep, uint64_t* sig) {
   shmem::fence();
   for (int k = 1; k < ep.size(); ++k) shmem::atomic_add(sig, uint64_t{1}, ep.pes[size_t((ep.me + k) % ep.size())]);
+}
+
+// n floats of PE pe's symmetric `src` into `dst`: a plain copy where the
+// peer's heap is mapped here (same host), else a get that the caller's
+// quiet completes. (The shm path's non-blocking get runs on a copy thread,
+// which on a PE with one core only adds a hand-over.)
+void read_rows(float* dst, const float* src, int64_t n, int pe) {
+  if (const float* mapped = shmem::peer_ptr(src, pe)) std::memcpy(dst, mapped, size_t(n) * sizeof(float));
+  else shmem::get_nbi(dst, src, size_t(n), pe);
 }
 
 // The rows into the head of `buffer`, unless they were built there.
@@ -171,13 +181,14 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::
   // the sources' send buffers (mine from my own). Forward: the plan from the
   // counts first. It takes the signals it waited for (as
   // wait_signal_on_stream does, without a kernel of its own).
-  Tensor out = Tensor::empty({recv_rows_, shape_.width});
+  const Received received = free_received(L, forward);
+  const Tensor out = received.rows, filled = received.filled;
   const Tensor local_off = p.offsets, source_off = p.source_offsets;
-  std::vector<Tensor> writes{out};
+  std::vector<Tensor> writes{out, filled};
   if (forward) writes.insert(writes.end(), {matrix, local_off, source_off});
   stream.launch(launch_info("ep_gather", runtime::KernelKind::comm, 1, {counts, matrix, local_off, source_off, buffer},
                             writes),
-                [ep, sig, counts, matrix, local_off, source_off, buffer, out, forward, slot, g, E, El](
+                [ep, sig, counts, matrix, local_off, source_off, buffer, out, filled, forward, slot, g, E, El](
                     const runtime::BlockContext&) {
                   const int me = ep.me;
                   if (g > 1) shmem::atomic_add(sig, uint64_t(0) - uint64_t(g - 1), ep.pes[size_t(me)]);
@@ -207,10 +218,11 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::
                       const int64_t n = row[me * El + e], from = sum(row, 0, me * El + e);
                       if (s == me) copy_rows(out, so[e * g + s], buffer, from, n);
                       else if (n > 0)
-                        shmem::get_nbi(rows_at(out, so[e * g + s]), rows_at(buffer, from), size_t(n * out.size(1)),
-                                       ep.pes[size_t(s)]);
+                        read_rows(rows_at(out, so[e * g + s]), rows_at(buffer, from), n * out.size(1), ep.pes[size_t(s)]);
                     }
-                  zero_from(out, lo[El]);
+                  int64_t& rows_filled = *filled.data<int64_t>();  // the tail past it is zero
+                  zero_rows(out, lo[El], rows_filled);
+                  rows_filled = lo[El];
                   shmem::quiet();
                 });
   return out;
@@ -258,14 +270,26 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer:
                     for (int e = 0; e < El; ++e) {
                       const int64_t n = row[d * El + e];
                       if (n > 0)
-                        shmem::get_nbi(rows_at(out, at), rows_at(buffer, owner_row(M, g, E, El, d, e, me)),
-                                       size_t(n * out.size(1)), ep.pes[size_t(d)]);
+                        read_rows(rows_at(out, at), rows_at(buffer, owner_row(M, g, E, El, d, e, me)), n * out.size(1),
+                                  ep.pes[size_t(d)]);
                       at += n;
                     }
                   }
                   shmem::quiet();
                 });
   return out;
+}
+
+// A received-rows tensor no one holds any more (not the model's saved
+// activations, not a queued kernel), or a new one: the tail past its fill
+// level is zero, so the next exchange zeroes only what the last one wrote
+// beyond its own rows. One per micro-batch in flight, reused after that.
+ShmemExperts::Received ShmemExperts::free_received(Layer& L, bool forward) {
+  std::vector<Received>& pool = forward ? L.received_fwd : L.received_bwd;
+  for (const Received& r : pool)
+    if (r.rows.storage().use_count() == 1 && r.filled.storage().use_count() == 1) return r;
+  pool.push_back({Tensor::zeros({recv_rows_, shape_.width}), Tensor::zeros({1}, DType::i64)});
+  return pool.back();
 }
 
 Tensor ShmemExperts::send_buffer(int index, Exchange which, int64_t rows, int64_t width) {

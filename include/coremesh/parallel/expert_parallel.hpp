@@ -69,16 +69,22 @@ class ShmemExperts final : public ExpertDispatcher {
   Tensor send_buffer(int layer, Exchange which, int64_t rows, int64_t width) override;
 
  private:
+  struct Received {
+    Tensor rows;    // (recv_rows, C): the rows of this PE's experts, grouped
+    Tensor filled;  // (1) i64: rows from here on are zero (set on the stream)
+  };
   struct Layer {
     Tensor counts;                 // (ep, E) i64: row counts of every source
     Tensor send_fwd, send_bwd;     // (max_rows, C): rows the owners read from their source
     Tensor ret_fwd, ret_bwd;       // (recv_rows, C): rows the sources read back from their owner
     Tensor signals;                // u64: send_fwd, ret_fwd, send_bwd, ret_bwd ready
+    std::vector<Received> received_fwd, received_bwd;
     uint64_t fwd_round = 0, bwd_round = 0;
     bool awaiting_combine = false;  // dispatched, not yet combined
   };
   struct Plan;
   Layer& layer(int index);
+  Received free_received(Layer& L, bool forward);
   // Rows of xp order, in this PE's `send` buffer -> the owners, who read
   // them from there once signalled (`sig`); returns the rows this PE's
   // experts compute (dispatch: the plan first, from every source's counts;
