@@ -327,7 +327,7 @@ std::vector<int32_t> Distributed::my_tokens(const std::vector<int32_t>& tokens, 
 int64_t Distributed::symmetric_bytes(const TrainConfig& c, int world) {
   if (c.parallel.pp > 1) return Pipeline::symmetric_bytes(c);
   const parallel::Mesh mesh(c.parallel, world, split_sizes(c));
-  const int ep = c.parallel.ep, E = c.model.n_routed_experts;
+  const int ep = c.parallel.ep;
   const int64_t arena = model::layout_params(c.model, tp_stage(c, 0, 0)).arena_size;
   int64_t bytes = 4 * 3 * arena + (16 << 20);  // weights, gradients, staging; small buffers and alignment
   if (c.parallel.tp > 1) bytes += parallel::ShmemTensor::symmetric_bytes(c.parallel.tp, tp_sizes(c));
