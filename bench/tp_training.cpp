@@ -10,8 +10,10 @@
 // Output (PE 0): the median step time (slowest PE), tokens/s, and the bytes
 // this PE put per step (ShardedSum counts its puts as they are issued)
 // against the formula: all-reduces per step (one per attention and FFN half,
-// forward and backward, of B*T*C floats; one per MoE layer of the gate
-// weights' gradient, B*T*top_k floats) times ShmemTensor::bytes_per_all_reduce.
+// forward and backward, and one for the vocabulary-parallel embedding
+// (forward) and LM head (backward), of B*T*C floats; the cross entropy's
+// stats, (tp + 1)*B*T floats; one per MoE layer of the gate weights'
+// gradient, B*T*top_k floats) times ShmemTensor::bytes_per_all_reduce.
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -46,7 +48,8 @@ int main(int argc, char** argv) {
   const int64_t elements = int64_t(B) * T * cfg.d_model;
   std::vector<int> world;
   for (int p = 0; p < n; ++p) world.push_back(p);
-  parallel::ShmemTensor tp(parallel::Group::of(world, me), {elements, int64_t(B) * T * cfg.top_k});
+  const int64_t tokens_n = int64_t(B) * T, stats = (n + 1) * tokens_n;
+  parallel::ShmemTensor tp(parallel::Group::of(world, me), {elements, stats, tokens_n * cfg.top_k});
   parallel::Seams seams;
   seams.tensor = &tp;
   model::StageLayout stage;
@@ -73,11 +76,13 @@ int main(int argc, char** argv) {
     if (i > 0) times.push_back(double(slowest) * 1e-9);
   }
   // two tensor-parallel regions per layer (attention, FFN), each one
-  // all-reduce of (B*T, C) forward and one backward; per MoE layer one more
-  // in the backward, of the gate weights' gradient (B*T, top-k)
+  // all-reduce of (B*T, C) forward and one backward, and two more for the
+  // embedding and the head; the cross entropy's stats (tp + 1, B*T); per MoE
+  // layer one more in the backward, of the gate weights' gradient (B*T, top-k)
   const int64_t formula =
-      n > 1 ? 4 * cfg.n_layers * parallel::ShmemTensor::bytes_per_all_reduce(n, elements) +
-                  cfg.n_moe_layers() * parallel::ShmemTensor::bytes_per_all_reduce(n, int64_t(B) * T * cfg.top_k)
+      n > 1 ? (4 * cfg.n_layers + 2) * parallel::ShmemTensor::bytes_per_all_reduce(n, elements) +
+                  parallel::ShmemTensor::bytes_per_all_reduce(n, stats) +
+                  cfg.n_moe_layers() * parallel::ShmemTensor::bytes_per_all_reduce(n, tokens_n * cfg.top_k)
             : 0;
   double load = 0;
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {

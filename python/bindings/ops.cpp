@@ -221,15 +221,37 @@ pos * base^(-2p/D).)doc");
         }, py::arg("logits"), py::arg("targets"), py::arg("ignore_index") = -100, R"doc(
 logits (N,V) f32, targets (N) i32/i64 -> (loss (N), lse (N)); loss is 0
 where target == ignore_index. A target outside [0,V) fails in the kernel.)doc");
-  m.def("cross_entropy_backward", &ops::cross_entropy_backward, py::arg("dloss"), py::arg("logits"),
-        py::arg("targets"), py::arg("lse"), py::arg("ignore_index") = -100, "dloss (N) -> dlogits (N,V).");
+  m.def("cross_entropy_backward", [](const Tensor& dloss, const Tensor& logits, const Tensor& targets,
+                                     const Tensor& lse, int64_t ignore_index, int64_t vocab_begin, int64_t vocab) {
+          return ops::cross_entropy_backward(dloss, logits, targets, lse, ignore_index, {vocab_begin, vocab});
+        }, py::arg("dloss"), py::arg("logits"), py::arg("targets"), py::arg("lse"), py::arg("ignore_index") = -100,
+        py::arg("vocab_begin") = 0, py::arg("vocab") = -1,
+        "dloss (N) -> dlogits (N,V); logits may be the columns [vocab_begin, vocab_begin + V) of a vocab-wide row.");
+  m.def("cross_entropy_slice_stats", [](const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                                        int64_t vocab, int64_t ignore_index) {
+          return ops::cross_entropy_slice_stats(logits, targets, {vocab_begin, vocab}, ignore_index);
+        }, py::arg("logits"), py::arg("targets"), py::arg("vocab_begin"), py::arg("vocab"),
+        py::arg("ignore_index") = -100, R"doc(
+Vocabulary-parallel cross entropy, step 1: logits (N, V/P) of the columns
+[vocab_begin, vocab_begin + V/P) -> stats (P+1, N) to be summed over the P slices.)doc");
+  m.def("cross_entropy_from_slice_stats", [](const Tensor& summed, const Tensor& targets, int64_t ignore_index) {
+          auto r = ops::cross_entropy_from_slice_stats(summed, targets, ignore_index);
+          return py::make_tuple(r.loss, r.lse);
+        }, py::arg("summed"), py::arg("targets"), py::arg("ignore_index") = -100,
+        "Step 2: the slices' summed stats -> (loss (N), lse (N)) of the whole vocabulary.");
 
-  m.def("embedding", &ops::embedding, py::arg("table"), py::arg("ids"),
-        "table (V,C) f32, ids (...) i32/i64 in [0,V) -> (..., C); a bad id fails in the kernel.");
+  m.def("embedding", [](const Tensor& table, const Tensor& ids, int64_t vocab_begin, int64_t vocab) {
+          return ops::embedding(table, ids, {vocab_begin, vocab});
+        }, py::arg("table"), py::arg("ids"), py::arg("vocab_begin") = 0, py::arg("vocab") = -1,
+        "table (V,C) f32 (rows [vocab_begin, vocab_begin + V) of a vocab-row table), ids (...) i32/i64 in "
+        "[0,vocab) -> (..., C), zero rows for ids held elsewhere; a bad id fails in the kernel.");
   m.def("embedding_backward", &ops::embedding_backward, py::arg("dy"), py::arg("ids"), py::arg("vocab"),
         "dy (..., C) -> dtable (vocab, C), summed per id.");
-  m.def("embedding_backward_into", &ops::embedding_backward_into, py::arg("dy"), py::arg("ids"),
-        py::arg("dtable"), py::arg("beta") = 1.0f, "dtable = d table + beta * dtable, in place.");
+  m.def("embedding_backward_into", [](const Tensor& dy, const Tensor& ids, Tensor dtable, float beta,
+                                      int64_t vocab_begin, int64_t vocab) {
+          ops::embedding_backward_into(dy, ids, dtable, beta, {vocab_begin, vocab});
+        }, py::arg("dy"), py::arg("ids"), py::arg("dtable"), py::arg("beta") = 1.0f, py::arg("vocab_begin") = 0,
+        py::arg("vocab") = -1, "dtable = d table + beta * dtable, in place (its rows of the slice).");
 
   m.def("transpose", &ops::transpose, py::arg("x"), "x (..., R, C) -> (..., C, R), any dtype, exact.");
   m.def("transpose_out", &ops::transpose_out, py::arg("x"), py::arg("y"));

@@ -67,6 +67,7 @@ std::vector<std::string> tp_problems(const ModelConfig& c, int tp) {
     if (size % tp != 0)
       out.push_back(fmt::format("choose tp dividing {} ({}), or change it to a multiple of tp {}", what, size, tp));
   };
+  need(c.vocab_size, "model.vocab_size");
   need(c.n_heads, "model.n_heads");
   need(c.dense_hidden, "model.dense_hidden");
   need(int64_t(c.n_shared_experts) * c.expert_hidden, "model.n_shared_experts x model.expert_hidden");
@@ -84,6 +85,7 @@ TpShape tp_shape(const ModelConfig& c, const StageLayout& s) {
   t.dense_hidden = c.dense_hidden / tp;
   t.shared_hidden = int64_t(c.n_shared_experts) * c.expert_hidden / tp;
   t.expert_hidden = c.expert_hidden / tp;
+  t.vocab = c.vocab_size / tp, t.vocab_begin = s.tp_rank * t.vocab;
   if (c.n_kv_heads % tp == 0) {
     t.kv_heads = c.n_kv_heads / tp, t.kv_head_begin = s.tp_rank * t.kv_heads;
   } else {  // tp a multiple of the kv heads: this rank's query heads all read one kv head
@@ -212,7 +214,7 @@ ParamLayout layout_params(const ModelConfig& c, const StageLayout& stage_in) {
   };
   const int64_t H = stage.tp > 1 ? ts.heads : c.n_heads, Hkv = stage.tp > 1 ? ts.kv_heads : c.n_kv_heads,
                 Fd = stage.tp > 1 ? ts.dense_hidden : c.dense_hidden, SFl = stage.tp > 1 ? ts.shared_hidden : SF,
-                Fe = stage.tp > 1 ? ts.expert_hidden : F;
+                Fe = stage.tp > 1 ? ts.expert_hidden : F, Vl = stage.tp > 1 ? ts.vocab : V;
   for (int part = 0; part < P; ++part) {
     if (!holds_part(stage, part)) continue;
     b.part = part;
@@ -222,7 +224,8 @@ ParamLayout layout_params(const ModelConfig& c, const StageLayout& stage_in) {
     const std::string l = "layers." + std::to_string(pt.layer) + ".";
     switch (pt.kind) {
       case PartKind::embedding:
-        b.add("wte", {V, C}, G::embedding, A::vocab);
+        cut({V, C}, 0, ts.vocab_begin, Vl);
+        b.add("wte", {Vl, C}, G::embedding, A::vocab);
         break;
       case PartKind::attention:
         b.add(l + "attn_norm", {C}, G::norm, A::none);
@@ -264,9 +267,11 @@ ParamLayout layout_params(const ModelConfig& c, const StageLayout& stage_in) {
       case PartKind::head:
         b.add("final_norm", {C}, G::norm, A::none);
         if (!c.tied_embeddings) {
-          b.add("lm_head", {V, C}, G::embedding, A::vocab);
+          cut({V, C}, 0, ts.vocab_begin, Vl);
+          b.add("lm_head", {Vl, C}, G::embedding, A::vocab);
         } else if (!same_chunk(stage, 0, part)) {  // the tied table lives in another chunk or stage
-          b.add("wte", {V, C}, G::embedding, A::vocab);
+          cut({V, C}, 0, ts.vocab_begin, Vl);
+          b.add("wte", {Vl, C}, G::embedding, A::vocab);
           out.params.back().tied_replica = true;
         }
         break;
@@ -311,7 +316,7 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
   m.optimizer = held * 8;
   const TpShape t = tp_shape(c, stage);  // this TP rank's heads and hidden units
   const int64_t N = int64_t(micro_batch) * seq_len, C = c.d_model, D = c.head_dim(),
-                H = t.heads, Hkv = t.kv_heads, V = c.vocab_size, E = c.n_routed_experts,
+                H = t.heads, Hkv = t.kv_heads, V = t.vocab, E = c.n_routed_experts,
                 El = stage.expert_end - stage.expert_begin, K = c.top_k, F = t.expert_hidden,
                 SF = t.shared_hidden, Fd = t.dense_hidden;
   // One saved row of `width` elements that only a block GEMM reads (its
@@ -354,7 +359,7 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
         if (c.is_moe_layer(p.layer)) per_batch += 8 * (El + 1);  // group offsets (i64)
         break;
       // the final residual and RMSNorm (C each) and rstd, logits and their
-      // gradient (V each), log-sum-exp, loss per token, targets (i32)
+      // gradient (this TP rank's V each), log-sum-exp, loss per token, targets (i32)
       case PartKind::head: per_token += 4 * (2 * C + 1 + 2 * V + 2) + 4; break;
     }
   }

@@ -11,6 +11,10 @@ using namespace detail;
 
 namespace {
 
+// The rows of the embedding table and LM head this stage holds: a slice of
+// the vocabulary under tensor parallelism, else the whole.
+ops::VocabSlice vocab_slice(const ModelConfig& c, const TpShape& t) { return {t.vocab_begin, c.vocab_size}; }
+
 // rotate-half pairs (i, i + D/2)
 ops::RopeConfig rope_config(const ModelConfig& c) { return {c.rope_theta, /*interleaved=*/false}; }
 
@@ -45,8 +49,9 @@ Tensor norm_backward(WgradSink& sink, int param, const Tensor& dy, const Tensor&
 // ---- forward
 
 Residual Parts::embedding_forward(Model& m, Model::Slot& s, const Model::PartParams& p) {
-  // x = wte[tokens]  (N,C)
-  return {ops::embedding(m.wview(p.table), s.ids), {}};
+  // x = wte[tokens]  (N,C); under TP each rank looks up the rows of its
+  // vocabulary slice (zero elsewhere) and the exit sums them: exactly wte's rows
+  return {m.seams_.tensor->exit(ops::embedding(m.wview(p.table), s.ids, vocab_slice(m.config_, m.tp_))), {}};
 }
 
 Residual Parts::attention_forward(Model& m, Model::Slot& s, const Model::PartParams& p, const Residual& in) {
@@ -93,9 +98,15 @@ void Parts::head_forward(Model& m, Model::Slot& s, const Model::PartParams& p, c
   HeadActs& a = s.head;
   // logits = RMSNorm(x + delta) head^T (N,V); cross entropy per row
   const auto xf = add_norm(in, m.wview(p.norm), c.norm_eps);
-  a.xL = xf.h, a.xf = xf.y, a.frstd = xf.rstd;
-  a.logits = linear(a.xf, m.wview(p.table));
-  auto ce = ops::cross_entropy(a.logits, s.targets);
+  a.xL = xf.h, a.frstd = xf.rstd;
+  parallel::TensorParallel& tp = *m.seams_.tensor;
+  a.xf = tp.enter(xf.y);
+  a.logits = linear(a.xf, m.wview(p.table));  // under TP this rank's vocabulary columns (N, V/tp)
+  const ops::VocabSlice slice = vocab_slice(c, m.tp_);
+  auto ce = m.tp_.vocab == c.vocab_size
+                ? ops::cross_entropy(a.logits, s.targets)
+                : ops::cross_entropy_from_slice_stats(tp.all_reduce(ops::cross_entropy_slice_stats(a.logits, s.targets, slice)),
+                                                      s.targets);
   a.lse = ce.lse, a.loss = ce.loss;
   m.losses_.push_back({a.loss, s.loss_scale});
 }
@@ -107,9 +118,10 @@ Tensor Parts::head_backward(Model& m, Model::Slot& s, const Model::PartParams& p
   const int64_t N = s.B * s.T;
   // loss = mean_n CE_n  =>  dloss_n = scale / N
   const Tensor dloss = Tensor::full({N}, s.loss_scale / float(N));
-  const Tensor dlogits = ops::cross_entropy_backward(dloss, a.logits, s.targets, a.lse);
-  // logits = xf head^T  =>  dxf = dlogits head, dhead += dlogits^T xf
-  const Tensor dxf = linear_backward(dlogits, a.xf, m.wview(p.table), {p.table}, sink);
+  const Tensor dlogits =
+      ops::cross_entropy_backward(dloss, a.logits, s.targets, a.lse, -100, vocab_slice(m.config_, m.tp_));
+  // logits = xf head^T  =>  dxf = dlogits head (summed over the vocabulary slices), dhead += dlogits^T xf
+  const Tensor dxf = m.seams_.tensor->enter_backward(linear_backward(dlogits, a.xf, m.wview(p.table), {p.table}, sink));
   // xf = RMSNorm(xL)
   return norm_backward(sink, p.norm, dxf, a.xL, m.wview(p.norm), a.frstd, {});
 }
@@ -150,12 +162,14 @@ Tensor Parts::attention_backward(Model& m, Model::Slot& s, const Model::PartPara
   return norm_backward(sink, p.norm, dan, a.x, m.wview(p.norm), a.arstd, dr);
 }
 
-void Parts::embedding_backward(Model&, Model::Slot& s, const Model::PartParams& p, const Tensor& dr,
+void Parts::embedding_backward(Model& m, Model::Slot& s, const Model::PartParams& p, const Tensor& dr,
                                WgradSink& sink) {
-  // x = wte[tokens]  =>  dwte[token] += dx (onto the head's gradient when tied)
-  const Tensor ids = s.ids;
-  sink.add({p.table}, [dr, ids](const Tensor& g, float beta) {
-    ops::embedding_backward_into(dr, ids, g, beta);
+  // x = wte[tokens]  =>  dwte[token] += dx (onto the head's gradient when tied;
+  // under TP the rows of this rank's vocabulary slice)
+  const Tensor ids = s.ids, dx = m.seams_.tensor->exit_backward(dr);
+  const ops::VocabSlice slice = vocab_slice(m.config_, m.tp_);
+  sink.add({p.table}, [dx, ids, slice](const Tensor& g, float beta) {
+    ops::embedding_backward_into(dx, ids, g, beta, slice);
   });
 }
 

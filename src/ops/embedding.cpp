@@ -2,6 +2,7 @@
 // Notation: V vocabulary, C channels, N ids.
 #include "coremesh/ops/embedding.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "detail/checks.hpp"
@@ -17,6 +18,14 @@ int64_t id_at(const Tensor& ids, int64_t i, int64_t V) {
   return id;
 }
 
+// The slice's whole vocabulary, checked against the (rows, C) tensor held.
+VocabSlice resolve(VocabSlice s, int64_t rows) {
+  if (s.vocab < 0) s.vocab = rows;
+  CM_CHECK(s.begin >= 0 && s.begin + rows <= s.vocab, "give a slice inside the vocabulary",
+           "rows [{}, {}) of a vocabulary of {}", s.begin, s.begin + rows, s.vocab);
+  return s;
+}
+
 void check_ids(const Tensor& ids) {
   detail::check_contiguous(ids, "ids");
   CM_CHECK(ids.dtype() == DType::i64 || ids.dtype() == DType::i32, "pass i32 or i64 ids",
@@ -26,20 +35,24 @@ void check_ids(const Tensor& ids) {
 }  // namespace
 
 // out[i,:] = table[ids[i],:]
-Tensor embedding(const Tensor& table, const Tensor& ids) {
+Tensor embedding(const Tensor& table, const Tensor& ids, VocabSlice slice) {
   detail::check_contiguous(table, "table");
   detail::check_dtype(table, DType::f32, "table");
   CM_CHECK(table.dim() == 2, "pass a (V,C) table", "table must be 2-D, got {}", table.describe());
   check_ids(ids);
   const int64_t V = table.size(0), C = table.size(1), N = ids.numel();
+  const VocabSlice s = resolve(slice, V);
   Shape shape = ids.shape();
   shape.push_back(C);
   Tensor out = Tensor::empty(shape);
   detail::launch_rows("embedding", detail::KernelKind::vector, {table.shape(), ids.shape()},
-                      {DType::f32, ids.dtype()}, "", {{table, ids}, {out}}, N, C, [table, ids, out, V, C](int64_t i0, int64_t i1) {
-                        for (int64_t i = i0; i < i1; ++i)
-                          std::memcpy(out.data<float>() + i * C, table.data<float>() + id_at(ids, i, V) * C,
-                                      static_cast<size_t>(C) * sizeof(float));
+                      {DType::f32, ids.dtype()}, "", {{table, ids}, {out}}, N, C, [table, ids, out, V, C, s](int64_t i0, int64_t i1) {
+                        for (int64_t i = i0; i < i1; ++i) {
+                          const int64_t row = id_at(ids, i, s.vocab) - s.begin;
+                          float* o = out.data<float>() + i * C;
+                          if (row < 0 || row >= V) std::fill(o, o + C, 0.0f);
+                          else std::memcpy(o, table.data<float>() + row * C, static_cast<size_t>(C) * sizeof(float));
+                        }
                       });
   return out;
 }
@@ -52,7 +65,7 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, int64_t V) {
   return dtable;
 }
 
-void embedding_backward_into(const Tensor& dy, const Tensor& ids, Tensor dtable, float beta) {
+void embedding_backward_into(const Tensor& dy, const Tensor& ids, Tensor dtable, float beta, VocabSlice slice) {
   detail::check_contiguous(dy, "dy");
   detail::check_dtype(dy, DType::f32, "dy");
   check_ids(ids);
@@ -62,6 +75,7 @@ void embedding_backward_into(const Tensor& dy, const Tensor& ids, Tensor dtable,
   const int64_t C = dy.size(-1);
   CM_CHECK(dtable.dim() == 2, "pass dtable as (vocab, C)", "dtable {} is not 2-D", dtable.describe());
   const int64_t V = dtable.size(0);
+  const VocabSlice s = resolve(slice, V);
   detail::check_shape(dtable, {V, C}, "dtable");
   detail::check_contiguous(dtable, "dtable");
   detail::check_dtype(dtable, DType::f32, "dtable");
@@ -76,7 +90,7 @@ void embedding_backward_into(const Tensor& dy, const Tensor& ids, Tensor dtable,
                                      return t;
                                    });
   detail::launch(std::move(plan), {beta == 0.0f ? std::vector<Tensor>{dy, ids} : std::vector<Tensor>{dy, ids, dtable}, {dtable}},
-                 [dy, ids, dtable, N, V, C, beta](const detail::BlockContext& ctx) {
+                 [dy, ids, dtable, N, V, C, beta, s](const detail::BlockContext& ctx) {
                    auto [c0, c1] = detail::split_range(C, ctx.block_idx, ctx.block_dim, 16);
                    float* out = dtable.data<float>();
                    if (beta != 1.0f) {
@@ -85,8 +99,10 @@ void embedding_backward_into(const Tensor& dy, const Tensor& ids, Tensor dtable,
                          out[v * C + c] = beta == 0.0f ? 0.0f : beta * out[v * C + c];
                    }
                    for (int64_t i = 0; i < N; ++i) {
+                     const int64_t r = id_at(ids, i, s.vocab) - s.begin;
+                     if (r < 0 || r >= V) continue;  // a row held by another slice
                      const float* g = dy.data<float>() + i * C;
-                     float* row = out + id_at(ids, i, V) * C;
+                     float* row = out + r * C;
                      for (int64_t c = c0; c < c1; ++c) row[c] += g[c];
                    }
                  });

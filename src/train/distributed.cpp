@@ -42,10 +42,11 @@ parallel::ShmemContext::Sizes context_shape(const TrainConfig& c) {
 }
 
 // The sizes of the tensor-parallel all-reduces: a micro-batch's residual
-// stream, and the routed experts' gate weights (tokens x top-k).
+// stream, the vocabulary-parallel cross entropy's stats ((tp + 1) x tokens)
+// and the routed experts' gate weights (tokens x top-k).
 std::vector<int64_t> tp_sizes(const TrainConfig& c) {
   const int64_t tokens = int64_t(c.batch_size) * (c.seq_len / c.parallel.cp);
-  std::vector<int64_t> sizes{tokens * c.model.d_model};
+  std::vector<int64_t> sizes{tokens * c.model.d_model, (c.parallel.tp + 1) * tokens};
   if (c.model.n_moe_layers() > 0) sizes.push_back(tokens * c.model.top_k);
   return sizes;
 }

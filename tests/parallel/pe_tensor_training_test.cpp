@@ -83,6 +83,9 @@ TEST(TensorParallelTraining, ReproducesTheOnePeRun) {
 
     const double worst_loss = worst_loss_difference(t, ref, 1e-5);
     const double worst_w = worst_weight(t.model(), ref.model());
+    // vocabulary parallel: each rank holds V/tp rows of the table (and so
+    // computes V/tp columns of the logits)
+    EXPECT_EQ(t.model().param("wte").size(0) * L.tp, ref.model().param("wte").size(0));
     EXPECT_LE(worst_w, 1e-4);
     if (shmem::my_pe() == 0)
       std::printf("[%s] 10 steps: worst loss rel diff %.2e, worst weight rel err %.2e; loss %.4f -> %.4f\n",
@@ -140,6 +143,8 @@ TEST(TensorParallelTraining, RefusesWhatItDoesNotSplit) {
   refused(c, "set tp or pp to 1");
   c = config_of({.tp = 2}, ""), c.graph = true;
   refused(c, "drop graph or use tp = 1");
+  c = config_of({.tp = 2}, ""), c.model.vocab_size = 255;
+  refused(c, "choose tp dividing model.vocab_size (255)");
   c = config_of({.tp = 2}, ""), c.model.dense_hidden = 63;
   refused(c, "choose tp dividing model.dense_hidden (63)");
   c = config_of({.tp = 3}, ""), c.model.n_heads = 6, c.model.d_model = 36;  // 2 kv heads over 3 ranks

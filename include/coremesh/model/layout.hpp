@@ -61,6 +61,7 @@ bool holds_part(const StageLayout& stage, int part);
 struct TpShape {
   int64_t heads = 0, kv_heads = 0, dense_hidden = 0, shared_hidden = 0, expert_hidden = 0;
   int64_t kv_head_begin = 0;  // the first kv head held
+  int64_t vocab = 0, vocab_begin = 0;  // the rows of the embedding and LM head held (vocabulary parallel)
   int kv_sharing = 1;         // TP ranks that hold the same kv heads
 };
 TpShape tp_shape(const ModelConfig& config, const StageLayout& stage);

@@ -146,7 +146,8 @@ class Model {
   void close_slot(int slot);
   bool slot_open(int slot) const;
   int open_slots() const { return int(slots_.size()); }
-  // Of an open slot whose forward reached the head: the logits (N,V) and the
+  // Of an open slot whose forward reached the head: the logits (N,V; under
+  // tensor parallelism this rank's vocabulary columns, N x V/tp) and the
   // cross entropy per token (N), valid once the stream reached them.
   Tensor logits(int slot) const;
   Tensor token_losses(int slot) const;
