@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""How much of the data-parallel gradient communication the backward hides.
+"""How much of a parallel run's communication its compute hides.
 
 Reads the Perfetto/Chrome traces that `coremesh train --profile DIR` writes
 per PE (DIR/pe<k>/trace_pe<k>.json) and, per PE, measures on the time axis:
-  comm     the union of the comm stream's intervals: its kernels (puts, sums)
-           and its parked signal waits (cat "wait", no core held);
-  hidden   the part of comm during which a compute-stream kernel ran.
-The comm stream is the stream track with the most SHMEM puts / signal waits;
-the compute streams are the other stream tracks. Prints one line per PE and the
-total, and exits 1 if a PE hid none of its communication (no overlap).
+  comm     the union of the communication intervals on any stream: kernels of
+           kind "comm" (puts, signal hand-offs), parked signal waits (cat
+           "wait", no core held) and the in-order sums of the collectives;
+  hidden   the part of comm during which another kernel (compute) ran.
+Data-parallel gradient sums run on a comm stream beside the backward;
+tensor-parallel all-reduces on the compute stream hide nothing; ring
+attention's puts run on a comm stream while the compute stream attends.
+Prints one line per PE and the total, and exits 1 if a PE hid none of its
+communication (no overlap).
   usage: dp_overlap.py DIR [--min-hidden FRACTION]
 """
 import glob
@@ -16,7 +19,7 @@ import json
 import os
 import sys
 
-COMM_NAMES = ("shmem_signal_wait", "shmem_put_signal", "shmem_put")
+REDUCTIONS = ("sum_in_order",)  # the sums of the collectives, vector kernels
 
 
 def union(intervals):
@@ -49,17 +52,20 @@ def intersect(xs, ys):
 
 def analyze(path):
     events = json.load(open(path))["traceEvents"]
-    tracks = {}  # stream track tid -> [(ts, end, name, cat)]
+    comm_iv, parked_iv, compute_iv = [], [], []
     for e in events:
-        if e.get("ph") == "X" and e.get("cat") in ("kernel", "wait"):
-            tracks.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"], e["name"], e["cat"]))
-    comm_count = {t: sum(n in COMM_NAMES for _, _, n, _ in evs) for t, evs in tracks.items()}
-    comm_tid = max(comm_count, key=comm_count.get, default=None)
-    if comm_tid is None or comm_count[comm_tid] == 0:
-        raise SystemExit(f"{path}: no stream track with SHMEM puts or signal waits (is dp >= 2?)")
-    comm = union((a, b) for a, b, _, _ in tracks[comm_tid])
-    parked = union((a, b) for a, b, _, c in tracks[comm_tid] if c == "wait")
-    compute = union((a, b) for t, evs in tracks.items() if t != comm_tid for a, b, _, c in evs if c == "kernel")
+        if e.get("ph") != "X" or e.get("cat") not in ("kernel", "wait"):
+            continue
+        iv = (e["ts"], e["ts"] + e["dur"])
+        if e["cat"] == "wait":
+            parked_iv.append(iv)
+        if e["cat"] == "wait" or e.get("args", {}).get("kind") == "comm" or e["name"] in REDUCTIONS:
+            comm_iv.append(iv)
+        else:
+            compute_iv.append(iv)
+    if not comm_iv:
+        raise SystemExit(f"{path}: no communication in the trace (is the run parallel?)")
+    comm, parked, compute = union(comm_iv), union(parked_iv), union(compute_iv)
     return {"comm_us": length(comm), "hidden_us": intersect(comm, compute), "parked_us": length(parked),
             "compute_us": length(compute)}
 
