@@ -43,6 +43,8 @@ StageLayout resolve_stage(const ModelConfig& c, StageLayout s) {
   }
   CM_CHECK(s.tp >= 1 && s.tp_rank >= 0 && s.tp_rank < s.tp, "give a tensor-parallel rank in [0, tp)",
            "tp rank {} of {}", s.tp_rank, s.tp);
+  CM_CHECK(!s.sequence_parallel || s.tp > 1, "set tp to 2 or more, or drop sequence_parallel",
+           "sequence parallelism over tp {}", s.tp);
   if (s.tp > 1) {
     const auto problems = tp_problems(c, s.tp);
     CM_CHECK(problems.empty(), problems.empty() ? "" : problems.front(), "the model cannot be split over tp {}", s.tp);
@@ -155,6 +157,7 @@ struct Builder {
   int part = 0;
   int64_t expert_begin = 0, experts = 0;  // the first routed expert held, of how many
   int tp = 1, tp_rank = 0;
+  bool sequence_parallel = false;
   // How the next parameter is split over TP: its whole shape, the dimension
   // cut (-1: none), where this rank's slice starts, how many ranks hold it.
   struct Split {
@@ -181,7 +184,10 @@ struct Builder {
     if (group == ParamGroup::expert) p.tp_view[0] = experts;
     p.tp_dim = split.dim, p.tp_begin = split.begin, p.tp_size = split.size;
     p.tp_copies = split.copies == 0 ? tp : split.copies, p.tp_first = split.first;
-    p.tp_partial_grad = split.dim >= 0 && p.tp_copies > 1;
+    // sequence parallel: the norms and routers see 1/tp of the tokens (the
+    // routers' input is gathered, but their backward runs on this rank's rows)
+    p.tp_partial_grad = (split.dim >= 0 && p.tp_copies > 1) ||
+                        (sequence_parallel && (group == ParamGroup::norm || group == ParamGroup::router));
     split = {};
     p.tp_first = p.tp_first && (p.tp_dim >= 0 || tp_rank == 0);
     out.arena_size += fuse_next ? p.numel : (p.numel + 15) / 16 * 16;
@@ -201,7 +207,7 @@ ParamLayout layout_params(const ModelConfig& c, const StageLayout& stage_in) {
   out.region_offset.assign(size_t(P), 0);
   out.region_size.assign(size_t(P), 0);
   Builder b{out, 0, stage.expert_begin, E};
-  b.tp = stage.tp, b.tp_rank = stage.tp_rank;
+  b.tp = stage.tp, b.tp_rank = stage.tp_rank, b.sequence_parallel = stage.sequence_parallel;
   using G = ParamGroup;
   using A = TpAxis;
   // Tensor parallelism: the next parameter is this rank's slice [begin,

@@ -521,7 +521,7 @@ Model::SavedBytes Model::saved_bytes(int index) const {
     out.weight_copies += bytes(a.mlp.w13.bf16) + bytes(a.mlp.w2.bf16) + bytes(m.w13.bf16) + bytes(m.w2.bf16) +
                          bytes(m.shared.w13.bf16) + bytes(m.shared.w2.bf16);
     out.activations += bytes(a.h) + bytes(a.frstd) + input(a.ffn_in) + bytes(a.fn) + mlp(a.mlp);
-    out.activations += bytes(m.scores) + bytes(m.sel_idx) + bytes(m.sel_w) + bytes(m.idx) + bytes(m.w) +
+    out.activations += bytes(m.x) + bytes(m.scores) + bytes(m.sel_idx) + bytes(m.sel_w) + bytes(m.idx) + bytes(m.w) +
                        bytes(m.offsets) + bytes(m.row_of) + bytes(m.routed.rows) + bytes(m.routed.offsets) +
                        input(m.xp) + bytes(m.gu) + input(m.g) + bytes(m.ye) + mlp(m.shared) + bytes(m.aux);
   }

@@ -46,9 +46,14 @@ Tensor experts_backward(const Tensor& dy, const MoeGrads& g, const MoeActs& a, p
 
 }  // namespace
 
-Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, const ModelConfig& cfg,
+Tensor moe_forward(const Tensor& x_in, const MoeParams& w, const Tensor& bias, const ModelConfig& cfg,
                    int64_t B, int layer, parallel::ExpertDispatcher& experts, parallel::TensorParallel& tp,
                    const Tensor& load, MoeActs& a) {
+  // The router, the experts and the shared experts are one tensor-parallel
+  // region: under sequence parallelism it gathers the tokens first, so the
+  // router sees every token of the micro-batch as on one PE.
+  a.x = tp.enter(x_in);
+  const Tensor& x = a.x;
   const int64_t N = x.size(0), E = cfg.n_routed_experts;
   a.layer = layer;
   // --- routing: s = x R^T (N,E) -> p -> top-k with bias (selection only)
@@ -84,13 +89,13 @@ Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, cons
   return tp.exit(y);
 }
 
-Tensor moe_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const MoeGrads& g,
+Tensor moe_backward(const Tensor& dy, const Tensor& x_in, const MoeParams& w, const MoeGrads& g,
                     const ModelConfig& cfg, int64_t B, parallel::ExpertDispatcher& experts,
                     parallel::TensorParallel& tp, const MoeActs& a, float aux_scale, WgradSink& sink) {
   const Tensor dyr = tp.exit_backward(dy);  // the experts' region (tensor parallelism)
   // --- shared experts
   Tensor dx;
-  if (w.sw13.defined()) dx = mlp_backward(dyr, gemm_input(x, cfg.precision), a.shared, g.sw13, g.sw2, sink);
+  if (w.sw13.defined()) dx = mlp_backward(dyr, gemm_input(a.x, cfg.precision), a.shared, g.sw13, g.sw2, sink);
   // --- combine: y_n += w_k ye_r  =>  dye_r = w_k dy_n,  dw_k = dy_n . ye_r
   const ops::UnpermuteGrads ug = ops::unpermute_backward(
       dyr, a.ye, a.row_of, a.w, experts.send_buffer(a.layer, Exchange::combine_backward, a.ye.size(0), a.ye.size(1)));
@@ -108,8 +113,10 @@ Tensor moe_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const
     dscores = ops::add(dscores, ops::sequence_balance_loss_backward(a.scores, a.sel_idx, B,
                                                                     cfg.aux_loss_alpha, aux_scale));
   // --- affinities -> router logits;  s = x R^T  =>  dx += ds R,  dR = ds^T x
+  // (every rank computed ds whole; under sequence parallelism each takes its
+  // rows, and its dR is a part of the sum over the TP ranks)
   const Tensor ds = ops::router_scores_backward(dscores, a.scores, score_func(cfg));
-  return linear_backward(ds, x, w.router, g.router, sink, &dx);
+  return linear_backward(tp.sequence_shard(ds), x_in, w.router, g.router, sink, &dx);
 }
 
 }  // namespace coremesh::model::detail

@@ -29,6 +29,7 @@ struct MoeGrads {
 // Everything the backward needs from one micro-batch's forward.
 struct MoeActs {
   int layer = 0;                // the model's layer index (names the exchange's buffers)
+  Tensor x;                     // (N, C) the region's input (gathered under sequence parallelism)
   Tensor scores;                // (N, E) affinities p
   Tensor sel_idx, sel_w;        // (N, K) routing before capacity (selections)
   Tensor idx, w;                // (N, K) routing after capacity (-1/0 = dropped)
@@ -47,11 +48,14 @@ struct MoeActs {
 // in f32, the shared and routed experts in cfg.precision. Adds this
 // micro-batch's selections and drops to load (E+1) i64. The experts (routed
 // and shared) are a tensor-parallel region: w.w13, w.w2, w.sw13, w.sw2 hold
-// this rank's hidden units (expert-TP); the router reads x whole.
+// this rank's hidden units (expert-TP); the router reads x whole. Under
+// sequence parallelism x and y, dy and dx are this rank's rows (N/tp, C)
+// and the region works on the gathered (N, C).
 Tensor moe_forward(const Tensor& x, const MoeParams& w, const Tensor& bias, const ModelConfig& cfg,
                    int64_t B, int layer, parallel::ExpertDispatcher& experts, parallel::TensorParallel& tp,
                    const Tensor& load, MoeActs& acts);
-// dy (N,C) -> dx (N,C) of (dy . y + aux_scale * aux); weight gradients go to the sink.
+// dy (N,C) -> dx (N,C) of (dy . y + aux_scale * aux), x the forward's input;
+// weight gradients go to the sink.
 Tensor moe_backward(const Tensor& dy, const Tensor& x, const MoeParams& w, const MoeGrads& g,
                     const ModelConfig& cfg, int64_t B, parallel::ExpertDispatcher& experts,
                     parallel::TensorParallel& tp, const MoeActs& acts, float aux_scale, WgradSink& sink);

@@ -32,6 +32,9 @@ const FieldTable<ParallelConfig>& parallel_fields() {
           .add("pp", [](P& p) -> auto& { return p.pp; }, "pipeline-parallel degree (stages)", positive<int>())
           .add("ep", [](P& p) -> auto& { return p.ep; }, "expert-parallel degree", positive<int>())
           .add("tp", [](P& p) -> auto& { return p.tp; }, "tensor-parallel degree", positive<int>())
+          .add("sequence_parallel", [](P& p) -> auto& { return p.sequence_parallel; },
+               "tensor parallel: each TP rank keeps 1/tp of the tokens for RMSNorm and the residual stream "
+               "(all-gather / reduce-scatter instead of all-reduce)")
           .add_enum("cp_comm", [](P& p) -> auto& { return p.cp_comm; }, cp_comms(),
                     "context parallel: ring (K/V around the ring) or ulysses (all-to-all to head sharding)")
           .add("cp_zigzag", [](P& p) -> auto& { return p.cp_zigzag; },

@@ -96,7 +96,7 @@ std::vector<int> Mesh::members(int rank_, std::initializer_list<Dim> vary) const
 std::vector<int> Mesh::group(Dim d, int r) const { return members(r, {d}); }
 std::vector<int> Mesh::dense_grad_group(int r) const { return members(r, {Dim::dp, Dim::cp, Dim::ep}); }
 std::vector<int> Mesh::expert_grad_group(int r) const { return members(r, {Dim::dp, Dim::cp}); }
-std::vector<int> Mesh::shared_kv_grad_group(int r, int sharing) const {
+std::vector<int> Mesh::tp_shared_grad_group(int r, int sharing) const {
   const int block = coords(r)[Dim::tp] / sharing;
   std::vector<int> out;
   for (int q : members(r, {Dim::dp, Dim::cp, Dim::ep, Dim::tp}))

@@ -9,7 +9,8 @@
 
 namespace coremesh::parallel {
 
-ShmemTensor::ShmemTensor(Group group, std::vector<int64_t> sizes) : group_(std::move(group)) {
+ShmemTensor::ShmemTensor(Group group, std::vector<int64_t> sizes, bool sequence_parallel)
+    : group_(std::move(group)), sequence_parallel_(sequence_parallel) {
   std::vector<ShardedSum::Range> ranges;
   int64_t at = 0;
   for (int64_t n : sizes) {
@@ -19,8 +20,11 @@ ShmemTensor::ShmemTensor(Group group, std::vector<int64_t> sizes) : group_(std::
     ranges.push_back({at, at + n, 0});
     at += (n + 15) / 16 * 16;
   }
+  last_half_.assign(sizes_.size(), Half::none);
   arena_ = symmetric_tensor({at});
-  sum_ = std::make_unique<ShardedSum>(arena_, std::vector<Group>{group_}, std::move(ranges));
+  // sequence parallel: shards cut exactly at the ranks' rows (no rounding)
+  sum_ = std::make_unique<ShardedSum>(arena_, std::vector<Group>{group_}, std::move(ranges),
+                                      sequence_parallel_ ? 1 : 16);
 }
 
 ShmemTensor::~ShmemTensor() = default;
@@ -33,13 +37,17 @@ int64_t ShmemTensor::symmetric_bytes(int tp, const std::vector<int64_t>& sizes) 
   return 4 * floats + 4096;
 }
 
-Tensor ShmemTensor::all_reduce(const Tensor& x) {
-  if (group_.size() == 1) return x;
-  const auto it = std::find(sizes_.begin(), sizes_.end(), x.numel());
+int ShmemTensor::range_of(int64_t whole, const Tensor& x, const char* call) const {
+  const auto it = std::find(sizes_.begin(), sizes_.end(), whole);
   CM_CHECK(it != sizes_.end() && x.dtype() == DType::f32 && x.is_contiguous(),
            "run micro-batches of the configured batch_size x seq_len under tensor parallelism",
-           "tensor-parallel all-reduce of {} (set up for {} f32)", x.describe(), fmt::join(sizes_, ", "));
-  const int r = int(it - sizes_.begin());
+           "tensor-parallel {} of {} (set up for {} f32)", call, x.describe(), fmt::join(sizes_, ", "));
+  return int(it - sizes_.begin());
+}
+
+Tensor ShmemTensor::all_reduce(const Tensor& x) {
+  if (group_.size() == 1) return x;
+  const int r = range_of(x.numel(), x, "all-reduce");
   const int64_t b = sum_->ranges()[size_t(r)].begin, e = sum_->ranges()[size_t(r)].end;
   runtime::Stream s = runtime::current_stream();
   copy_on_stream(x, arena_.slice(0, b, e));  // into symmetric memory, where the peers' puts land
@@ -47,6 +55,65 @@ Tensor ShmemTensor::all_reduce(const Tensor& x) {
   sum_->all_gather(r, arena_, s);
   Tensor out = Tensor::empty(x.shape());
   copy_on_stream(arena_.slice(0, b, e), out);  // the arena is reused by the next call
+  ++calls_;
+  return out;
+}
+
+Tensor ShmemTensor::sequence_shard(const Tensor& x) {
+  if (!sequence_parallel_ || group_.size() == 1) return x;
+  const int64_t n = x.size(0), tp = group_.size();
+  CM_CHECK(n % tp == 0, "choose batch_size x seq_len / cp divisible by tp under sequence parallelism",
+           "the rows of {} split over tp {}", x.describe(), tp);
+  return x.slice(0, group_.me * n / tp, (group_.me + 1) * n / tp).contiguous();
+}
+
+namespace {
+
+Shape with_rows(Shape s, int64_t rows) {
+  s[0] = rows;
+  return s;
+}
+
+}  // namespace
+
+Tensor ShmemTensor::all_gather(const Tensor& x) {
+  if (group_.size() == 1) return x;
+  const int tp = group_.size();
+  const int r = range_of(x.numel() * tp, x, "all-gather");
+  CM_CHECK(last_half_[size_t(r)] != Half::gather, "alternate sequence-parallel gathers and scatters",
+           "a second all-gather of {} in a row would overwrite the previous one's rows before they are read",
+           x.describe());
+  last_half_[size_t(r)] = Half::gather;
+  const auto [b, e] = sum_->my_shard(r);
+  CM_CHECK(e - b == x.numel(), "gather this rank's rows of the residual stream", "all-gather of {} into a shard of {}",
+           x.describe(), e - b);
+  runtime::Stream s = runtime::current_stream();
+  copy_on_stream(x, arena_.slice(0, b, e));
+  sum_->all_gather(r, arena_, s);
+  const int64_t rb = sum_->ranges()[size_t(r)].begin;
+  Tensor out = Tensor::empty(with_rows(x.shape(), x.size(0) * tp));
+  copy_on_stream(arena_.slice(0, rb, rb + out.numel()), out);
+  ++calls_;
+  return out;
+}
+
+Tensor ShmemTensor::reduce_scatter(const Tensor& y) {
+  if (group_.size() == 1) return y;
+  const int tp = group_.size();
+  const int r = range_of(y.numel(), y, "reduce-scatter");
+  CM_CHECK(y.size(0) % tp == 0, "choose batch_size x seq_len / cp divisible by tp under sequence parallelism",
+           "reduce-scatter of {} over tp {}", y.describe(), tp);
+  CM_CHECK(last_half_[size_t(r)] != Half::scatter, "alternate sequence-parallel gathers and scatters",
+           "a second reduce-scatter of {} in a row would overwrite the copies a peer may not have summed yet",
+           y.describe());
+  last_half_[size_t(r)] = Half::scatter;
+  const int64_t rb = sum_->ranges()[size_t(r)].begin;
+  runtime::Stream s = runtime::current_stream();
+  copy_on_stream(y, arena_.slice(0, rb, rb + y.numel()));
+  sum_->reduce_scatter(r, s);
+  const auto [b, e] = sum_->my_shard(r);
+  Tensor out = Tensor::empty(with_rows(y.shape(), y.size(0) / tp));
+  copy_on_stream(arena_.slice(0, b, e), out);
   ++calls_;
   return out;
 }

@@ -27,6 +27,7 @@ int64_t round_up(int64_t x, int64_t unit, int64_t cap) { return std::min(cap, (x
 model::StageLayout tp_stage(const TrainConfig& c, int tp_rank, int ep_index = -1) {
   model::StageLayout s;
   s.tp = c.parallel.tp, s.tp_rank = tp_rank;
+  s.sequence_parallel = c.parallel.sequence_parallel && c.parallel.tp > 1;
   if (ep_index >= 0 && c.parallel.ep > 1) {
     const int local = c.model.n_routed_experts / c.parallel.ep;
     s.expert_begin = ep_index * local, s.expert_end = s.expert_begin + local;
@@ -75,11 +76,15 @@ Distributed::Distributed(const TrainConfig& cfg, runtime::Device& device)
            "cp {} with graph mode", p.cp);
   groups_ = {parallel::Group::of(mesh_.dense_grad_group(rank_), rank_),
              parallel::Group::of(mesh_.expert_grad_group(rank_), rank_)};
-  kv_sharing_ = model::tp_shape(cfg.model, stage()).kv_sharing;
-  if (kv_sharing_ > 1) groups_.push_back(parallel::Group::of(mesh_.shared_kv_grad_group(rank_, kv_sharing_), rank_));
+  // groups 2, ...: parameters whose gradient several TP ranks compute parts of
+  const int kv_sharing = model::tp_shape(cfg.model, stage()).kv_sharing;
+  if (kv_sharing > 1) tp_sharing_.push_back(kv_sharing);                 // key/value heads
+  if (stage().sequence_parallel && kv_sharing != p.tp) tp_sharing_.push_back(p.tp);  // norms, routers
+  for (int sharing : tp_sharing_)
+    groups_.push_back(parallel::Group::of(mesh_.tp_shared_grad_group(rank_, sharing), rank_));
   if (p.tp > 1)
     tensor_ = std::make_unique<parallel::ShmemTensor>(parallel::Group::of(mesh_.group(parallel::Dim::tp, rank_), rank_),
-                                                      tp_sizes(cfg));
+                                                      tp_sizes(cfg), p.sequence_parallel);
   if (p.cp > 1)
     context_ = std::make_unique<parallel::ShmemContext>(parallel::Group::of(mesh_.group(parallel::Dim::cp, rank_), rank_),
                                                         p.cp_comm, zigzag(p), context_shape(cfg));
@@ -127,11 +132,16 @@ void Distributed::attach(model::Model& model) {
       continue;
     }
     // runs of parameters with one reduction group: 0 dense, 1 routed
-    // experts, 2 key/value heads shared by TP ranks
+    // experts, 2... parameters whose gradient TP ranks compute parts of
     const model::PartRange ps = l.regions[size_t(part)];
     auto group_of_param = [&](int i) {
       const model::ParamInfo& q = l.params[size_t(i)];
-      return q.expert() ? 1 : q.tp_partial_grad ? 2 : 0;
+      if (q.expert()) return 1;
+      if (!q.tp_partial_grad) return 0;
+      const auto it = std::find(tp_sharing_.begin(), tp_sharing_.end(), q.tp_copies);
+      CM_CHECK(it != tp_sharing_.end(), "report this: a parameter's gradient parts have no reduction group",
+               "{} is shared by {} TP ranks", q.name, q.tp_copies);
+      return 2 + int(it - tp_sharing_.begin());
     };
     for (int i = ps.begin; i < ps.end;) {
       const int group = group_of_param(i);
@@ -240,7 +250,7 @@ parallel::Group Distributed::group_of(int r, int pe) const {
   const int kind = grads_->ranges()[size_t(r)].group;
   return parallel::Group::of(kind == 0   ? mesh_.dense_grad_group(pe)
                              : kind == 1 ? mesh_.expert_grad_group(pe)
-                                         : mesh_.shared_kv_grad_group(pe, kv_sharing_),
+                                         : mesh_.tp_shared_grad_group(pe, tp_sharing_[size_t(kind - 2)]),
                              pe);
 }
 

@@ -87,6 +87,14 @@ void TrainConfig::validate() const {
     p.push_back(fmt::format("graph mode does not capture tensor parallelism yet (tp = {}): drop graph or use tp = 1",
                             parallel.tp));
   for (auto& q : model::tp_problems(model, parallel.tp)) p.push_back(std::move(q));
+  if (parallel.sequence_parallel && parallel.tp == 1)
+    p.push_back("sequence_parallel splits the tokens over the tensor-parallel ranks: set tp to 2 or more, or drop "
+                "sequence_parallel");
+  const int64_t tokens = int64_t(batch_size) * (seq_len / std::max(parallel.cp, 1));
+  if (parallel.sequence_parallel && parallel.tp > 1 && tokens % parallel.tp != 0)
+    p.push_back(fmt::format("sequence_parallel splits a micro-batch's {} tokens (batch_size {} x seq_len {} / cp {}) "
+                            "over tp {}: choose batch_size x seq_len / cp divisible by tp",
+                            tokens, batch_size, seq_len, parallel.cp, parallel.tp));
   if (!p.empty()) {
     std::string text = "invalid training config:";
     for (const auto& s : p) text += "\n  - " + s;

@@ -42,6 +42,7 @@ struct StageLayout {
   std::vector<PartRange> chunks;   // empty: one chunk with every part
   int expert_begin = 0, expert_end = -1;  // routed experts held: [begin, end); end -1: all
   int tp = 1, tp_rank = 0;         // tensor parallelism: this stage's share of the split matrices
+  bool sequence_parallel = false;  // tp > 1: the norms and routers compute on 1/tp of the tokens
   bool operator==(const StageLayout&) const = default;
 };
 // Fills the defaults and checks the layout against the config: chunks in
@@ -98,7 +99,7 @@ struct ParamInfo {
   // tp_copies TP ranks hold the same values (1: a shard of its own), this
   // rank being the first of them when tp_first; with tp_partial_grad each
   // copy's gradient is a part of the gradient (kv heads read by several
-  // ranks' query heads).
+  // ranks' query heads; norms and routers under sequence parallelism).
   Shape whole_shape, tp_view;
   int tp_dim = -1;
   int64_t tp_begin = 0, tp_size = 0;

@@ -31,6 +31,9 @@ struct ParallelConfig {
   int pp = 1;  // pipeline parallel: stages
   int ep = 1;  // expert parallel: ranks that split the routed experts
   int tp = 1;  // tensor parallel: ranks that split each layer's matrices
+  // tp > 1: each TP rank holds 1/tp of a micro-batch's token rows outside the
+  // tensor-parallel regions (Megatron-LM sequence parallelism)
+  bool sequence_parallel = false;
   CpComm cp_comm = CpComm::ring;  // cp > 1: ring attention or Ulysses all-to-all
   bool cp_zigzag = true;          // ring: chunks r and 2cp-1-r per rank (balanced causal work); false: chunk r
   int zero = 0;                   // 1: ZeRO-1, the optimizer state sharded over the data-parallel ranks

@@ -14,9 +14,11 @@
 //                 dense (non-expert) parameter and average its gradient
 //   expert_grads  dp x cp at this rank's pp, ep, tp: the ranks that hold the
 //                 same routed experts and average their gradients
-//   shared_kv_grads  dense_grads and the TP ranks that hold the same
-//                 key/value heads as this one (tp ranks t with t / sharing equal):
-//                 their gradients of those heads are parts of one sum
+//   tp_shared_grads  dense_grads and the TP ranks that hold the same copy of
+//                 a parameter as this one (tp ranks t with t / sharing equal)
+//                 and compute parts of its gradient: key/value heads shared
+//                 by several ranks' query heads; with sequence parallelism
+//                 the norms and routers (sharing = tp)
 //   data          dp x ep at this rank's cp, pp, tp: the ranks that read
 //                 different micro-batches; data_index() numbers them
 #pragma once
@@ -66,7 +68,7 @@ class Mesh {
   std::vector<int> group(Dim d, int rank) const;
   std::vector<int> dense_grad_group(int rank) const;
   std::vector<int> expert_grad_group(int rank) const;
-  std::vector<int> shared_kv_grad_group(int rank, int sharing) const;
+  std::vector<int> tp_shared_grad_group(int rank, int sharing) const;
   std::vector<int> data_group(int rank) const;
   // Position of `rank` among the ranks that read different micro-batches:
   // dp_index * ep + ep_index, in [0, dp * ep).

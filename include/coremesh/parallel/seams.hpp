@@ -90,6 +90,10 @@ class TensorParallel {
   // The sum over the TP ranks of a quantity each computed a part of, other
   // than the residual stream (e.g. the gate-weight gradient of split experts).
   virtual Tensor all_reduce(const Tensor& x) = 0;
+  // This rank's rows of an (N, ...) tensor that every rank computed whole
+  // inside a region (e.g. from the router's scores): its rows of the
+  // residual stream under sequence parallelism, all of x otherwise.
+  virtual Tensor sequence_shard(const Tensor& x) = 0;
 
   static TensorParallel& local();  // one PE: every call returns its argument
 };

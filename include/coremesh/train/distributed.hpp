@@ -8,7 +8,8 @@
 //     dense parameters are summed over dp x cp x ep, routed experts over
 //     dp x cp (mesh.hpp), each within one TP coordinate (a TP rank's
 //     shards are its own); key/value heads that several TP ranks hold
-//     (tp a multiple of the kv heads) over those ranks too;
+//     (tp a multiple of the kv heads), and with sequence parallelism the
+//     norms and routers (each TP rank sees its rows), over those ranks too;
 //   - on the step's last micro-batch, as soon as the model reports a part's
 //     gradients ready, its buckets are summed on the communication stream
 //     (parallel::ShardedSum: a reduce-scatter in member order, which is the
@@ -122,9 +123,10 @@ class Distributed {
   const TrainConfig& cfg_;
   parallel::Mesh mesh_;
   int rank_ = 0;
-  // 0: dense gradients, 1: expert gradients, 2: kv heads shared by TP ranks
+  // 0: dense gradients, 1: expert gradients, 2 + i: parameters whose
+  // gradient tp_sharing_[i] TP ranks compute parts of
   std::vector<parallel::Group> groups_;
-  int kv_sharing_ = 1;
+  std::vector<int> tp_sharing_;
   std::unique_ptr<parallel::ShmemExperts> experts_;
   std::unique_ptr<parallel::ShmemContext> context_;
   std::unique_ptr<parallel::ShmemTensor> tensor_;
