@@ -44,6 +44,38 @@ Tensor norm_backward(WgradSink& sink, int param, const Tensor& dy, const Tensor&
   return g.dx;
 }
 
+// Holds the weight-gradient jobs given to it until release(), which hands
+// them to `sink` in the order they came.
+class HeldJobs final : public WgradSink {
+ public:
+  explicit HeldJobs(WgradSink& sink) : sink_(sink) {}
+  void add(const GradRef& ref, Job job) override { jobs_.push_back({ref, std::move(job)}); }
+  bool immediate() const override { return false; }
+  Tensor view(const GradRef& ref) override { return sink_.view(ref); }
+  float take_beta(const GradRef& ref) override { return sink_.take_beta(ref); }
+  void release() {
+    for (auto& [ref, job] : jobs_) sink_.add(ref, std::move(job));
+    jobs_.clear();
+  }
+
+ private:
+  WgradSink& sink_;
+  std::vector<std::pair<GradRef, Job>> jobs_;
+};
+
+// tp.enter_backward(dx) of a column-parallel backward `dgrad` that returns dx:
+// the sum over the TP ranks leaves on the communication stream as soon as dx
+// is computed, and the weight gradients of `dgrad` (held until then) run on
+// this stream meanwhile; then joined. The same products as in sequence.
+Tensor enter_backward_overlapped(parallel::TensorParallel& tp, WgradSink& sink,
+                                 const std::function<Tensor(WgradSink&)>& dgrad) {
+  HeldJobs held(sink);
+  const Tensor dx = tp.enter_backward_async(dgrad(held));
+  held.release();
+  tp.join();
+  return dx;
+}
+
 }  // namespace
 
 // ---- forward
@@ -135,8 +167,10 @@ Tensor Parts::ffn_backward(Model& m, Model::Slot& s, const Model::PartParams& p,
   if (p.router < 0) {
     parallel::TensorParallel& tp = *m.seams_.tensor;
     const int64_t C = c.d_model, Fd = m.tp_.dense_hidden;
-    dfn = tp.enter_backward(mlp_backward(tp.exit_backward(dr), a.ffn_in, a.mlp, {p.w13, 2, {2 * Fd, C}},
-                                         {p.w2}, sink));
+    const Tensor dy = tp.exit_backward(dr);
+    dfn = enter_backward_overlapped(tp, sink, [&](WgradSink& held) {
+      return mlp_backward(dy, a.ffn_in, a.mlp, {p.w13, 2, {2 * Fd, C}}, {p.w2}, held);
+    });
   } else {
     dfn = moe_backward(dr, a.fn, m.moe_params(p), m.moe_grads(p), c, s.B, *m.seams_.experts, *m.seams_.tensor, a.moe,
                        s.loss_scale, sink);
@@ -157,7 +191,9 @@ Tensor Parts::attention_backward(Model& m, Model::Slot& s, const Model::PartPara
   auto ag = m.seams_.context->attention_backward(dao.view({B, T, H, D}), a.q, a.k, a.v, a.at);
   // [q|k|v] = RoPE(an Wqkv^T)  =>  d(an Wqkv^T) = [RoPE^-1(dq) | RoPE^-1(dk) | dv]
   const Tensor dqkv = ops::rope_qkv_backward(ag.dq, ag.dk, ag.dv, s.positions, rope_config(c)).view({N, QKV});
-  const Tensor dan = tp.enter_backward(linear_backward(dqkv, a.an, a.wqkv, {p.qkv, 3, {QKV, C}}, sink));
+  const Tensor dan = enter_backward_overlapped(tp, sink, [&](WgradSink& held) {
+    return linear_backward(dqkv, a.an, a.wqkv, {p.qkv, 3, {QKV, C}}, held);
+  });
   // an = RMSNorm(x)  =>  dx = dh + RMSNorm'(dan)
   return norm_backward(sink, p.norm, dan, a.x, m.wview(p.norm), a.arstd, dr);
 }

@@ -35,6 +35,9 @@ const FieldTable<ParallelConfig>& parallel_fields() {
           .add("sequence_parallel", [](P& p) -> auto& { return p.sequence_parallel; },
                "tensor parallel: each TP rank keeps 1/tp of the tokens for RMSNorm and the residual stream "
                "(all-gather / reduce-scatter instead of all-reduce)")
+          .add("tp_comm_overlap", [](P& p) -> auto& { return p.tp_comm_overlap; },
+               "tensor parallel: sum the backward's input gradients on a comm stream while the weight gradients "
+               "compute (false: one after the other; the same results)")
           .add_enum("cp_comm", [](P& p) -> auto& { return p.cp_comm; }, cp_comms(),
                     "context parallel: ring (K/V around the ring) or ulysses (all-to-all to head sharding)")
           .add("cp_zigzag", [](P& p) -> auto& { return p.cp_zigzag; },

@@ -9,8 +9,8 @@
 
 namespace coremesh::parallel {
 
-ShmemTensor::ShmemTensor(Group group, std::vector<int64_t> sizes, bool sequence_parallel)
-    : group_(std::move(group)), sequence_parallel_(sequence_parallel) {
+ShmemTensor::ShmemTensor(Group group, std::vector<int64_t> sizes, bool sequence_parallel, bool overlap)
+    : group_(std::move(group)), sequence_parallel_(sequence_parallel), overlap_(overlap) {
   std::vector<ShardedSum::Range> ranges;
   int64_t at = 0;
   for (int64_t n : sizes) {
@@ -65,6 +65,30 @@ Tensor ShmemTensor::sequence_shard(const Tensor& x) {
   CM_CHECK(n % tp == 0, "choose batch_size x seq_len / cp divisible by tp under sequence parallelism",
            "the rows of {} split over tp {}", x.describe(), tp);
   return x.slice(0, group_.me * n / tp, (group_.me + 1) * n / tp).contiguous();
+}
+
+Tensor ShmemTensor::enter_backward_async(const Tensor& dx) {
+  if (group_.size() == 1 || !overlap_) return enter_backward(dx);
+  runtime::Stream cur = runtime::current_stream();
+  if (!comm_) {
+    comm_.emplace(cur.device());
+    comm_->set_limit(-1, 1);  // copies and sums on one vector core: the weight gradient keeps the rest
+  }
+  comm_->wait_event(cur.record_event());  // dx is complete
+  Tensor out;
+  {
+    runtime::StreamGuard on(*comm_);
+    out = enter_backward(dx);
+  }
+  sent_ = comm_->record_event();
+  in_flight_ = true;
+  return out;
+}
+
+void ShmemTensor::join() {
+  if (!in_flight_) return;
+  runtime::current_stream().wait_event(sent_);
+  in_flight_ = false;
 }
 
 namespace {

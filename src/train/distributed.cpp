@@ -84,7 +84,8 @@ Distributed::Distributed(const TrainConfig& cfg, runtime::Device& device)
     groups_.push_back(parallel::Group::of(mesh_.tp_shared_grad_group(rank_, sharing), rank_));
   if (p.tp > 1)
     tensor_ = std::make_unique<parallel::ShmemTensor>(parallel::Group::of(mesh_.group(parallel::Dim::tp, rank_), rank_),
-                                                      tp_sizes(cfg), p.sequence_parallel);
+                                                      tp_sizes(cfg), p.sequence_parallel,
+                                                      p.tp_comm_overlap);
   if (p.cp > 1)
     context_ = std::make_unique<parallel::ShmemContext>(parallel::Group::of(mesh_.group(parallel::Dim::cp, rank_), rank_),
                                                         p.cp_comm, zigzag(p), context_shape(cfg));

@@ -11,7 +11,8 @@
 // Model level: tp = 2 with sequence parallelism (and tp 2 x ep 2 with
 // ZeRO-1) reproduce the 1-PE run over 10 steps (per-step losses within 1e-5
 // relative, final weights within 1e-4), and layouts it cannot run are
-// refused at start with what to change.
+// refused at start with what to change. The backward's TP sums overlapping
+// the weight gradients on the comm stream give every bit of the in-order run.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -175,4 +176,39 @@ TEST(SequenceParallel, RefusesWhatItCannotSplit) {
   c = sp_config({.tp = 2}, ""), c.parallel.pp = 2;
   refused(c, "set tp or pp to 1");
   shmem::barrier();
+}
+
+// The backward's TP sums on the comm stream, overlapping the weight
+// gradients (tp_comm_overlap, the default), compute exactly what they compute
+// in order: every loss and every weight bit for bit, with and without SP.
+TEST(TensorParallelOverlap, IsBitIdenticalToInOrder) {
+  if (shmem::n_pes() != 2) GTEST_SKIP() << "at 2 PEs";
+  struct Run {
+    std::vector<double> losses;
+    std::vector<float> weights;  // every parameter this PE holds, in layout order
+  };
+  auto run = [](bool sp, bool overlap) {
+    TrainConfig c = sp_config({.tp = 2}, job_dir(overlap ? "tp_overlap_on" : "tp_overlap_off"));
+    c.parallel.sequence_parallel = sp, c.parallel.tp_comm_overlap = overlap, c.steps = 4;
+    Trainer t(c, one_core());
+    t.run(-1, false);
+    Run r;
+    for (const auto& s : t.records()) r.losses.push_back(s.loss);
+    for (const model::ParamInfo& p : t.model().params()) {
+      const auto w = t.model().param(p.name).to_float_vector();
+      r.weights.insert(r.weights.end(), w.begin(), w.end());
+    }
+    return r;
+  };
+  for (bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "sequence parallel" : "tensor parallel");
+    const Run overlapped = run(sp, true), in_order = run(sp, false);
+    ASSERT_EQ(overlapped.losses.size(), in_order.losses.size());
+    for (size_t s = 0; s < in_order.losses.size(); ++s)
+      EXPECT_EQ(overlapped.losses[s], in_order.losses[s]) << "step " << s;
+    ASSERT_EQ(overlapped.weights.size(), in_order.weights.size());
+    EXPECT_EQ(std::memcmp(overlapped.weights.data(), in_order.weights.data(), in_order.weights.size() * 4), 0)
+        << "the weights differ";
+    shmem::barrier();
+  }
 }

@@ -34,6 +34,9 @@ struct ParallelConfig {
   // tp > 1: each TP rank holds 1/tp of a micro-batch's token rows outside the
   // tensor-parallel regions (Megatron-LM sequence parallelism)
   bool sequence_parallel = false;
+  // tp > 1: the sums of the backward's input gradients run on a comm stream
+  // while the same linears' weight gradients compute (false: in order)
+  bool tp_comm_overlap = true;
   CpComm cp_comm = CpComm::ring;  // cp > 1: ring attention or Ulysses all-to-all
   bool cp_zigzag = true;          // ring: chunks r and 2cp-1-r per rank (balanced causal work); false: chunk r
   int zero = 0;                   // 1: ZeRO-1, the optimizer state sharded over the data-parallel ranks

@@ -94,6 +94,12 @@ class TensorParallel {
   // inside a region (e.g. from the router's scores): its rows of the
   // residual stream under sequence parallelism, all of x otherwise.
   virtual Tensor sequence_shard(const Tensor& x) = 0;
+  // enter_backward(dx) started on a communication stream: the current stream
+  // goes on (with the same linear's weight gradient) and reads the result
+  // only after join(). By default (one PE) enter_backward at once.
+  virtual Tensor enter_backward_async(const Tensor& dx) { return enter_backward(dx); }
+  // The current stream waits for the communication started so far.
+  virtual void join() {}
 
   static TensorParallel& local();  // one PE: every call returns its argument
 };

@@ -30,6 +30,11 @@
 // tp per all-reduce (bytes_per_all_reduce); bytes_put() counts the puts as
 // they are issued.
 //
+// enter_backward_async runs enter_backward on a communication stream of its
+// own (one vector core for its copies and sums; its signal waits park without
+// a core) after the current stream's work so far; join() makes the current
+// stream wait for it. The arithmetic is the same; only the timing changes.
+//
 // A gather or scatter reuses the buffers of the previous one without a
 // handshake: the peers' signals of one order the other (a scatter's puts
 // land after every peer finished the previous gather, and vice versa), so
@@ -40,6 +45,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "coremesh/parallel/comm.hpp"
@@ -52,9 +58,10 @@ class ShmemTensor final : public TensorParallel {
   // Collective over the job (symmetric allocation): `group` the TP ranks,
   // `sizes` the element counts of the tensors reduced (a micro-batch's
   // tokens x C; tokens x top-k for the routed experts' gate weights).
-  // With `sequence_parallel` the first size is the residual stream's, whose
-  // rows the ranks share.
-  ShmemTensor(Group group, std::vector<int64_t> sizes, bool sequence_parallel = false);
+  // `sequence_parallel`: the ranks share the residual stream's rows;
+  // `overlap`: enter_backward_async runs on the comm stream (else it is
+  // enter_backward).
+  ShmemTensor(Group group, std::vector<int64_t> sizes, bool sequence_parallel = false, bool overlap = true);
   ~ShmemTensor() override;
 
   Tensor enter(const Tensor& x) override { return sequence_parallel_ ? all_gather(x) : x; }
@@ -65,6 +72,8 @@ class ShmemTensor final : public TensorParallel {
   Tensor exit_backward(const Tensor& dy) override { return sequence_parallel_ ? all_gather(dy) : dy; }
   Tensor all_reduce(const Tensor& x) override;
   Tensor sequence_shard(const Tensor& x) override;
+  Tensor enter_backward_async(const Tensor& dx) override;
+  void join() override;
 
   // x (N/tp, ...) this rank's rows -> (N, ...) every rank's, in rank order.
   Tensor all_gather(const Tensor& x);
@@ -87,12 +96,15 @@ class ShmemTensor final : public TensorParallel {
   enum class Half { none, gather, scatter };
   int range_of(int64_t whole, const Tensor& x, const char* call) const;
   Group group_;
-  bool sequence_parallel_ = false;
+  bool sequence_parallel_ = false, overlap_ = true;
   std::vector<int64_t> sizes_;  // per range of the arena
   std::vector<Half> last_half_;  // per range: the sequence-parallel half it ran last
   Tensor arena_;
   std::unique_ptr<ShardedSum> sum_;
   int64_t calls_ = 0;
+  std::optional<runtime::Stream> comm_;  // enter_backward_async's
+  runtime::Event sent_;
+  bool in_flight_ = false;
 };
 
 }  // namespace coremesh::parallel
