@@ -12,7 +12,8 @@
 // Output (PE 0), per mode: the median step time (slowest PE), tokens/s, the
 // bytes this PE put per step (ShardedSum counts its puts as they are issued)
 // against the formula (a mismatch exits 1), and the bytes of the activations
-// this PE saves for the backward (Model::saved_bytes). The formula: the
+// this PE saves for the backward (Model::saved_bytes; estimate_memory's
+// figure beside it). The formula: the
 // residual stream (B*T*C floats) crosses the TP ranks twice per attention and
 // FFN half (forward exit, backward enter_backward) and once each for the
 // vocabulary-parallel embedding (forward exit) and LM head (backward
@@ -49,6 +50,7 @@ struct Measured {
   double step = 0;        // median seconds, slowest PE
   int64_t bytes = 0, formula = 0;
   int64_t activations = 0;  // saved for the backward, this PE
+  int64_t estimate = 0;     // model::estimate_memory's, less the logits' gradient (made in the backward)
 };
 
 Measured measure(const model::ModelConfig& cfg, bool sp, int B, int T, int iters, runtime::Stream& stream) {
@@ -69,6 +71,7 @@ Measured measure(const model::ModelConfig& cfg, bool sp, int B, int T, int iters
   for (size_t t = 0; t < tokens.size(); ++t) tokens[t] = int32_t(rng() % 256), targets[t] = int32_t(rng() % 256);
 
   Measured out;
+  out.estimate = model::estimate_memory(cfg, B, T, stage).activations - N * (cfg.vocab_size / n) * 4;
   std::vector<double> times;
   for (int i = 0; i < iters + 1; ++i) {  // the first is a warm-up
     shmem::barrier();
@@ -120,10 +123,11 @@ int main(int argc, char** argv) {
     equal = equal && r.bytes == r.formula;
     if (me == 0)
       std::printf("tp %d%s (%s) B %d T %d: step %.4f s (median of %d, slowest PE), %.0f tokens/s; bytes put per "
-                  "step per PE %lld, formula %lld (%s); saved activations per PE %.2f MiB; load %.2f\n",
+                  "step per PE %lld, formula %lld (%s); saved activations per PE %.2f MiB (estimate %.2f); load %.2f\n",
                   n, sp ? " + SP" : "", n > 1 ? "1 core per PE" : (std::to_string(cores_one) + " cores").c_str(), B,
                   T, r.step, iters, double(B) * T / r.step, (long long)r.bytes, (long long)r.formula,
-                  r.bytes == r.formula ? "equal" : "MISMATCH", double(r.activations) / (1 << 20), load);
+                  r.bytes == r.formula ? "equal" : "MISMATCH", double(r.activations) / (1 << 20),
+                  double(r.estimate) / (1 << 20), load);
   }
   shmem::barrier();
   return equal ? 0 : 1;

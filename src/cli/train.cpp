@@ -121,6 +121,7 @@ void print_layout(const train::TrainConfig& c) {
                                         : model::StageLayout{};
     if (ep > 1) stage.expert_begin = k[parallel::Dim::ep] * (E / ep), stage.expert_end = stage.expert_begin + E / ep;
     stage.tp = c.parallel.tp, stage.tp_rank = k[parallel::Dim::tp];  // its slices of the split matrices
+    stage.sequence_parallel = c.parallel.sequence_parallel && c.parallel.tp > 1;  // its rows of the residual stream
     const auto mem = model::estimate_memory(c.model, c.batch_size, c.seq_len / c.parallel.cp, stage);  // CP: its chunks
     // ZeRO-1 keeps each group's share of the optimizer state
     const auto held = model::count_params(c.model, stage);

@@ -352,25 +352,32 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
   const int64_t routing = K * (8 + (capacity ? 8 : 0) + 8);
   const int64_t moe = 4 * (C + E) + routing + K * (4 * (2 * F + C) + gemm_row(C) + gemm_row(F)) +
                       (SF > 0 ? 4 * 2 * SF + gemm_row(SF) : 0);
-  int64_t per_token = 0, per_batch = 0;
+  // What lives on the residual stream's rows (x, h and their rstd, the final
+  // residual; the MoE's RMSNorm(h) under sequence parallelism, where the
+  // region keeps its gathered input too) counts per row held: N/tp rows under
+  // sequence parallelism; the rest per token of the micro-batch.
+  const bool sp = stage.sequence_parallel;
+  const int64_t row_attn = 4 * (C + 1), row_head = 4 * (C + 1);
+  int64_t per_token = 0, per_row = 0, per_batch = 0;
   bool attention = false;
   for (int part = 0; part < num_parts(c); ++part) {
     if (!holds_part(stage, part)) continue;
     const Part p = part_at(c, part);
     switch (p.kind) {
       case PartKind::embedding: per_token += 4; break;  // token ids (i32)
-      case PartKind::attention: per_token += attn, attention = true; break;
+      case PartKind::attention: per_token += attn - row_attn, per_row += row_attn, attention = true; break;
       case PartKind::ffn:
-        per_token += ffn + (c.is_moe_layer(p.layer) ? moe : dense);
+        per_token += c.is_moe_layer(p.layer) ? moe : dense;
+        per_row += ffn + (sp && c.is_moe_layer(p.layer) ? 4 * C : 0);
         if (c.is_moe_layer(p.layer)) per_batch += 8 * (El + 1);  // group offsets (i64)
         break;
       // the final residual and RMSNorm (C each) and rstd, logits and their
       // gradient (this TP rank's V each), log-sum-exp, loss per token, targets (i32)
-      case PartKind::head: per_token += 4 * (2 * C + 1 + 2 * V + 2) + 4; break;
+      case PartKind::head: per_token += 4 * (C + 2 * V + 2) + 4, per_row += row_head; break;
     }
   }
   if (attention) per_batch += 8 * int64_t(seq_len);  // RoPE positions (i64)
-  m.activations = per_token * N + per_batch;
+  m.activations = per_token * N + per_row * (sp ? N / stage.tp : N) + per_batch;
   // bf16 keeps each block-GEMM weight's bf16 copy from the forward to the
   // backward (the forward and the dgrad read it); fp8 quantizes W in the
   // forward and W^T in the backward where they are used.

@@ -8,8 +8,8 @@
 // seam's calls map onto them; bytes put follow the formula; two gathers in a
 // row are refused.
 //
-// Model level: tp = 2 with sequence parallelism (and tp 2 x ep 2 with
-// ZeRO-1) reproduce the 1-PE run over 10 steps (per-step losses within 1e-5
+// Model level: tp = 2 with sequence parallelism (and at 4 PEs tp 2 x ep 2
+// with ZeRO-1, tp 2 x cp 2) reproduce the 1-PE run over 10 steps (per-step losses within 1e-5
 // relative, final weights within 1e-4), and layouts it cannot run are
 // refused at start with what to change. The backward's TP sums overlapping
 // the weight gradients on the comm stream give every bit of the in-order run.
@@ -119,13 +119,15 @@ TEST(SequenceParallel, GathersAndScattersTheRanksRows) {
 namespace {
 
 struct Layout {
-  int ep = 1, tp = 1, zero = 0;
-  int world() const { return ep * tp; }
+  int cp = 1, ep = 1, tp = 1, zero = 0;
+  int world() const { return cp * ep * tp; }
 };
 
 TrainConfig sp_config(const Layout& L, const std::string& dir) {
   TrainConfig c = base_config();
-  c.parallel.ep = L.ep, c.parallel.tp = L.tp, c.parallel.zero = L.zero, c.parallel.sequence_parallel = L.tp > 1;
+  if (L.cp > 1) c.model.capacity_factor = 0.0f, c.model.aux_loss_alpha = 0.0f;  // CP refuses them
+  c.parallel.cp = L.cp, c.parallel.ep = L.ep, c.parallel.tp = L.tp, c.parallel.zero = L.zero;
+  c.parallel.sequence_parallel = L.tp > 1;
   c.out_dir = dir;
   return c;
 }
@@ -134,27 +136,31 @@ TrainConfig sp_config(const Layout& L, const std::string& dir) {
 
 TEST(SequenceParallel, ReproducesTheOnePeRun) {
   const int n = shmem::n_pes();
-  const Layout L = n == 2 ? Layout{.tp = 2} : n == 4 ? Layout{.ep = 2, .tp = 2, .zero = 1} : Layout{};
-  if (L.world() != n) GTEST_SKIP() << "layouts at 2 and 4 PEs";
-  const std::string what = fmt::format("ep {} tp {} zero {}, sequence parallel", L.ep, L.tp, L.zero);
-  SCOPED_TRACE(what);
-  TrainConfig one = sp_config({}, job_dir("sp_training_one") + "_" + std::to_string(shmem::my_pe()));
-  one.grad_accum = L.ep;  // the ep ranks read different micro-batches
-  Trainer ref(one, one_core());
-  ref.run(-1, false);
-  Trainer t(sp_config(L, job_dir("sp_training_par")), one_core());
-  t.run(-1, false);
-  const double worst_loss = worst_loss_difference(t, ref, 1e-5);
-  double worst_w = 0;
-  for (const model::ParamInfo& p : t.model().params()) {
-    const double e = relative_l2(t.model().param(p.name), model::held_part(p, ref.model().param(p.name)));
-    EXPECT_LE(e, 1e-4) << p.name;
-    worst_w = std::max(worst_w, e);
+  std::vector<Layout> layouts;
+  if (n == 2) layouts = {{.tp = 2}};
+  if (n == 4) layouts = {{.ep = 2, .tp = 2, .zero = 1}, {.cp = 2, .tp = 2}};
+  if (layouts.empty()) GTEST_SKIP() << "layouts at 2 and 4 PEs";
+  for (const Layout& L : layouts) {
+    const std::string what = fmt::format("cp {} ep {} tp {} zero {}, sequence parallel", L.cp, L.ep, L.tp, L.zero);
+    SCOPED_TRACE(what);
+    TrainConfig one = sp_config({.cp = L.cp}, job_dir("sp_training_one") + "_" + std::to_string(shmem::my_pe()));
+    one.parallel.cp = 1, one.grad_accum = L.ep;  // the ep ranks read different micro-batches
+    Trainer ref(one, one_core());
+    ref.run(-1, false);
+    Trainer t(sp_config(L, job_dir("sp_training_par")), one_core());
+    t.run(-1, false);
+    const double worst_loss = worst_loss_difference(t, ref, 1e-5);
+    double worst_w = 0;
+    for (const model::ParamInfo& p : t.model().params()) {
+      const double e = relative_l2(t.model().param(p.name), model::held_part(p, ref.model().param(p.name)));
+      EXPECT_LE(e, 1e-4) << p.name;
+      worst_w = std::max(worst_w, e);
+    }
+    if (shmem::my_pe() == 0)
+      std::printf("[%s] 10 steps: worst loss rel diff %.2e, worst weight rel err %.2e\n", what.c_str(), worst_loss,
+                  worst_w);
+    shmem::barrier();
   }
-  if (shmem::my_pe() == 0)
-    std::printf("[%s] 10 steps: worst loss rel diff %.2e, worst weight rel err %.2e\n", what.c_str(), worst_loss,
-                worst_w);
-  shmem::barrier();
 }
 
 TEST(SequenceParallel, RefusesWhatItCannotSplit) {
