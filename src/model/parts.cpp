@@ -185,13 +185,14 @@ Tensor Parts::attention_backward(Model& m, Model::Slot& s, const Model::PartPara
   const int64_t B = s.B, T = s.T, N = B * T, C = c.d_model, H = m.tp_.heads, Hkv = m.tp_.kv_heads,
                 D = c.head_dim(), QKV = (H + 2 * Hkv) * D;
   parallel::TensorParallel& tp = *m.seams_.tensor;
-  // h = x + ao Wo^T  =>  dao = dh Wo, dWo = dh^T ao (ao is cast again, as the forward did)
-  const Tensor dao = linear_backward(tp.exit_backward(dr), gemm_input(a.at.out.view({N, H * D}), c.precision),
-                                     a.wo, {p.wo}, sink);
-  auto ag = m.seams_.context->attention_backward(dao.view({B, T, H, D}), a.q, a.k, a.v, a.at);
-  // [q|k|v] = RoPE(an Wqkv^T)  =>  d(an Wqkv^T) = [RoPE^-1(dq) | RoPE^-1(dk) | dv]
-  const Tensor dqkv = ops::rope_qkv_backward(ag.dq, ag.dk, ag.dv, s.positions, rope_config(c)).view({N, QKV});
+  // the weight gradients of wo and [wq; wk; wv] run while dan's sum is in flight
   const Tensor dan = enter_backward_overlapped(tp, sink, [&](WgradSink& held) {
+    // h = x + ao Wo^T  =>  dao = dh Wo, dWo = dh^T ao (ao is cast again, as the forward did)
+    const Tensor dao = linear_backward(tp.exit_backward(dr), gemm_input(a.at.out.view({N, H * D}), c.precision),
+                                       a.wo, {p.wo}, held);
+    auto ag = m.seams_.context->attention_backward(dao.view({B, T, H, D}), a.q, a.k, a.v, a.at);
+    // [q|k|v] = RoPE(an Wqkv^T)  =>  d(an Wqkv^T) = [RoPE^-1(dq) | RoPE^-1(dk) | dv]
+    const Tensor dqkv = ops::rope_qkv_backward(ag.dq, ag.dk, ag.dv, s.positions, rope_config(c)).view({N, QKV});
     return linear_backward(dqkv, a.an, a.wqkv, {p.qkv, 3, {QKV, C}}, held);
   });
   // an = RMSNorm(x)  =>  dx = dh + RMSNorm'(dan)
