@@ -10,8 +10,9 @@ per PE (DIR/pe<k>/trace_pe<k>.json) and, per PE, measures on the time axis:
 Data-parallel gradient sums run on a comm stream beside the backward;
 tensor-parallel all-reduces on the compute stream hide nothing; ring
 attention's puts run on a comm stream while the compute stream attends.
-Prints one line per PE and the total, and exits 1 if a PE hid none of its
-communication (no overlap).
+Prints one line per PE (and per stream that carries communication: a
+tensor-parallel run's comm stream apart from its compute stream) and the
+total, and exits 1 if a PE hid none of its communication (no overlap).
   usage: dp_overlap.py DIR [--min-hidden FRACTION]
 """
 import glob
@@ -53,6 +54,8 @@ def intersect(xs, ys):
 def analyze(path):
     events = json.load(open(path))["traceEvents"]
     comm_iv, parked_iv, compute_iv = [], [], []
+    by_stream = {}  # track name -> that stream's communication intervals
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
     for e in events:
         if e.get("ph") != "X" or e.get("cat") not in ("kernel", "wait"):
             continue
@@ -61,13 +64,15 @@ def analyze(path):
             parked_iv.append(iv)
         if e["cat"] == "wait" or e.get("args", {}).get("kind") == "comm" or e["name"] in REDUCTIONS:
             comm_iv.append(iv)
+            by_stream.setdefault(names.get(e["tid"], str(e["tid"])), []).append(iv)
         else:
             compute_iv.append(iv)
     if not comm_iv:
         raise SystemExit(f"{path}: no communication in the trace (is the run parallel?)")
     comm, parked, compute = union(comm_iv), union(parked_iv), union(compute_iv)
+    streams = {k: (length(union(v)), intersect(union(v), compute)) for k, v in by_stream.items()}
     return {"comm_us": length(comm), "hidden_us": intersect(comm, compute), "parked_us": length(parked),
-            "compute_us": length(compute)}
+            "compute_us": length(compute), "streams": streams}
 
 
 def main():
@@ -92,6 +97,8 @@ def main():
         print(f"{os.path.basename(p)}: comm {r['comm_us'] / 1e3:.1f} ms (parked waits {r['parked_us'] / 1e3:.1f} ms), "
               f"hidden behind compute kernels {r['hidden_us'] / 1e3:.1f} ms = {100 * frac:.1f}%; "
               f"compute {r['compute_us'] / 1e3:.1f} ms")
+        for name, (c, h) in sorted(r["streams"].items()):
+            print(f"  {name}: comm {c / 1e3:.1f} ms, hidden {h / 1e3:.1f} ms = {100 * h / c if c else 0:.1f}%")
         if r["hidden_us"] <= 0 or frac < min_hidden:
             ok = False
     frac = total_hidden / total_comm if total_comm else 0.0
