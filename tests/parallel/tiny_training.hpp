@@ -61,6 +61,18 @@ inline train::TrainConfig base_config() {
   return c;
 }
 
+// Building a Trainer from `c` throws InvalidArgument whose text holds `hint`
+// (a layout refused at start with what to change).
+inline void expect_refused(train::TrainConfig c, const std::string& hint) {
+  c.out_dir = job_dir("refused");
+  try {
+    train::Trainer t(c, one_core());
+    ADD_FAILURE() << "accepted a layout that should be refused: " << hint;
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(hint), std::string::npos) << e.what();
+  }
+}
+
 // ||a - b|| / ||b|| over the elements.
 inline double relative_l2(const Tensor& a, const Tensor& b) {
   const auto u = a.to_float_vector(), v = b.to_float_vector();
