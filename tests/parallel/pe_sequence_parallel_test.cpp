@@ -9,7 +9,7 @@
 // row are refused.
 //
 // Model level: tp = 2 with sequence parallelism (and at 4 PEs tp 2 x ep 2
-// with ZeRO-1, tp 2 x cp 2) reproduce the 1-PE run over 10 steps (per-step losses within 1e-5
+// with ZeRO-1, tp 2 x cp 2, tp 2 x dp 2; at 8 cp 2 x ep 2 x tp 2 with ZeRO-1) reproduce the 1-PE run over 10 steps (per-step losses within 1e-5
 // relative, final weights within 1e-4), and layouts it cannot run are
 // refused at start with what to change. The backward's TP sums overlapping
 // the weight gradients on the comm stream give every bit of the in-order run.
@@ -119,14 +119,13 @@ TEST(SequenceParallel, GathersAndScattersTheRanksRows) {
 namespace {
 
 struct Layout {
-  int cp = 1, ep = 1, tp = 1, zero = 0;
-  int world() const { return cp * ep * tp; }
+  int dp = 1, cp = 1, ep = 1, tp = 1, zero = 0;
 };
 
 TrainConfig sp_config(const Layout& L, const std::string& dir) {
   TrainConfig c = base_config();
   if (L.cp > 1) c.model.capacity_factor = 0.0f, c.model.aux_loss_alpha = 0.0f;  // CP refuses them
-  c.parallel.cp = L.cp, c.parallel.ep = L.ep, c.parallel.tp = L.tp, c.parallel.zero = L.zero;
+  c.parallel.dp = L.dp, c.parallel.cp = L.cp, c.parallel.ep = L.ep, c.parallel.tp = L.tp, c.parallel.zero = L.zero;
   c.parallel.sequence_parallel = L.tp > 1;
   c.out_dir = dir;
   return c;
@@ -138,13 +137,15 @@ TEST(SequenceParallel, ReproducesTheOnePeRun) {
   const int n = shmem::n_pes();
   std::vector<Layout> layouts;
   if (n == 2) layouts = {{.tp = 2}};
-  if (n == 4) layouts = {{.ep = 2, .tp = 2, .zero = 1}, {.cp = 2, .tp = 2}};
-  if (layouts.empty()) GTEST_SKIP() << "layouts at 2 and 4 PEs";
+  if (n == 4) layouts = {{.ep = 2, .tp = 2, .zero = 1}, {.cp = 2, .tp = 2}, {.dp = 2, .tp = 2}};
+  if (n == 8) layouts = {{.cp = 2, .ep = 2, .tp = 2, .zero = 1}};
+  if (layouts.empty()) GTEST_SKIP() << "layouts at 2, 4 and 8 PEs";
   for (const Layout& L : layouts) {
-    const std::string what = fmt::format("cp {} ep {} tp {} zero {}, sequence parallel", L.cp, L.ep, L.tp, L.zero);
+    const std::string what =
+        fmt::format("dp {} cp {} ep {} tp {} zero {}, sequence parallel", L.dp, L.cp, L.ep, L.tp, L.zero);
     SCOPED_TRACE(what);
     TrainConfig one = sp_config({.cp = L.cp}, job_dir("sp_training_one") + "_" + std::to_string(shmem::my_pe()));
-    one.parallel.cp = 1, one.grad_accum = L.ep;  // the ep ranks read different micro-batches
+    one.parallel.cp = 1, one.grad_accum = L.dp * L.ep;  // the dp and ep ranks read different micro-batches
     Trainer ref(one, one_core());
     ref.run(-1, false);
     Trainer t(sp_config(L, job_dir("sp_training_par")), one_core());
