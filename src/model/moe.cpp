@@ -93,17 +93,21 @@ Tensor moe_backward(const Tensor& dy, const Tensor& x_in, const MoeParams& w, co
                     const ModelConfig& cfg, int64_t B, parallel::ExpertDispatcher& experts,
                     parallel::TensorParallel& tp, const MoeActs& a, float aux_scale, WgradSink& sink) {
   const Tensor dyr = tp.exit_backward(dy);  // the experts' region (tensor parallelism)
+  // the experts' weight gradients are held until dx's sum over the TP ranks
+  // has left on the communication stream, and run while it is in flight
+  HeldJobs held(sink);
   // --- shared experts
   Tensor dx;
-  if (w.sw13.defined()) dx = mlp_backward(dyr, gemm_input(a.x, cfg.precision), a.shared, g.sw13, g.sw2, sink);
+  if (w.sw13.defined()) dx = mlp_backward(dyr, gemm_input(a.x, cfg.precision), a.shared, g.sw13, g.sw2, held);
   // --- combine: y_n += w_k ye_r  =>  dye_r = w_k dy_n,  dw_k = dy_n . ye_r
   const ops::UnpermuteGrads ug = ops::unpermute_backward(
       dyr, a.ye, a.row_of, a.w, experts.send_buffer(a.layer, Exchange::combine_backward, a.ye.size(0), a.ye.size(1)));
   // --- back to the experts' PEs, experts, return; then xp_r = x_n  =>  dx_n += dxp_r
   const Tensor dye = experts.combine_backward(ug.dyp, a.routed);
-  const Tensor dxp = experts.dispatch_backward(experts_backward(dye, g, a, experts, sink), a.routed);
+  const Tensor dxp = experts.dispatch_backward(experts_backward(dye, g, a, experts, held), a.routed);
   const Tensor dx_routed = ops::permute_backward(dxp, a.row_of);
-  dx = tp.enter_backward(dx.defined() ? ops::add(dx, dx_routed) : dx_routed);
+  dx = tp.enter_backward_async(dx.defined() ? ops::add(dx, dx_routed) : dx_routed);
+  held.release();
   // --- gate weights -> affinities (through the pre-capacity selection: the
   // sigmoid renormalization also sees dropped experts) (+ balance loss);
   // under tensor parallelism ye, and so dw_k, is this rank's part
@@ -116,6 +120,7 @@ Tensor moe_backward(const Tensor& dy, const Tensor& x_in, const MoeParams& w, co
   // (every rank computed ds whole; under sequence parallelism each takes its
   // rows, and its dR is a part of the sum over the TP ranks)
   const Tensor ds = ops::router_scores_backward(dscores, a.scores, score_func(cfg));
+  tp.join();  // dx is summed
   return linear_backward(tp.sequence_shard(ds), x_in, w.router, g.router, sink, &dx);
 }
 

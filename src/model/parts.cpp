@@ -44,25 +44,6 @@ Tensor norm_backward(WgradSink& sink, int param, const Tensor& dy, const Tensor&
   return g.dx;
 }
 
-// Holds the weight-gradient jobs given to it until release(), which hands
-// them to `sink` in the order they came.
-class HeldJobs final : public WgradSink {
- public:
-  explicit HeldJobs(WgradSink& sink) : sink_(sink) {}
-  void add(const GradRef& ref, Job job) override { jobs_.push_back({ref, std::move(job)}); }
-  bool immediate() const override { return false; }
-  Tensor view(const GradRef& ref) override { return sink_.view(ref); }
-  float take_beta(const GradRef& ref) override { return sink_.take_beta(ref); }
-  void release() {
-    for (auto& [ref, job] : jobs_) sink_.add(ref, std::move(job));
-    jobs_.clear();
-  }
-
- private:
-  WgradSink& sink_;
-  std::vector<std::pair<GradRef, Job>> jobs_;
-};
-
 // tp.enter_backward(dx) of a column-parallel backward `dgrad` that returns dx:
 // the sum over the TP ranks leaves on the communication stream as soon as dx
 // is computed, and the weight gradients of `dgrad` (held until then) run on

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include "coremesh/core/tensor.hpp"
 
@@ -33,6 +35,26 @@ class WgradSink {
   virtual bool immediate() const = 0;
   virtual Tensor view(const GradRef& ref) = 0;
   virtual float take_beta(const GradRef& ref) = 0;
+};
+
+// A sink that holds the jobs given to it until release(), which hands them
+// to `sink` in the order they came: a backward whose input gradient leaves
+// for a sum over PEs runs its weight gradients while the sum is in flight.
+class HeldJobs final : public WgradSink {
+ public:
+  explicit HeldJobs(WgradSink& sink) : sink_(sink) {}
+  void add(const GradRef& ref, Job job) override { jobs_.push_back({ref, std::move(job)}); }
+  bool immediate() const override { return false; }
+  Tensor view(const GradRef& ref) override { return sink_.view(ref); }
+  float take_beta(const GradRef& ref) override { return sink_.take_beta(ref); }
+  void release() {
+    for (auto& [ref, job] : jobs_) sink_.add(ref, std::move(job));
+    jobs_.clear();
+  }
+
+ private:
+  WgradSink& sink_;
+  std::vector<std::pair<GradRef, Job>> jobs_;
 };
 
 }  // namespace coremesh::model::detail
