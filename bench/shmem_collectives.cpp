@@ -2,11 +2,16 @@
 // alltoallv (equal counts) at 1 MiB and 64 MiB per PE, timed like the MPI
 // side (bench/shmem_mpi_bench.c): barrier, one call, the slowest PE's time;
 // the median call. Run under the launcher: coremesh run -n 4 --heap 512M bench_shmem_collectives
-// Output lines: "cm_<collective>_np<N> <bytes> <ms>".
+//   COLL_BENCH_KIB="4 64 1024"  the sizes per PE in KiB (default "1024 65536")
+//   COLL_BENCH_ALLREDUCE_ONLY=1 time allreduce alone
+// (the same variables as bench/shmem_mpi_bench.c). Output lines:
+// "cm_<collective>_np<N> <bytes> <ms>".
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <vector>
 
 #include "coremesh/shmem/shmem.hpp"
@@ -19,7 +24,12 @@ int main() {
   shmem::Team world = shmem::Team::world();
   auto* worst = static_cast<double*>(shmem::sym_malloc(sizeof(double)));
   auto* worst_out = static_cast<double*>(shmem::sym_malloc(sizeof(double)));
-  for (size_t bytes : {size_t{1} << 20, size_t{64} << 20}) {
+  const char* kib_env = std::getenv("COLL_BENCH_KIB");
+  std::istringstream kib_list(kib_env ? kib_env : "1024 65536");
+  const char* only_env = std::getenv("COLL_BENCH_ALLREDUCE_ONLY");
+  const int collectives = only_env && std::atoi(only_env) == 1 ? 1 : 3;
+  for (size_t kib; kib_list >> kib;) {
+    const size_t bytes = kib << 10;
     auto* a = static_cast<float*>(shmem::sym_malloc(bytes));
     auto* b = static_cast<float*>(shmem::sym_malloc(bytes));
     std::memset(a, 1, bytes);
@@ -29,7 +39,7 @@ int main() {
     for (int i = 0; i < n; ++i) offsets[i] = i * per;
     const int reps = bytes > (8u << 20) ? 5 : 50;
     const char* names[3] = {"cm_allreduce", "cm_alltoall", "cm_alltoallv"};
-    for (int which = 0; which < 3; ++which) {
+    for (int which = 0; which < collectives; ++which) {
       std::vector<double> times;
       for (int r = -1; r < reps; ++r) {
         shmem::barrier();

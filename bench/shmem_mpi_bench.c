@@ -2,7 +2,8 @@
  *   MPI_Put latency (8 B) and bandwidth from rank 0 to rank 1 (passive
  *   target, MPI_Win_flush after each put; run with --mca osc sm), and
  *   MPI_Allreduce (f32 sum), MPI_Alltoall and MPI_Alltoallv (equal counts)
- *   at 1 MiB and 64 MiB per rank (the median call of 5 or 50). Output lines: "<metric> <bytes> <value>"
+ *   at 1 MiB and 64 MiB per rank (the median call of 5 or 50; COLL_BENCH_KIB
+ *   and COLL_BENCH_ALLREDUCE_ONLY as in bench/shmem_collectives.cpp). Output lines: "<metric> <bytes> <value>"
  *   (latency ns, bandwidth GB/s, collectives ms). */
 #include <mpi.h>
 #include <stdio.h>
@@ -93,13 +94,18 @@ int main(int argc, char** argv) {
     MPI_Win_free(&win);
     free(local);
   } else {
-    const long sizes[2] = {1L << 20, 64L << 20};
+    const char* kib_env = getenv("COLL_BENCH_KIB");
+    const char* kib = kib_env ? kib_env : "1024 65536";
+    const int collectives = getenv("COLL_BENCH_ALLREDUCE_ONLY") && atoi(getenv("COLL_BENCH_ALLREDUCE_ONLY")) == 1 ? 1 : 3;
     const char* names[3] = {"mpi_allreduce", "mpi_alltoall", "mpi_alltoallv"};
-    for (int s = 0; s < 2; ++s)
-      for (int w = 0; w < 3; ++w) {
-        const double ms = coll_ms(w, sizes[s], rank, size);
-        if (rank == 0) printf("%s_np%d %ld %.3f\n", names[w], size, sizes[s], ms);
+    for (char* end; *kib != '\0'; kib = end) {
+      const long bytes = strtol(kib, &end, 10) << 10;
+      if (end == kib) break;
+      for (int w = 0; w < collectives; ++w) {
+        const double ms = coll_ms(w, bytes, rank, size);
+        if (rank == 0) printf("%s_np%d %ld %.3f\n", names[w], size, bytes, ms);
       }
+    }
   }
   MPI_Finalize();
   return 0;
