@@ -78,9 +78,10 @@ inline std::byte* reduce_scratch(size_t bytes) {
 
 // Reduces chunk [lo, hi) of every member's `src` (at segment offset
 // src_offset) into out[0 .. hi - lo).
-// Through the fast path a tile is read in place (8 KiB, in cache); without
-// it the members' tiles of 256 KiB are fetched with get_nbi, all members at
-// once, and one quiet -- one round trip per tile, not per member.
+// Through the fast path a tile is read in place (8 KiB, in cache); when
+// some member's source is not mapped here, tiles are 256 KiB and those
+// members' tiles are fetched with get_nbi, all at once, and one quiet -- one
+// round trip per tile, not per member; mapped ones are still read in place.
 template <typename T, ReduceKind K>
 void reduce_chunk(const Group& g, size_t src_offset, size_t lo, size_t hi, T* out) {
   using Acc = Accumulator<T>;
@@ -100,12 +101,14 @@ void reduce_chunk(const Group& g, size_t src_offset, size_t lo, size_t hi, T* ou
     const size_t len = std::min(tile, hi - at);
     const size_t offset = src_offset + at * sizeof(T);
     auto member = [&](int m) -> const T* {
-      if (direct) return reinterpret_cast<const T*>(t.peer_pointer(g.world_pe(m), offset));
+      if (const std::byte* p = t.peer_pointer(g.world_pe(m), offset))
+        return reinterpret_cast<const T*>(p);
       return fetched(m);
     };
-    if (!direct) {
+    if (!direct) {  // fetch what is not mapped here (this PE's own source is)
       for (int m = 0; m < g.size; ++m)
-        t.get_nbi(fetched(m), g.world_pe(m), offset, len * sizeof(T));
+        if (t.peer_pointer(g.world_pe(m), offset) == nullptr)
+          t.get_nbi(fetched(m), g.world_pe(m), offset, len * sizeof(T));
       t.quiet();
     }
     const T* first = member(0);

@@ -37,6 +37,9 @@
 // coming: every look costs the caller its core for a moment), or at once
 // when a caller hands over (it stops spinning and sleeps until its callback
 // rings) or a wait of this PE goes to sleep (the sleep hook, wait.hpp).
+// A wait of this PE (a barrier, a signal) progresses the worker itself
+// while it spins (the spin hook), as a caller does: a peer's atomic or
+// signal lands, and its requests are served, without a thread hand-over.
 // After an event it keeps polling for kNetSpinNs before it sleeps on the
 // event fd, so a peer's next request in an exchange finds it awake. Neither
 // spins when the wait policy does not (more PEs than CPUs).
@@ -245,6 +248,7 @@ class UcxTransport final : public Transport {
     ring(turn_);
   }
   static void on_wait_sleeps();
+  static void on_wait_spins();
   void progress_loop();
   Region register_region(std::byte* base, size_t bytes, const std::vector<ucp_ep_h>& eps);
   void destroy_region(Region& region);
@@ -313,6 +317,7 @@ UcxTransport::UcxTransport(const LocalMemory& memory) : mem_(memory) {
   progress_ = std::thread([this] { progress_loop(); });
   g_ucx.store(this, std::memory_order_release);
   set_sleep_hook(on_wait_sleeps);
+  set_spin_hook(on_wait_spins, kNetSpinNs);
 }
 
 Region UcxTransport::register_region(std::byte* base, size_t bytes,
@@ -468,6 +473,16 @@ void UcxTransport::on_wait_sleeps() {
   if (UcxTransport* t = g_ucx.load(std::memory_order_acquire)) t->wake_progress_thread();
 }
 
+// A wait of this PE spins: it progresses, unless another thread of this PE
+// does, and keeps the progress thread parked ("a caller was here").
+void UcxTransport::on_wait_spins() {
+  UcxTransport* t = g_ucx.load(std::memory_order_acquire);
+  if (t == nullptr) return;
+  t->turn_.seq.fetch_add(1, std::memory_order_seq_cst);
+  std::unique_lock lock(t->mutex_, std::try_to_lock);
+  if (lock.owns_lock()) t->progress_locked();
+}
+
 void UcxTransport::progress_loop() {
   using clock = std::chrono::steady_clock;
   const auto spin = std::chrono::nanoseconds(net_spin_ns());
@@ -493,6 +508,7 @@ void UcxTransport::close() {
   if (worker_ == nullptr) return;
   quiet();
   set_sleep_hook(nullptr);
+  set_spin_hook(nullptr, 0);
   g_ucx.store(nullptr, std::memory_order_release);
   // Endpoints close (flushed) while both sides still progress; nobody sends
   // after the barrier.

@@ -44,9 +44,17 @@ PollHook poll_hook() { return g_poll_hook.load(std::memory_order_relaxed); }
 
 namespace {
 std::atomic<SleepHook> g_sleep_hook{nullptr};
+std::atomic<SpinHook> g_spin_hook{nullptr};
+std::atomic<int64_t> g_spin_hook_ns{0};
 }  // namespace
 void set_sleep_hook(SleepHook hook) { g_sleep_hook.store(hook); }
 SleepHook sleep_hook() { return g_sleep_hook.load(std::memory_order_relaxed); }
+void set_spin_hook(SpinHook hook, int64_t spin_ns) {
+  g_spin_hook_ns.store(spin_ns);
+  g_spin_hook.store(hook);
+}
+SpinHook spin_hook() { return g_spin_hook.load(std::memory_order_relaxed); }
+int64_t spin_hook_ns() { return g_spin_hook_ns.load(std::memory_order_relaxed); }
 void poll_pause(int64_t us) {
   timespec ts{0, static_cast<long>(us * 1000)};
   nanosleep(&ts, nullptr);

@@ -8,6 +8,7 @@
 // TimeoutError whose message comes from `describe` (who waits for what).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -59,6 +60,16 @@ using SleepHook = void (*)();
 void set_sleep_hook(SleepHook hook);
 SleepHook sleep_hook();
 
+// Such a transport also sets a spin hook: a wait's spin phase calls it to
+// progress the network itself, as OSHMEM's waits do, so that what a peer
+// sends (a barrier's atomic, a signal) lands and requests are served
+// without a hand-over to the progress thread; the spin then lasts at least
+// `spin_ns` (a network round trip), when the wait policy spins at all.
+using SpinHook = void (*)();
+void set_spin_hook(SpinHook hook, int64_t spin_ns);
+SpinHook spin_hook();
+int64_t spin_hook_ns();
+
 // Blocks until `ready()` is true; `bell` must be rung after every change
 // that can make it true. ready() is not called again after it returned true. `timeout_s` < 0 uses the policy's watchdog.
 template <typename Ready>
@@ -75,12 +86,15 @@ void wait_until_ready(Bell& bell, Ready&& ready, const Describe& describe, doubl
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   if (policy.spin_ns > 0) {
-    const auto spin_end = start + std::chrono::nanoseconds(policy.spin_ns);
+    const SpinHook progress = spin_hook();
+    const int64_t spin_ns = progress ? std::max(policy.spin_ns, spin_hook_ns()) : policy.spin_ns;
+    const auto spin_end = start + std::chrono::nanoseconds(spin_ns);
     do {
       for (int i = 0; i < 64; ++i) {
         if (ready()) return;
         __builtin_ia32_pause();
       }
+      if (progress) progress();
     } while (clock::now() < spin_end);
   }
   const double limit = timeout_s < 0 ? policy.timeout_s : timeout_s;
