@@ -9,7 +9,15 @@
 //   PE r copies chunk k != r from member k's dest         (allreduce only)
 //   barrier
 //
-// Each PE reads n elements and writes n. Every chunk is reduced by one PE
+// Each PE reads n elements and writes n. On the network (some member's
+// buffers not mapped here) a pair of PEs, or a small vector, skips the
+// scatter: every PE reduces the whole vector itself, fetching the peers'
+// sources -- one transfer phase and one barrier fewer, the same bytes for a
+// pair (not when dest overlaps src: a peer may still read it):
+//
+//   barrier; PE r reduces every member's source into its dest; barrier
+//
+// Every chunk is reduced by one PE (or by each, the same way)
 // in member order -- dest[i] = ((src_0[i] op src_1[i]) op src_2[i]) ...
 // with src_m the buffer of team member m -- so all PEs end with bit-identical
 // results, equal to that sum taken on one PE. bf16 accumulates in f32 and
@@ -66,7 +74,7 @@ inline A combine(A a, A b) {
 }
 
 // This thread's scratch memory for reduce_chunk, at least `bytes`, kept
-// between calls: a fresh 256 KiB tile is a fresh mapping (above malloc's
+// between calls: a fresh tile (up to 1 MiB) is a fresh mapping (above malloc's
 // mmap threshold), and UCX's gets into fresh mappings cost ~1 ms a tile (the
 // 1 MiB network allreduce took 3.4 ms instead of 1.2).
 inline std::byte* reduce_scratch(size_t bytes) {
@@ -79,7 +87,8 @@ inline std::byte* reduce_scratch(size_t bytes) {
 // Reduces chunk [lo, hi) of every member's `src` (at segment offset
 // src_offset) into out[0 .. hi - lo).
 // Through the fast path a tile is read in place (8 KiB, in cache); when
-// some member's source is not mapped here, tiles are 256 KiB and those
+// some member's source is not mapped here, tiles are 1 MiB (fewer round
+// trips than 256 KiB ones: 1 MiB allreduce 0.73 -> 0.69 ms) and those
 // members' tiles are fetched with get_nbi, all at once, and one quiet -- one
 // round trip per tile, not per member; mapped ones are still read in place.
 template <typename T, ReduceKind K>
@@ -90,10 +99,10 @@ void reduce_chunk(const Group& g, size_t src_offset, size_t lo, size_t hi, T* ou
   bool direct = true;
   for (int m = 0; m < g.size && direct; ++m)
     direct = t.peer_pointer(g.world_pe(m), src_offset) != nullptr;
-  const size_t tile = std::max<size_t>(1, (direct ? 8192 : 256 * 1024) / sizeof(T));
+  const size_t tile = std::max<size_t>(1, (direct ? 8192 : 1024 * 1024) / sizeof(T));
   // The accumulator, then (network path) one fetched tile per member.
   const size_t acc_bytes = (std::min(tile, hi - lo) * sizeof(A) + 63) / 64 * 64;
-  const size_t tile_bytes = (tile * sizeof(T) + 63) / 64 * 64;
+  const size_t tile_bytes = (std::min(tile, hi - lo) * sizeof(T) + 63) / 64 * 64;
   std::byte* scratch = reduce_scratch(acc_bytes + (direct ? 0 : g.size * tile_bytes));
   A* acc = reinterpret_cast<A*>(scratch);
   auto fetched = [&](int m) { return reinterpret_cast<T*>(scratch + acc_bytes + m * tile_bytes); };
@@ -122,6 +131,20 @@ void reduce_chunk(const Group& g, size_t src_offset, size_t lo, size_t hi, T* ou
   }
 }
 
+// Whether every PE reduces the whole vector (above). The same answer on
+// every member: addresses are symmetric, and a member is unmapped for all
+// when the group spans hosts.
+inline bool reduce_whole_locally(const Group& g, size_t src_offset, const void* dest,
+                                 const void* src, size_t bytes) {
+  const auto* d = static_cast<const std::byte*>(dest);
+  const auto* s = static_cast<const std::byte*>(src);
+  if (d < s + bytes && s < d + bytes) return false;
+  if (static_cast<size_t>(g.size - 1) * bytes > 256 * 1024) return false;  // one tile each
+  for (int m = 0; m < g.size; ++m)
+    if (transport().peer_pointer(g.world_pe(m), src_offset) == nullptr) return true;
+  return false;
+}
+
 // allreduce: dest and src hold n elements. scatter (reduce_scatter): src
 // holds n = size * chunk elements and dest receives this PE's chunk.
 template <typename T, ReduceKind K>
@@ -141,6 +164,11 @@ void reduce(const Group& g, T* dest, const T* src, size_t n, bool scatter, const
   const size_t dest_offset = sym_offset(dest, (scatter ? my_hi - my_lo : n) * sizeof(T), api);
   begin_call(g);
   group_sync(g, api);
+  if (!scatter && reduce_whole_locally(g, src_offset, dest, src, n * sizeof(T))) {
+    reduce_chunk<T, K>(g, src_offset, 0, n, dest);
+    group_sync(g, api);
+    return;
+  }
   reduce_chunk<T, K>(g, src_offset, my_lo, my_hi, scatter ? dest : dest + my_lo);
   group_sync(g, api);
   if (scatter) return;

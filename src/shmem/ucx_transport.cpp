@@ -279,9 +279,12 @@ UcxTransport::UcxTransport(const LocalMemory& memory) : mem_(memory) {
   ucp_config_modify(config, "ATOMIC_MODE", "cpu");
   // UCX's TCP transport sends 8 KiB segments by default, each a system call
   // and an active message the target handles: 64 KiB ones (its receive
-  // segment size) move 2-4x more from 64 KiB on. A user's setting wins; a
-  // UCX without the key keeps its default.
-  if (!env::get("UCX_TCP_TX_SEG_SIZE")) (void)ucp_config_modify(config, "TX_SEG_SIZE", "64k");
+  // segment size) move 2-4x more from 64 KiB on, and 256 KiB ones (sent and
+  // received) another 1.2-1.3x in a 1 MiB network allreduce, where both
+  // PEs send and receive at once. A user's setting wins; a UCX without the
+  // key keeps its default.
+  if (!env::get("UCX_TCP_TX_SEG_SIZE")) (void)ucp_config_modify(config, "TX_SEG_SIZE", "256k");
+  if (!env::get("UCX_TCP_RX_SEG_SIZE")) (void)ucp_config_modify(config, "RX_SEG_SIZE", "256k");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO32 | UCP_FEATURE_AMO64 | UCP_FEATURE_WAKEUP;
