@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -84,6 +85,37 @@ TEST(Collectives, AllreduceAllTypesOnAllTeams) {
       check_allreduce<bf16>(team, n);
       check_allreduce<int32_t>(team, n);
       check_allreduce<int64_t>(team, n);
+    }
+  }
+}
+
+// f32 sums whose value depends on the order of the additions: every PE must
+// hold exactly the sum taken in member order, ((s_0 + s_1) + s_2) ..., for a
+// small vector (on the network every PE reduces it whole) and a large one
+// (reduce-scatter + allgather).
+TEST(Collectives, AllreduceSumsInMemberOrderExactly) {
+  auto term = [](int pe, size_t i) {  // (1.x + 1e8) - 1e8 != 1.x + (1e8 - 1e8)
+    if (pe % 3 != 0) return pe % 3 == 1 ? 1.0e8f : -1.0e8f;
+    return 1.0f + static_cast<float>((pe * 7919 + i * 104729) % 1000) * 1.0e-3f;
+  };
+  for (const shmem::Team& team : my_teams()) {
+    for (size_t n : {size_t{1031}, size_t{70000}}) {
+      float* src = sym<float>(n);
+      float* dst = sym<float>(n);
+      for (size_t i = 0; i < n; ++i) src[i] = term(me(), i);
+      if (team.valid()) {
+        shmem::allreduce(team, dst, src, n, shmem::ReduceOp::sum);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; ++i) {
+          float want = term(team.world_pe(0), i);
+          for (int m = 1; m < team.n_pes(); ++m) want += term(team.world_pe(m), i);
+          bad += std::memcmp(&want, &dst[i], sizeof want) != 0;
+        }
+        EXPECT_EQ(bad, 0u) << "n " << n << " team of " << team.n_pes();
+      }
+      shmem::barrier();
+      shmem::sym_free(dst);
+      shmem::sym_free(src);
     }
   }
 }
