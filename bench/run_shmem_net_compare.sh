@@ -6,29 +6,42 @@
 # built by its coremesh-cc) and OpenMPI OSHMEM (spml ucx, the same UCX
 # restriction), run in rotation ROUNDS times so that all three see the same
 # load. Prints a markdown table of medians and ratios.
+# With MODE allreduce: the network allreduce (f32 sum) of run_shmem_bench.sh
+# instead, bench_shmem_collectives of BUILD_DIR and of BASE (a build dir or a
+# copy of that benchmark) against MPI_Allreduce (ob1 over TCP), at the sizes
+# per PE of COLL_BENCH_KIB (default "4 64 1024 65536").
 #   NET_BENCH_PRIORITY=1  run every job in its own session at autogroup and nice
 #                         -19 (root): on a machine loaded by other work this comes
 #                         near a quiet machine's figures, alike for all three
 #   NET_BENCH_OSHMEM_ENV  extra -x options for OSHMEM only (e.g. its UCX settings)
-# usage: bench/run_shmem_net_compare.sh BUILD_DIR BASE [ROUNDS]
+# usage: bench/run_shmem_net_compare.sh BUILD_DIR BASE [ROUNDS] [rma|allreduce]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$1 base=$2 rounds=${3:-3}
+build=$1 base=$2 rounds=${3:-3} mode=${4:-rma}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$build/bin/coremesh-cc" -O2 "$root/bench/shmem_rma_bench.c" -o "$work/rma_new"
-if [ -d "$base" ]; then
-  "$base/bin/coremesh-cc" -O2 "$root/bench/shmem_rma_bench.c" -o "$work/rma_base"
+if [ "$mode" = rma ]; then
+  "$build/bin/coremesh-cc" -O2 "$root/bench/shmem_rma_bench.c" -o "$work/rma_new"
+  if [ -d "$base" ]; then
+    "$base/bin/coremesh-cc" -O2 "$root/bench/shmem_rma_bench.c" -o "$work/rma_base"
+  else
+    cp "$base" "$work/rma_base"
+  fi
+  oshcc -O2 "$root/bench/shmem_rma_bench.c" -o "$work/rma_osh" -Wl,--no-as-needed -lmca_common_ucx
 else
-  cp "$base" "$work/rma_base"
+  cp "$build/bench/bench_shmem_collectives" "$work/rma_new"
+  if [ -d "$base" ]; then cp "$base/bench/bench_shmem_collectives" "$work/rma_base"
+  else cp "$base" "$work/rma_base"; fi
+  mpicc -O2 "$root/bench/shmem_mpi_bench.c" -o "$work/coll_mpi"
 fi
-oshcc -O2 "$root/bench/shmem_rma_bench.c" -o "$work/rma_osh" -Wl,--no-as-needed -lmca_common_ucx
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 prio=()
 [ "${NET_BENCH_PRIORITY:-0}" = 1 ] &&
   prio=(setsid bash -c 'echo -19 > /proc/self/autogroup && exec nice -n -19 "$@"' prio)
 net=(-x RMA_BENCH_LAT_ITERS=2000 -x RMA_BENCH_MIB=16 -x RMA_BENCH_TRIALS=3 -x SHMEM_SYMMETRIC_SIZE=512M)
+[ "$mode" = rma ] ||
+  net=(-x COLL_BENCH_KIB="${COLL_BENCH_KIB:-4 64 1024 65536}" -x COLL_BENCH_ALLREDUCE_ONLY=1 -x SHMEM_SYMMETRIC_SIZE=512M)
 ob1_tcp=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca osc pt2pt)
 ucx_tcp=(-x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo)
 read -r -a osh_env <<< "${NET_BENCH_OSHMEM_ENV:-}"
@@ -37,15 +50,21 @@ for _ in $(seq "$rounds"); do
     echo "load $(cut -d' ' -f1 /proc/loadavg)" >> "$work/out.txt"
     "${prio[@]}" mpirun --allow-run-as-root --oversubscribe "${ob1_tcp[@]}" "${ucx_tcp[@]}" \
       -x COREMESH_PES_PER_HOST=1 -x COREMESH_TRANSPORT=ucx "${net[@]}" -np 2 "$work/rma_$v" \
-      2>/dev/null | grep -E '^(put|get)_' | sed "s/^/$v /" >> "$work/out.txt"
+      2>/dev/null | grep -E '^(put_|get_|cm_allreduce)' | sed "s/^cm_//; s/^/$v /" >> "$work/out.txt"
   done
   echo "load $(cut -d' ' -f1 /proc/loadavg)" >> "$work/out.txt"
-  "${prio[@]}" oshrun --allow-run-as-root --oversubscribe --mca pml ucx --mca pml_ucx_tls any \
-    --mca pml_ucx_devices any "${ucx_tcp[@]}" "${osh_env[@]}" --mca spml ucx "${net[@]}" -np 2 \
-    "$work/rma_osh" 2>/dev/null | grep -E '^(put|get)_' | sed 's/^/osh /' >> "$work/out.txt"
+  if [ "$mode" = rma ]; then
+    "${prio[@]}" oshrun --allow-run-as-root --oversubscribe --mca pml ucx --mca pml_ucx_tls any \
+      --mca pml_ucx_devices any "${ucx_tcp[@]}" "${osh_env[@]}" --mca spml ucx "${net[@]}" -np 2 \
+      "$work/rma_osh" 2>/dev/null | grep -E '^(put|get)_' | sed 's/^/osh /' >> "$work/out.txt"
+  else
+    "${prio[@]}" mpirun --allow-run-as-root --oversubscribe "${ob1_tcp[@]}" "${net[@]}" -np 2 \
+      "$work/coll_mpi" coll 2>/dev/null | grep '^mpi_allreduce' | sed 's/^mpi_/osh /' \
+      >> "$work/out.txt"
+  fi
 done
 
-python3 - "$work/out.txt" <<'PY'
+python3 - "$work/out.txt" "$mode" <<'PY'
 import statistics, sys
 v, loads = {}, []
 for line in open(sys.argv[1]):
@@ -57,7 +76,16 @@ for line in open(sys.argv[1]):
 def m(who, k, s):
     x = v.get((who, k, s))
     return statistics.median(x) if x else float("nan")
-print(f"{len(v.get(('new', 'put_lat', 8), []))} runs each, load average {min(loads):.1f}-{max(loads):.1f}\n")
+runs = max(len(x) for k, x in v.items() if k[0] == "new")
+print(f"{runs} runs each, load average {min(loads):.1f}-{max(loads):.1f}\n")
+if sys.argv[2] == "allreduce":  # "osh" holds MPI_Allreduce here
+    print("| allreduce f32 sum | base (ms) | coremesh (ms) | MPI_Allreduce (ms) | MPI / coremesh | base / coremesh |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for s in sorted({k[2] for k in v if k[0] == "new"}):
+        name = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB"
+        b, n, o = (m(w, "allreduce_np2", s) for w in ("base", "new", "osh"))
+        print(f"| {name} | {b:.3f} | {n:.3f} | {o:.3f} | {o / n:.2f}x | {b / n:.2f}x |")
+    sys.exit(0)
 print("| operation | base | coremesh | OSHMEM | coremesh / OSHMEM | coremesh / base |")
 print("|---|---:|---:|---:|---:|---:|")
 for op in ("put", "get"):
