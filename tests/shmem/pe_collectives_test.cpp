@@ -94,9 +94,10 @@ TEST(Collectives, AllreduceAllTypesOnAllTeams) {
 // small vector (on the network every PE reduces it whole) and a large one
 // (reduce-scatter + allgather).
 TEST(Collectives, AllreduceSumsInMemberOrderExactly) {
-  auto term = [](int pe, size_t i) {  // (1.x + 1e8) - 1e8 != 1.x + (1e8 - 1e8)
-    if (pe % 3 != 0) return pe % 3 == 1 ? 1.0e8f : -1.0e8f;
-    return 1.0f + static_cast<float>((pe * 7919 + i * 104729) % 1000) * 1.0e-3f;
+  auto term = [](int pe, size_t i) {  // magnitudes 2^-10 .. 2^23: another order rounds otherwise
+    const uint64_t p = static_cast<uint64_t>(pe), h = (p * 7919 + i * 104729 + p * i * 31) % 100003;
+    const float mantissa = static_cast<float>(static_cast<int>(h % 2001) - 1000) / 1024.0f;
+    return std::ldexp(mantissa, static_cast<int>(h / 2001 % 24));
   };
   for (const shmem::Team& team : my_teams()) {
     for (size_t n : {size_t{1031}, size_t{70000}}) {
