@@ -214,7 +214,8 @@ Pipeline::Pipeline(const TrainConfig& cfg, runtime::Device& device)
       schedule_(pipeline_schedule(cfg)),
       mesh_(cfg.parallel, cfg.parallel.world(), {cfg.model.n_routed_experts, cfg.model.n_heads, cfg.model.n_layers,
                                                  cfg.seq_len}),
-      comm_(device) {
+      comm_(device),
+      pair_(device) {
   const parallel::ParallelConfig& p = cfg.parallel;
   CM_CHECK(p.cp == 1,
            "with pp > 1 set cp to 1: pipelines combine with data, expert and tensor parallelism and ZeRO-1 only",
@@ -230,6 +231,9 @@ Pipeline::Pipeline(const TrainConfig& cfg, runtime::Device& device)
                                                         expert_dispatch_shape(cfg));
   if (p.tp > 1)  // the stage's row-parallel products summed over its TP group
     tensor_ = std::make_unique<parallel::ShmemTensor>(parallel::Group::of(mesh_.group(Dim::tp, me), me), tp_sizes(cfg));
+  // F&B's halves on two streams, unless both would use the one TP buffer or
+  // the expert exchanges (whose peers must meet them in one order)
+  pair_streams_ = p.tp == 1 && p.ep == 1;
   stage_parts(cfg.model, schedule_.num_stages());  // checks the stage count
   rows_ = int64_t(cfg.batch_size) * cfg.seq_len;
   // Symmetric allocations, in the same order on every PE: receive buffers per
@@ -564,6 +568,11 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
       case ActionKind::I: backward(a.chunk, a.micro_batch, true); break;
       case ActionKind::W: m.backward_weight(a.micro_batch, a.chunk), note(a.chunk, a.micro_batch, false); break;
       case ActionKind::FB:  // the forward's slot is taken before the backward frees its own
+        if (pair_streams_) {
+          run_pair(a, deferred(a.b_chunk) ? ActionKind::I : ActionKind::B, traced, [&] { forward(a.chunk, a.micro_batch), note(a.chunk, a.micro_batch, true); },
+                   [&] { backward_action(a.b_chunk, a.b_micro_batch); });
+          break;
+        }
         forward(a.chunk, a.micro_batch), note(a.chunk, a.micro_batch, true);
         backward_action(a.b_chunk, a.b_micro_batch);
         break;
@@ -582,6 +591,42 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
     if (traced) w.emplace(schedule_.stage_of(rank_, 1), parallel::to_string({ActionKind::W, 1, mb}), "W", nullptr);
     m.backward_weight(mb, 1), note(1, mb, false);
   });
+}
+
+// DualPipe's overlapped pair: the forward on the compute stream and the
+// backward on pair_, concurrently, each stream limited to half of the
+// stage's cores (at least one); the compute stream then waits for both.
+// The halves touch different chunks (their own slots, parts and gradients);
+// what the backward reads was made on the compute stream before the pair.
+// Each half is a span on its own stage's track of the trace.
+void Pipeline::run_pair(const parallel::Action& a, parallel::ActionKind b_kind, bool traced,
+                        const std::function<void()>& forward, const std::function<void()>& backward) {
+  runtime::Stream main = runtime::current_stream();
+  const runtime::CoreLimits all = main.effective_limits();
+  runtime::Event start;
+  start.record(main);
+  start.wait(pair_);
+  main.set_limit(std::max(1, all.cube - all.cube / 2), std::max(1, all.vector - all.vector / 2));
+  pair_.set_limit(std::max(1, all.cube / 2), std::max(1, all.vector / 2));
+  {
+    std::optional<StreamSpan> span;
+    if (traced)
+      span.emplace(schedule_.stage_of(rank_, a.chunk), parallel::to_string({ActionKind::F, a.chunk, a.micro_batch}),
+                   "F", nullptr);
+    forward();
+  }
+  main.set_limit(all.cube, all.vector);
+  {
+    runtime::StreamGuard on(pair_);
+    std::optional<StreamSpan> span;
+    if (traced)
+      span.emplace(schedule_.stage_of(rank_, a.b_chunk),
+                   parallel::to_string({b_kind, a.b_chunk, a.b_micro_batch}), action_category(b_kind), nullptr);
+    backward();
+  }
+  runtime::Event done;
+  done.record(pair_);
+  done.wait(main);
 }
 
 // The arena range of a chunk's parts (the arena is in part order).

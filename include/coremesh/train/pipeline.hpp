@@ -175,6 +175,9 @@ class Pipeline {
   // halves (`weight(micro_batch)`) continuing copy 0's sums.
   void finish_copies(const std::function<void(int)>& weight);
   std::pair<int64_t, int64_t> chunk_range(int chunk) const;  // of the gradient arena
+  // F&B's halves on two streams; b_kind: B, or I for copy 1's
+  void run_pair(const parallel::Action& fb, parallel::ActionKind b_kind, bool traced,
+                const std::function<void()>& forward, const std::function<void()>& backward);
   void on_part_ready(int part);  // the model's hook: a part's gradients of a micro-batch are in
   void sum_range(int range, runtime::Stream& stream);
   Tensor grad_sq_sum_cut();  // under ep or tp: every PE's partials of what it alone holds, summed
@@ -209,6 +212,8 @@ class Pipeline {
   bool overlap_ = false;  // sums start as parts finish (not DualPipe)
   int parts_summed_early_ = 0;
   runtime::Stream comm_;
+  runtime::Stream pair_;  // the backward half of F&B
+  bool pair_streams_ = false;
   Tensor cut_partials_, owned_table_;  // owned_table_: this PE's owned ranges and state offsets (checkpoints)
   Tensor load_arena_, copy_grads_, copy_loads_;  // copy_*: DualPipe's partner's
   Tensor recv_, signals_, host_values_, buffers_, load_values_;
