@@ -258,7 +258,7 @@ Pipeline::Pipeline(const TrainConfig& cfg, runtime::Device& device)
   timed_ = parallel::max_over_world({int64_t(cfg.report || runtime::profiler_enabled())})[0] > 0;
   if (timed_) {
     size_t most = 0;
-    for (const auto& list : schedule_.actions) most = std::max(most, list.size() + 1);
+    for (const auto& list : schedule_.actions) most = std::max(most, list.size() + 1 + size_t(schedule_.micro_batches));
     times_buffer_ = parallel::symmetric_tensor({int64_t(2 * most) * (shmem::n_pes() + 1)}, DType::i64);
   }
   if (schedule_.placement == parallel::Placement::bidirectional) {  // the partner's gradients and loads
@@ -534,7 +534,7 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
   };
   const bool traced = timed_ || runtime::profiler_enabled();
   const std::vector<parallel::Action>& actions = schedule_.actions[size_t(rank_)];
-  times_.assign(actions.size() + 1, {0, 0});  // + DualPipe's tail
+  times_.assign(actions.size() + 1 + size_t(schedule_.micro_batches), {0, 0});  // + DualPipe's tail: sums, W per mb
   memory_ = {};
   std::set<std::pair<int, int>> live;  // chunk slots: (chunk, micro-batch) from F to B or W
   auto note = [&](int chunk, int mb, bool taken) {
@@ -561,7 +561,8 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
     const parallel::Action& a = actions[i];
     if (a.kind == ActionKind::W && deferred(a.chunk)) continue;  // at the tail, in micro-batch order
     std::optional<StreamSpan> span;
-    if (traced) span.emplace(schedule_.stage_of(rank_, a.chunk), parallel::to_string(a), action_category(a.kind), &times_[i]);
+    const parallel::Action shown = as_run(a);  // copy 1's B runs as I
+    if (traced) span.emplace(schedule_.stage_of(rank_, a.chunk), parallel::to_string(shown), action_category(shown.kind), &times_[i]);
     switch (a.kind) {
       case ActionKind::F: forward(a.chunk, a.micro_batch), note(a.chunk, a.micro_batch, true); break;
       case ActionKind::B: backward_action(a.chunk, a.micro_batch); break;
@@ -585,10 +586,12 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
   CM_ASSERT(outputs_.empty() && grads_.empty() && inputs_.empty() && grad_inputs_.empty());
   if (!copies) return;
   std::optional<StreamSpan> span;
-  if (traced) span.emplace(schedule_.stage_of(rank_, 1), "copy 1's W, the copies' sums", "grad sum", &times_.back());
+  if (traced) span.emplace(schedule_.stage_of(rank_, 1), "copy 1's W, the copies' sums", "grad sum", &times_[actions.size()]);
   finish_copies([&](int mb) {
     std::optional<StreamSpan> w;
-    if (traced) w.emplace(schedule_.stage_of(rank_, 1), parallel::to_string({ActionKind::W, 1, mb}), "W", nullptr);
+    if (traced)
+      w.emplace(schedule_.stage_of(rank_, 1), parallel::to_string({ActionKind::W, 1, mb}), "W",
+                &times_[actions.size() + 1 + size_t(mb)]);
     m.backward_weight(mb, 1), note(1, mb, false);
   });
 }
@@ -627,6 +630,13 @@ void Pipeline::run_pair(const parallel::Action& a, parallel::ActionKind b_kind, 
   runtime::Event done;
   done.record(pair_);
   done.wait(main);
+}
+
+parallel::Action Pipeline::as_run(const parallel::Action& a) const {
+  parallel::Action out = a;
+  if (schedule_.placement == parallel::Placement::bidirectional && a.kind == ActionKind::B && a.chunk == 1)
+    out.kind = ActionKind::I;
+  return out;
 }
 
 // The arena range of a chunk's parts (the arena is in part order).

@@ -69,10 +69,14 @@ void Pipeline::gather_executed() {
   for (int r = 0; r < schedule_.ranks; ++r) {
     const int64_t* t = times_of(r);
     const std::vector<parallel::Action>& actions = schedule_.actions[size_t(r)];
-    for (size_t i = 0; i <= actions.size(); ++i) {
-      if (t[2 * i] == 0) continue;  // not run (the copies' sum outside DualPipe)
+    // its actions as run, then DualPipe's tail: the copies' sums and copy 1's W per micro-batch
+    for (size_t i = 0; i <= actions.size() + size_t(schedule_.micro_batches); ++i) {
+      if (t[2 * i] == 0) continue;  // not run (a deferred W in its place, the tail outside DualPipe)
+      const parallel::Action a = i < actions.size()    ? as_run(actions[i])
+                                 : i == actions.size() ? parallel::Action{}
+                                                       : parallel::Action{ActionKind::W, 1, int(i - actions.size() - 1)};
       const bool sum = i == actions.size();
-      executed_.push_back({r, sum ? "sum" : parallel::to_string(actions[i]), sum ? "grad sum" : action_category(actions[i].kind),
+      executed_.push_back({r, sum ? "sum" : parallel::to_string(a), sum ? "grad sum" : action_category(a.kind),
                            double(t[2 * i] - origin) / 1e6, double(t[2 * i + 1] - origin) / 1e6});
     }
   }

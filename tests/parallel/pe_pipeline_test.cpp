@@ -465,6 +465,8 @@ TEST(PipelineTraining, ComposesWithTensorParallelism) {
 // streams share it kernel by kernel). In the trace each half is a span on
 // its own stage's track, and the two halves of a pair overlap in time. The
 // results stay one PE's bit for bit (EverySchedulesReproducesTheOnePeRun).
+// DualPipe's executed schedule shows copy 1's backwards as I and their W
+// once each, at the tail.
 TEST(PipelineTraining, DualPipeRunsThePairsHalvesConcurrently) {
   const int pp = shmem::n_pes(), me = shmem::my_pe();
   if (pp != 2 && pp != 4) return;
@@ -472,7 +474,7 @@ TEST(PipelineTraining, DualPipeRunsThePairsHalvesConcurrently) {
     const Case c{schedule, 2 * pp, 1, true, pp == 4 && schedule == PipelineSchedule::dualpipev ? 3 : 2};
     SCOPED_TRACE(parallel::schedule_name(schedule));
     TrainConfig cfg = pipeline_config(c, pp);
-    cfg.steps = 2;
+    cfg.steps = 2, cfg.report = me == 0;
     runtime::profiler_clear();
     runtime::profiler_start();
     Trainer t(cfg, one_core());
@@ -501,6 +503,16 @@ TEST(PipelineTraining, DualPipeRunsThePairsHalvesConcurrently) {
       }
     }
     runtime::profiler_clear();
+    if (schedule == PipelineSchedule::dualpipe)
+      for (int r = 0; r < pp; ++r) {
+        std::map<std::string, int> seen;
+        for (const ExecutedAction& e : t.pipeline()->executed())
+          if (e.rank == r) ++seen[e.action];
+        for (int mb = pp; mb < 2 * pp; ++mb) {  // copy 1's micro-batches
+          EXPECT_EQ(seen[parallel::to_string({parallel::ActionKind::W, 1, mb})], 1) << "rank " << r << " mb " << mb;
+          EXPECT_EQ(seen[parallel::to_string({parallel::ActionKind::B, 1, mb})], 0) << "rank " << r << " mb " << mb;
+        }
+      }
     const auto total = t.pipeline()->over_world({double(pairs), double(overlapping)});
     EXPECT_GT(total[0].sum, 0) << "the schedule has F&B pairs";
     EXPECT_GT(total[1].sum, 0) << "no pair's halves overlapped";

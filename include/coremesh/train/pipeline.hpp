@@ -175,6 +175,8 @@ class Pipeline {
   // halves (`weight(micro_batch)`) continuing copy 0's sums.
   void finish_copies(const std::function<void(int)>& weight);
   std::pair<int64_t, int64_t> chunk_range(int chunk) const;  // of the gradient arena
+  // An action as the executor runs it: DualPipe's copy-1 B as I (its W at the tail).
+  parallel::Action as_run(const parallel::Action& a) const;
   // F&B's halves on two streams; b_kind: B, or I for copy 1's
   void run_pair(const parallel::Action& fb, parallel::ActionKind b_kind, bool traced,
                 const std::function<void()>& forward, const std::function<void()>& backward);
