@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "coremesh/ops/optimizer.hpp"
 #include "coremesh/parallel/comm.hpp"
@@ -58,6 +59,28 @@ TrainConfig one_pe_config(int micro_batches, const std::string& dir, bool tied =
   TrainConfig t = base_config();
   t.steps = 5, t.grad_accum = micro_batches, t.out_dir = dir;
   t.model.tied_embeddings = tied, t.model.n_layers = layers;
+  return t;
+}
+
+// After a case: once every PE is done with the files, each removes its own
+// directory and the leader the shared one.
+void clean_up(const std::string& local, const std::string& shared) {
+  shmem::barrier();
+  std::filesystem::remove_all(local);
+  if (shmem::my_pe() == 0) std::filesystem::remove_all(shared);
+  shmem::barrier();
+}
+
+// Two steps with the profiler on and a report asked for on the leader (as
+// the CLI does): the pipeline keeps its actions' times.
+std::unique_ptr<Trainer> profiled_run(const Case& c, int pp) {
+  TrainConfig cfg = pipeline_config(c, pp);
+  cfg.steps = 2, cfg.report = shmem::my_pe() == 0;
+  runtime::profiler_clear();
+  runtime::profiler_start();
+  auto t = std::make_unique<Trainer>(cfg, one_core());
+  t->run(-1, false);
+  runtime::profiler_stop();
   return t;
 }
 
@@ -343,10 +366,7 @@ TEST(PipelineTraining, ComposesWithDataAndExpertParallelismAndZero) {
     if (me == 0)
       std::printf("[%s] %s; worst weight rel err %.1e, checkpoint %.1e\n", name.c_str(),
                   exact ? "bit-identical checks" : "tolerance checks", worst, ckpt_err);
-    shmem::barrier();
-    std::filesystem::remove_all(local);
-    if (me == 0) std::filesystem::remove_all(dir);
-    shmem::barrier();
+    clean_up(local, dir);
   }
 }
 
@@ -360,13 +380,8 @@ TEST(PipelineTraining, RecordsTheExecutedSchedule) {
   if (pp != 2) return;
   for (const Case& c : {Case{PipelineSchedule::one_f_one_b, 4, 1}, Case{PipelineSchedule::zb_h1, 4, 1}}) {
     SCOPED_TRACE(parallel::schedule_name(c.schedule));
-    TrainConfig cfg = pipeline_config(c, pp);
-    cfg.steps = 2, cfg.report = me == 0;
-    runtime::profiler_clear();
-    runtime::profiler_start();
-    Trainer t(cfg, one_core());
-    t.run(-1, false);
-    runtime::profiler_stop();
+    const std::unique_ptr<Trainer> run = profiled_run(c, pp);
+    Trainer& t = *run;
     const parallel::Schedule& s = t.pipeline()->schedule();
     const std::vector<ExecutedAction>& done = t.pipeline()->executed();
     size_t total = 0;
@@ -402,7 +417,7 @@ TEST(PipelineTraining, RecordsTheExecutedSchedule) {
       EXPECT_NE(html.find("Executed schedule"), std::string::npos);
     }
     shmem::barrier();
-    if (me == 0) std::filesystem::remove_all(cfg.out_dir);
+    if (me == 0) std::filesystem::remove_all(pipeline_config(c, pp).out_dir);
   }
 }
 
@@ -453,10 +468,7 @@ TEST(PipelineTraining, ComposesWithTensorParallelism) {
     if (me == 0)
       std::printf("[%s] %zu steps: worst loss rel diff %.1e, weight rel err %.1e, checkpoint %.1e\n", name.c_str(),
                   t.records().size(), worst_loss, worst, ckpt_err);
-    shmem::barrier();
-    std::filesystem::remove_all(local);
-    if (me == 0) std::filesystem::remove_all(dir);
-    shmem::barrier();
+    clean_up(local, dir);
   }
 }
 
@@ -473,13 +485,8 @@ TEST(PipelineTraining, DualPipeRunsThePairsHalvesConcurrently) {
   for (PipelineSchedule schedule : {PipelineSchedule::dualpipe, PipelineSchedule::dualpipev}) {
     const Case c{schedule, 2 * pp, 1, true, pp == 4 && schedule == PipelineSchedule::dualpipev ? 3 : 2};
     SCOPED_TRACE(parallel::schedule_name(schedule));
-    TrainConfig cfg = pipeline_config(c, pp);
-    cfg.steps = 2, cfg.report = me == 0;
-    runtime::profiler_clear();
-    runtime::profiler_start();
-    Trainer t(cfg, one_core());
-    t.run(-1, false);
-    runtime::profiler_stop();
+    const std::unique_ptr<Trainer> run = profiled_run(c, pp);
+    Trainer& t = *run;
     const parallel::Schedule& s = t.pipeline()->schedule();
     const int rank = t.pipeline()->rank();
     auto spans_of = [&](int chunk, const std::string& name) {
@@ -520,6 +527,6 @@ TEST(PipelineTraining, DualPipeRunsThePairsHalvesConcurrently) {
       std::printf("[%s pp %d] %.0f of %.0f F&B pairs ran their halves concurrently\n",
                   parallel::schedule_name(schedule).c_str(), pp, total[1].sum, total[0].sum);
     shmem::barrier();
-    if (me == 0) std::filesystem::remove_all(cfg.out_dir);
+    if (me == 0) std::filesystem::remove_all(pipeline_config(c, pp).out_dir);
   }
 }
