@@ -458,6 +458,9 @@ TEST(PipelineTraining, ComposesWithTensorParallelism) {
     const double worst_loss = worst_loss_difference(t, ref, 1e-5);
     double worst = 0;
     for (const model::ParamInfo& p : t.model().params()) {  // this PE's slices
+      if (p.tp_axis == model::TpAxis::vocab) {  // the table (and the head's replica) split by vocabulary rows
+        EXPECT_EQ(p.shape[0], cfg.model.vocab_size / 2) << p.name;
+      }
       const Tensor mine = t.model().param_arena().slice(0, p.offset, p.offset + p.numel).view(p.shape);
       const double e = relative_l2(mine, model::held_part(p, ref.model().param(p.name)));
       EXPECT_LE(e, 1e-4) << p.name << (p.tied_replica ? " (the head's replica)" : "");
