@@ -47,8 +47,10 @@
 //
 // Gradients of a stage are summed in micro-batch order by the model, which
 // holds for a schedule that runs each chunk's backwards (or W) in
-// micro-batch order. DualPipe's two model copies are summed after the
-// backward (copy 0's micro-batches, then copy 1's): within rounding of one PE.
+// micro-batch order. DualPipe's copy-1 stages continue the copy-0 sums
+// that their partners put to them at the end of the schedule, with their
+// weight halves deferred to then (finish_copies): one PE's sums bit for bit.
+// DualPipe's F&B pairs run their halves on two streams (run_pair).
 // Thread safety: one thread (the trainer's) drives a Pipeline; every call
 // but the host ones launches on the current stream and returns.
 #pragma once
@@ -115,7 +117,7 @@ class Pipeline {
 
   // ---- the step, on the current stream
   // This rank's actions; micro-batch i is batches[i] (tokens and targets).
-  // DualPipe: ends with the sum of the two model copies.
+  // DualPipe: ends with copy 1's weight halves and the copies' sums.
   void run(const std::vector<model::MicroBatch>& batches);
   // dp x ep > 1: the stage's gradients and the routers' loads summed over
   // the replicas of the stage, in replica order (and key/value heads that
