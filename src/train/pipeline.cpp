@@ -230,7 +230,8 @@ Pipeline::Pipeline(const TrainConfig& cfg, runtime::Device& device)
     experts_ = std::make_unique<parallel::ShmemExperts>(parallel::Group::of(mesh_.group(Dim::ep, me), me),
                                                         expert_dispatch_shape(cfg));
   if (p.tp > 1)  // the stage's row-parallel products summed over its TP group
-    tensor_ = std::make_unique<parallel::ShmemTensor>(parallel::Group::of(mesh_.group(Dim::tp, me), me), tp_sizes(cfg));
+    tensor_ = std::make_unique<parallel::ShmemTensor>(parallel::Group::of(mesh_.group(Dim::tp, me), me), tp_sizes(cfg),
+                                                      false, p.tp_comm_overlap);
   // F&B's halves on two streams, unless both would use the one TP buffer or
   // the expert exchanges (whose peers must meet them in one order)
   pair_streams_ = p.tp == 1 && p.ep == 1;
@@ -405,7 +406,7 @@ void Pipeline::attach(model::Model& model) {
   if (data_ranks() == 1 && kv_sharing == 1) return;
   std::vector<parallel::Group> groups{parallel::Group::of(mesh_.dense_grad_group(me), me),
                                       parallel::Group::of(mesh_.expert_grad_group(me), me)};
-  if (kv_sharing > 1) groups.push_back(parallel::Group::of(mesh_.shared_kv_grad_group(me, kv_sharing), me));
+  if (kv_sharing > 1) groups.push_back(parallel::Group::of(mesh_.tp_shared_grad_group(me, kv_sharing), me));
   grad_sum_ = std::make_unique<parallel::ShardedSum>(model.grad_arena(), groups, ranges, experts_ || tensor_ ? 16 : K);
   overlap_ = schedule_.placement != parallel::Placement::bidirectional;  // DualPipe sums its copies first
   if (overlap_) model.on_gradients_ready([this](int part) { on_part_ready(part); });

@@ -165,7 +165,7 @@ void Pipeline::gather_state(model::Model& model, AdamW& opt, NamedTensors& param
           std::vector<int> owners{from};
           if (cfg_.parallel.zero > 0)
             owners = w.expert()            ? mesh_.expert_grad_group(from)
-                     : p->tp_partial_grad ? mesh_.shared_kv_grad_group(from, kv_sharing)
+                     : p->tp_partial_grad ? mesh_.tp_shared_grad_group(from, kv_sharing)
                                           : mesh_.dense_grad_group(from);
           for (int o : owners) {
             const std::vector<int64_t>& t = owned(o);

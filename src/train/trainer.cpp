@@ -80,6 +80,9 @@ void TrainConfig::validate() const {
   if (graph && parallel.pp > 1)
     p.push_back(fmt::format("graph mode does not run pipeline layouts yet (pp = {}): drop graph or use pp = 1",
                             parallel.pp));
+  if (parallel.sequence_parallel && parallel.pp > 1)
+    p.push_back(fmt::format("set sequence_parallel false or pp to 1 (pp {}): pipeline stages send the whole "
+                            "residual stream, sequence parallelism does not run in them yet", parallel.pp));
   if (parallel.cp > 1 && parallel.pp > 1)
     p.push_back(fmt::format("set cp or pp to 1 (cp {} x pp {}): context parallelism does not run in pipeline "
                             "stages yet", parallel.cp, parallel.pp));

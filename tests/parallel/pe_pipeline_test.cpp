@@ -279,10 +279,13 @@ TEST(PipelineTraining, RefusesWhatItCannotRun) {
   };
   TrainConfig deep = pipeline_config({PipelineSchedule::interleaved, 4 * pp, 4}, pp);  // 4 pp stages, 6 parts
   EXPECT_NE(message(deep).find("parts"), std::string::npos) << message(deep);
-  if (pp == 4) {  // pp 2 x cp 2, and DualPipe with ep
+  if (pp == 4) {  // pp 2 x cp 2, pp 2 x tp 2 with SP, and DualPipe with ep
     TrainConfig cp = pipeline_config({PipelineSchedule::one_f_one_b, 4, 1}, 2);
     cp.parallel.cp = 2, cp.model.capacity_factor = 0.0f, cp.model.aux_loss_alpha = 0.0f;
     EXPECT_NE(message(cp).find("set cp or pp to 1"), std::string::npos) << message(cp);
+    TrainConfig sp = pipeline_config({PipelineSchedule::one_f_one_b, 4, 1}, 2);
+    sp.parallel.tp = 2, sp.parallel.sequence_parallel = true;
+    EXPECT_NE(message(sp).find("set sequence_parallel false or pp to 1"), std::string::npos) << message(sp);
     TrainConfig dual = pipeline_config({PipelineSchedule::dualpipe, 4, 1}, 2);
     dual.parallel.ep = 2;
     EXPECT_NE(message(dual).find("set ep to 1"), std::string::npos) << message(dual);
