@@ -11,8 +11,12 @@
 //              the compute actions and the sends (their puts run on the
 //              compute stream: each is counted with the compute before it)
 //   simulated  parallel::simulate() of the schedule with this step's median
-//              F, B (or I + W) and W durations of each rank's chunks, F&B's,
-//              P2P 0 (latency only; sends and receives are one-sided)
+//              F, B (or I + W) and W durations of each rank's chunks, an
+//              F&B pair as its rank's F + B, P2P 0 (latency only; sends and
+//              receives are one-sided). DualPipe's tail (the copies' sums
+//              around copy 1's deferred W) is in the measured step, its W
+//              busy, its sums not; the simulator has the W in place and no
+//              sums.
 // and prints, on PE 0, the medians over the steps as one line
 //   "bubble SCHEDULE P M measured simulated formula"
 // (formula: the textbook fraction of the step, or "-" where the table of
@@ -129,7 +133,10 @@ int main(int argc, char** argv) {
         x.b = cost.count({r, k, "B"}) ? med("B") : med("I") + x.w;
         x.w = std::min(x.w, x.b);
       }
-    if (!fb.empty()) c.fb = median(fb);
+    // an F&B pair: its own rank's F and B (c.fb < 0). One median over every
+    // rank's pairs made DualPipe's simulated bubble a third of the measured
+    // one: the ranks' pairs differ, and a bubble is a small difference of
+    // large sums. With one core per PE a pair's halves gain nothing.
     c.p2p = 0;
     const parallel::Simulation sim = parallel::simulate(s, c);
     simulated.push_back(sim.total_bubble_fraction);

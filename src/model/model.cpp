@@ -179,6 +179,16 @@ float Model::take_beta(int first, int count) {
 
 void Model::zero_grad() { std::fill(part_grads_.begin(), part_grads_.end(), 0); }
 
+void Model::continue_gradient_sum(int chunk) {
+  CM_CHECK(chunk >= 0 && chunk < num_chunks(), "pass a chunk index of this stage", "no chunk {}", chunk);
+  const PartRange r = stage_.chunks[size_t(chunk)];
+  for (int part = r.begin; part < r.end; ++part) {
+    CM_CHECK(part_grads_[size_t(part)] == 0, "continue a sum before the chunk's first weight half of the step",
+             "part {} already has {} weight halves this step", part, part_grads_[size_t(part)]);
+    part_grads_[size_t(part)] = 1;
+  }
+}
+
 int Model::seal_gradients() {
   int sealed = 0;
   for (int part = 0; part < num_parts(config_); ++part) {

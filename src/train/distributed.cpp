@@ -42,19 +42,16 @@ parallel::ShmemContext::Sizes context_shape(const TrainConfig& c) {
   return {c.batch_size, c.seq_len / c.parallel.cp, int(t.heads), int(t.kv_heads), m.head_dim()};
 }
 
-// The sizes of the tensor-parallel all-reduces: a micro-batch's residual
-// stream, the vocabulary-parallel cross entropy's stats ((tp + 1) x tokens)
-// and the routed experts' gate weights (tokens x top-k).
+bool zigzag(const parallel::ParallelConfig& p) { return p.cp_zigzag && p.cp_comm == parallel::CpComm::ring; }
+
+}  // namespace
+
 std::vector<int64_t> tp_sizes(const TrainConfig& c) {
   const int64_t tokens = int64_t(c.batch_size) * (c.seq_len / c.parallel.cp);
   std::vector<int64_t> sizes{tokens * c.model.d_model, (c.parallel.tp + 1) * tokens};
   if (c.model.n_moe_layers() > 0) sizes.push_back(tokens * c.model.top_k);
   return sizes;
 }
-
-bool zigzag(const parallel::ParallelConfig& p) { return p.cp_zigzag && p.cp_comm == parallel::CpComm::ring; }
-
-}  // namespace
 
 parallel::ShmemExperts::Shape expert_dispatch_shape(const TrainConfig& c) {
   const model::ModelConfig& m = c.model;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -127,8 +128,9 @@ class Pipeline::Tied final : public parallel::TiedEmbedding {
     }
     const model::ModelConfig& m = p.cfg_.model;
     const model::ParamLayout head = model::layout_params(m, p.stage_of(head_rank_[0]));
-    replica_offset_ = head.params[size_t(replica_index(head))].offset;
-    numel_ = int64_t(m.vocab_size) * m.d_model;
+    const model::ParamInfo& replica = head.params[size_t(replica_index(head))];
+    replica_offset_ = replica.offset;
+    numel_ = replica.numel;  // this TP rank's rows of the table (all of them without vocab parallelism)
     if (remote) buffers_ = parallel::symmetric_tensor({s.micro_batches * numel_});
   }
   void head_gradient(int slot, const Tensor& grad) override {
@@ -212,11 +214,12 @@ Pipeline::Pipeline(const TrainConfig& cfg, runtime::Device& device)
       schedule_(pipeline_schedule(cfg)),
       mesh_(cfg.parallel, cfg.parallel.world(), {cfg.model.n_routed_experts, cfg.model.n_heads, cfg.model.n_layers,
                                                  cfg.seq_len}),
-      comm_(device) {
+      comm_(device),
+      pair_(device) {
   const parallel::ParallelConfig& p = cfg.parallel;
-  CM_CHECK(p.tp == 1 && p.cp == 1,
-           "with pp > 1 set tp and cp to 1: pipelines combine with data and expert parallelism and ZeRO-1 only",
-           "the layout asks for pp {} with tp {} x cp {}", p.pp, p.tp, p.cp);
+  CM_CHECK(p.cp == 1,
+           "with pp > 1 set cp to 1: pipelines combine with data, expert and tensor parallelism and ZeRO-1 only",
+           "the layout asks for pp {} with cp {}", p.pp, p.cp);
   CM_CHECK(p.ep == 1 || schedule_.placement != parallel::Placement::bidirectional,
            "set ep to 1 or use another schedule: DualPipe's two model copies do not combine with expert parallelism",
            "schedule {} with ep {}", schedule_.name, p.ep);
@@ -226,6 +229,12 @@ Pipeline::Pipeline(const TrainConfig& cfg, runtime::Device& device)
   if (p.ep > 1)  // the stage's MoE layers send their tokens to the experts of its ep peers
     experts_ = std::make_unique<parallel::ShmemExperts>(parallel::Group::of(mesh_.group(Dim::ep, me), me),
                                                         expert_dispatch_shape(cfg));
+  if (p.tp > 1)  // the stage's row-parallel products summed over its TP group
+    tensor_ = std::make_unique<parallel::ShmemTensor>(parallel::Group::of(mesh_.group(Dim::tp, me), me), tp_sizes(cfg),
+                                                      false, p.tp_comm_overlap);
+  // F&B's halves on two streams, unless both would use the one TP buffer or
+  // the expert exchanges (whose peers must meet them in one order)
+  pair_streams_ = p.tp == 1 && p.ep == 1;
   stage_parts(cfg.model, schedule_.num_stages());  // checks the stage count
   rows_ = int64_t(cfg.batch_size) * cfg.seq_len;
   // Symmetric allocations, in the same order on every PE: receive buffers per
@@ -234,7 +243,7 @@ Pipeline::Pipeline(const TrainConfig& cfg, runtime::Device& device)
   const int messages = 2 * schedule_.chunks * schedule_.micro_batches;
   recv_ = parallel::symmetric_tensor({int64_t(messages) * rows_ * cfg.model.d_model});
   plan_norm(messages + Tied::signals(schedule_));
-  const int signals = norm_->signal_base + int(norm_->expected.size()) + 2;  // + DualPipe's copy sums
+  const int signals = norm_->signal_base + int(norm_->expected.size()) + 3;  // + DualPipe's copy sums
   signals_ = parallel::symmetric_tensor({signals}, DType::i64);
   if (cfg.model.tied_embeddings) tied_ = std::make_unique<Tied>(*this, messages);
   host_values_ = parallel::symmetric_tensor({int64_t(4 * (shmem::n_pes() + 1))}, DType::i64);  // doubles, 8 bytes each
@@ -250,7 +259,7 @@ Pipeline::Pipeline(const TrainConfig& cfg, runtime::Device& device)
   timed_ = parallel::max_over_world({int64_t(cfg.report || runtime::profiler_enabled())})[0] > 0;
   if (timed_) {
     size_t most = 0;
-    for (const auto& list : schedule_.actions) most = std::max(most, list.size() + 1);
+    for (const auto& list : schedule_.actions) most = std::max(most, list.size() + 1 + size_t(schedule_.micro_batches));
     times_buffer_ = parallel::symmetric_tensor({int64_t(2 * most) * (shmem::n_pes() + 1)}, DType::i64);
   }
   if (schedule_.placement == parallel::Placement::bidirectional) {  // the partner's gradients and loads
@@ -308,11 +317,20 @@ Pipeline::~Pipeline() = default;
 
 bool Pipeline::leader() const { return shmem::my_pe() == 0; }
 
-// The layout of `rank`'s stage; under ep the experts of this PE's ep index
-// (every ep index has the same layout).
+// The layout of `rank`'s stage: under ep the experts of this PE's ep index
+// (every ep index has the same layout), under tp its slices.
 model::StageLayout Pipeline::stage_of(int rank) const {
+  const parallel::Coords at = mesh_.coords(shmem::my_pe());
+  return stage_of(rank, at[Dim::ep], at[Dim::tp]);
+}
+
+model::StageLayout Pipeline::stage_of(int rank, int ep_index, int tp_index) const {
   model::StageLayout s = pipeline_stage(cfg_.model, schedule_, rank);
-  if (experts_) s.expert_begin = experts_->first_expert(), s.expert_end = s.expert_begin + experts_->local_experts();
+  if (experts_) {
+    const int local = cfg_.model.n_routed_experts / mesh_.degree(Dim::ep);
+    s.expert_begin = ep_index * local, s.expert_end = s.expert_begin + local;
+  }
+  s.tp = mesh_.degree(Dim::tp), s.tp_rank = tp_index;
   return s;
 }
 
@@ -320,6 +338,7 @@ parallel::Seams Pipeline::seams() {
   parallel::Seams s;
   s.tied = tied_.get();
   if (experts_) s.experts = experts_.get();
+  if (tensor_) s.tensor = tensor_.get();
   return s;
 }
 
@@ -347,7 +366,7 @@ void Pipeline::attach(model::Model& model) {
   const int me = shmem::my_pe();
   const model::ParamLayout& l = model.layout();
   const int64_t n = l.arena_size;
-  if (experts_) {  // the norm's partials: chunks of the largest stage's arena
+  if (experts_ || tensor_) {  // the norm's partials: chunks of the largest stage's arena
     const int64_t chunks = parallel::max_over_world({(n + K - 1) / K})[0];
     cut_partials_ = parallel::symmetric_tensor({chunks});
     std::vector<int> world(size_t(mesh_.world()));
@@ -357,23 +376,26 @@ void Pipeline::attach(model::Model& model) {
         std::vector<parallel::ShardedSum::Range>{{0, chunks, 0}}, 1);
   }
   // The stage's gradients summed over its replicas: runs of parameters with
-  // one group (0: dense over dp x ep, 1: routed experts over dp), the head's
-  // replica of the table a run of its own (ZeRO-1 does not gather it: the
-  // embedding's stage puts the table there); as many ranges on every PE (the
-  // sum's buffers are symmetric).
+  // one group (0: dense over dp x ep, 1: routed experts over dp, 2: key/value
+  // heads that several TP ranks share, over dp x ep and those ranks), the
+  // head's replica of the table a run of its own (ZeRO-1 does not gather it:
+  // the embedding's stage puts the table there); as many ranges on every PE
+  // (the sum's buffers are symmetric).
   // A part's ranges are summed as soon as its last backward is in.
-  auto kind = [&](const model::ParamInfo& p) { return p.tied_replica ? 2 : experts_ && p.expert() ? 1 : 0; };
+  auto group = [&](const model::ParamInfo& p) { return experts_ && p.expert() ? 1 : p.tp_partial_grad ? 2 : 0; };
+  auto kind = [&](const model::ParamInfo& p) { return p.tied_replica ? 3 : group(p); };
+  const int kv_sharing = model::tp_shape(cfg_.model, stage()).kv_sharing;
   std::vector<parallel::ShardedSum::Range> ranges;
   for (int part = 0; part < int(l.regions.size()); ++part) {
     const model::PartRange ps = l.regions[size_t(part)];
     for (int i = ps.begin; i < ps.end;) {
       int j = i;
       while (j < ps.end && kind(l.params[size_t(j)]) == kind(l.params[size_t(i)])) ++j;
-      if (kind(l.params[size_t(i)]) == 2) replica_range_ = int(ranges.size());
+      if (l.params[size_t(i)].tied_replica) replica_range_ = int(ranges.size());
       const int64_t b = i == ps.begin ? l.region_offset[size_t(part)] : l.params[size_t(i)].offset;
       const int64_t e = j < ps.end ? l.params[size_t(j)].offset
                                    : l.region_offset[size_t(part)] + l.region_size[size_t(part)];
-      ranges.push_back({b, e, kind(l.params[size_t(i)]) & 1});
+      ranges.push_back({b, e, group(l.params[size_t(i)])});
       range_part_.push_back(part);
       i = j;
     }
@@ -381,12 +403,11 @@ void Pipeline::attach(model::Model& model) {
   const int64_t most = parallel::max_over_world({int64_t(ranges.size())})[0];
   while (int64_t(ranges.size()) < most) ranges.push_back({n, n, 0}), range_part_.push_back(-1);
   owned_table_ = parallel::symmetric_tensor({1 + 3 * (most + 1)}, DType::i64);  // the replica cuts one range in two
-  if (data_ranks() == 1) return;
-  grad_sum_ = std::make_unique<parallel::ShardedSum>(
-      model.grad_arena(),
-      std::vector<parallel::Group>{parallel::Group::of(mesh_.dense_grad_group(me), me),
-                                   parallel::Group::of(mesh_.expert_grad_group(me), me)},
-      ranges, experts_ ? 16 : K);
+  if (data_ranks() == 1 && kv_sharing == 1) return;
+  std::vector<parallel::Group> groups{parallel::Group::of(mesh_.dense_grad_group(me), me),
+                                      parallel::Group::of(mesh_.expert_grad_group(me), me)};
+  if (kv_sharing > 1) groups.push_back(parallel::Group::of(mesh_.tp_shared_grad_group(me, kv_sharing), me));
+  grad_sum_ = std::make_unique<parallel::ShardedSum>(model.grad_arena(), groups, ranges, experts_ || tensor_ ? 16 : K);
   overlap_ = schedule_.placement != parallel::Placement::bidirectional;  // DualPipe sums its copies first
   if (overlap_) model.on_gradients_ready([this](int part) { on_part_ready(part); });
 }
@@ -514,7 +535,7 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
   };
   const bool traced = timed_ || runtime::profiler_enabled();
   const std::vector<parallel::Action>& actions = schedule_.actions[size_t(rank_)];
-  times_.assign(actions.size() + 1, {0, 0});  // + the copies' sum
+  times_.assign(actions.size() + 1 + size_t(schedule_.micro_batches), {0, 0});  // + DualPipe's tail: sums, W per mb
   memory_ = {};
   std::set<std::pair<int, int>> live;  // chunk slots: (chunk, micro-batch) from F to B or W
   auto note = [&](int chunk, int mb, bool taken) {
@@ -530,18 +551,32 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
     memory_.peak_activation_bytes = std::max(memory_.peak_activation_bytes, bytes);
     memory_.peak_slots = std::max(memory_.peak_slots, int(live.size()));
   };
+  // DualPipe: copy 1's backwards keep their weight halves for the tail (finish_copies)
+  const bool copies = schedule_.placement == parallel::Placement::bidirectional;
+  auto deferred = [&](int chunk) { return copies && chunk == 1; };
+  auto backward_action = [&](int c, int mb) {
+    backward(c, mb, deferred(c));
+    if (!deferred(c)) note(c, mb, false);
+  };
   for (size_t i = 0; i < actions.size(); ++i) {
     const parallel::Action& a = actions[i];
+    if (a.kind == ActionKind::W && deferred(a.chunk)) continue;  // at the tail, in micro-batch order
     std::optional<StreamSpan> span;
-    if (traced) span.emplace(schedule_.stage_of(rank_, a.chunk), parallel::to_string(a), action_category(a.kind), &times_[i]);
+    const parallel::Action shown = as_run(a);  // copy 1's B runs as I
+    if (traced) span.emplace(schedule_.stage_of(rank_, a.chunk), parallel::to_string(shown), action_category(shown.kind), &times_[i]);
     switch (a.kind) {
       case ActionKind::F: forward(a.chunk, a.micro_batch), note(a.chunk, a.micro_batch, true); break;
-      case ActionKind::B: backward(a.chunk, a.micro_batch, false), note(a.chunk, a.micro_batch, false); break;
+      case ActionKind::B: backward_action(a.chunk, a.micro_batch); break;
       case ActionKind::I: backward(a.chunk, a.micro_batch, true); break;
       case ActionKind::W: m.backward_weight(a.micro_batch, a.chunk), note(a.chunk, a.micro_batch, false); break;
       case ActionKind::FB:  // the forward's slot is taken before the backward frees its own
+        if (pair_streams_) {
+          run_pair(a, deferred(a.b_chunk) ? ActionKind::I : ActionKind::B, traced, [&] { forward(a.chunk, a.micro_batch), note(a.chunk, a.micro_batch, true); },
+                   [&] { backward_action(a.b_chunk, a.b_micro_batch); });
+          break;
+        }
         forward(a.chunk, a.micro_batch), note(a.chunk, a.micro_batch, true);
-        backward(a.b_chunk, a.b_micro_batch, false), note(a.b_chunk, a.b_micro_batch, false);
+        backward_action(a.b_chunk, a.b_micro_batch);
         break;
       case ActionKind::SendF: send(take(outputs_, {a.chunk, a.micro_batch}), a); break;
       case ActionKind::SendB: send(take(grads_, {a.chunk, a.micro_batch}), a); break;
@@ -550,23 +585,92 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
     }
   }
   CM_ASSERT(outputs_.empty() && grads_.empty() && inputs_.empty() && grad_inputs_.empty());
-  if (!copy_grads_.defined()) return;
+  if (!copies) return;
   std::optional<StreamSpan> span;
-  if (traced) span.emplace(schedule_.stage_of(rank_, 0), "sum of the copies", "grad sum", &times_.back());
-  sum_copies();
+  if (traced) span.emplace(schedule_.stage_of(rank_, 1), "copy 1's W, the copies' sums", "grad sum", &times_[actions.size()]);
+  finish_copies([&](int mb) {
+    std::optional<StreamSpan> w;
+    if (traced)
+      w.emplace(schedule_.stage_of(rank_, 1), parallel::to_string({ActionKind::W, 1, mb}), "W",
+                &times_[actions.size() + 1 + size_t(mb)]);
+    m.backward_weight(mb, 1), note(1, mb, false);
+  });
 }
 
-// DualPipe: rank r holds stage r of copy 0 and stage p-1-r of copy 1, its
-// partner p-1-r the same stages the other way round (the same arena
-// layout). Each puts its gradients and loads to the other and adds the
-// other's: both copies take the same steps. The copies' sums are
-// ((g0 + g1) ...) + ((g_m/2 + ...) ...), one PE's within rounding.
-void Pipeline::sum_copies() {
+// DualPipe's overlapped pair: the forward on the compute stream and the
+// backward on pair_, concurrently, each stream limited to half of the
+// stage's cores (at least one); the compute stream then waits for both.
+// The halves touch different chunks (their own slots, parts and gradients);
+// what the backward reads was made on the compute stream before the pair.
+// Each half is a span on its own stage's track of the trace.
+void Pipeline::run_pair(const parallel::Action& a, parallel::ActionKind b_kind, bool traced,
+                        const std::function<void()>& forward, const std::function<void()>& backward) {
+  runtime::Stream main = runtime::current_stream();
+  const runtime::CoreLimits all = main.effective_limits();
+  runtime::Event start;
+  start.record(main);
+  start.wait(pair_);
+  main.set_limit(std::max(1, all.cube - all.cube / 2), std::max(1, all.vector - all.vector / 2));
+  pair_.set_limit(std::max(1, all.cube / 2), std::max(1, all.vector / 2));
+  {
+    std::optional<StreamSpan> span;
+    if (traced)
+      span.emplace(schedule_.stage_of(rank_, a.chunk), parallel::to_string({ActionKind::F, a.chunk, a.micro_batch}),
+                   "F", nullptr);
+    forward();
+  }
+  main.set_limit(all.cube, all.vector);
+  {
+    runtime::StreamGuard on(pair_);
+    std::optional<StreamSpan> span;
+    if (traced)
+      span.emplace(schedule_.stage_of(rank_, a.b_chunk),
+                   parallel::to_string({b_kind, a.b_chunk, a.b_micro_batch}), action_category(b_kind), nullptr);
+    backward();
+  }
+  runtime::Event done;
+  done.record(pair_);
+  done.wait(main);
+}
+
+parallel::Action Pipeline::as_run(const parallel::Action& a) const {
+  parallel::Action out = a;
+  if (schedule_.placement == parallel::Placement::bidirectional && a.kind == ActionKind::B && a.chunk == 1)
+    out.kind = ActionKind::I;
+  return out;
+}
+
+// The arena range of a chunk's parts (the arena is in part order).
+std::pair<int64_t, int64_t> Pipeline::chunk_range(int chunk) const {
+  const model::ParamLayout& l = model_->layout();
+  const model::PartRange r = model_->stage().chunks[size_t(chunk)];
+  return {l.region_offset[size_t(r.begin)], l.region_offset[size_t(r.end - 1)] + l.region_size[size_t(r.end - 1)]};
+}
+
+// DualPipe, bit for bit: rank r holds stage r of copy 0 (chunk 0) and stage
+// p-1-r of copy 1 (chunk 1), its partner p-1-r the same stages the other way
+// round, in the same arena layout. One PE sums a stage's micro-batches in
+// order, copy 0's [0, m/2) first, so: each rank puts its copy-0 sums
+// (complete after its schedule) to its partner; the partner starts its
+// copy-1 sums from them and adds its deferred weight halves in micro-batch
+// order (`weight(mb)`), as one PE adds its later micro-batches; then it puts
+// the finished sums back. Both copies take the same steps. The routers'
+// loads (integers) are summed both ways.
+void Pipeline::finish_copies(const std::function<void(int)>& weight) {
   const int partner = schedule_.ranks - 1 - rank_, sig = norm_->signal_base + int(norm_->expected.size());
   runtime::Stream stream = runtime::current_stream();
-  const Tensor grad = model_->grad_arena(), theirs = copy_grads_.slice(0, 0, grad.numel());
-  shmem::put_signal_on_stream(stream, theirs.data<float>(), grad.data<float>(), size_t(grad.numel()), signal(sig), 1,
-                              shmem::SignalOp::add, pe(partner));
+  const Tensor grad = model_->grad_arena();
+  auto put_chunk = [&](int chunk, int signal_index) {
+    const auto [b, e] = chunk_range(chunk);
+    shmem::put_signal_on_stream(stream, copy_grads_.data<float>() + b, grad.data<float>() + b, size_t(e - b),
+                                signal(signal_index), 1, shmem::SignalOp::add, pe(partner));
+  };
+  auto take_chunk = [&](int chunk, int signal_index, const char* what) {
+    wait(signal_index, fmt::format("waits for PE {}'s {}", pe(partner), what));
+    const auto [b, e] = chunk_range(chunk);
+    parallel::copy_on_stream(copy_grads_.slice(0, b, e), grad.slice(0, b, e));
+  };
+  put_chunk(0, sig);
   int64_t n = 0;
   for (const Tensor& l : model_->expert_load()) {
     parallel::copy_on_stream(l, load_arena_.slice(0, n, n + l.numel()));
@@ -575,8 +679,12 @@ void Pipeline::sum_copies() {
   if (n > 0)
     shmem::put_signal_on_stream(stream, copy_loads_.data<int64_t>(), load_arena_.data<int64_t>(), size_t(n),
                                 signal(sig + 1), 1, shmem::SignalOp::add, pe(partner));
-  wait(sig, fmt::format("waits for PE {}'s gradients of the other model copy", pe(partner)));
-  parallel::sum_in_order({grad, theirs}, grad);  // a + b = b + a: the same bits on both
+  take_chunk(1, sig, "copy-0 gradient sums, which this rank's copy-1 micro-batches continue");
+  model_->continue_gradient_sum(1);
+  for (int mb = 0; mb < schedule_.micro_batches; ++mb)
+    if (schedule_.passes_through(mb, 1)) weight(mb);
+  put_chunk(1, sig + 2);
+  take_chunk(0, sig + 2, "finished gradient sums of this rank's copy-0 stage");
   if (n == 0) return;
   wait(sig + 1, fmt::format("waits for PE {}'s expert loads of the other model copy", pe(partner)));
   n = 0;
@@ -587,7 +695,7 @@ void Pipeline::sum_copies() {
 }
 
 void Pipeline::sum_over_data_ranks() {
-  CM_ASSERT(grad_sum_);
+  if (!grad_sum_) return;  // one replica, no shared key/value heads
   std::optional<StreamSpan> span;
   if (runtime::profiler_enabled()) span.emplace(schedule_.stage_of(rank_, 0), "data-parallel sum", "grad sum", nullptr);
   runtime::Stream stream = runtime::current_stream();
@@ -604,19 +712,23 @@ void Pipeline::sum_over_data_ranks() {
     for (int r = 0; r < int(grad_sum_->ranges().size()); ++r) sum_range(r, stream);
   }
   // the routers' loads: every replica updates its biases from the global load
-  if (!model_->expert_load().empty()) load_sum_->sum_packed(model_->expert_load(), stream);
+  if (!model_->expert_load().empty() && data_ranks() > 1) load_sum_->sum_packed(model_->expert_load(), stream);
 }
 
-// Expert parallelism cuts the experts' rows over PEs, so no PE holds a 1-PE
-// chunk of them: each PE takes the partials of what it alone counts (its
-// experts, the dense parameters on ep rank 0; data replica 0; not the head's
-// replica) and the world sums them: within rounding of one PE.
+// Expert and tensor parallelism cut the experts' rows and the matrices over
+// PEs, so no PE holds a 1-PE chunk of them: each PE takes the partials of
+// what it alone counts (its experts, the dense parameters on ep rank 0; its
+// TP slices, the parameters every TP rank holds on the first; data replica
+// 0; copy 0's stage under DualPipe; not the head's replica) and the world
+// sums them: within rounding of one PE.
 Tensor Pipeline::grad_sq_sum_cut() {
   const parallel::Coords at = mesh_.coords(shmem::my_pe());
   std::vector<ops::ParamSegment> mine;
+  const std::vector<model::PartRange> held = canonical_chunks(rank_);
   if (at[Dim::dp] == 0)
     for (const model::ParamInfo& p : model_->params())
-      if (!p.tied_replica && (p.expert() || at[Dim::ep] == 0)) mine.push_back({p.offset, p.numel, p.weight_decay});
+      if (!p.tied_replica && p.tp_first && (p.expert() || at[Dim::ep] == 0) && model::holds_part({held}, p.part))
+        mine.push_back({p.offset, p.numel, p.weight_decay});
   const Tensor P = cut_partials_;
   parallel::zero_on_stream(P);
   if (!mine.empty()) {
@@ -631,7 +743,7 @@ Tensor Pipeline::grad_sq_sum_cut() {
 }
 
 Tensor Pipeline::grad_sq_sum() {
-  if (experts_) return grad_sq_sum_cut();
+  if (experts_ || tensor_) return grad_sq_sum_cut();
   NormPlan& q = *norm_;
   const Tensor grad = model_->grad_arena(), P = q.partials;
   parallel::zero_on_stream(P);
@@ -733,8 +845,9 @@ int64_t Pipeline::symmetric_bytes(const TrainConfig& c) {
   const int64_t staging = (c.parallel.dp * c.parallel.ep > 1) + (s.placement == parallel::Placement::bidirectional);
   const int64_t staged = staging * (whole + table);
   const int64_t experts = c.parallel.ep > 1 ? parallel::ShmemExperts::symmetric_bytes(c.parallel.ep, expert_dispatch_shape(c)) : 0;
+  const int64_t tensor = c.parallel.tp > 1 ? parallel::ShmemTensor::symmetric_bytes(c.parallel.tp, tp_sizes(c)) : 0;
   return 4 * (4 * (whole + table) + staged + messages + mb * table + (c.parallel.pp * 2 + 2) * K) + experts +
-         (16 << 20);
+         tensor + (16 << 20);
 }
 
 }  // namespace coremesh::train

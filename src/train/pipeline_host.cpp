@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/shmem/collectives.hpp"
@@ -68,10 +69,14 @@ void Pipeline::gather_executed() {
   for (int r = 0; r < schedule_.ranks; ++r) {
     const int64_t* t = times_of(r);
     const std::vector<parallel::Action>& actions = schedule_.actions[size_t(r)];
-    for (size_t i = 0; i <= actions.size(); ++i) {
-      if (t[2 * i] == 0) continue;  // not run (the copies' sum outside DualPipe)
+    // its actions as run, then DualPipe's tail: the copies' sums and copy 1's W per micro-batch
+    for (size_t i = 0; i <= actions.size() + size_t(schedule_.micro_batches); ++i) {
+      if (t[2 * i] == 0) continue;  // not run (a deferred W in its place, the tail outside DualPipe)
+      const parallel::Action a = i < actions.size()    ? as_run(actions[i])
+                                 : i == actions.size() ? parallel::Action{}
+                                                       : parallel::Action{ActionKind::W, 1, int(i - actions.size() - 1)};
       const bool sum = i == actions.size();
-      executed_.push_back({r, sum ? "sum" : parallel::to_string(actions[i]), sum ? "grad sum" : action_category(actions[i].kind),
+      executed_.push_back({r, sum ? "sum" : parallel::to_string(a), sum ? "grad sum" : action_category(a.kind),
                            double(t[2 * i] - origin) / 1e6, double(t[2 * i + 1] - origin) / 1e6});
     }
   }
@@ -82,13 +87,14 @@ std::vector<std::vector<double>> Pipeline::every_expert_load(const std::vector<s
   const int64_t E = m.n_routed_experts, n = m.n_layers * E;
   auto* v = reinterpret_cast<double*>(load_values_.raw_data());  // [0, n) mine, [n, 2n) everyone's
   std::fill(v, v + n, 0.0);
-  // one holder per layer: data replica 0, copy 0 under DualPipe
+  // one holder per layer: data replica 0, TP rank 0, copy 0 under DualPipe
   const std::vector<model::PartRange> held = canonical_chunks(rank_), all = stage().chunks;
   size_t i = 0;
   for (int l = 0; l < m.n_layers; ++l) {
     if (!m.is_moe_layer(l) || !model::holds_part({all}, 2 + 2 * l)) continue;
     const std::vector<double>& counts = mine.at(i++);
-    if (data_index() == 0 && model::holds_part({held}, 2 + 2 * l)) std::copy(counts.begin(), counts.end(), v + l * E);
+    if (data_index() == 0 && first_tp_rank() && model::holds_part({held}, 2 + 2 * l))
+      std::copy(counts.begin(), counts.end(), v + l * E);
   }
   shmem::allreduce(shmem::Team::world(), v + n, v, size_t(n), shmem::ReduceOp::sum);
   std::vector<std::vector<double>> out;
@@ -111,14 +117,18 @@ void Pipeline::gather_state(model::Model& model, AdamW& opt, NamedTensors& param
                   table[3 + 3 * i] = opt.state_offset(i);
   shmem::barrier();  // every PE's step is done and its buffers and table staged
   if (shmem::my_pe() == 0) {
-    // the holder of each part (a pipeline rank of data replica 0), and its layout
+    // the holder of each part (a pipeline rank of data replica 0), and its
+    // layouts (per ep and tp index)
     std::vector<int> holder(size_t(model::num_parts(cfg_.model)));
-    std::vector<model::ParamLayout> layouts;
-    for (int pe = 0; pe < schedule_.ranks; ++pe) {
+    for (int pe = 0; pe < schedule_.ranks; ++pe)
       for (const model::PartRange& r : canonical_chunks(pe))
         for (int part = r.begin; part < r.end; ++part) holder[size_t(part)] = pe;
-      layouts.push_back(model::layout_params(cfg_.model, stage_of(pe)));
-    }
+    std::map<std::tuple<int, int, int>, model::ParamLayout> layouts;
+    auto layout = [&](int rank, int ep_index, int tp_index) -> const model::ParamLayout& {
+      auto [it, fresh] = layouts.try_emplace({rank, ep_index, tp_index});
+      if (fresh) it->second = model::layout_params(cfg_.model, stage_of(rank, ep_index, tp_index));
+      return it->second;
+    };
     auto get = [](Tensor& to, int64_t at, const Tensor& from, int64_t offset, int64_t n, int pe) {
       shmem::get(to.data<float>() + at, from.data<float>() + offset, size_t(n), pe);
     };
@@ -133,35 +143,42 @@ void Pipeline::gather_state(model::Model& model, AdamW& opt, NamedTensors& param
       }
       return t;
     };
-    const int ep = cfg_.parallel.ep;
+    const int ep = cfg_.parallel.ep, tp = cfg_.parallel.tp;
+    const int kv_sharing = model::tp_shape(cfg_.model, stage()).kv_sharing;
     for (const model::ParamInfo& w : model::layout_params(cfg_.model).params) {
       const int rank = holder[size_t(w.part)];
-      const model::ParamLayout& l = layouts[size_t(rank)];
-      const model::ParamInfo* p = nullptr;
-      for (const auto& q : l.params)
-        if (q.name == w.name && !q.tied_replica) p = &q;
-      CM_ASSERT(p != nullptr);
       Tensor x = Tensor::empty(w.shape), m = Tensor::empty(w.shape), v = Tensor::empty(w.shape);
-      for (int j = 0; j < (w.expert() ? ep : 1); ++j) {  // under ep: each ep rank's experts (data replica 0)
-        parallel::Coords c;
-        c[Dim::pp] = rank, c[Dim::ep] = j;
-        const int from = mesh_.rank(c);
-        const int64_t at = j * p->numel;  // its rows of the whole tensor
-        get(x, at, model.param_arena(), p->offset, p->numel, from);
-        // AdamW's state: on `from`, or under ZeRO-1 on the members that own its shards
-        std::vector<int> owners{from};
-        if (cfg_.parallel.zero > 0) owners = w.expert() ? mesh_.expert_grad_group(from) : mesh_.dense_grad_group(from);
-        for (int o : owners) {
-          const std::vector<int64_t>& t = owned(o);
-          for (int64_t i = 0; i < t[0]; ++i) {
-            const int64_t b = t[size_t(1 + 3 * i)], e = t[size_t(2 + 3 * i)], s = t[size_t(3 + 3 * i)];
-            const int64_t lo = std::max(b, p->offset), hi = std::min(e, p->offset + p->numel);
-            if (lo >= hi) continue;
-            get(m, at + (lo - p->offset), opt.m(), s + (lo - b), hi - lo, o);
-            get(v, at + (lo - p->offset), opt.v(), s + (lo - b), hi - lo, o);
+      // under ep each ep rank's experts, under tp each TP rank's slice (data replica 0)
+      for (int j = 0; j < (w.expert() ? ep : 1); ++j)
+        for (int k = 0; k < tp; ++k) {
+          const model::ParamInfo* p = nullptr;
+          for (const auto& q : layout(rank, j, k).params)
+            if (q.name == w.name && !q.tied_replica) p = &q;
+          CM_ASSERT(p != nullptr);
+          if (!p->tp_first) continue;  // a copy: the first holder's is read
+          parallel::Coords c;
+          c[Dim::pp] = rank, c[Dim::ep] = j, c[Dim::tp] = k;
+          const int from = mesh_.rank(c);
+          Tensor px = Tensor::empty(p->shape), pm = Tensor::empty(p->shape), pv = Tensor::empty(p->shape);
+          get(px, 0, model.param_arena(), p->offset, p->numel, from);
+          // AdamW's state: on `from`, or under ZeRO-1 on the members that own its shards
+          std::vector<int> owners{from};
+          if (cfg_.parallel.zero > 0)
+            owners = w.expert()            ? mesh_.expert_grad_group(from)
+                     : p->tp_partial_grad ? mesh_.tp_shared_grad_group(from, kv_sharing)
+                                          : mesh_.dense_grad_group(from);
+          for (int o : owners) {
+            const std::vector<int64_t>& t = owned(o);
+            for (int64_t i = 0; i < t[0]; ++i) {
+              const int64_t b = t[size_t(1 + 3 * i)], e = t[size_t(2 + 3 * i)], s = t[size_t(3 + 3 * i)];
+              const int64_t lo = std::max(b, p->offset), hi = std::min(e, p->offset + p->numel);
+              if (lo >= hi) continue;
+              get(pm, lo - p->offset, opt.m(), s + (lo - b), hi - lo, o);
+              get(pv, lo - p->offset, opt.v(), s + (lo - b), hi - lo, o);
+            }
           }
+          model::place_part(*p, px, x), model::place_part(*p, pm, m), model::place_part(*p, pv, v);
         }
-      }
       params.emplace_back(w.name, x), adam_m.emplace_back(w.name, m), adam_v.emplace_back(w.name, v);
     }
     buffers.clear();

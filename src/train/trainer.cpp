@@ -80,9 +80,12 @@ void TrainConfig::validate() const {
   if (graph && parallel.pp > 1)
     p.push_back(fmt::format("graph mode does not run pipeline layouts yet (pp = {}): drop graph or use pp = 1",
                             parallel.pp));
-  if (parallel.tp > 1 && parallel.pp > 1)
-    p.push_back(fmt::format("set tp or pp to 1 (tp {} x pp {}): tensor parallelism does not run in pipeline "
-                            "stages yet", parallel.tp, parallel.pp));
+  if (parallel.sequence_parallel && parallel.pp > 1)
+    p.push_back(fmt::format("set sequence_parallel false or pp to 1 (pp {}): pipeline stages send the whole "
+                            "residual stream, sequence parallelism does not run in them yet", parallel.pp));
+  if (parallel.cp > 1 && parallel.pp > 1)
+    p.push_back(fmt::format("set cp or pp to 1 (cp {} x pp {}): context parallelism does not run in pipeline "
+                            "stages yet", parallel.cp, parallel.pp));
   if (graph && parallel.tp > 1)
     p.push_back(fmt::format("graph mode does not capture tensor parallelism yet (tp = {}): drop graph or use tp = 1",
                             parallel.tp));
@@ -290,7 +293,10 @@ double Trainer::validate() {
   stream_.synchronize();
   double sum = 0;
   for (const Tensor& l : losses) sum += mean_of(l);
-  if (pipe_) sum = pipe_->over_world({pipe_->data_index() == 0 ? sum : 0.0})[0].sum;  // one replica's
+  if (pipe_) {  // one replica's, one TP rank's
+    const bool counted = pipe_->data_index() == 0 && pipe_->first_tp_rank();
+    sum = pipe_->over_world({counted ? sum : 0.0})[0].sum;
+  }
   if (dist_ && dist_->cp() > 1) sum = dist_->sum_over_data_ranks(sum) / (dist_->data_ranks() * dist_->cp());
   return sum / cfg_.val_batches;
 }
@@ -418,7 +424,7 @@ void Trainer::launch_step() {
     }
     pipe_->run(batches);
     model_->seal_gradients();
-    if (ranks > 1) pipe_->sum_over_data_ranks();
+    pipe_->sum_over_data_ranks();
     grad_sq_ = pipe_->grad_sq_sum();
     opt_->clip_gradients(grad_sq_);
     opt_->step(schedule_.at(step_));
@@ -458,7 +464,8 @@ StepRecord& Trainer::finish_step() {
   r.loss = dist_ ? dist_->sum_over_data_ranks(st.loss) : st.loss;
   r.aux_loss = dist_ ? dist_->sum_over_data_ranks(st.aux_loss) : st.aux_loss;
   if (pipe_) {  // the loss on the last stage(s), the balance losses and loads of every stage
-    const auto t = pipe_->over_world({st.loss, st.aux_loss});
+    const double counted = pipe_->first_tp_rank() ? 1.0 : 0.0;  // TP ranks hold the same
+    const auto t = pipe_->over_world({counted * st.loss, counted * st.aux_loss});
     r.loss = t[0].sum, r.aux_loss = t[1].sum;
     st.expert_load = pipe_->every_expert_load(st.expert_load);
     pipe_->gather_executed();  // the report's executed schedule

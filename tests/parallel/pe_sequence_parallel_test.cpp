@@ -174,7 +174,7 @@ TEST(SequenceParallel, RefusesWhatItCannotSplit) {
   c = sp_config({.tp = 2}, ""), c.batch_size = 1, c.seq_len = 31;
   refused(c, "sequence_parallel splits a micro-batch's 31 tokens (batch_size 1 x seq_len 31 / cp 1) over tp 2");
   c = sp_config({.tp = 2}, ""), c.parallel.pp = 2;
-  refused(c, "set tp or pp to 1");
+  refused(c, "set sequence_parallel false or pp to 1");  // pipelines take tp, not SP
   shmem::barrier();
 }
 

@@ -135,9 +135,9 @@ TEST(TensorParallelTraining, CheckpointsHoldTheWholeModel) {
 TEST(TensorParallelTraining, RefusesWhatItDoesNotSplit) {
   if (shmem::n_pes() != 2) GTEST_SKIP() << "one set of checks at 2 PEs";
   const auto refused = expect_refused;
-  TrainConfig c = config_of({.tp = 2}, "");
+  TrainConfig c = config_of({.cp = 2}, "");  // pipelines take tp (pe_pipeline_test.cpp), not cp
   c.parallel.pp = 2;
-  refused(c, "set tp or pp to 1");
+  refused(c, "set cp or pp to 1");
   c = config_of({.tp = 2}, ""), c.graph = true;
   refused(c, "drop graph or use tp = 1");
   c = config_of({.tp = 2}, ""), c.model.vocab_size = 255;

@@ -162,6 +162,11 @@ class Model {
   // Zero-fills the gradients nothing wrote since zero_grad() (a stage whose
   // parts saw no micro-batch); returns how many parameters that was.
   int seal_gradients();
+  // The chunk's gradients in the arena already hold the step's sum over
+  // earlier micro-batches that another PE computed (DualPipe's other copy of
+  // the stage put it there): the chunk's next weight halves add onto it, as
+  // onto a sum of this PE's own. Before any weight half of the chunk.
+  void continue_gradient_sum(int chunk);
 
   // ---- statistics and the aux-loss-free balancing
   void reset_stats();

@@ -45,6 +45,10 @@ struct TrainConfig;
 // The expert dispatcher's sizes for a training config (its MoE layers, one
 // micro-batch's routed rows, the capacity).
 parallel::ShmemExperts::Shape expert_dispatch_shape(const TrainConfig& config);
+// The sizes of the tensor-parallel all-reduces: a micro-batch's residual
+// stream, the vocabulary-parallel cross entropy's stats ((tp + 1) x tokens)
+// and the routed experts' gate weights (tokens x top-k).
+std::vector<int64_t> tp_sizes(const TrainConfig& config);
 
 class Distributed {
  public:

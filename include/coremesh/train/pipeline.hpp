@@ -37,15 +37,25 @@
 //               to one PE when each replica runs one micro-batch and ep is 1).
 //   ZeRO-1      each PE keeps AdamW's m and v for its shards of those sums
 //               only, updates them and all-gathers the parameters.
+//   tp          each stage is split over its TP group (mesh rank order
+//               [DP][PP][EP][TP]) as tensor parallelism splits the whole
+//               model; every TP rank of a stage holds the same residual
+//               stream, so TP rank t of stage s exchanges activations and
+//               gradients with TP rank t of the stages around (the pipeline
+//               is one per TP index). Replicated statistics count on TP
+//               rank 0.
 //
 // Gradients of a stage are summed in micro-batch order by the model, which
 // holds for a schedule that runs each chunk's backwards (or W) in
-// micro-batch order. DualPipe's two model copies are summed after the
-// backward (copy 0's micro-batches, then copy 1's): within rounding of one PE.
+// micro-batch order. DualPipe's copy-1 stages continue the copy-0 sums
+// that their partners put to them at the end of the schedule, with their
+// weight halves deferred to then (finish_copies): one PE's sums bit for bit.
+// DualPipe's F&B pairs run their halves on two streams (run_pair).
 // Thread safety: one thread (the trainer's) drives a Pipeline; every call
 // but the host ones launches on the current stream and returns.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -56,6 +66,7 @@
 #include "coremesh/parallel/expert_parallel.hpp"
 #include "coremesh/parallel/mesh.hpp"
 #include "coremesh/parallel/schedule.hpp"
+#include "coremesh/parallel/tensor_parallel.hpp"
 #include "coremesh/runtime/stream.hpp"
 #include "coremesh/train/checkpoint.hpp"
 #include "coremesh/train/optimizer.hpp"
@@ -85,6 +96,8 @@ class Pipeline {
 
   const parallel::Schedule& schedule() const { return schedule_; }
   int rank() const { return rank_; }  // in the pipeline
+  // Reports the statistics every TP rank of a stage holds (TP rank 0's).
+  bool first_tp_rank() const { return mesh_.coords(pe(rank_))[parallel::Dim::tp] == 0; }
   bool leader() const;                // PE 0: logs, checkpoints
   // This PE's replica of the pipeline reads micro-batches [data_index * a,
   // (data_index + 1) * a) of each step's data_ranks * a (a = grad_accum);
@@ -104,10 +117,11 @@ class Pipeline {
 
   // ---- the step, on the current stream
   // This rank's actions; micro-batch i is batches[i] (tokens and targets).
-  // DualPipe: ends with the sum of the two model copies.
+  // DualPipe: ends with copy 1's weight halves and the copies' sums.
   void run(const std::vector<model::MicroBatch>& batches);
   // dp x ep > 1: the stage's gradients and the routers' loads summed over
-  // the replicas of the stage, in replica order. Each part's sum starts on
+  // the replicas of the stage, in replica order (and key/value heads that
+  // several TP ranks share over them; nothing to do for neither). Each part's sum starts on
   // the communication stream once the part's last backward (B or W) of the
   // step has been launched, overlapping the rest of the schedule (DualPipe:
   // after the copies' sum); this call makes the stream wait for them.
@@ -155,13 +169,22 @@ class Pipeline {
  private:
   class Tied;
   struct NormPlan;
-  model::StageLayout stage_of(int rank) const;
+  model::StageLayout stage_of(int rank) const;  // this PE's ep and tp index
+  model::StageLayout stage_of(int rank, int ep_index, int tp_index) const;
   // The chunks whose parts `rank` holds for the whole model (DualPipe: copy 0's).
   std::vector<model::PartRange> canonical_chunks(int rank) const;
-  void sum_copies();
+  // DualPipe: the copies' gradient sums exchanged, copy 1's deferred weight
+  // halves (`weight(micro_batch)`) continuing copy 0's sums.
+  void finish_copies(const std::function<void(int)>& weight);
+  std::pair<int64_t, int64_t> chunk_range(int chunk) const;  // of the gradient arena
+  // An action as the executor runs it: DualPipe's copy-1 B as I (its W at the tail).
+  parallel::Action as_run(const parallel::Action& a) const;
+  // F&B's halves on two streams; b_kind: B, or I for copy 1's
+  void run_pair(const parallel::Action& fb, parallel::ActionKind b_kind, bool traced,
+                const std::function<void()>& forward, const std::function<void()>& backward);
   void on_part_ready(int part);  // the model's hook: a part's gradients of a micro-batch are in
   void sum_range(int range, runtime::Stream& stream);
-  Tensor grad_sq_sum_cut();  // under ep: every PE's partials of what it alone holds, summed
+  Tensor grad_sq_sum_cut();  // under ep or tp: every PE's partials of what it alone holds, summed
   // The arena ranges whose AdamW state the PE keeps, in arena order.
   std::vector<AdamW::Range> owned_by(int pe) const;
   int pe(int rank) const { return pes_[size_t(rank)]; }  // the PE of a pipeline rank (this replica's)
@@ -181,6 +204,7 @@ class Pipeline {
   model::Model* model_ = nullptr;
   std::unique_ptr<Tied> tied_;
   std::unique_ptr<parallel::ShmemExperts> experts_;
+  std::unique_ptr<parallel::ShmemTensor> tensor_;
   std::unique_ptr<NormPlan> norm_;
   // over the replicas of the stage: ranges of dense (group 0: dp x ep) and
   // expert (group 1: dp) parameters; the routers' loads (dp x ep)
@@ -192,6 +216,8 @@ class Pipeline {
   bool overlap_ = false;  // sums start as parts finish (not DualPipe)
   int parts_summed_early_ = 0;
   runtime::Stream comm_;
+  runtime::Stream pair_;  // the backward half of F&B
+  bool pair_streams_ = false;
   Tensor cut_partials_, owned_table_;  // owned_table_: this PE's owned ranges and state offsets (checkpoints)
   Tensor load_arena_, copy_grads_, copy_loads_;  // copy_*: DualPipe's partner's
   Tensor recv_, signals_, host_values_, buffers_, load_values_;
