@@ -134,7 +134,10 @@ Tensor Parts::head_backward(Model& m, Model::Slot& s, const Model::PartParams& p
   const Tensor dlogits =
       ops::cross_entropy_backward(dloss, a.logits, s.targets, a.lse, -100, vocab_slice(m.config_, m.tp_));
   // logits = xf head^T  =>  dxf = dlogits head (summed over the vocabulary slices), dhead += dlogits^T xf
-  const Tensor dxf = m.seams_.tensor->enter_backward(linear_backward(dlogits, a.xf, m.wview(p.table), {p.table}, sink));
+  // (the head's weight gradient runs while dxf's sum is in flight)
+  const Tensor dxf = enter_backward_overlapped(*m.seams_.tensor, sink, [&](WgradSink& held) {
+    return linear_backward(dlogits, a.xf, m.wview(p.table), {p.table}, held);
+  });
   // xf = RMSNorm(xL)
   return norm_backward(sink, p.norm, dxf, a.xL, m.wview(p.norm), a.frstd, {});
 }
