@@ -27,7 +27,6 @@ for c in one:2 two:1; do
   demo_config "${c%%:*}" "$STEPS" "${c##*:}"
   sed -i 's/"aux_loss_alpha": [0-9.e-]*/"aux_loss_alpha": 0/' "$WORK/${c%%:*}.json"
 done
-SP=$("$COREMESH" train --help 2>&1 | grep -q -- --sequence-parallel && echo yes || echo no)
 
 ours() {  # config flags...: tokens/s
   "$COREMESH" train --config "$WORK/$1.json" --no-progress --sample-tokens 0 --val-batches 1 --report false "${@:2}" \
@@ -39,7 +38,7 @@ for _ in $(seq "$ROUNDS"); do
     echo "load $(cut -d' ' -f1 /proc/loadavg)"
     echo "one $(ours one)"
     echo "tp2 $(ours two --tp 2)"
-    [ "$SP" = yes ] && echo "tp2sp $(ours two --tp 2 --sequence-parallel)"
+    echo "tp2sp $(ours two --tp 2 --sequence-parallel)"
     echo "cp2 $(ours two --cp 2)"
   } >>"$RAW"
 done
@@ -64,10 +63,10 @@ for k, n in names.items():
     print(f"| {n} | {statistics.median(v[k]):.0f} | {r:.2f}x | {', '.join('%.0f' % x for x in v[k])} |")
 PY
 
-for layout in "--tp 2" "--cp 2" $([ "$SP" = yes ] && echo "--tp=2 --sequence-parallel"); do
-  dir="$WORK/profile_${layout//[ -=]/}"
+for layout in "--tp 2" "--tp 2 --sequence-parallel" "--cp 2"; do
+  dir="$WORK/profile_${layout//[ -]/}"
   # shellcheck disable=SC2086
-  ours two ${layout//=/ } --profile "$dir" >/dev/null
+  ours two $layout --profile "$dir" >/dev/null
   echo
   echo "Communication hidden behind compute, $layout (bench/dp_overlap.py):"
   /usr/bin/python3 bench/dp_overlap.py "$dir" || true
