@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -130,18 +131,44 @@ TEST(OpsSgemmAvx2, OtherBetaAndEmptyK) {
   check({false, true, 9, 20, 0, 3.0f, 1});   // k == 0: C scaled
 }
 
+// The sharing protocol, one step at a time: a thief takes whole pieces not
+// yet started from the back, then items of the running piece from the back;
+// the owner meets the thief in the middle and learns the rest was taken.
+TEST(OpsRowShare, ThievesTakeFromTheBackAndTheOwnerFromTheFront) {
+  RowShare share(2);
+  EXPECT_EQ(share.take_back(0).piece, -1);  // nothing published yet
+  share.publish(0, std::vector<GemmPiece>(3));
+  RowShare::Take t = share.take_back(0);
+  EXPECT_EQ(t.piece, 2);
+  EXPECT_EQ(t.item, -1);
+  share.open(0, 4);
+  EXPECT_EQ(share.take_front(0), 0);
+  EXPECT_EQ(share.take_back(0).piece, 1);  // still a whole piece
+  t = share.take_back(0);                  // then items of piece 0
+  EXPECT_EQ(t.piece, 0);
+  EXPECT_EQ(t.item, 3);
+  EXPECT_EQ(share.take_front(0), 1);
+  EXPECT_EQ(share.take_front(0), 2);
+  EXPECT_EQ(share.take_front(0), -1);
+  EXPECT_EQ(share.advance(0), -1);  // piece 1 was taken
+  EXPECT_EQ(share.take_back(0).piece, -1);
+  EXPECT_EQ(share.stolen(), 3);
+}
+
 // Blocks running their GEMM pieces concurrently through a RowShare give, bit
-// for bit, what each piece gives alone; and they do take each other's work
-// (in at least one of up to 200 rounds: in a round where the threads happen
-// to run one after the other nobody takes anything). parts[p] lists block
-// p's pieces (m, k); same_b: every piece has the same B (and K).
+// for bit, what each piece gives alone, however the threads interleave.
+// parts[p] lists block p's pieces (m, k); same_b: every piece has the same B
+// (and K). With `stalled_owner`, block 0 publishes and opens its first piece
+// but never runs: block 1 alone must take all of block 0's work, whole pieces
+// and items, so that the taking is proven whatever the scheduler does.
 struct PieceSize {
   int64_t m, k;
 };
 void check_shared(bool ta, bool tb, int64_t n, float beta, const std::vector<std::vector<PieceSize>>& parts,
-                  bool same_b = false) {
+                  bool same_b = false, bool stalled_owner = false) {
   SCOPED_TRACE(::testing::Message() << "ta=" << ta << " tb=" << tb << " n=" << n << " beta=" << beta
-                                    << " parts=" << parts.size() << " same_b=" << same_b);
+                                    << " parts=" << parts.size() << " same_b=" << same_b
+                                    << " stalled_owner=" << stalled_owner);
   int64_t m_all = 0, k_max = 1;
   for (const auto& list : parts)
     for (const PieceSize& p : list) m_all += p.m, k_max = std::max(k_max, p.k);
@@ -162,27 +189,48 @@ void check_shared(bool ta, bool tb, int64_t n, float beta, const std::vector<std
                  want.data() + row * shape.ldc, shape.ldc);
       row += ps.m;
     }
-  int stealing_rounds = 0;
-  for (int round = 0; round < 200 && stealing_rounds == 0; ++round) {
+  if (stalled_owner) {
+    // The first piece must be one K step of one N panel: all of it is items.
+    ASSERT_EQ(parts.size(), 2u);
+    RowShare share(2);
+    const int64_t items = sgemm_avx2_items(shape, lists[0][0]);
+    const auto whole = static_cast<int64_t>(lists[0].size()) - 1;
+    share.publish(0, lists[0]);
+    share.open(0, items);
+    sgemm_avx2_shared(share, 1, shape, lists[1]);
+    EXPECT_EQ(share.stolen(), whole + items);
+    EXPECT_EQ(c, want);
+    return;
+  }
+  for (int round = 0; round < 20; ++round) {
     c = c0;
     RowShare share(static_cast<int>(parts.size()));
+    std::atomic<int> arrived{0};
     std::vector<std::thread> threads;
-    for (size_t p = 0; p < parts.size(); ++p)  // the small parts, listed last, start last
-      threads.emplace_back([&, p] { sgemm_avx2_shared(share, static_cast<int>(p), shape, lists[p]); });
+    for (size_t p = 0; p < parts.size(); ++p)
+      threads.emplace_back([&, p] {  // start together, so that they meet
+        arrived.fetch_add(1);
+        while (arrived.load() < static_cast<int>(parts.size())) std::this_thread::yield();
+        sgemm_avx2_shared(share, static_cast<int>(p), shape, lists[p]);
+      });
     for (std::thread& t : threads) t.join();
     ASSERT_EQ(c, want) << "round " << round;
-    stealing_rounds += share.stolen() > 0;
   }
-  EXPECT_GT(stealing_rounds, 0);
 }
 
-TEST(OpsSgemmAvx2, SharedRowsAreBitIdenticalAndBalance) {
+TEST(OpsSgemmAvx2, SharedRowsAreBitIdenticalHoweverThreadsInterleave) {
   // Row ranges of one GEMM (a dense matmul over 2 or 3 cores).
   check_shared(false, true, 768, 0.0f, {{{600, 256}}, {{6, 256}}}, true);                    // one K step
   check_shared(false, false, 256, 1.0f, {{{300, 700}}, {{301, 700}}}, true);                 // several K steps
   check_shared(true, false, 256, 0.0f, {{{256, 1024}}, {{250, 1024}}, {{5, 1024}}}, true);   // transposed A
   check_shared(true, true, 3000, 0.5f, {{{97, 40}}, {{60, 40}}}, true);                      // two B panels
   check_shared(false, true, 256, 0.0f, {{{200, 256}}, {}}, true);                            // nothing of its own
+}
+
+TEST(OpsSgemmAvx2, AnIdleBlockTakesAStalledBlocksPiecesAndItems) {
+  check_shared(false, true, 256, 0.0f, {{{200, 256}}, {}}, true, true);
+  check_shared(true, false, 300, 1.0f, {{{130, 200}, {64, 300}, {40, 100}}, {{30, 200}}}, false, true);
+  check_shared(false, false, 1536, 0.5f, {{{97, 40}, {60, 40}}, {}}, true, true);
 }
 
 TEST(OpsSgemmAvx2, SharedPiecesWithOwnOperands) {

@@ -455,6 +455,8 @@ void sgemm_avx2(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, con
   Gemm{trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc}.run();
 }
 
+int64_t sgemm_avx2_items(const GemmShape& shape, const GemmPiece& piece) { return gemm_of(shape, piece).items(); }
+
 void sgemm_avx2_shared(RowShare& share, int part, const GemmShape& shape, std::vector<GemmPiece> pieces) {
   if (shape.n <= 0) return;
   ItemRunner runner(shape.n, shape.trans_a);

@@ -33,6 +33,9 @@ void sgemm_avx2(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, con
 // whichever core runs it.
 void sgemm_avx2_shared(RowShare& share, int part, const GemmShape& shape, std::vector<GemmPiece> pieces);
 
+// How many items the piece's last K step opens in a RowShare.
+int64_t sgemm_avx2_items(const GemmShape& shape, const GemmPiece& piece);
+
 #endif
 
 }  // namespace coremesh::ops::detail
