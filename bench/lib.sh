@@ -1,10 +1,25 @@
 # Shell helpers of the training benchmarks (sourced, not run).
+#   bench_setup NAME STEPS ROUNDS "$@"
+#                            STEPS / ROUNDS from the script's arguments (else these
+#                            defaults), COREMESH (build/coremesh unless set) and its
+#                            BUILD dir, bench_workdir NAME, demo_data
+#   train_tokens CONFIG [FLAGS...]
+#                            tokens/s of `coremesh train` on $WORK/CONFIG.json
 #   bench_workdir NAME       WORK=/tmp/coremesh_bench_NAME.XXXXXX, removed at exit
 #   demo_data                data/bible-kjv.txt from Debian's bible-kjv, if missing
 #   demo_config OUT STEPS THREADS [GRAD_ACCUM]
 #                            the `make run` demo config (bench/train_demo_config.json)
 #                            with no validation or checkpoints, its run in $WORK/run_<OUT>
 #   median                   the median of the numbers on stdin, one per line
+
+bench_setup() {
+  STEPS=${4:-$2}
+  ROUNDS=${5:-$3}
+  COREMESH=${COREMESH:-build/coremesh}
+  BUILD=$(dirname "$COREMESH")
+  bench_workdir "$1"
+  demo_data
+}
 
 bench_workdir() {
   WORK=$(mktemp -d "/tmp/coremesh_bench_$1.XXXXXX")
@@ -23,3 +38,8 @@ demo_config() {
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+train_tokens() {
+  "$COREMESH" train --config "$WORK/$1.json" --no-progress --sample-tokens 0 --val-batches 1 --report false "${@:2}" \
+    | sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p'
+}

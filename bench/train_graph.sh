@@ -8,12 +8,8 @@
 #   usage: bench/train_graph.sh [steps] [rounds]   (default 20 steps, 5 rounds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${1:-20}
-ROUNDS=${2:-5}
-COREMESH=${COREMESH:-build/coremesh}
 . bench/lib.sh
-bench_workdir graph
-demo_data
+bench_setup graph 20 5 "$@"
 tokens() { sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p'; }
 echo "| cores | eager tokens/s | graph tokens/s | ratio |"
 echo "|---|---|---|---|"

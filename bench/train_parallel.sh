@@ -18,22 +18,14 @@
 #   usage: bench/train_parallel.sh [steps] [rounds]   (default 12 steps, 3 rounds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${1:-12}
-ROUNDS=${2:-3}
-COREMESH=${COREMESH:-build/coremesh}
-BUILD=$(dirname "$COREMESH")
 . bench/lib.sh
-bench_workdir parallel
-demo_data
+bench_setup parallel 12 3 "$@"
 cmake --build "$BUILD" --target coremesh bench_ep_exchange >/dev/null
 mpicc -O2 bench/ep_exchange_mpi.c -o "$WORK/ep_exchange_mpi"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 RAW=$WORK/raw.txt
 
-ours() {  # config flags...: tokens/s
-  "$COREMESH" train --config "$WORK/$1.json" --no-progress --sample-tokens 0 --val-batches 1 --report false "${@:2}" | sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p'
-}
 torch() { /usr/bin/python3 bench/train_torch.py "$WORK/run_two/config.json" "$STEPS" "$@"; }
 demo_config one "$STEPS" 1 2
 demo_config two "$STEPS" 1 1
@@ -42,10 +34,10 @@ demo_config mem 4 1 1
 for _ in $(seq "$ROUNDS"); do
   {
     echo "load $(cut -d' ' -f1 /proc/loadavg)"
-    echo "cm_1pe $(ours one)"
-    echo "cm_dp2 $(ours two --dp 2)"
+    echo "cm_1pe $(train_tokens one)"
+    echo "cm_dp2 $(train_tokens two --dp 2)"
     echo "torch_ddp2 $(torch --ddp 2)"
-    echo "cm_ep2 $(ours two --ep 2)"
+    echo "cm_ep2 $(train_tokens two --ep 2)"
     echo "torch_ep2 $(torch --ep 2)"
   } >>"$RAW"
 done

@@ -13,13 +13,8 @@
 #   usage: bench/train_tp_cp.sh [steps] [rounds]   (default 12 steps, 3 rounds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${1:-12}
-ROUNDS=${2:-3}
-COREMESH=${COREMESH:-build/coremesh}
-BUILD=$(dirname "$COREMESH")
 . bench/lib.sh
-bench_workdir tp_cp
-demo_data
+bench_setup tp_cp 12 3 "$@"
 cmake --build "$BUILD" --target coremesh >/dev/null
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 RAW=$WORK/raw.txt
@@ -28,18 +23,13 @@ for c in one:2 two:1; do
   sed -i 's/"aux_loss_alpha": [0-9.e-]*/"aux_loss_alpha": 0/' "$WORK/${c%%:*}.json"
 done
 
-ours() {  # config flags...: tokens/s
-  "$COREMESH" train --config "$WORK/$1.json" --no-progress --sample-tokens 0 --val-batches 1 --report false "${@:2}" \
-    | sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p'
-}
-
 for _ in $(seq "$ROUNDS"); do
   {
     echo "load $(cut -d' ' -f1 /proc/loadavg)"
-    echo "one $(ours one)"
-    echo "tp2 $(ours two --tp 2)"
-    echo "tp2sp $(ours two --tp 2 --sequence-parallel)"
-    echo "cp2 $(ours two --cp 2)"
+    echo "one $(train_tokens one)"
+    echo "tp2 $(train_tokens two --tp 2)"
+    echo "tp2sp $(train_tokens two --tp 2 --sequence-parallel)"
+    echo "cp2 $(train_tokens two --cp 2)"
   } >>"$RAW"
 done
 /usr/bin/python3 - "$RAW" "$STEPS" "$ROUNDS" <<'PY'
@@ -66,7 +56,7 @@ PY
 for layout in "--tp 2" "--tp 2 --sequence-parallel" "--cp 2"; do
   dir="$WORK/profile_${layout//[ -]/}"
   # shellcheck disable=SC2086
-  ours two $layout --profile "$dir" >/dev/null
+  train_tokens two $layout --profile "$dir" >/dev/null
   echo
   echo "Communication hidden behind compute, $layout (bench/dp_overlap.py):"
   /usr/bin/python3 bench/dp_overlap.py "$dir" || true

@@ -7,12 +7,8 @@
 #   usage: bench/train_vs_torch.sh [steps] [rounds]   (default 20 steps, 3 rounds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${1:-20}
-ROUNDS=${2:-3}
-COREMESH=${COREMESH:-build/coremesh}
 . bench/lib.sh
-bench_workdir train
-demo_data
+bench_setup train 20 3 "$@"
 echo "| threads | coremesh tokens/s | PyTorch 1.13 tokens/s | ratio | coremesh MFU |"
 echo "|---|---|---|---|---|"
 for threads in 1 2; do
