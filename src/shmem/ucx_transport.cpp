@@ -7,15 +7,27 @@
 // over MPI (allgather), and every PE connects an endpoint to every other.
 //
 // Data path:
-//   put                ucp_put_nbx, returns at local completion (src reusable)
-//   put_nbi / get_nbi  ucp_put_nbx / ucp_get_nbx, completed by quiet
-//   get                ucp_get_nbx, returns when the data is here
+//   put, put_nbi       up to kAmPutMax bytes: one active message that the
+//                      target applies and acknowledges (below); larger:
+//                      ucp_put_nbx, blocking ones returning at local completion
+//   get, get_nbi       ucp_get_nbx (blocking: returns when the data is here)
 //   atomic             ucp_atomic_op_nbx with a reply, returns with it
-//   put_signal         put, then the atomic on the signal
-//   fence / quiet      ucp_worker_fence / ucp_worker_flush_nbx
-// A put completes only locally, so a later get, atomic or signal first
-// fences the worker: the table's contract (an atomic is ordered after this
-// PE's earlier blocking operations) and a get seeing an earlier put hold.
+//   put_signal         up to kAmPutMax bytes: the put's message carries the
+//                      signal, which the target updates after the data;
+//                      larger: put, then the atomic on the signal
+//   fence / quiet      ucp_worker_fence / ucp_worker_flush_nbx, and every
+//                      message put acknowledged
+// A put completes only locally, so a later get or atomic to the same PE
+// first orders it (fence, or waits for the PE's acknowledgements): the
+// table's contract (an atomic is ordered after this PE's earlier blocking
+// operations) and a get seeing an earlier put hold.
+//
+// Message puts. Over TCP, UCX emulates a put with an active message and a
+// flush with another round trip, so put + quiet took two round trips (as
+// in OSHMEM). A message put is one message the target's handler copies into
+// its memory, and the target acknowledges what it applied once per progress
+// call and origin (acknowledgements of a burst coalesce): put + quiet is one
+// round trip, and put_signal's signal needs none of its own.
 //
 // Progress. Without RMA hardware (TCP) the target applies puts, answers gets
 // and performs atomics inside its own ucp_worker_progress. MPI passive-target
@@ -54,10 +66,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include <fmt/core.h>
 
 #include "coremesh/core/env.hpp"
 #include "coremesh/core/error.hpp"
@@ -79,6 +97,45 @@ constexpr int64_t kNetSpinNs = 200'000;
 // between looks while callers keep coming.
 constexpr int64_t kLingerMinNs = 100'000;
 constexpr int64_t kLingerMaxNs = 1'600'000;
+// The largest put or get sent as active messages (eager, copied on both
+// sides); larger ones go zero-copy through ucp_put_nbx / ucp_get_nbx.
+constexpr size_t kAmPutMax = 64 << 10;
+constexpr size_t kAmGetMax = 64 << 10;
+
+// Active message ids and headers. A put's header travels in front of its
+// data, a get reply's in front of the data asked for; acknowledgements and
+// get requests are headers only.
+enum AmId : unsigned { kAmPut = 1, kAmAck = 2, kAmGet = 3, kAmGetReply = 4, kAmWakeSync = 5 };
+struct AmPut {
+  uint64_t offset = 0, signal_offset = 0, signal_value = 0;
+  uint32_t origin = 0;
+  uint16_t signal = 0;   // 0 none, 1 set, 2 add
+  uint16_t ack_now = 0;  // a blocking put: its quiet is likely near
+};
+struct AmAck {
+  uint64_t count = 0;
+  uint32_t origin = 0, pad = 0;
+};
+struct AmGet {
+  uint64_t offset = 0, bytes = 0, token = 0;  // token: the origin's MessageGet
+  uint32_t origin = 0, pad = 0;
+};
+struct AmGetReply {
+  uint64_t token = 0;
+};
+struct AmWakeSync {
+  uint64_t origin = 0;
+};
+
+// A message get of this PE: the reply's handler copies the data to dst and
+// marks it done (a blocking get waits for that), or frees it (get_nbi:
+// quiet waits for the count of those outstanding).
+struct MessageGet {
+  void* dst = nullptr;
+  size_t bytes = 0;
+  bool nbi = false;
+  std::atomic<bool> done{false};
+};
 
 int64_t net_spin_ns() {
   const int64_t spin = wait_policy().spin_ns;
@@ -161,6 +218,7 @@ class UcxTransport final : public Transport {
   std::byte* peer_pointer(int, size_t) const override { return nullptr; }
 
   void put(int pe, size_t offset, const void* src, size_t bytes) override {
+    if (bytes <= kAmPutMax) return message_put(pe, offset, src, bytes, AmPut{}, true);
     Caller caller(*this);
     Completion c;
     const auto param = waited(c);
@@ -170,26 +228,43 @@ class UcxTransport final : public Transport {
   }
   void get(void* dst, int pe, size_t offset, size_t bytes) override {
     Caller caller(*this);
-    order_puts();
+    order_puts(caller, pe);
+    if (bytes <= kAmGetMax) {
+      MessageGet got{dst, bytes};
+      send_message(pe, kAmGet, AmGet{offset, bytes, reinterpret_cast<uint64_t>(&got), me()}, nullptr, 0);
+      wait_until(caller, [&] { return got.done.load(std::memory_order_acquire); }, &got.done, "a get");
+      return;
+    }
     Completion c;
     const auto param = waited(c);
     wait(ucp_get_nbx(eps_[pe], dst, bytes, remote(pe, offset), key(pe, offset), &param), c,
          caller, "ucp_get_nbx");
   }
   void put_nbi(int pe, size_t offset, const void* src, size_t bytes) override {
+    if (bytes <= kAmPutMax) return message_put(pe, offset, src, bytes, AmPut{}, false);
     std::lock_guard lock(mutex_);
     release(ucp_put_nbx(eps_[pe], src, bytes, remote(pe, offset), key(pe, offset), &nbi_),
             "ucp_put_nbx");
     unordered_ = true;
   }
   void get_nbi(void* dst, int pe, size_t offset, size_t bytes) override {
-    std::lock_guard lock(mutex_);
-    order_puts();
+    Caller caller(*this);
+    order_puts(caller, pe);
+    if (bytes <= kAmGetMax) {
+      auto* got = new MessageGet{dst, bytes, true};
+      gets_outstanding_.fetch_add(1, std::memory_order_relaxed);
+      send_message(pe, kAmGet, AmGet{offset, bytes, reinterpret_cast<uint64_t>(got), me()}, nullptr, 0);
+      return;
+    }
     release(ucp_get_nbx(eps_[pe], dst, bytes, remote(pe, offset), key(pe, offset), &nbi_),
             "ucp_get_nbx");
   }
   void put_signal(int pe, size_t offset, const void* src, size_t bytes, size_t signal_offset,
                   uint64_t value, SignalOp op, bool nbi) override {
+    if (bytes <= kAmPutMax) {
+      const AmPut signal{0, signal_offset, value, 0, static_cast<uint16_t>(op == SignalOp::add ? 2 : 1)};
+      return message_put(pe, offset, src, bytes, signal, !nbi);
+    }
     if (bytes != 0) {
       if (nbi) put_nbi(pe, offset, src, bytes);
       else put(pe, offset, src, bytes);
@@ -200,17 +275,23 @@ class UcxTransport final : public Transport {
                   uint64_t compare) override;
   void quiet() override {
     Caller caller(*this);
-    Completion c;
-    const auto param = waited(c);
-    wait(ucp_worker_flush_nbx(worker_, &param), c, caller, "ucp_worker_flush_nbx");
-    unordered_ = false;
+    flush(caller);
   }
+  // A message put may overtake a ucp put: both are completed, which the
+  // puts in flight over TCP cost anyway.
   void fence() override {
-    std::lock_guard lock(mutex_);
-    check_ucs(ucp_worker_fence(worker_), "ucp_worker_fence");
-    unordered_ = false;
+    Caller caller(*this);
+    flush(caller);
   }
-  void notify(int, Wake) override {}  // the target's progress thread rings its bells
+  // Data waiters are rung by whoever progresses after any event (a put or
+  // an atomic UCX applied may have changed what they wait on). A barrier's
+  // arrival is told by a message, so that a PE asleep in a barrier is not
+  // woken by every other message.
+  void notify(int pe, Wake who) override {
+    if (who != Wake::sync) return;
+    std::lock_guard lock(mutex_);
+    send_message(pe, kAmWakeSync, AmWakeSync{me()}, nullptr, 0);
+  }
   JobControl* job() const override { return nullptr; }  // mpirun watches the job
   void close() override;
 
@@ -230,17 +311,52 @@ class UcxTransport final : public Transport {
     p.user_data = &c;
     return p;
   }
-  void order_puts() {
-    if (!unordered_) return;
-    check_ucs(ucp_worker_fence(worker_), "ucp_worker_fence");
-    unordered_ = false;
+  uint32_t me() const { return static_cast<uint32_t>(mem_.my_pe); }
+  std::byte* local(uint64_t offset) const {
+    return offset < mem_.segment_bytes ? mem_.base + offset : mem_.data.base + (offset - mem_.segment_bytes);
   }
+  // Puts to `pe` before a get or an atomic to it: ucp ones fenced, message
+  // ones acknowledged.
+  void order_puts(Caller& caller, int pe) {
+    if (unordered_) {
+      check_ucs(ucp_worker_fence(worker_), "ucp_worker_fence");
+      unordered_ = false;
+    }
+    wait_acknowledged(caller, pe);
+  }
+  void wait_acknowledged(Caller& caller, int pe) {
+    const uint64_t sent = sent_[pe].load(std::memory_order_relaxed);
+    if (acked_[pe].load(std::memory_order_acquire) >= sent) return;
+    wait_until(caller, [&] { return acked_[pe].load(std::memory_order_acquire) >= sent; }, nullptr,
+               "the acknowledgement of a put");
+  }
+  void flush(Caller& caller);
+  void message_put(int pe, uint64_t offset, const void* src, size_t bytes, AmPut header, bool blocking);
+  template <typename Header>
+  void send_message(int pe, AmId id, const Header& header, const void* data, size_t bytes);
+  void acknowledge(int origin);
+  void acknowledge_all();
+  static ucs_status_t on_am_put(void* arg, const void* header, size_t header_bytes, void* data, size_t bytes,
+                                const ucp_am_recv_param_t* param);
+  static ucs_status_t on_am_ack(void* arg, const void* header, size_t header_bytes, void* data, size_t bytes,
+                                const ucp_am_recv_param_t* param);
+  static ucs_status_t on_am_get(void* arg, const void* header, size_t header_bytes, void* data, size_t bytes,
+                                const ucp_am_recv_param_t* param);
+  static ucs_status_t on_am_get_reply(void* arg, const void* header, size_t header_bytes, void* data,
+                                      size_t bytes, const ucp_am_recv_param_t* param);
+  static ucs_status_t on_am_wake_sync(void* arg, const void*, size_t, void*, size_t, const ucp_am_recv_param_t*) {
+    ring(static_cast<UcxTransport*>(arg)->header().sync_bell);
+    return UCS_OK;
+  }
+  HeapHeader& header() const { return *reinterpret_cast<HeapHeader*>(mem_.base); }
   // An nbi request: UCX frees it when it completes; quiet waits for it.
   static void release(ucs_status_ptr_t request, const char* what) {
     if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), what);
     if (request != nullptr) ucp_request_free(request);
   }
   void wait(ucs_status_ptr_t request, Completion& c, Caller& caller, const char* what);
+  template <typename Done>
+  void wait_until(Caller& caller, Done done, const std::atomic<bool>* stop, const char* what);
   unsigned progress_locked(const std::atomic<bool>* stop = nullptr);
   void park_while_callers_progress();
   void wake_progress_thread() {
@@ -259,7 +375,14 @@ class UcxTransport final : public Transport {
   std::vector<ucp_ep_h> eps_;  // [pe]; null for this PE
   Region heap_, data_;
   ucp_request_param_t nbi_{};
-  bool unordered_ = false;  // puts issued since the last fence or flush
+  bool unordered_ = false;  // ucp puts issued since the last fence or flush
+  // Message puts: sent to and acknowledged by each PE; applied here for each
+  // origin and not acknowledged yet, and those origins.
+  std::unique_ptr<std::atomic<uint64_t>[]> sent_, acked_;
+  std::vector<uint64_t> applied_;
+  std::vector<int> ack_due_;
+  std::atomic<int64_t> gets_outstanding_{0};    // this PE's message get_nbi
+  std::atomic<int> nbi_status_{UCS_OK};         // the first failed message send's
   std::mutex mutex_;        // every ucp call
   Bell done_;               // rung by operation callbacks
   // The hand-over between callers and the progress thread (Caller).
@@ -287,7 +410,7 @@ UcxTransport::UcxTransport(const LocalMemory& memory) : mem_(memory) {
   if (!env::get("UCX_TCP_RX_SEG_SIZE")) (void)ucp_config_modify(config, "RX_SEG_SIZE", "256k");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO32 | UCP_FEATURE_AMO64 | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO32 | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   const ucs_status_t status = ucp_init(&params, config, &context_);
   ucp_config_release(config);
   check_ucs(status, "ucp_init");
@@ -296,6 +419,22 @@ UcxTransport::UcxTransport(const LocalMemory& memory) : mem_(memory) {
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   check_ucs(ucp_worker_create(context_, &wp, &worker_), "ucp_worker_create");
   check_ucs(ucp_worker_get_efd(worker_, &event_fd_), "ucp_worker_get_efd");
+  const auto n = static_cast<size_t>(mem_.n_pes);
+  sent_ = std::make_unique<std::atomic<uint64_t>[]>(n);
+  acked_ = std::make_unique<std::atomic<uint64_t>[]>(n);
+  applied_.assign(n, 0);
+  for (const auto& [id, handler] : {std::pair{kAmPut, &on_am_put}, std::pair{kAmAck, &on_am_ack},
+                                    std::pair{kAmGet, &on_am_get}, std::pair{kAmGetReply, &on_am_get_reply},
+                                    std::pair{kAmWakeSync, &on_am_wake_sync}}) {
+    ucp_am_handler_param_t hp{};
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                    UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = id;
+    hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+    hp.cb = handler;
+    hp.arg = this;
+    check_ucs(ucp_worker_set_am_recv_handler(worker_, &hp), "ucp_worker_set_am_recv_handler");
+  }
 
   // Connect to every peer.
   ucp_address_t* address = nullptr;
@@ -378,7 +517,7 @@ uint64_t UcxTransport::atomic(int pe, size_t offset, AmoOp op, int width, uint64
   uint64_t reply64 = op == AmoOp::compare_swap ? operand : 0;
   uint32_t in32 = static_cast<uint32_t>(in64), reply32 = static_cast<uint32_t>(reply64);
   Caller caller(*this);
-  order_puts();
+  order_puts(caller, pe);
   Completion c;
   auto param = waited(c);
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
@@ -397,25 +536,21 @@ unsigned UcxTransport::progress_locked(const std::atomic<bool>* stop) {
   unsigned events = 0;
   for (int i = 0; i < 64; ++i) {
     const unsigned n = ucp_worker_progress(worker_);
+    if (!ack_due_.empty()) acknowledge_all();
     if (n == 0) break;
     events += n;
     if (stop != nullptr && stop->load(std::memory_order_acquire)) break;
   }
-  if (events != 0) {  // something may have landed in this PE's memory
-    auto* header = reinterpret_cast<HeapHeader*>(mem_.base);
-    ring(header->doorbell);
-    ring(header->sync_bell);
-  }
+  if (events != 0) ring(header().doorbell);  // something may have landed in this PE's memory
   return events;
 }
 
-// Spins progressing the worker until no event came for net_spin_ns, then
-// hands over to the progress thread and sleeps until the operation's
-// callback rings.
-void UcxTransport::wait(ucs_status_ptr_t request, Completion& c, Caller& caller,
-                        const char* what) {
-  if (request == nullptr) return;  // completed at once
-  if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), what);
+// Spins progressing the worker until done(), or no event came for
+// net_spin_ns; then hands over to the progress thread and sleeps until
+// done() (the callbacks that make it true ring done_). `stop`: ends a
+// progress call early once set.
+template <typename Done>
+void UcxTransport::wait_until(Caller& caller, Done done, const std::atomic<bool>* stop, const char* what) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   const auto spin = std::chrono::nanoseconds(net_spin_ns());
@@ -424,8 +559,8 @@ void UcxTransport::wait(ucs_status_ptr_t request, Completion& c, Caller& caller,
   auto& lock = caller.lock();
   // Spin while the network moves (a long transfer keeps producing events);
   // let another caller of this PE in between.
-  for (auto idle_end = start + spin; !c.done.load(std::memory_order_acquire);) {
-    const bool moved = progress_locked(&c.done) != 0;
+  for (auto idle_end = start + spin; !done();) {
+    const bool moved = progress_locked(stop) != 0;
     const auto now = clock::now();
     if (moved) idle_end = now + spin;
     if (now >= idle_end || now >= deadline) break;
@@ -435,8 +570,8 @@ void UcxTransport::wait(ucs_status_ptr_t request, Completion& c, Caller& caller,
       lock.lock();
     }
   }
-  if (!c.done.load(std::memory_order_acquire)) caller.hand_over();
-  while (!c.done.load(std::memory_order_acquire)) {
+  if (!done()) caller.hand_over();
+  while (!done()) {
     if (clock::now() >= deadline) {
       lock.unlock();
       throw_wait_timeout([&] { return fmt::format("PE {} waits for {} to complete", mem_.my_pe, what); },
@@ -445,12 +580,181 @@ void UcxTransport::wait(ucs_status_ptr_t request, Completion& c, Caller& caller,
     const uint32_t seq = done_.seq.load(std::memory_order_seq_cst);
     lock.unlock();
     done_.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (!c.done.load(std::memory_order_acquire)) futex_wait(&done_.seq, seq, 100'000'000);
+    if (!done()) futex_wait(&done_.seq, seq, 100'000'000);
     done_.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     lock.lock();
   }
+}
+
+void UcxTransport::wait(ucs_status_ptr_t request, Completion& c, Caller& caller, const char* what) {
+  if (request == nullptr) return;  // completed at once
+  if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), what);
+  wait_until(caller, [&] { return c.done.load(std::memory_order_acquire); }, &c.done, what);
   ucp_request_free(request);
   check_ucs(c.status, what);
+}
+
+// Completes every ucp operation, then waits for every message put's
+// acknowledgement.
+void UcxTransport::flush(Caller& caller) {
+  Completion c;
+  const auto param = waited(c);
+  wait(ucp_worker_flush_nbx(worker_, &param), c, caller, "ucp_worker_flush_nbx");
+  unordered_ = false;
+  for (int pe = 0; pe < mem_.n_pes; ++pe) wait_acknowledged(caller, pe);
+  if (gets_outstanding_.load(std::memory_order_acquire) != 0)
+    wait_until(caller, [&] { return gets_outstanding_.load(std::memory_order_acquire) == 0; }, nullptr,
+               "the replies of non-blocking gets");
+  if (const int status = nbi_status_.exchange(UCS_OK); status != UCS_OK)
+    check_ucs(static_cast<ucs_status_t>(status), "a message send (ucp_am_send_nbx)");
+}
+
+// A header that lives until UCX has sent its message: freed by the send's
+// callback, or at once when the send completes inside the call.
+template <typename Header>
+struct InFlight {
+  UcxTransport* transport;
+  Header header;
+};
+
+void UcxTransport::message_put(int pe, uint64_t offset, const void* src, size_t bytes, AmPut header,
+                               bool blocking) {
+  header.offset = offset;
+  header.origin = me();
+  header.ack_now = blocking;
+  if (blocking) {  // returns once src may be reused (UCX copies small messages at once)
+    Caller caller(*this);
+    sent_[pe].fetch_add(1, std::memory_order_relaxed);
+    Completion c;
+    auto param = waited(c);
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_EAGER;
+    wait(ucp_am_send_nbx(eps_[pe], kAmPut, &header, sizeof header, src, bytes, &param), c, caller,
+         "ucp_am_send_nbx");
+    return;
+  }
+  std::lock_guard lock(mutex_);  // no Caller: nothing to wait for, the progress thread stays on duty
+  sent_[pe].fetch_add(1, std::memory_order_relaxed);
+  send_message(pe, kAmPut, header, src, bytes);
+}
+
+// Sends a message whose header lives until UCX has sent it (data: until
+// the caller's quiet, or the target's memory); a failure is reported by
+// the next quiet. mutex_ held.
+template <typename Header>
+void UcxTransport::send_message(int pe, AmId id, const Header& header, const void* data, size_t bytes) {
+  auto* sending = new InFlight<Header>{this, header};
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_EAGER;
+  param.user_data = sending;
+  param.cb.send = [](void*, ucs_status_t status, void* user) {
+    auto* done = static_cast<InFlight<Header>*>(user);
+    if (status != UCS_OK) {
+      int ok = UCS_OK;
+      done->transport->nbi_status_.compare_exchange_strong(ok, status);
+    }
+    delete done;
+  };
+  const ucs_status_ptr_t request = ucp_am_send_nbx(eps_[pe], id, &sending->header, sizeof(Header),
+                                                   data, bytes, &param);
+  if (!UCS_PTR_IS_PTR(request)) delete sending;  // completed (or failed) inside the call
+  if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), "ucp_am_send_nbx");
+  if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
+}
+
+// Runs inside ucp_worker_progress (mutex_ held): applies a message put,
+// data first, then its signal, and counts it for the origin's
+// acknowledgement.
+ucs_status_t UcxTransport::on_am_put(void* arg, const void* header, size_t header_bytes, void* data,
+                                     size_t bytes, const ucp_am_recv_param_t* param) {
+  auto* t = static_cast<UcxTransport*>(arg);
+  AmPut put;
+  if (header_bytes != sizeof put || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    fmt::print(stderr, "coremesh: PE {} received a malformed put message; aborting\n", t->mem_.my_pe);
+    std::abort();  // inside UCX's progress: nothing can be thrown
+  }
+  std::memcpy(&put, header, sizeof put);
+  if (bytes != 0) std::memcpy(t->local(put.offset), data, bytes);
+  if (put.signal != 0) {
+    std::atomic_ref<uint64_t> signal(*reinterpret_cast<uint64_t*>(t->local(put.signal_offset)));
+    if (put.signal == 2) signal.fetch_add(put.signal_value, std::memory_order_seq_cst);
+    else signal.store(put.signal_value, std::memory_order_seq_cst);
+  }
+  const int origin = static_cast<int>(put.origin);
+  if (t->applied_[origin]++ == 0) t->ack_due_.push_back(origin);
+  if (put.ack_now != 0) t->acknowledge(origin);
+  return UCS_OK;
+}
+
+ucs_status_t UcxTransport::on_am_ack(void* arg, const void* header, size_t header_bytes, void*, size_t,
+                                     const ucp_am_recv_param_t*) {
+  auto* t = static_cast<UcxTransport*>(arg);
+  AmAck ack;
+  if (header_bytes != sizeof ack) {
+    fmt::print(stderr, "coremesh: PE {} received a malformed acknowledgement; aborting\n", t->mem_.my_pe);
+    std::abort();
+  }
+  std::memcpy(&ack, header, sizeof ack);
+  t->acked_[ack.origin].fetch_add(ack.count, std::memory_order_release);
+  ring(t->done_);
+  return UCS_OK;
+}
+
+// A get request (mutex_ held): answered at once, with the data as it is
+// when UCX copies it (a handler may send; it may not progress).
+ucs_status_t UcxTransport::on_am_get(void* arg, const void* header, size_t header_bytes, void*, size_t,
+                                     const ucp_am_recv_param_t*) {
+  auto* t = static_cast<UcxTransport*>(arg);
+  AmGet get;
+  if (header_bytes != sizeof get) {
+    fmt::print(stderr, "coremesh: PE {} received a malformed get request; aborting\n", t->mem_.my_pe);
+    std::abort();
+  }
+  std::memcpy(&get, header, sizeof get);
+  t->send_message(static_cast<int>(get.origin), kAmGetReply, AmGetReply{get.token}, t->local(get.offset),
+                  get.bytes);
+  return UCS_OK;
+}
+
+ucs_status_t UcxTransport::on_am_get_reply(void* arg, const void* header, size_t header_bytes, void* data,
+                                           size_t bytes, const ucp_am_recv_param_t* param) {
+  auto* t = static_cast<UcxTransport*>(arg);
+  AmGetReply reply;
+  if (header_bytes != sizeof reply || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    fmt::print(stderr, "coremesh: PE {} received a malformed get reply; aborting\n", t->mem_.my_pe);
+    std::abort();
+  }
+  std::memcpy(&reply, header, sizeof reply);
+  auto* got = reinterpret_cast<MessageGet*>(reply.token);
+  if (bytes != got->bytes) {
+    fmt::print(stderr, "coremesh: PE {} got {} bytes for a get of {}; aborting\n", t->mem_.my_pe, bytes,
+               got->bytes);
+    std::abort();
+  }
+  if (bytes != 0) std::memcpy(got->dst, data, bytes);
+  if (got->nbi) {
+    delete got;
+    t->gets_outstanding_.fetch_sub(1, std::memory_order_release);
+  } else {
+    got->done.store(true, std::memory_order_release);
+  }
+  ring(t->done_);
+  return UCS_OK;
+}
+
+// Acknowledges the puts applied for `origin` (mutex_ held).
+void UcxTransport::acknowledge(int origin) {
+  if (applied_[origin] == 0) return;
+  send_message(origin, kAmAck, AmAck{applied_[origin], me(), 0}, nullptr, 0);
+  applied_[origin] = 0;
+}
+
+// After a progress call (mutex_ held): one acknowledgement per origin for
+// the non-blocking puts applied.
+void UcxTransport::acknowledge_all() {
+  for (const int origin : ack_due_) acknowledge(origin);
+  ack_due_.clear();
 }
 
 // Returns at once when no caller came since the progress thread last

@@ -172,3 +172,67 @@ TEST(Rma, ZeroLengthWithNullAddressesIsANoOp) {
   shmem::quiet();
   shmem::barrier();
 }
+
+// Every kind of transfer at sizes on both sides of the network engine's
+// switch from active messages to zero-copy RMA (64 KiB), and fence
+// ordering between the two kinds to one address: each PE reaches its right
+// neighbour, which checks what arrived.
+TEST(Rma, SizesAroundTheMessageLimitAndFenceAcrossKinds) {
+  const size_t sizes[] = {1, 8, 4095, 65535, 65536, 65537, 262147};
+  constexpr size_t kMax = 262147;
+  const int right = (me() + 1) % npes(), left = (me() + npes() - 1) % npes();
+  auto* put_dst = static_cast<unsigned char*>(shmem::sym_malloc(kMax));
+  auto* nbi_dst = static_cast<unsigned char*>(shmem::sym_malloc(kMax));
+  auto* sig_dst = static_cast<unsigned char*>(shmem::sym_malloc(kMax));
+  auto* signal = static_cast<uint64_t*>(shmem::sym_calloc(1, sizeof(uint64_t)));
+  auto byte = [](int pe, size_t size, size_t i, int kind) {
+    return static_cast<unsigned char>(pe * 31 + size * 7 + i * 13 + kind);
+  };
+  uint64_t rounds = 0;
+  for (const size_t size : sizes) {
+    SCOPED_TRACE(::testing::Message() << "size " << size);
+    std::vector<unsigned char> src[3];
+    for (int kind = 0; kind < 3; ++kind)
+      for (size_t i = 0; i < size; ++i) src[kind].push_back(byte(me(), size, i, kind));
+    shmem::put(put_dst, src[0].data(), size, right);
+    shmem::put_nbi(nbi_dst, src[1].data(), size, right);
+    shmem::put_signal(sig_dst, src[2].data(), size, signal, 1, shmem::SignalOp::add, right, size % 2 == 1);
+    shmem::signal_wait_until(signal, shmem::Cmp::eq, ++rounds);  // the left PE's data is here
+    size_t bad = 0;
+    for (size_t i = 0; i < size; ++i) bad += sig_dst[i] != byte(left, size, i, 2);
+    EXPECT_EQ(bad, 0u) << "put_signal";
+    shmem::quiet();
+    shmem::barrier();
+    for (size_t i = 0; i < size; ++i) bad += put_dst[i] != byte(left, size, i, 0) || nbi_dst[i] != byte(left, size, i, 1);
+    EXPECT_EQ(bad, 0u) << "put / put_nbi";
+    // The right PE holds what this PE put: read it back both ways.
+    std::vector<unsigned char> got(size), got_nbi(size);
+    shmem::get(got.data(), put_dst, size, right);
+    shmem::get_nbi(got_nbi.data(), nbi_dst, size, right);
+    shmem::quiet();
+    EXPECT_EQ(got, src[0]) << "get";
+    EXPECT_EQ(got_nbi, src[1]) << "get_nbi";
+    shmem::barrier();
+  }
+  // A large put, a fence, a small one over its start (and the reverse):
+  // the later one wins where they overlap.
+  std::vector<unsigned char> big(kMax, static_cast<unsigned char>(0xA0 + me()));
+  const std::vector<unsigned char> small(8, static_cast<unsigned char>(0x50 + me()));
+  shmem::put_nbi(put_dst, big.data(), kMax, right);
+  shmem::fence();
+  shmem::put_nbi(put_dst, small.data(), small.size(), right);
+  shmem::put_nbi(nbi_dst, small.data(), small.size(), right);
+  shmem::fence();
+  shmem::put_nbi(nbi_dst, big.data(), kMax, right);
+  shmem::quiet();
+  shmem::barrier();
+  EXPECT_EQ(put_dst[0], 0x50 + left);
+  EXPECT_EQ(put_dst[7], 0x50 + left);
+  EXPECT_EQ(put_dst[8], 0xA0 + left);
+  EXPECT_EQ(nbi_dst[0], 0xA0 + left);
+  shmem::barrier();
+  shmem::sym_free(signal);
+  shmem::sym_free(sig_dst);
+  shmem::sym_free(nbi_dst);
+  shmem::sym_free(put_dst);
+}
