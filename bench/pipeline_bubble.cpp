@@ -10,13 +10,15 @@
 //              being the first action's start to the last one's end; busy:
 //              the compute actions and the sends (their puts run on the
 //              compute stream: each is counted with the compute before it)
-//   simulated  parallel::simulate() of the schedule with this step's median
-//              F, B (or I + W) and W durations of each rank's chunks, an
-//              F&B pair as its rank's F + B, P2P 0 (latency only; sends and
-//              receives are one-sided). DualPipe's tail (the copies' sums
-//              around copy 1's deferred W) is in the measured step, its W
-//              busy, its sums not; the simulator has the W in place and no
-//              sums.
+//   simulated  parallel::simulate() of the schedule the executor ran (for
+//              DualPipe its executed form, dualpipe-exact: copy 1's W after
+//              the partner's sums) with this step's median F, B (or I + W)
+//              and W durations of each rank's chunks, an F&B pair as its
+//              rank's F + B (less the W for an I pair), a gradient-sum
+//              message as the median SEND_SUM put on each end, P2P 0
+//              (latency only; sends and receives are one-sided). Busy on
+//              the measured side: a SEND_SUM's put, and of a RECV_SUM (its
+//              wait, then a copy as large as the put) the put's median.
 // and prints, on PE 0, the medians over the steps as one line
 //   "bubble SCHEDULE P M measured simulated formula"
 // (formula: the textbook fraction of the step, or "-" where the table of
@@ -100,7 +102,8 @@ int main(int argc, char** argv) {
     if (step == 0) continue;    // warm-up: caches, allocations
     // per (rank, chunk, kind): ms
     std::map<std::tuple<int, int, std::string>, std::vector<double>> cost;
-    std::vector<double> busy(size_t(pp), 0.0), fb;
+    std::vector<double> busy(size_t(pp), 0.0), fb, sum_puts;
+    std::vector<std::pair<int, double>> sum_receives;  // (rank, span): DualPipe's gradient sums
     double begin = 1e300, end = 0;
     std::vector<double>* last = nullptr;  // the rank's last compute cost (its back): its send's put is part of it
     int last_rank = -1;
@@ -109,18 +112,27 @@ int main(int argc, char** argv) {
       const double d = a.end_ms - a.start_ms;
       const bool send = a.action.find("SEND") != std::string::npos;
       if (a.rank != last_rank) last = nullptr, last_rank = a.rank;
+      if (a.cat == "grad sum") {  // a stage's gradients to or from its other copy: a cost of its own
+        if (send)
+          sum_puts.push_back(d), busy[size_t(a.rank)] += d;
+        else
+          sum_receives.emplace_back(a.rank, d);
+        continue;
+      }
       if (send && last) last->back() += d, busy[size_t(a.rank)] += d;  // the put runs on the compute stream
-      if (a.cat == "p2p" || a.cat == "grad sum") continue;
+      if (a.cat == "p2p") continue;
       busy[size_t(a.rank)] += d;
       std::vector<double>& into = a.cat == "F&B" ? fb : cost[{a.rank, std::atoi(a.action.c_str()), a.cat}];
       into.push_back(d);  // "1B3": chunk 1
       last = &into;
     }
+    parallel::Costs c;
+    c.sum = sum_puts.empty() ? 0.0 : median(sum_puts);
+    for (const auto& [r, d] : sum_receives) busy[size_t(r)] += std::min(d, c.sum);  // the copy, not the wait
     double total = 0;
     for (double b : busy) total += b;
     measured.push_back(1 - total / (pp * (end - begin)));
     // each stage's own median costs: the embedding's and the head's stages are not alike
-    parallel::Costs c;
     c.per_rank.assign(size_t(pp), std::vector<parallel::ComputeCost>(size_t(s.chunks)));
     for (int r = 0; r < pp; ++r)
       for (int k = 0; k < s.chunks; ++k) {
@@ -141,8 +153,8 @@ int main(int argc, char** argv) {
     const parallel::Simulation sim = parallel::simulate(s, c);
     simulated.push_back(sim.total_bubble_fraction);
     if (me == 0 && std::getenv("COREMESH_BENCH_VERBOSE")) {  // what the two sides saw
-      std::printf("step %d: measured %.4f (step %.3f ms), simulated %.4f (step %.3f ms)\n", step, measured.back(),
-                  end - begin, sim.total_bubble_fraction, sim.step_time);
+      std::printf("step %d: measured %.4f (step %.3f ms), simulated %.4f (step %.3f ms), sum copy %.3f ms\n", step,
+                  measured.back(), end - begin, sim.total_bubble_fraction, sim.step_time, c.sum);
       for (int r = 0; r < pp; ++r)
         for (int k = 0; k < s.chunks; ++k) {
           const parallel::ComputeCost& x = c.per_rank[size_t(r)][size_t(k)];

@@ -3,7 +3,8 @@
 //
 //   coremesh schedule --pp 4 --microbatches 8 --schedule zbv
 //   coremesh schedule --pp 4 --microbatches 8 --schedule interleaved --virtual-stages 2
-//   coremesh schedule --schedule dualpipe --costs 1,2,1,0,2.5     # F,B,W,P2P[,F&B]
+//   coremesh schedule --schedule dualpipe --costs 1,2,1,0,2.5     # F,B,W,P2P[,F&B[,SUM]]
+//   coremesh schedule --schedule dualpipe --executed             # what training runs
 //   coremesh schedule --schedule zbv --text-only > mine.txt      # edit, then:
 //   coremesh schedule --load mine.txt
 #include <fmt/format.h>
@@ -30,13 +31,14 @@ using parallel::Simulation;
 struct ScheduleFlags {
   int pp = 4, micro_batches = 8, virtual_stages = 2, width = 160;
   std::string schedule, load, costs = "1,2,1,0";
-  bool no_p2p = false, text_only = false;
+  bool no_p2p = false, text_only = false, executed = false;
 };
 
 Costs parse_costs(const std::string& text) {
   const char* hint =
-      "give --costs F,B,W,P2P or F,B,W,P2P,F&B: times of one chunk's forward, full "
-      "backward, weight-gradient half and message latency, e.g. 1,2,1,0";
+      "give --costs F,B,W,P2P, F,B,W,P2P,F&B or F,B,W,P2P,F&B,SUM: times of one chunk's "
+      "forward, full backward, weight-gradient half, message latency, an overlapped pair "
+      "(-1: F+B) and a gradient-sum message's copy, e.g. 1,2,1,0";
   std::vector<double> values;
   std::stringstream in(text);
   for (std::string item; std::getline(in, item, ',');) {
@@ -50,12 +52,13 @@ Costs parse_costs(const std::string& text) {
     CM_CHECK(used == item.size() && used > 0, hint, "--costs: '{}' is not a number", item);
     values.push_back(value);
   }
-  CM_CHECK(values.size() == 4 || values.size() == 5, hint, "--costs: {} values in '{}'",
+  CM_CHECK(values.size() >= 4 && values.size() <= 6, hint, "--costs: {} values in '{}'",
            values.size(), text);
   Costs costs;
   costs.uniform = {values[0], values[1], values[2]};
   costs.p2p = values[3];
-  if (values.size() == 5) costs.fb = values[4];
+  if (values.size() >= 5) costs.fb = values[4];
+  if (values.size() == 6) costs.sum = values[5];
   return costs;
 }
 
@@ -82,26 +85,15 @@ std::optional<std::string> textbook(const Schedule& s, const Costs& c) {
   return std::nullopt;
 }
 
-void run_schedule(const ScheduleFlags& f) {
-  CM_CHECK(!f.load.empty() || !f.schedule.empty(), "give --schedule NAME, or --load FILE",
-           "no schedule to show");
-  const Schedule s =
-      f.load.empty() ? parallel::make_schedule(f.schedule, f.pp, f.micro_batches, f.virtual_stages)
-                     : parallel::load_schedule(f.load);
-  const Costs costs = parse_costs(f.costs);
+void print_schedule(const Schedule& s, const Costs& costs, const ScheduleFlags& f, bool formula) {
   const Simulation sim = parallel::simulate(s, costs);  // validates first
-  if (f.text_only) {
-    fmt::print("{}", parallel::to_text(s, !f.no_p2p));
-    return;
-  }
-
   fmt::print(
       "schedule {}: placement {}, pp {}, {} chunk(s) per rank, {} micro-batches, {} stages\n",
       s.name, parallel::placement_name(s.placement), s.ranks, s.chunks, s.micro_batches,
       s.num_stages());
-  fmt::print("costs per chunk action: F={:g} B={:g} (I={:g} W={:g}) F&B={:g} P2P={:g}\n\n",
+  fmt::print("costs per chunk action: F={:g} B={:g} (I={:g} W={:g}) F&B={:g} P2P={:g} SUM={:g}\n\n",
              costs.uniform.f, costs.uniform.b, costs.uniform.b - costs.uniform.w, costs.uniform.w,
-             costs.fb >= 0 ? costs.fb : costs.uniform.f + costs.uniform.b, costs.p2p);
+             costs.fb >= 0 ? costs.fb : costs.uniform.f + costs.uniform.b, costs.p2p, costs.sum);
   fmt::print("actions (one line per rank; --load reads this text back):\n{}\n",
              parallel::to_text(s, !f.no_p2p));
   fmt::print("timeline (each cell starts with its action, '.' is idle):\n{}\n",
@@ -116,8 +108,32 @@ void run_schedule(const ScheduleFlags& f) {
       "(= {:g} 1F1B stages of activations)\n",
       sim.step_time, 100 * sim.total_bubble_fraction, peak,
       double(peak) * s.ranks / s.num_stages());
-  if (f.load.empty())
-    if (const auto formula = textbook(s, costs)) fmt::print("textbook (P2P = 0): {}\n", *formula);
+  if (formula)
+    if (const auto text = textbook(s, costs)) fmt::print("textbook (P2P = 0): {}\n", *text);
+}
+
+void run_schedule(const ScheduleFlags& f) {
+  CM_CHECK(!f.load.empty() || !f.schedule.empty(), "give --schedule NAME, or --load FILE",
+           "no schedule to show");
+  Schedule s =
+      f.load.empty() ? parallel::make_schedule(f.schedule, f.pp, f.micro_batches, f.virtual_stages)
+                     : parallel::load_schedule(f.load);
+  const Costs costs = parse_costs(f.costs);
+  parallel::validate(s);
+  const Schedule executed = parallel::executed_form(s);
+  if (f.executed) s = executed;
+  if (f.text_only) {
+    fmt::print("{}", parallel::to_text(s, !f.no_p2p));
+    return;
+  }
+  print_schedule(s, costs, f, f.load.empty());
+  if (executed.actions == s.actions) return;
+  // The textbook DualPipe trains as its bit-identical form: show that too.
+  fmt::print(
+      "\ntraining runs it as {} (one PE's gradient sums bit for bit: copy 1's backwards as I, "
+      "their W after the partner's copy-0 sums; --executed shows it alone):\n\n",
+      executed.name);
+  print_schedule(executed, costs, f, false);
 }
 
 }  // namespace
@@ -135,8 +151,8 @@ void register_schedule_command(CLI::App& app) {
   auto* vs = cmd->add_option("--virtual-stages", f->virtual_stages, "chunks per rank (interleaved)")
                  ->capture_default_str();
   cmd->add_option("--costs", f->costs,
-                  "F,B,W,P2P[,F&B]: times of one chunk's action (F&B: an overlapped "
-                  "pair; default F+B)")
+                  "F,B,W,P2P[,F&B[,SUM]]: times of one chunk's action (F&B: an overlapped "
+                  "pair, default F+B; SUM: a gradient-sum message's copy, default 0)")
       ->capture_default_str();
   cmd->add_option("--load", f->load,
                   "read the schedule from this text file instead of generating it")
@@ -149,6 +165,8 @@ void register_schedule_command(CLI::App& app) {
       ->check(CLI::Range(40, 10000));
   cmd->add_flag("--no-p2p", f->no_p2p, "print the actions without sends and receives");
   cmd->add_flag("--text-only", f->text_only, "print only the text form (to edit and --load)");
+  cmd->add_flag("--executed", f->executed,
+                "show only the form training runs (DualPipe: with its gradient sums, dualpipe-exact)");
   cmd->callback([f] { run_schedule(*f); });
 }
 

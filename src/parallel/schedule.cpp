@@ -12,13 +12,15 @@
 namespace coremesh::parallel {
 
 bool is_compute(ActionKind kind) { return kind <= ActionKind::FB; }
+bool is_sum(ActionKind kind) { return kind == ActionKind::SendSum || kind == ActionKind::RecvSum; }
 
 namespace {
 
 // Names of the communication kinds in the text form, in ActionKind order.
-constexpr std::string_view kCommNames[] = {"SEND_F", "RECV_F", "SEND_B", "RECV_B"};
-constexpr ActionKind kCommKinds[] = {ActionKind::SendF, ActionKind::RecvF, ActionKind::SendB,
-                                     ActionKind::RecvB};
+constexpr std::string_view kCommNames[] = {"SEND_F", "RECV_F",   "SEND_B",
+                                           "RECV_B", "SEND_SUM", "RECV_SUM"};
+constexpr ActionKind kCommKinds[] = {ActionKind::SendF, ActionKind::RecvF,   ActionKind::SendB,
+                                     ActionKind::RecvB, ActionKind::SendSum, ActionKind::RecvSum};
 
 char compute_letter(ActionKind kind) { return "FBIW"[static_cast<int>(kind)]; }
 
@@ -26,10 +28,12 @@ char compute_letter(ActionKind kind) { return "FBIW"[static_cast<int>(kind)]; }
 
 std::string to_string(const Action& a) {
   if (a.kind == ActionKind::FB)
-    return fmt::format("{}F{}&{}B{}", a.chunk, a.micro_batch, a.b_chunk, a.b_micro_batch);
+    return fmt::format("{}F{}&{}{}{}", a.chunk, a.micro_batch, a.b_chunk, compute_letter(a.b_kind),
+                       a.b_micro_batch);
   if (is_compute(a.kind))
     return fmt::format("{}{}{}", a.chunk, compute_letter(a.kind), a.micro_batch);
   const int comm = static_cast<int>(a.kind) - static_cast<int>(ActionKind::SendF);
+  if (is_sum(a.kind)) return fmt::format("{}{}", a.chunk, kCommNames[comm]);
   return fmt::format("{}{}{}", a.chunk, kCommNames[comm], a.micro_batch);
 }
 
@@ -84,6 +88,7 @@ bool Schedule::passes_through(int micro_batch, int chunk) const {
 
 StageRef Schedule::peer(int rank, const Action& message) const {
   CM_ASSERT(!is_compute(message.kind));
+  if (is_sum(message.kind)) return {ranks - 1 - rank, 1 - message.chunk};
   const bool to_next = message.kind == ActionKind::SendF || message.kind == ActionKind::RecvB;
   const int stage = stage_of(rank, message.chunk) + (to_next ? 1 : -1);
   CM_ASSERT(stage >= 0 && stage < num_stages());
@@ -108,7 +113,14 @@ void Schedule::check_sizes() const {
 bool has_p2p(const Schedule& s) {
   for (const auto& rank : s.actions)
     for (const auto& a : rank)
-      if (!is_compute(a.kind)) return true;
+      if (!is_compute(a.kind) && !is_sum(a.kind)) return true;
+  return false;
+}
+
+bool has_sums(const Schedule& s) {
+  for (const auto& rank : s.actions)
+    for (const auto& a : rank)
+      if (is_sum(a.kind)) return true;
   return false;
 }
 
@@ -116,7 +128,7 @@ void add_p2p(Schedule& s) {
   s.check_sizes();
   CM_CHECK(static_cast<int>(s.actions.size()) == s.ranks, "give one action list per rank",
            "schedule '{}': {} action lists for pp={}", s.name, s.actions.size(), s.ranks);
-  CM_CHECK(!has_p2p(s), "call add_p2p on a compute-only schedule",
+  CM_CHECK(!has_p2p(s), "call add_p2p on a schedule without sends and receives",
            "schedule '{}' already has sends and receives", s.name);
   const int last = s.num_stages() - 1;
   for (int r = 0; r < s.ranks; ++r) {
@@ -127,9 +139,13 @@ void add_p2p(Schedule& s) {
     };
     std::vector<Action> out;
     for (const Action& a : s.actions[r]) {
+      if (is_sum(a.kind)) {
+        out.push_back(a);
+        continue;
+      }
       const bool pair = a.kind == ActionKind::FB;
       const bool fwd = a.kind == ActionKind::F || pair;
-      const bool bwd = a.kind == ActionKind::B || a.kind == ActionKind::I || pair;
+      const bool bwd = a.kind == ActionKind::B || a.kind == ActionKind::I || pair;  // makes dx
       const int bc = pair ? a.b_chunk : a.chunk;  // the backward's (chunk, micro-batch)
       const int bmb = pair ? a.b_micro_batch : a.micro_batch;
       if (fwd && remote(a.chunk, a.micro_batch, -1))
@@ -153,7 +169,7 @@ std::string to_text(const Schedule& s, bool with_p2p) {
   for (const auto& rank : s.actions) {
     bool first = true;
     for (const Action& a : rank) {
-      if (!with_p2p && !is_compute(a.kind)) continue;
+      if (!with_p2p && !is_compute(a.kind) && !is_sum(a.kind)) continue;
       if (!first) text += ' ';
       text += to_string(a);
       first = false;
@@ -166,9 +182,9 @@ std::string to_text(const Schedule& s, bool with_p2p) {
 namespace {
 
 constexpr const char* kGrammarHint =
-    "a token is <chunk><F|B|I|W><micro-batch> (0F3), a pair <chunk>F<mb>&<chunk>B<mb> (0F5&1B1) "
-    "or <chunk><SEND_F|RECV_F|SEND_B|RECV_B><micro-batch> (1RECV_B0); see "
-    "include/coremesh/parallel/schedule.hpp";
+    "a token is <chunk><F|B|I|W><micro-batch> (0F3), a pair <chunk>F<mb>&<chunk><B|I><mb> "
+    "(0F5&1B1), <chunk><SEND_F|RECV_F|SEND_B|RECV_B><micro-batch> (1RECV_B0) or "
+    "<chunk><SEND_SUM|RECV_SUM> (0SEND_SUM); see include/coremesh/parallel/schedule.hpp";
 
 struct TokenParser {
   std::string_view source;
@@ -203,20 +219,23 @@ struct TokenParser {
       if (eat(std::string_view(&"FBIW"[static_cast<int>(k)], 1))) return k;
     fail(
         fmt::format("unknown action at character {} (expected F, B, I, W, SEND_F, RECV_F, "
-                    "SEND_B or RECV_B)",
+                    "SEND_B, RECV_B, SEND_SUM or RECV_SUM)",
                     pos + 1));
   }
   Action action() {
     Action a;
     a.chunk = number("chunk");
     a.kind = kind();
-    a.micro_batch = number("micro-batch");
+    if (!is_sum(a.kind)) a.micro_batch = number("micro-batch");  // a stage's sums: no micro-batch
     if (pos < token.size() && token[pos] == '&') {
       if (a.kind != ActionKind::F) fail("only a forward can start an overlapped pair (0F5&1B1)");
       ++pos;
       a.kind = ActionKind::FB;
       a.b_chunk = number("chunk");
-      if (!eat("B")) fail("the second half of an overlapped pair must be a full backward B");
+      if (eat("I"))
+        a.b_kind = ActionKind::I;
+      else if (!eat("B"))
+        fail("the second half of an overlapped pair must be a backward B or its input half I");
       a.b_micro_batch = number("micro-batch");
     }
     if (pos != token.size())

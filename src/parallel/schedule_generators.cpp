@@ -240,6 +240,30 @@ Schedule dualpipe_v(int p, int m) {
   return finish(std::move(s));
 }
 
+Schedule executed_form(const Schedule& s) {
+  if (s.placement != Placement::bidirectional || has_sums(s)) return s;
+  Schedule out = s;
+  out.name = s.name + "-exact";
+  for (int r = 0; r < s.ranks; ++r) {
+    std::vector<Action>& list = out.actions[static_cast<size_t>(r)];
+    std::vector<Action> run;
+    for (Action a : list) {
+      if (a.kind == ActionKind::W && a.chunk == 1) continue;  // at the tail, in micro-batch order
+      if (a.kind == ActionKind::B && a.chunk == 1) a.kind = ActionKind::I;
+      if (a.kind == ActionKind::FB && a.b_chunk == 1) a.b_kind = ActionKind::I;
+      run.push_back(a);
+    }
+    run.push_back(make(ActionKind::SendSum, 0, 0));
+    run.push_back(make(ActionKind::RecvSum, 1, 0));
+    for (int mb = s.micro_batches / 2; mb < s.micro_batches; ++mb) run.push_back(make(ActionKind::W, 1, mb));
+    run.push_back(make(ActionKind::SendSum, 1, 0));
+    run.push_back(make(ActionKind::RecvSum, 0, 0));
+    list = std::move(run);
+  }
+  validate(out);
+  return out;
+}
+
 std::vector<std::string> schedule_names() {
   std::vector<std::string> names;
   for (const auto& [kind, name] : pipeline_schedules()) names.push_back(name);

@@ -22,7 +22,12 @@ double Costs::duration(const Action& a, int rank) const {
     case ActionKind::B: return of(a.chunk, rank).b;
     case ActionKind::I: return of(a.chunk, rank).b - of(a.chunk, rank).w;
     case ActionKind::W: return of(a.chunk, rank).w;
-    case ActionKind::FB: return fb >= 0 ? fb : of(a.chunk, rank).f + of(a.b_chunk, rank).b;
+    case ActionKind::FB: {  // a pair with a split backward leaves out the W
+      const double w = a.b_kind == ActionKind::I ? of(a.b_chunk, rank).w : 0;
+      return (fb >= 0 ? fb : of(a.chunk, rank).f + of(a.b_chunk, rank).b) - w;
+    }
+    case ActionKind::SendSum:
+    case ActionKind::RecvSum: return sum;
     default: return 0;
   }
 }
@@ -43,8 +48,9 @@ void Costs::check(int chunks) const {
              "{} costs of a rank for {} chunks", row.size(), chunks);
     for (const auto& c : row) one(c);
   }
-  CM_CHECK(p2p >= 0 && std::isfinite(p2p) && std::isfinite(fb), "P2P is a latency >= 0",
-           "bad costs P2P={} F&B={}", p2p, fb);
+  CM_CHECK(p2p >= 0 && std::isfinite(p2p) && std::isfinite(fb) && sum >= 0 && std::isfinite(sum),
+           "P2P is a latency >= 0, a gradient-sum copy a time >= 0", "bad costs P2P={} F&B={} sum={}",
+           p2p, fb, sum);
 }
 
 namespace detail {
@@ -53,10 +59,12 @@ Run run_actions(const Schedule& s, const Costs& costs) {
   const int p = s.ranks, v = s.chunks, m = s.micro_batches;
   // arrival[direction][rank][chunk][mb]: when the message for the receiver is there (< 0: not
   // sent).
-  std::vector<double> arrival(static_cast<size_t>(2 * p * v * m), -1.0);
+  // sums[rank][chunk]: the same for the gradient sums for (rank, chunk).
+  std::vector<double> arrival(static_cast<size_t>(2 * p * v * m), -1.0), sums(static_cast<size_t>(p * v), -1.0);
   auto slot = [&](bool backward, int rank, int chunk, int mb) -> double& {
     return arrival[static_cast<size_t>(((backward * p + rank) * v + chunk) * m + mb)];
   };
+  auto sum_slot = [&](int rank, int chunk) -> double& { return sums[static_cast<size_t>(rank * v + chunk)]; };
   Run run;
   run.timeline.resize(static_cast<size_t>(p));
   run.next.assign(static_cast<size_t>(p), 0);
@@ -77,6 +85,15 @@ Run run_actions(const Schedule& s, const Costs& costs) {
         } else if (a.kind == ActionKind::SendF || a.kind == ActionKind::SendB) {
           const StageRef to = s.peer(r, a);
           slot(a.kind == ActionKind::SendB, to.rank, to.chunk, a.micro_batch) = now + costs.p2p;
+        } else if (a.kind == ActionKind::RecvSum) {  // the wait, then the copy out of the buffer
+          const double t = sum_slot(r, a.chunk);
+          if (t < 0) break;
+          start = std::max(now, t);
+          end = start + costs.sum;
+        } else if (a.kind == ActionKind::SendSum) {  // the put, on the rank's stream
+          end = start + costs.sum;
+          const StageRef to = s.peer(r, a);
+          sum_slot(to.rank, to.chunk) = end + costs.p2p;
         } else {
           end = start + costs.duration(a, r);
         }
@@ -112,11 +129,12 @@ Simulation simulate(const Schedule& schedule, const Costs& costs) {
     int live = 0;
     for (const TimedAction& t : sim.timeline[r]) {
       sim.step_time = std::max(sim.step_time, t.end);
-      if (is_compute(t.action.kind)) sim.busy[r] += t.end - t.start;
+      sim.busy[r] += t.end - t.start;  // compute, gradient-sum copies (a wait has start = end)
       const ActionKind k = t.action.kind;
       if (k == ActionKind::F || k == ActionKind::FB)
         sim.peak_slots[r] = std::max(sim.peak_slots[r], ++live);
-      if (k == ActionKind::B || k == ActionKind::W || k == ActionKind::FB) --live;
+      if (k == ActionKind::B || k == ActionKind::W || (k == ActionKind::FB && t.action.b_kind == ActionKind::B))
+        --live;
     }
   }
   double total = 0;
@@ -141,7 +159,8 @@ std::string cell_label(const Action& a, bool short_labels) {
   };
   if (a.kind == ActionKind::FB)
     return half(ActionKind::F, a.chunk, a.micro_batch) + "&" +
-           half(ActionKind::B, a.b_chunk, a.b_micro_batch);
+           half(a.b_kind, a.b_chunk, a.b_micro_batch);
+  if (is_sum(a.kind)) return a.kind == ActionKind::SendSum ? "S>" : "S<";
   return half(a.kind, a.chunk, a.micro_batch);
 }
 
@@ -170,7 +189,7 @@ std::string draw_timeline(const Simulation& sim, int width) {
   for (size_t r = 0; r < sim.timeline.size(); ++r) {
     std::string row(static_cast<size_t>(columns), '.');
     for (const TimedAction& t : sim.timeline[r]) {
-      if (!is_compute(t.action.kind)) continue;
+      if (!is_compute(t.action.kind) && !(is_sum(t.action.kind) && t.end > t.start)) continue;
       const int c0 = static_cast<int>(std::lround(t.start * scale));
       const int c1 =
           std::min(columns, std::max(c0 + 1, static_cast<int>(std::lround(t.end * scale))));

@@ -21,7 +21,9 @@ constexpr const char* kP2pHint =
 class RankChecker {
  public:
   RankChecker(const Schedule& s, int rank)
-      : s_(s), rank_(rank), done_(static_cast<size_t>(s.chunks * s.micro_batches)) {}
+      : s_(s), rank_(rank), done_(static_cast<size_t>(s.chunks * s.micro_batches)) {
+    for (const Action& a : s.actions[static_cast<size_t>(rank)]) sums_ = sums_ || is_sum(a.kind);
+  }
 
   void check() {
     const auto& list = s_.actions[static_cast<size_t>(rank_)];
@@ -29,13 +31,23 @@ class RankChecker {
     for (int c = 0; c < s_.chunks; ++c)
       for (int mb = 0; mb < s_.micro_batches; ++mb)
         if (s_.passes_through(mb, c)) complete(c, mb);
+    if (sums_)
+      for (int c = 0; c < 2; ++c)
+        for (const bool send : {true, false})
+          if (!(send ? sent_sum_ : received_sum_)[c])
+            fail_at_end(fmt::format("the sums of chunk {} are never {}", c,
+                                    send ? "sent to the partner" : "received from the partner"),
+                        fmt::format("add `{}{}`", c, send ? "SEND_SUM" : "RECV_SUM"));
   }
+  bool has_sums() const { return sums_; }
 
  private:
   const Schedule& s_;
   int rank_;
   size_t index_ = 0;
   std::vector<Done> done_;
+  bool sums_ = false;  // this rank exchanges gradient sums with its partner
+  bool sent_sum_[2] = {false, false}, received_sum_[2] = {false, false};
 
   Done& at(int chunk, int mb) { return done_[static_cast<size_t>(chunk * s_.micro_batches + mb)]; }
   static std::string token(char kind, int chunk, int mb) {
@@ -118,7 +130,50 @@ class RankChecker {
                          s_.stage_of(rank_, c), s_.stage_of(rank_, next.chunk)),
              fmt::format("move the backward of chunk {} micro-batch {} before it", next.chunk, mb));
     }
+    if (!split) weight_gradient(c, mb);
     (split ? d.i : d.b) = true;
+  }
+
+  // A B or W adds to chunk c's gradient sums: not after they were sent, and
+  // on copy 1 only onto copy 0's received sums.
+  void weight_gradient(int c, int mb) const {
+    if (!sums_) return;
+    if (sent_sum_[c])
+      fail(fmt::format("weight gradient of chunk {} micro-batch {} after the chunk's sums were sent", c,
+                       mb),
+           fmt::format("move `{}SEND_SUM` after it", c));
+    if (c == 1 && !received_sum_[1])
+      fail(fmt::format("weight gradient of copy 1's micro-batch {} before copy 0's sums of its stage "
+                       "are received (one PE sums micro-batches in order)",
+                       mb),
+           "run copy 1's backwards as I and their W after `1RECV_SUM` (executed_form() does)");
+  }
+
+  // cSEND_SUM / cRECV_SUM: the chunk's sums to or from the partner.
+  void sum_message(const Action& a) {
+    const int c = a.chunk;
+    if (s_.placement != Placement::bidirectional)
+      fail("gradient sums are exchanged between DualPipe's two model copies of a stage only",
+           "remove it: only a bidirectional schedule holds a stage twice");
+    if (c < 0 || c > 1) fail(fmt::format("chunk {} is out of range (chunks=2)", c), "use chunk 0 or 1");
+    const bool send = a.kind == ActionKind::SendSum;
+    if ((send ? sent_sum_ : received_sum_)[c])
+      fail(fmt::format("second {} of the sums of chunk {}", send ? "send" : "receive", c),
+           "each chunk's sums are sent once and received once");
+    if (send) {
+      if (c == 1 && !received_sum_[1])
+        fail("sends copy 1's sums before it has received copy 0's, which they continue",
+             "move `1RECV_SUM` before it");
+      for (int mb = 0; mb < s_.micro_batches; ++mb)
+        if (s_.passes_through(mb, c) && !at(c, mb).b && !at(c, mb).w)
+          fail(fmt::format("sends the sums of chunk {} before the weight gradient of micro-batch {}", c,
+                           mb),
+               fmt::format("move it after the B or W of chunk {} micro-batch {}", c, mb));
+    } else if (c == 0 && !sent_sum_[0]) {
+      fail("receives the finished sums of copy 0's stage before sending this rank's own, which they continue",
+           "move `0SEND_SUM` before it");
+    }
+    (send ? sent_sum_ : received_sum_)[c] = true;
   }
 
   void weight(int c, int mb) {
@@ -132,6 +187,7 @@ class RankChecker {
     if (d.w)
       fail(fmt::format("second weight gradient of chunk {} micro-batch {}", c, mb),
            "each I is followed by exactly one W");
+    weight_gradient(c, mb);
     d.w = true;
   }
 
@@ -176,6 +232,7 @@ class RankChecker {
   }
 
   void action(const Action& a) {
+    if (is_sum(a.kind)) return sum_message(a);
     in_range(a.chunk, a.micro_batch);
     switch (a.kind) {
       case ActionKind::F: forward(a.chunk, a.micro_batch); break;
@@ -187,8 +244,10 @@ class RankChecker {
         if (a.b_chunk == a.chunk && a.b_micro_batch == a.micro_batch)
           fail("an overlapped pair cannot run the backward of its own forward",
                "pair the forward with the backward of another chunk or micro-batch");
+        if (a.b_kind != ActionKind::B && a.b_kind != ActionKind::I)
+          fail("the backward half of a pair is a B or an I", "write 0F5&1B1 or 0F5&1I1");
         forward(a.chunk, a.micro_batch);
-        backward(a.b_chunk, a.b_micro_batch, false);
+        backward(a.b_chunk, a.b_micro_batch, a.b_kind == ActionKind::I);
         break;
       default: message(a); break;
     }
@@ -222,7 +281,16 @@ void validate(const Schedule& s) {
   s.check_sizes();
   CM_CHECK(static_cast<int>(s.actions.size()) == s.ranks, "give one action list per rank",
            "schedule '{}': {} action lists for pp={}", s.name, s.actions.size(), s.ranks);
-  for (int r = 0; r < s.ranks; ++r) RankChecker(s, r).check();
+  int with_sums = -1, without_sums = -1;
+  for (int r = 0; r < s.ranks; ++r) {
+    RankChecker rank(s, r);
+    rank.check();
+    (rank.has_sums() ? with_sums : without_sums) = r;
+  }
+  CM_CHECK(with_sums < 0 || without_sums < 0,
+           "give every rank its four gradient-sum messages (its partner's wait for them), or none",
+           "schedule '{}': rank {} exchanges gradient sums, rank {} does not", s.name, with_sums,
+           without_sums);
 
   // Every message exists exactly once; now prove the order cannot deadlock.
   const detail::Run run = detail::run_actions(s, Costs{});

@@ -109,7 +109,7 @@ parallel::Schedule pipeline_schedule(const TrainConfig& c) {
            "schedule '{}' is for pp {} and {} micro-batches, the run has pp {} and {}", s.name, s.ranks,
            s.micro_batches, p.pp, c.grad_accum);
   parallel::validate(s);
-  return s;
+  return parallel::executed_form(s);  // textbook DualPipe: the form that is one PE's run bit for bit
 }
 
 // ---- the tied table across stages
@@ -243,7 +243,7 @@ Pipeline::Pipeline(const TrainConfig& cfg, runtime::Device& device)
   const int messages = 2 * schedule_.chunks * schedule_.micro_batches;
   recv_ = parallel::symmetric_tensor({int64_t(messages) * rows_ * cfg.model.d_model});
   plan_norm(messages + Tied::signals(schedule_));
-  const int signals = norm_->signal_base + int(norm_->expected.size()) + 3;  // + DualPipe's copy sums
+  const int signals = norm_->signal_base + int(norm_->expected.size()) + 4;  // + DualPipe's gradient sums
   signals_ = parallel::symmetric_tensor({signals}, DType::i64);
   if (cfg.model.tied_embeddings) tied_ = std::make_unique<Tied>(*this, messages);
   host_values_ = parallel::symmetric_tensor({int64_t(4 * (shmem::n_pes() + 1))}, DType::i64);  // doubles, 8 bytes each
@@ -259,7 +259,7 @@ Pipeline::Pipeline(const TrainConfig& cfg, runtime::Device& device)
   timed_ = parallel::max_over_world({int64_t(cfg.report || runtime::profiler_enabled())})[0] > 0;
   if (timed_) {
     size_t most = 0;
-    for (const auto& list : schedule_.actions) most = std::max(most, list.size() + 1 + size_t(schedule_.micro_batches));
+    for (const auto& list : schedule_.actions) most = std::max(most, list.size());
     times_buffer_ = parallel::symmetric_tensor({int64_t(2 * most) * (shmem::n_pes() + 1)}, DType::i64);
   }
   if (schedule_.placement == parallel::Placement::bidirectional) {  // the partner's gradients and loads
@@ -535,7 +535,7 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
   };
   const bool traced = timed_ || runtime::profiler_enabled();
   const std::vector<parallel::Action>& actions = schedule_.actions[size_t(rank_)];
-  times_.assign(actions.size() + 1 + size_t(schedule_.micro_batches), {0, 0});  // + DualPipe's tail: sums, W per mb
+  times_.assign(actions.size(), {0, 0});
   memory_ = {};
   std::set<std::pair<int, int>> live;  // chunk slots: (chunk, micro-batch) from F to B or W
   auto note = [&](int chunk, int mb, bool taken) {
@@ -551,50 +551,40 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
     memory_.peak_activation_bytes = std::max(memory_.peak_activation_bytes, bytes);
     memory_.peak_slots = std::max(memory_.peak_slots, int(live.size()));
   };
-  // DualPipe: copy 1's backwards keep their weight halves for the tail (finish_copies)
-  const bool copies = schedule_.placement == parallel::Placement::bidirectional;
-  auto deferred = [&](int chunk) { return copies && chunk == 1; };
-  auto backward_action = [&](int c, int mb) {
-    backward(c, mb, deferred(c));
-    if (!deferred(c)) note(c, mb, false);
+  auto backward_action = [&](int c, int mb, bool split) {
+    backward(c, mb, split);
+    if (!split) note(c, mb, false);
   };
   for (size_t i = 0; i < actions.size(); ++i) {
     const parallel::Action& a = actions[i];
-    if (a.kind == ActionKind::W && deferred(a.chunk)) continue;  // at the tail, in micro-batch order
     std::optional<StreamSpan> span;
-    const parallel::Action shown = as_run(a);  // copy 1's B runs as I
-    if (traced) span.emplace(schedule_.stage_of(rank_, a.chunk), parallel::to_string(shown), action_category(shown.kind), &times_[i]);
+    if (traced)
+      span.emplace(schedule_.stage_of(rank_, a.chunk), parallel::to_string(a), action_category(a.kind), &times_[i]);
     switch (a.kind) {
       case ActionKind::F: forward(a.chunk, a.micro_batch), note(a.chunk, a.micro_batch, true); break;
-      case ActionKind::B: backward_action(a.chunk, a.micro_batch); break;
-      case ActionKind::I: backward(a.chunk, a.micro_batch, true); break;
+      case ActionKind::B: backward_action(a.chunk, a.micro_batch, false); break;
+      case ActionKind::I: backward_action(a.chunk, a.micro_batch, true); break;
       case ActionKind::W: m.backward_weight(a.micro_batch, a.chunk), note(a.chunk, a.micro_batch, false); break;
-      case ActionKind::FB:  // the forward's slot is taken before the backward frees its own
+      case ActionKind::FB: {  // the forward's slot is taken before the backward frees its own
+        const bool split = a.b_kind == ActionKind::I;
         if (pair_streams_) {
-          run_pair(a, deferred(a.b_chunk) ? ActionKind::I : ActionKind::B, traced, [&] { forward(a.chunk, a.micro_batch), note(a.chunk, a.micro_batch, true); },
-                   [&] { backward_action(a.b_chunk, a.b_micro_batch); });
+          run_pair(a, traced, [&] { forward(a.chunk, a.micro_batch), note(a.chunk, a.micro_batch, true); },
+                   [&] { backward_action(a.b_chunk, a.b_micro_batch, split); });
           break;
         }
         forward(a.chunk, a.micro_batch), note(a.chunk, a.micro_batch, true);
-        backward_action(a.b_chunk, a.b_micro_batch);
+        backward_action(a.b_chunk, a.b_micro_batch, split);
         break;
+      }
       case ActionKind::SendF: send(take(outputs_, {a.chunk, a.micro_batch}), a); break;
       case ActionKind::SendB: send(take(grads_, {a.chunk, a.micro_batch}), a); break;
       case ActionKind::RecvF: inputs_[{a.chunk, a.micro_batch}] = receive(false, a.chunk, a.micro_batch); break;
       case ActionKind::RecvB: grad_inputs_[{a.chunk, a.micro_batch}] = receive(true, a.chunk, a.micro_batch); break;
+      case ActionKind::SendSum: send_sums(a.chunk); break;
+      case ActionKind::RecvSum: receive_sums(a.chunk); break;
     }
   }
   CM_ASSERT(outputs_.empty() && grads_.empty() && inputs_.empty() && grad_inputs_.empty());
-  if (!copies) return;
-  std::optional<StreamSpan> span;
-  if (traced) span.emplace(schedule_.stage_of(rank_, 1), "copy 1's W, the copies' sums", "grad sum", &times_[actions.size()]);
-  finish_copies([&](int mb) {
-    std::optional<StreamSpan> w;
-    if (traced)
-      w.emplace(schedule_.stage_of(rank_, 1), parallel::to_string({ActionKind::W, 1, mb}), "W",
-                &times_[actions.size() + 1 + size_t(mb)]);
-    m.backward_weight(mb, 1), note(1, mb, false);
-  });
 }
 
 // DualPipe's overlapped pair: the forward on the compute stream and the
@@ -603,8 +593,8 @@ void Pipeline::run(const std::vector<model::MicroBatch>& batches) {
 // The halves touch different chunks (their own slots, parts and gradients);
 // what the backward reads was made on the compute stream before the pair.
 // Each half is a span on its own stage's track of the trace.
-void Pipeline::run_pair(const parallel::Action& a, parallel::ActionKind b_kind, bool traced,
-                        const std::function<void()>& forward, const std::function<void()>& backward) {
+void Pipeline::run_pair(const parallel::Action& a, bool traced, const std::function<void()>& forward,
+                        const std::function<void()>& backward) {
   runtime::Stream main = runtime::current_stream();
   const runtime::CoreLimits all = main.effective_limits();
   runtime::Event start;
@@ -625,19 +615,12 @@ void Pipeline::run_pair(const parallel::Action& a, parallel::ActionKind b_kind, 
     std::optional<StreamSpan> span;
     if (traced)
       span.emplace(schedule_.stage_of(rank_, a.b_chunk),
-                   parallel::to_string({b_kind, a.b_chunk, a.b_micro_batch}), action_category(b_kind), nullptr);
+                   parallel::to_string({a.b_kind, a.b_chunk, a.b_micro_batch}), action_category(a.b_kind), nullptr);
     backward();
   }
   runtime::Event done;
   done.record(pair_);
   done.wait(main);
-}
-
-parallel::Action Pipeline::as_run(const parallel::Action& a) const {
-  parallel::Action out = a;
-  if (schedule_.placement == parallel::Placement::bidirectional && a.kind == ActionKind::B && a.chunk == 1)
-    out.kind = ActionKind::I;
-  return out;
 }
 
 // The arena range of a chunk's parts (the arena is in part order).
@@ -649,48 +632,63 @@ std::pair<int64_t, int64_t> Pipeline::chunk_range(int chunk) const {
 
 // DualPipe, bit for bit: rank r holds stage r of copy 0 (chunk 0) and stage
 // p-1-r of copy 1 (chunk 1), its partner p-1-r the same stages the other way
-// round, in the same arena layout. One PE sums a stage's micro-batches in
-// order, copy 0's [0, m/2) first, so: each rank puts its copy-0 sums
-// (complete after its schedule) to its partner; the partner starts its
-// copy-1 sums from them and adds its deferred weight halves in micro-batch
-// order (`weight(mb)`), as one PE adds its later micro-batches; then it puts
-// the finished sums back. Both copies take the same steps. The routers'
-// loads (integers) are summed both ways.
-void Pipeline::finish_copies(const std::function<void(int)>& weight) {
-  const int partner = schedule_.ranks - 1 - rank_, sig = norm_->signal_base + int(norm_->expected.size());
-  runtime::Stream stream = runtime::current_stream();
-  const Tensor grad = model_->grad_arena();
-  auto put_chunk = [&](int chunk, int signal_index) {
-    const auto [b, e] = chunk_range(chunk);
-    shmem::put_signal_on_stream(stream, copy_grads_.data<float>() + b, grad.data<float>() + b, size_t(e - b),
-                                signal(signal_index), 1, shmem::SignalOp::add, pe(partner));
-  };
-  auto take_chunk = [&](int chunk, int signal_index, const char* what) {
-    wait(signal_index, fmt::format("waits for PE {}'s {}", pe(partner), what));
-    const auto [b, e] = chunk_range(chunk);
-    parallel::copy_on_stream(copy_grads_.slice(0, b, e), grad.slice(0, b, e));
-  };
-  put_chunk(0, sig);
-  int64_t n = 0;
-  for (const Tensor& l : model_->expert_load()) {
-    parallel::copy_on_stream(l, load_arena_.slice(0, n, n + l.numel()));
-    n += l.numel();
+// round, in the same arena layout (a chunk's range here is the partner's
+// other chunk's). The schedule's gradient-sum messages (schedule.hpp) carry
+// a chunk's gradient sums and its MoE layers' loads (integers, E + 1 per
+// layer, at layer l * (E + 1)) into the partner's symmetric buffers, a signal each, the receiving
+// chunk's: sums at sum_signal(c), loads at sum_signal(c) + 1.
+int Pipeline::sum_signal(int chunk) const { return norm_->signal_base + int(norm_->expected.size()) + 2 * chunk; }
+
+// The MoE layers a chunk holds: (index in expert_load(), layer).
+std::vector<std::pair<int, int>> Pipeline::chunk_layers(int chunk) const {
+  std::vector<std::pair<int, int>> out;
+  const model::PartRange mine = model_->stage().chunks[size_t(chunk)];
+  int i = 0;
+  for (int l = 0; l < cfg_.model.n_layers; ++l) {
+    if (!cfg_.model.is_moe_layer(l) || !model::holds_part(model_->stage(), 2 + 2 * l)) continue;
+    if (mine.begin <= 2 + 2 * l && 2 + 2 * l < mine.end) out.emplace_back(i, l);
+    ++i;
   }
-  if (n > 0)
-    shmem::put_signal_on_stream(stream, copy_loads_.data<int64_t>(), load_arena_.data<int64_t>(), size_t(n),
-                                signal(sig + 1), 1, shmem::SignalOp::add, pe(partner));
-  take_chunk(1, sig, "copy-0 gradient sums, which this rank's copy-1 micro-batches continue");
-  model_->continue_gradient_sum(1);
-  for (int mb = 0; mb < schedule_.micro_batches; ++mb)
-    if (schedule_.passes_through(mb, 1)) weight(mb);
-  put_chunk(1, sig + 2);
-  take_chunk(0, sig + 2, "finished gradient sums of this rank's copy-0 stage");
-  if (n == 0) return;
-  wait(sig + 1, fmt::format("waits for PE {}'s expert loads of the other model copy", pe(partner)));
-  n = 0;
-  for (const Tensor& l : model_->expert_load()) {
-    parallel::sum_in_order({l, copy_loads_.slice(0, n, n + l.numel())}, l);
-    n += l.numel();
+  return out;
+}
+
+void Pipeline::send_sums(int chunk) {
+  const int partner = schedule_.ranks - 1 - rank_;
+  runtime::Stream stream = runtime::current_stream();
+  const auto [b, e] = chunk_range(chunk);
+  shmem::put_signal_on_stream(stream, copy_grads_.data<float>() + b, model_->grad_data() + b, size_t(e - b),
+                              signal(sum_signal(1 - chunk)), 1, shmem::SignalOp::add, pe(partner));
+  const auto layers = chunk_layers(chunk);
+  if (layers.empty()) return;
+  const int64_t E = cfg_.model.n_routed_experts + 1, lb = layers.front().second * E, le = (layers.back().second + 1) * E;
+  for (const auto& [i, l] : layers)
+    parallel::copy_on_stream(model_->expert_load()[size_t(i)], load_arena_.slice(0, l * E, (l + 1) * E));
+  shmem::put_signal_on_stream(stream, copy_loads_.data<int64_t>() + lb, load_arena_.data<int64_t>() + lb,
+                              size_t(le - lb), signal(sum_signal(1 - chunk) + 1), 1, shmem::SignalOp::add,
+                              pe(partner));
+}
+
+void Pipeline::receive_sums(int chunk) {
+  const int partner = schedule_.ranks - 1 - rank_;
+  const bool continues = chunk == 1;  // copy 1's micro-batches come after the partner's
+  wait(sum_signal(chunk), fmt::format("waits for PE {}'s {}", pe(partner),
+                                      continues ? "copy-0 gradient sums, which this rank's copy-1 micro-batches continue"
+                                                : "finished gradient sums of this rank's copy-0 stage"));
+  const auto [b, e] = chunk_range(chunk);
+  const Tensor grad = model_->grad_arena();
+  parallel::copy_on_stream(copy_grads_.slice(0, b, e), grad.slice(0, b, e));
+  if (continues) model_->continue_gradient_sum(chunk);
+  const auto layers = chunk_layers(chunk);
+  if (layers.empty()) return;
+  wait(sum_signal(chunk) + 1, fmt::format("waits for PE {}'s expert loads of the other model copy", pe(partner)));
+  const int64_t E = cfg_.model.n_routed_experts + 1;
+  for (const auto& [i, l] : layers) {  // copy 1: both copies' loads; copy 0: the partner's are the total
+    const Tensor& load = model_->expert_load()[size_t(i)];
+    const Tensor theirs = copy_loads_.slice(0, l * E, (l + 1) * E);
+    if (continues)
+      parallel::sum_in_order({load, theirs}, load);
+    else
+      parallel::copy_on_stream(theirs, load);
   }
 }
 

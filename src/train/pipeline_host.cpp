@@ -27,6 +27,8 @@ std::string action_category(ActionKind k) {
     case ActionKind::I: return "I";
     case ActionKind::W: return "W";
     case ActionKind::FB: return "F&B";
+    case ActionKind::SendSum:
+    case ActionKind::RecvSum: return "grad sum";
     default: return "p2p";
   }
 }
@@ -69,15 +71,10 @@ void Pipeline::gather_executed() {
   for (int r = 0; r < schedule_.ranks; ++r) {
     const int64_t* t = times_of(r);
     const std::vector<parallel::Action>& actions = schedule_.actions[size_t(r)];
-    // its actions as run, then DualPipe's tail: the copies' sums and copy 1's W per micro-batch
-    for (size_t i = 0; i <= actions.size() + size_t(schedule_.micro_batches); ++i) {
-      if (t[2 * i] == 0) continue;  // not run (a deferred W in its place, the tail outside DualPipe)
-      const parallel::Action a = i < actions.size()    ? as_run(actions[i])
-                                 : i == actions.size() ? parallel::Action{}
-                                                       : parallel::Action{ActionKind::W, 1, int(i - actions.size() - 1)};
-      const bool sum = i == actions.size();
-      executed_.push_back({r, sum ? "sum" : parallel::to_string(a), sum ? "grad sum" : action_category(a.kind),
-                           double(t[2 * i] - origin) / 1e6, double(t[2 * i + 1] - origin) / 1e6});
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const parallel::Action& a = actions[i];
+      executed_.push_back({r, parallel::to_string(a), action_category(a.kind), double(t[2 * i] - origin) / 1e6,
+                           double(t[2 * i + 1] - origin) / 1e6});
     }
   }
 }

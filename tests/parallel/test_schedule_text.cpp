@@ -58,6 +58,9 @@ TEST(ScheduleText, TokensOfEveryKind) {
   EXPECT_EQ(to_string({ActionKind::RecvF, 1, 3}), "1RECV_F3");
   EXPECT_EQ(to_string({ActionKind::SendB, 0, 7}), "0SEND_B7");
   EXPECT_EQ(to_string({ActionKind::RecvB, 1, 0}), "1RECV_B0");
+  EXPECT_EQ(to_string({ActionKind::FB, 0, 5, 1, 1, ActionKind::I}), "0F5&1I1");
+  EXPECT_EQ(to_string({ActionKind::SendSum, 0, 0}), "0SEND_SUM");
+  EXPECT_EQ(to_string({ActionKind::RecvSum, 1, 0}), "1RECV_SUM");
 }
 
 TEST(ScheduleText, RoundTripOfEveryGenerator) {
@@ -96,6 +99,12 @@ TEST(ScheduleText, OverlappedPairsAndSplitBackwards) {
   EXPECT_EQ(s.actions[0][3], (Action{ActionKind::FB, 1, 1, 1, 0}));
   EXPECT_EQ(s.actions[0][4], (Action{ActionKind::I, 0, 0}));
   validate(s);
+  // A pair's backward split: its W comes later and frees the slot.
+  const Schedule split = parse_schedule(
+      "schedule pair placement=v pp=1 chunks=2 microbatches=2\n"
+      "0F0 1F0 0F1 1F1&1I0 1W0 0I0 0W0 1B1 0B1\n");
+  EXPECT_EQ(split.actions[0][3], (Action{ActionKind::FB, 1, 1, 1, 0, ActionKind::I}));
+  validate(split);
 }
 
 TEST(ScheduleText, ErrorsNameTheLineAndToken) {
@@ -111,7 +120,8 @@ TEST(ScheduleText, ErrorsNameTheLineAndToken) {
       {header + "F0\n0F0\n", "token 1 `F0`: expected a chunk at character 1"},
       {header + "0F\n0F0\n", "token 1 `0F`: expected a micro-batch at character 3"},
       {header + "0F1x\n0F0\n", "token 1 `0F1x`: unexpected text after the action"},
-      {header + "0F1&1I0\n0F0\n", "must be a full backward B"},
+      {header + "0F1&1W0\n0F0\n", "must be a backward B or its input half I"},
+      {header + "0SEND_SUM3\n0F0\n", "token 1 `0SEND_SUM3`: unexpected text after the action"},
       {header + "0B1&1B0\n0F0\n", "only a forward can start an overlapped pair"},
       {header + "0F0\n", "1 rank lines for pp=2"},
       {header + "0F0\n0F0\n0F0\n", "line 4: more rank lines than pp=2"},

@@ -25,6 +25,16 @@
 // one-sided put (it never waits); a receive waits until the data has arrived.
 // Stages on the same rank (the tip of a V) hand over without messages.
 //
+// DualPipe's two copies of a stage (bidirectional) sum their gradients in one
+// PE's micro-batch order by two more messages between partners r and p-1-r
+// (chunk c holds copy c's stage; the partner holds it as chunk 1-c):
+// cSEND_SUM puts chunk c's gradient sums and router loads to the partner;
+// cRECV_SUM waits for them and takes them into chunk c: on chunk 1 (copy 1,
+// the later micro-batches) its next weight gradients continue the received
+// sums and the loads add up; on chunk 0 the received sums are the finished
+// ones (they continued this chunk's) and replace its own. The textbook
+// generator has none; executed_form() (schedule_generators.hpp) adds them.
+//
 // Text form (what `coremesh schedule` prints, golden files hold and --load reads):
 //   file     := { comment | blank } header rank-line{p}       one line per rank, rank 0 first
 //   header   := "schedule" NAME "placement=" (interleaved|v|bidirectional)
@@ -32,7 +42,9 @@
 //   rankline := token { token }                               tokens separated by blanks
 //   token    := CHUNK KIND MB                                  e.g. 0F3, 1B0, 0I2, 0W2
 //             | CHUNK "F" MB "&" CHUNK "B" MB                  overlapped pair, e.g. 0F5&1B1
+//             | CHUNK "F" MB "&" CHUNK "I" MB                  its backward split (W later)
 //             | CHUNK ("SEND_F"|"RECV_F"|"SEND_B"|"RECV_B") MB e.g. 0SEND_F3, 1RECV_B0
+//             | CHUNK ("SEND_SUM"|"RECV_SUM")                  e.g. 0SEND_SUM, 1RECV_SUM
 //   KIND     := "F" | "B" | "I" | "W"
 //   comment  := "#" to the end of the line (allowed anywhere)
 // CHUNK is the chunk on this rank (not the global stage), MB the micro-batch (global:
@@ -57,9 +69,12 @@ enum class ActionKind : uint8_t {
   RecvF,  // activations for (chunk, micro_batch) from the rank of the previous stage
   SendB,  // input gradient of (chunk, micro_batch) to the rank of the previous stage
   RecvB,  // output gradient for (chunk, micro_batch) from the rank of the next stage
+  SendSum,  // bidirectional: chunk's gradient sums and router loads to the partner
+  RecvSum,  // bidirectional: the partner's sums of this chunk's stage, taken into it
 };
 
 bool is_compute(ActionKind kind);  // F, B, I, W, FB
+bool is_sum(ActionKind kind);      // SendSum, RecvSum (no micro-batch)
 
 struct Action {
   ActionKind kind = ActionKind::F;
@@ -67,10 +82,11 @@ struct Action {
   int micro_batch = 0;
   int b_chunk = 0;        // FB only: the backward half
   int b_micro_batch = 0;  // FB only
+  ActionKind b_kind = ActionKind::B;  // FB only: B, or I (its W comes later)
   friend bool operator==(const Action&, const Action&) = default;
 };
 
-std::string to_string(const Action& action);  // its token: "0F3", "0F5&1B1", "1SEND_B2"
+std::string to_string(const Action& action);  // its token: "0F3", "0F5&1B1", "1SEND_B2", "0SEND_SUM"
 
 enum class Placement : uint8_t { interleaved, v, bidirectional };
 std::string_view placement_name(Placement placement);
@@ -93,18 +109,21 @@ struct Schedule {
   int stage_of(int rank, int chunk) const;  // the stage (rank, chunk) holds
   StageRef locate(int micro_batch, int stage) const;
   bool passes_through(int micro_batch, int chunk) const;  // on any rank
-  // The rank and chunk at the other end of a send or receive of `rank`.
+  // The rank and chunk at the other end of a send or receive of `rank`
+  // (a gradient-sum message: the partner p-1-rank, chunk 1-chunk).
   StageRef peer(int rank, const Action& message) const;
   // Throws InvalidArgument unless the sizes fit the placement (v: 2 chunks;
   // bidirectional: 2 chunks, even pp and micro-batches). Does not look at actions.
   void check_sizes() const;
 };
 
-// Inserts the sends and receives a compute-only schedule needs: each receive right
+// Inserts the sends and receives a schedule without stage messages needs
+// (gradient-sum messages stay where they are): each receive right
 // before the compute that consumes it, each send right after the compute that
 // produces it (the latest and the earliest point: nothing waits longer than needed).
 void add_p2p(Schedule& schedule);
-bool has_p2p(const Schedule& schedule);
+bool has_p2p(const Schedule& schedule);  // any stage message (not the gradient sums)
+bool has_sums(const Schedule& schedule);  // any gradient-sum message
 
 std::string to_text(const Schedule& schedule, bool with_p2p = true);
 // Parses the text form; errors name the source, line and token. Inserts sends

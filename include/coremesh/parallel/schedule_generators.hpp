@@ -38,4 +38,15 @@ Schedule make_schedule(PipelineSchedule kind, int ranks, int micro_batches, int 
 Schedule make_schedule(std::string_view name, int ranks, int micro_batches, int chunks = 2);
 std::vector<std::string> schedule_names();
 
+// The schedule as the executor runs it, one PE's arithmetic bit for bit. The
+// same schedule, except for a bidirectional one without gradient-sum
+// messages (the textbook DualPipe): one PE sums a stage's micro-batches in
+// order, copy 0's [0, m/2) first, so copy 1's weight gradients must continue
+// copy 0's finished sums. Each copy-1 backward (B, and the B of an F&B pair)
+// becomes its I, on time; the rank's own copy-1 W are dropped; the rank ends
+// with 0SEND_SUM 1RECV_SUM, copy 1's W in micro-batch order, 1SEND_SUM
+// 0RECV_SUM. Named NAME-exact ("dualpipe-exact"); it holds m/2 more chunk
+// slots on each rank at its peak than the textbook form.
+Schedule executed_form(const Schedule& schedule);
+
 }  // namespace coremesh::parallel

@@ -5,22 +5,24 @@
 // - Costs are per chunk action: F = f, B = b, I = b - w, W = w (DeepSeek's table
 //   writes B for the full backward, so I = B - W), an overlapped F&B pair = fb
 //   (fb < 0: the F of its forward chunk plus the B of its backward chunk, i.e. no
-//   overlap gain). per_chunk, when given, sets f, b, w for each chunk;
+//   overlap gain; a pair whose backward is an I: that less the W). per_chunk, when given, sets f, b, w for each chunk;
 //   per_rank, when given, for each chunk of each rank (measured stages that
 //   are not alike: the embedding's, the head's).
 // - Every rank starts at t = 0 and runs its actions in order; a compute action
 //   starts when the previous action of its rank has ended.
 // - P2P is latency only: a message sent at t can be received at t + p2p. Sends and
 //   receives take no time on the rank (one-sided puts on a communication stream);
-//   a receive waits until its message has arrived. With p2p = 0 the simulator
+//   a receive waits until its message has arrived. A gradient-sum message
+//   (SEND_SUM / RECV_SUM) moves a stage's gradients: `sum` on the sender (its
+//   put) and on the receiver after the arrival (its copy out), plus p2p between. With p2p = 0 the simulator
 //   reproduces the textbook formulas, which leave communication out.
 // - The step is the time from 0 to the end of the last action on any rank (the
 //   gradient reduction and optimizer step after it are not part of it).
-// - busy = sum of a rank's compute durations, bubble = step - busy (idle time in
+// - busy = sum of a rank's compute and gradient-sum copy durations, bubble = step - busy (idle time in
 //   the step, before, between and after its actions), bubble fraction = bubble /
 //   step; the total fraction is sum(bubble) / (p * step).
 // - A slot is one chunk's activations of one micro-batch: taken when its F starts,
-//   freed when its B ends (or its W, when the backward is split). Within an F&B
+//   freed when its B ends (or its W, when the backward is split: also an I pair's). Within an F&B
 //   pair the forward's slot is taken before the backward frees its own
 //   (DualPipe's PP+1). A chunk holds num_stages / p of the layers of a 1F1B
 //   stage, so peak_slots * p / num_stages is the peak in 1F1B stage units.
@@ -45,6 +47,7 @@ struct Costs {
   std::vector<std::vector<ComputeCost>> per_rank;  // empty, or [rank][chunk] (overrides the others)
   double fb = -1;                      // overlapped F&B pair; < 0: f + b of its halves
   double p2p = 0;                      // message latency
+  double sum = 0;                      // a gradient-sum message's put or copy, on the rank
 
   const ComputeCost& of(int chunk, int rank = -1) const;
   double duration(const Action& action, int rank = -1) const;  // 0 for sends and receives

@@ -47,9 +47,9 @@
 //
 // Gradients of a stage are summed in micro-batch order by the model, which
 // holds for a schedule that runs each chunk's backwards (or W) in
-// micro-batch order. DualPipe's copy-1 stages continue the copy-0 sums
-// that their partners put to them at the end of the schedule, with their
-// weight halves deferred to then (finish_copies): one PE's sums bit for bit.
+// micro-batch order. DualPipe runs its executed form (executed_form():
+// copy 1's weight halves after the schedule's 1RECV_SUM of the partner's
+// copy-0 sums, send_sums / receive_sums): one PE's sums bit for bit.
 // DualPipe's F&B pairs run their halves on two streams (run_pair).
 // Thread safety: one thread (the trainer's) drives a Pipeline; every call
 // but the host ones launches on the current stream and returns.
@@ -78,7 +78,8 @@ struct TrainConfig;
 
 // Parts [0, num_parts) cut into `stages` contiguous, balanced runs.
 std::vector<model::PartRange> stage_parts(const model::ModelConfig& config, int stages);
-// The schedule a training config runs (pp, schedule, grad_accum, virtual_stages).
+// The schedule a training config runs (pp, schedule, grad_accum, virtual_stages),
+// in its executed form (executed_form(): DualPipe with its gradient sums).
 parallel::Schedule pipeline_schedule(const TrainConfig& config);
 // What pipeline rank `rank` holds: one chunk per stage its placement gives it.
 model::StageLayout pipeline_stage(const model::ModelConfig& config, const parallel::Schedule& schedule, int rank);
@@ -117,7 +118,6 @@ class Pipeline {
 
   // ---- the step, on the current stream
   // This rank's actions; micro-batch i is batches[i] (tokens and targets).
-  // DualPipe: ends with copy 1's weight halves and the copies' sums.
   void run(const std::vector<model::MicroBatch>& batches);
   // dp x ep > 1: the stage's gradients and the routers' loads summed over
   // the replicas of the stage, in replica order (and key/value heads that
@@ -173,15 +173,16 @@ class Pipeline {
   model::StageLayout stage_of(int rank, int ep_index, int tp_index) const;
   // The chunks whose parts `rank` holds for the whole model (DualPipe: copy 0's).
   std::vector<model::PartRange> canonical_chunks(int rank) const;
-  // DualPipe: the copies' gradient sums exchanged, copy 1's deferred weight
-  // halves (`weight(micro_batch)`) continuing copy 0's sums.
-  void finish_copies(const std::function<void(int)>& weight);
+  // DualPipe's cSEND_SUM / cRECV_SUM: a chunk's gradient sums and loads to
+  // or from the partner (copy 1 continues them, copy 0 takes the total).
+  void send_sums(int chunk);
+  void receive_sums(int chunk);
+  int sum_signal(int chunk) const;
+  std::vector<std::pair<int, int>> chunk_layers(int chunk) const;  // MoE (load index, layer)
   std::pair<int64_t, int64_t> chunk_range(int chunk) const;  // of the gradient arena
-  // An action as the executor runs it: DualPipe's copy-1 B as I (its W at the tail).
-  parallel::Action as_run(const parallel::Action& a) const;
-  // F&B's halves on two streams; b_kind: B, or I for copy 1's
-  void run_pair(const parallel::Action& fb, parallel::ActionKind b_kind, bool traced,
-                const std::function<void()>& forward, const std::function<void()>& backward);
+  // F&B's halves on two streams
+  void run_pair(const parallel::Action& fb, bool traced, const std::function<void()>& forward,
+                const std::function<void()>& backward);
   void on_part_ready(int part);  // the model's hook: a part's gradients of a micro-batch are in
   void sum_range(int range, runtime::Stream& stream);
   Tensor grad_sq_sum_cut();  // under ep or tp: every PE's partials of what it alone holds, summed
