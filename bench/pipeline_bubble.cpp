@@ -19,12 +19,17 @@
 //              (latency only; sends and receives are one-sided). Busy on
 //              the measured side: a SEND_SUM's put, and of a RECV_SUM (its
 //              wait, then a copy as large as the put) the put's median.
+//   replayed   simulate() with each action's own measured duration: what the
+//              schedule's order and messages alone make of this step's
+//              costs (measured = replayed: nothing runs that the schedule
+//              does not say; replayed != simulated: the costs vary within a rank)
 // and prints, on PE 0, the medians over the steps as one line
-//   "bubble SCHEDULE P M measured simulated formula"
+//   "bubble SCHEDULE P M measured simulated formula replayed"
 // (formula: the textbook fraction of the step, or "-" where the table of
 // architecture.md gives it as a time), then per rank
 //   "memory RANK peak_slots simulated_slots peak_activation_MiB"
-// COREMESH_BENCH_VERBOSE=1: each step's two sides and the costs.
+// COREMESH_BENCH_VERBOSE=1: each step's two sides and the costs;
+// COREMESH_BENCH_TIMELINE=1: the last step's actions as run and as simulated.
 // Formulas and slots: docs/architecture.md, "How to add a pipeline schedule".
 #include <algorithm>
 #include <cstdio>
@@ -92,7 +97,7 @@ int main(int argc, char** argv) {
   runtime::profiler_start();  // the pipeline times its actions (spans); kernels are recorded too
   train::Trainer t(bench_config(argv[1], kind, pp, m, steps, v), device);
   const parallel::Schedule& s = t.pipeline()->schedule();
-  std::vector<double> measured, simulated;
+  std::vector<double> measured, simulated, replayed;
   std::vector<int> peak_slots, sim_slots;
   std::vector<double> peak_mib;
   for (int step = 0; step < steps; ++step) {
@@ -104,6 +109,10 @@ int main(int argc, char** argv) {
     std::map<std::tuple<int, int, std::string>, std::vector<double>> cost;
     std::vector<double> busy(size_t(pp), 0.0), fb, sum_puts;
     std::vector<std::pair<int, double>> sum_receives;  // (rank, span): DualPipe's gradient sums
+    parallel::Costs replay;  // each action's own duration (a send's put with the compute before it)
+    replay.per_action.resize(size_t(pp));
+    int replay_rank = -1;
+    long own_compute = -1;  // the rank's last compute action in `replay`
     double begin = 1e300, end = 0;
     std::vector<double>* last = nullptr;  // the rank's last compute cost (its back): its send's put is part of it
     int last_rank = -1;
@@ -112,6 +121,11 @@ int main(int argc, char** argv) {
       const double d = a.end_ms - a.start_ms;
       const bool send = a.action.find("SEND") != std::string::npos;
       if (a.rank != last_rank) last = nullptr, last_rank = a.rank;
+      std::vector<double>& own = replay.per_action[size_t(a.rank)];
+      if (a.rank != replay_rank) replay_rank = a.rank, own_compute = -1;
+      own.push_back(a.cat == "p2p" ? 0.0 : d);  // a receive's wait is the simulator's to find
+      if (a.cat != "p2p") own_compute = long(own.size()) - 1;
+      else if (send && own_compute >= 0) own[size_t(own_compute)] += d;
       if (a.cat == "grad sum") {  // a stage's gradients to or from its other copy: a cost of its own
         if (send)
           sum_puts.push_back(d), busy[size_t(a.rank)] += d;
@@ -129,6 +143,11 @@ int main(int argc, char** argv) {
     parallel::Costs c;
     c.sum = sum_puts.empty() ? 0.0 : median(sum_puts);
     for (const auto& [r, d] : sum_receives) busy[size_t(r)] += std::min(d, c.sum);  // the copy, not the wait
+    for (int r = 0; r < pp; ++r)  // a RECV_SUM replays as its copy
+      for (size_t i = 0; i < s.actions[size_t(r)].size(); ++i)
+        if (s.actions[size_t(r)][i].kind == parallel::ActionKind::RecvSum)
+          replay.per_action[size_t(r)][i] = std::min(replay.per_action[size_t(r)][i], c.sum);
+    replayed.push_back(parallel::simulate(s, replay).total_bubble_fraction);
     double total = 0;
     for (double b : busy) total += b;
     measured.push_back(1 - total / (pp * (end - begin)));
@@ -153,13 +172,21 @@ int main(int argc, char** argv) {
     const parallel::Simulation sim = parallel::simulate(s, c);
     simulated.push_back(sim.total_bubble_fraction);
     if (me == 0 && std::getenv("COREMESH_BENCH_VERBOSE")) {  // what the two sides saw
-      std::printf("step %d: measured %.4f (step %.3f ms), simulated %.4f (step %.3f ms), sum copy %.3f ms\n", step,
-                  measured.back(), end - begin, sim.total_bubble_fraction, sim.step_time, c.sum);
+      std::printf("step %d: measured %.4f (step %.3f ms), simulated %.4f (step %.3f ms), replayed %.4f, sum copy %.3f ms\n",
+                  step, measured.back(), end - begin, sim.total_bubble_fraction, sim.step_time, replayed.back(), c.sum);
       for (int r = 0; r < pp; ++r)
         for (int k = 0; k < s.chunks; ++k) {
           const parallel::ComputeCost& x = c.per_rank[size_t(r)][size_t(k)];
           std::printf("  rank %d chunk %d: F %.3f B %.3f W %.3f busy %.3f\n", r, k, x.f, x.b, x.w, busy[size_t(r)]);
         }
+    }
+    if (me == 0 && std::getenv("COREMESH_BENCH_TIMELINE") && step == steps - 1) {  // action by action
+      for (const train::ExecutedAction& a : t.pipeline()->executed())
+        std::printf("  ran rank %d %-10s %9.3f %9.3f ms (%.3f)\n", a.rank, a.action.c_str(), a.start_ms - begin,
+                    a.end_ms - begin, a.end_ms - a.start_ms);
+      for (int r = 0; r < pp; ++r)
+        for (const parallel::TimedAction& x : sim.timeline[size_t(r)])
+          std::printf("  sim rank %d %-10s %9.3f %9.3f ms\n", r, parallel::to_string(x.action).c_str(), x.start, x.end);
     }
     sim_slots = sim.peak_slots;
     const train::Pipeline::Memory mem = t.pipeline()->memory();  // this PE's
@@ -175,8 +202,8 @@ int main(int argc, char** argv) {
   runtime::profiler_stop();
   if (me == 0) {
     const double f = formula(s, kind, v);
-    std::printf("bubble %s %d %d %.4f %.4f %s\n", s.name.c_str(), pp, m, median(measured), median(simulated),
-                f < 0 ? "-" : fmt::format("{:.4f}", f).c_str());
+    std::printf("bubble %s %d %d %.4f %.4f %s %.4f\n", s.name.c_str(), pp, m, median(measured), median(simulated),
+                f < 0 ? "-" : fmt::format("{:.4f}", f).c_str(), median(replayed));
     for (int r = 0; r < pp; ++r)
       std::printf("memory %d %d %d %.2f\n", r, peak_slots[size_t(r)], sim_slots[size_t(r)], peak_mib[size_t(r)]);
   }

@@ -7,7 +7,9 @@
 # before and after (the machine is shared: read the ratios with it).
 #   usage: bench/pipeline_bubble.sh [steps] [rounds]   (default 6 steps, 3 rounds)
 # Each round runs every (schedule, pp, m) in turn; the table gives medians
-# over the rounds of each run's median over its steps.
+# over the rounds of each run's median over its steps. Single runs:
+#   build/coremesh run -n 2 build/bench/bench_pipeline_bubble data/bible-kjv.txt zb-h1 8 6
+# (COREMESH_BENCH_VERBOSE=1: per step; COREMESH_BENCH_TIMELINE=1: action by action).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-6}
@@ -32,8 +34,8 @@ for round in $(seq "$ROUNDS"); do
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| schedule | pp | m | measured bubble | simulated (measured costs) | measured / simulated | formula |"
-echo "|---|---|---|---|---|---|---|"
+echo "| schedule | pp | m | measured bubble | simulated (median costs) | measured / simulated | replayed (own durations) | measured / replayed | formula |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for run in "${RUNS[@]}"; do
   set -- $run
   rows=$(awk -v s="$1" -v p="$2" -v m="$3" '$1 == s && $2 == p && $3 == m && $4 == "bubble"' "$RAW")
@@ -41,7 +43,10 @@ for run in "${RUNS[@]}"; do
   sim=$(echo "$rows" | awk '{ print $9 }' | median)
   ratio=$(echo "$rows" | awk '{ print $8 / $9 }' | median)
   form=$(echo "$rows" | awk '{ print $10 }' | head -1)
-  printf "| %s | %s | %s | %.3f | %.3f | %.2f | %s |\n" "$1" "$2" "$3" "$meas" "$sim" "$ratio" "$form"
+  replay=$(echo "$rows" | awk '{ print $11 }' | median)
+  replay_ratio=$(echo "$rows" | awk '{ print $8 / $11 }' | median)
+  printf "| %s | %s | %s | %.3f | %.3f | %.2f | %.3f | %.2f | %s |\n" "$1" "$2" "$3" "$meas" "$sim" "$ratio" "$replay" \
+    "$replay_ratio" "$form"
 done
 echo
 echo "| schedule | pp | m | rank | peak chunk slots held | simulated slots | peak activations (MiB) |"

@@ -78,6 +78,8 @@ Run run_actions(const Schedule& s, const Costs& costs) {
       while (next < list.size()) {
         const Action& a = list[next];
         double start = now, end = now;
+        const double cost = costs.per_action.empty() ? costs.duration(a, r)
+                                                     : costs.per_action[static_cast<size_t>(r)][next];
         if (a.kind == ActionKind::RecvF || a.kind == ActionKind::RecvB) {
           const double t = slot(a.kind == ActionKind::RecvB, r, a.chunk, a.micro_batch);
           if (t < 0) break;  // not sent yet
@@ -89,13 +91,13 @@ Run run_actions(const Schedule& s, const Costs& costs) {
           const double t = sum_slot(r, a.chunk);
           if (t < 0) break;
           start = std::max(now, t);
-          end = start + costs.sum;
+          end = start + cost;
         } else if (a.kind == ActionKind::SendSum) {  // the put, on the rank's stream
-          end = start + costs.sum;
+          end = start + cost;
           const StageRef to = s.peer(r, a);
           sum_slot(to.rank, to.chunk) = end + costs.p2p;
         } else {
-          end = start + costs.duration(a, r);
+          end = start + cost;
         }
         run.timeline[static_cast<size_t>(r)].push_back({a, start, end});
         now = end;
@@ -118,6 +120,11 @@ Simulation simulate(const Schedule& schedule, const Costs& costs) {
   CM_CHECK(costs.per_rank.empty() || static_cast<int>(costs.per_rank.size()) == schedule.ranks,
            "give costs for every rank, or none", "costs of {} ranks for a schedule of {}", costs.per_rank.size(),
            schedule.ranks);
+  bool per_action = costs.per_action.empty() || costs.per_action.size() == schedule.actions.size();
+  for (size_t r = 0; per_action && r < costs.per_action.size(); ++r)
+    per_action = costs.per_action[r].size() == schedule.actions[r].size();
+  CM_CHECK(per_action, "give a duration for every action of every rank, or none",
+           "per-action costs do not match the schedule's {} ranks' actions", schedule.ranks);
   detail::Run run = detail::run_actions(schedule, costs);
   CM_ASSERT(run.complete);  // validate() proved it deadlock-free
   const size_t p = static_cast<size_t>(schedule.ranks);

@@ -235,6 +235,28 @@ TEST(ScheduleSimulate, PerRankCosts) {
   EXPECT_THROW(simulate(gpipe(2, 1), c), InvalidArgument);  // a rank without costs
 }
 
+// A replay: each action's own duration. With every action at its kind's cost
+// it is the plain simulation; one slow forward on rank 0 delays rank 1 by as
+// much (1F1B at pp 2, m 2: rank 1 waits for each forward).
+TEST(ScheduleSimulate, PerActionCostsReplayAStep) {
+  const Schedule s = one_f_one_b(2, 2);
+  const Costs plain = costs(1, 2, 1);
+  Costs replay = plain;
+  for (const auto& list : s.actions) {
+    auto& own = replay.per_action.emplace_back();
+    for (const Action& a : list) own.push_back(plain.duration(a));
+  }
+  const Simulation a = simulate(s, plain), b = simulate(s, replay);
+  EXPECT_DOUBLE_EQ(a.step_time, b.step_time);
+  EXPECT_EQ(a.busy, b.busy);
+  replay.per_action[0][0] = 3;  // 0F0 takes 3 instead of 1
+  const Simulation slow = simulate(s, replay);
+  EXPECT_DOUBLE_EQ(slow.step_time, a.step_time + 2);
+  EXPECT_DOUBLE_EQ(slow.busy[0], a.busy[0] + 2);
+  replay.per_action[1].pop_back();
+  EXPECT_THROW(simulate(s, replay), InvalidArgument);  // an action without its duration
+}
+
 TEST(ScheduleSimulate, ChartHasOneRowPerRank) {
   // F = 1, B = 2: 3 columns per time unit fit "F0 "; idle time is '.'.
   const Simulation sim = simulate(gpipe(2, 1), costs(1, 2, 1));

@@ -48,6 +48,9 @@ struct Costs {
   double fb = -1;                      // overlapped F&B pair; < 0: f + b of its halves
   double p2p = 0;                      // message latency
   double sum = 0;                      // a gradient-sum message's put or copy, on the rank
+  // empty, or [rank][action index]: each action's own duration, overriding the
+  // rest (a replay of a measured step: the bench checks the model against it)
+  std::vector<std::vector<double>> per_action;
 
   const ComputeCost& of(int chunk, int rank = -1) const;
   double duration(const Action& action, int rank = -1) const;  // 0 for sends and receives
