@@ -152,18 +152,22 @@ int main(int argc, char** argv) {
     for (double b : busy) total += b;
     measured.push_back(1 - total / (pp * (end - begin)));
     // each stage's own median costs: the embedding's and the head's stages are not alike
-    c.per_rank.assign(size_t(pp), std::vector<parallel::ComputeCost>(size_t(s.chunks)));
-    for (int r = 0; r < pp; ++r)
-      for (int k = 0; k < s.chunks; ++k) {
-        auto med = [&](const char* kind) {
-          const auto it = cost.find({r, k, kind});
-          return it == cost.end() ? 0.0 : median(it->second);
-        };
-        parallel::ComputeCost& x = c.per_rank[size_t(r)][size_t(k)];
-        x.f = med("F"), x.w = med("W");
-        x.b = cost.count({r, k, "B"}) ? med("B") : med("I") + x.w;
-        x.w = std::min(x.w, x.b);
-      }
+    auto per_rank = [&](double (*stat)(std::vector<double>)) {
+      std::vector<std::vector<parallel::ComputeCost>> out(size_t(pp), std::vector<parallel::ComputeCost>(size_t(s.chunks)));
+      for (int r = 0; r < pp; ++r)
+        for (int k = 0; k < s.chunks; ++k) {
+          auto of = [&](const char* kind) {
+            const auto it = cost.find({r, k, kind});
+            return it == cost.end() ? 0.0 : stat(it->second);
+          };
+          parallel::ComputeCost& x = out[size_t(r)][size_t(k)];
+          x.f = of("F"), x.w = of("W");
+          x.b = cost.count({r, k, "B"}) ? of("B") : of("I") + x.w;
+          x.w = std::min(x.w, x.b);
+        }
+      return out;
+    };
+    c.per_rank = per_rank(median);
     // an F&B pair: its own rank's F and B (c.fb < 0). One median over every
     // rank's pairs made DualPipe's simulated bubble a third of the measured
     // one: the ranks' pairs differ, and a bubble is a small difference of
@@ -172,8 +176,17 @@ int main(int argc, char** argv) {
     const parallel::Simulation sim = parallel::simulate(s, c);
     simulated.push_back(sim.total_bubble_fraction);
     if (me == 0 && std::getenv("COREMESH_BENCH_VERBOSE")) {  // what the two sides saw
-      std::printf("step %d: measured %.4f (step %.3f ms), simulated %.4f (step %.3f ms), replayed %.4f, sum copy %.3f ms\n",
-                  step, measured.back(), end - begin, sim.total_bubble_fraction, sim.step_time, replayed.back(), c.sum);
+      parallel::Costs mean = c;  // the rank's mean costs: its busy time as measured
+      mean.per_rank = per_rank([](std::vector<double> v) {
+        double sum = 0;
+        for (double x : v) sum += x;
+        return sum / double(v.size());
+      });
+      std::printf(
+          "step %d: measured %.4f (step %.3f ms), simulated %.4f (step %.3f ms), with mean costs %.4f, replayed %.4f, "
+          "sum copy %.3f ms\n",
+          step, measured.back(), end - begin, sim.total_bubble_fraction, sim.step_time,
+          parallel::simulate(s, mean).total_bubble_fraction, replayed.back(), c.sum);
       for (int r = 0; r < pp; ++r)
         for (int k = 0; k < s.chunks; ++k) {
           const parallel::ComputeCost& x = c.per_rank[size_t(r)][size_t(k)];
