@@ -29,7 +29,7 @@
 // architecture.md gives it as a time), then per rank
 //   "memory RANK peak_slots simulated_slots peak_activation_MiB"
 // COREMESH_BENCH_VERBOSE=1: each step's two sides and the costs;
-// COREMESH_BENCH_TIMELINE=1: the last step's actions as run and as simulated.
+// COREMESH_BENCH_TIMELINE=1: each step's actions as run and as simulated.
 // Formulas and slots: docs/architecture.md, "How to add a pipeline schedule".
 #include <algorithm>
 #include <cstdio>
@@ -193,13 +193,14 @@ int main(int argc, char** argv) {
           std::printf("  rank %d chunk %d: F %.3f B %.3f W %.3f busy %.3f\n", r, k, x.f, x.b, x.w, busy[size_t(r)]);
         }
     }
-    if (me == 0 && std::getenv("COREMESH_BENCH_TIMELINE") && step == steps - 1) {  // action by action
+    if (me == 0 && std::getenv("COREMESH_BENCH_TIMELINE")) {  // action by action
       for (const train::ExecutedAction& a : t.pipeline()->executed())
-        std::printf("  ran rank %d %-10s %9.3f %9.3f ms (%.3f)\n", a.rank, a.action.c_str(), a.start_ms - begin,
-                    a.end_ms - begin, a.end_ms - a.start_ms);
+        std::printf("  step %d ran rank %d %-10s %9.3f %9.3f ms (%.3f)\n", step, a.rank, a.action.c_str(),
+                    a.start_ms - begin, a.end_ms - begin, a.end_ms - a.start_ms);
       for (int r = 0; r < pp; ++r)
         for (const parallel::TimedAction& x : sim.timeline[size_t(r)])
-          std::printf("  sim rank %d %-10s %9.3f %9.3f ms\n", r, parallel::to_string(x.action).c_str(), x.start, x.end);
+          std::printf("  step %d sim rank %d %-10s %9.3f %9.3f ms\n", step, r, parallel::to_string(x.action).c_str(),
+                      x.start, x.end);
     }
     sim_slots = sim.peak_slots;
     const train::Pipeline::Memory mem = t.pipeline()->memory();  // this PE's
