@@ -10,13 +10,17 @@
 //              being the first action's start to the last one's end; busy:
 //              the compute actions and the sends (their puts run on the
 //              compute stream: each is counted with the compute before it)
+//   (each step's stream starts once the host has launched the whole step:
+//   see COREMESH_BENCH_GATE below)
 //   simulated  parallel::simulate() of the schedule the executor ran (for
 //              DualPipe its executed form, dualpipe-exact: copy 1's W after
 //              the partner's sums) with this step's median F, B (or I + W)
 //              and W durations of each rank's chunks, an F&B pair as its
 //              rank's F + B (less the W for an I pair), a gradient-sum
-//              message as the median SEND_SUM put on each end, P2P 0
-//              (latency only; sends and receives are one-sided). Busy on
+//              message as the median SEND_SUM put on each end, P2P the
+//              median time from a send's put to the end of its receive
+//              where the receiver was waiting (its wake-up and its copy
+//              out of the buffer: about 0.1 ms; it was taken as 0 before). Busy on
 //              the measured side: a SEND_SUM's put, and of a RECV_SUM (its
 //              wait, then a copy as large as the put) the put's median.
 //   replayed   simulate() with each action's own measured duration: what the
@@ -32,6 +36,10 @@
 // COREMESH_BENCH_TIMELINE=1: each step's actions as run and as simulated.
 // Formulas and slots: docs/architecture.md, "How to add a pipeline schedule".
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -40,6 +48,7 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "coremesh/parallel/comm.hpp"
 #include "coremesh/parallel/schedule_simulator.hpp"
 #include "coremesh/runtime/device.hpp"
 #include "coremesh/runtime/profiler.hpp"
@@ -101,8 +110,27 @@ int main(int argc, char** argv) {
   std::vector<int> peak_slots, sim_slots;
   std::vector<double> peak_mib;
   for (int step = 0; step < steps; ++step) {
-    t.queue_step();
+    const auto host = [] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+    const double queued = host();
+    // The stream starts the step once the host has launched all of it: with
+    // one core per PE the host's launching (3-4 ms a step) would share the
+    // core with the step's first actions (rank 0's first F ran 5.5-7.8 ms
+    // against 4.1-4.4 for the others, zb-h1 pp 2), a cost of eager launching
+    // that no schedule has. COREMESH_BENCH_GATE=0: as the trainer runs it.
+    auto open = std::make_shared<std::atomic<bool>>(false);
+    const char* gate = std::getenv("COREMESH_BENCH_GATE");
+    if (!gate || std::string(gate) != "0")
+      t.stream().launch(parallel::launch_info("bench_gate", runtime::KernelKind::comm, 1), [open](const runtime::BlockContext&) {
+        while (!open->load()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      });
+    t.queue_step();  // the host launches the step's kernels while the stream starts running them
+    open->store(true);
+    const double launched = host();
     t.finish_step();
+    if (std::getenv("COREMESH_BENCH_VERBOSE")) {
+      const auto l = t.pipeline()->over_world({launched - queued, queued});
+      if (me == 0) std::printf("step %d: host launch %.3f ms summed over the PEs, PE start spread %.3f ms\n", step, l[0].sum, l[1].max - (l[1].sum - l[1].max));
+    }
     runtime::profiler_clear();  // keep the profile small
     if (step == 0) continue;    // warm-up: caches, allocations
     // per (rank, chunk, kind): ms
@@ -142,6 +170,34 @@ int main(int argc, char** argv) {
     }
     parallel::Costs c;
     c.sum = sum_puts.empty() ? 0.0 : median(sum_puts);
+    // P2P: from a send's put to the end of its receive, where the receiver
+    // was waiting already (its wake-up and its copy out of the buffer)
+    {
+      std::vector<std::vector<const train::ExecutedAction*>> ran(static_cast<size_t>(pp));
+      for (const train::ExecutedAction& a : t.pipeline()->executed()) ran[size_t(a.rank)].push_back(&a);
+      std::map<std::tuple<int, int, int, int>, const train::ExecutedAction*> receives;  // (kind, rank, chunk, mb)
+      for (int r = 0; r < pp; ++r)
+        for (size_t i = 0; i < ran[size_t(r)].size(); ++i) {
+          const parallel::Action& a = s.actions[size_t(r)][i];
+          if (a.kind == parallel::ActionKind::RecvF || a.kind == parallel::ActionKind::RecvB || a.kind == parallel::ActionKind::RecvSum)
+            receives[{int(a.kind), r, a.chunk, a.micro_batch}] = ran[size_t(r)][i];
+        }
+      std::vector<double> latency;
+      for (int r = 0; r < pp; ++r)
+        for (size_t i = 0; i < ran[size_t(r)].size(); ++i) {
+          const parallel::Action& a = s.actions[size_t(r)][i];
+          using K = parallel::ActionKind;
+          if (a.kind != K::SendF && a.kind != K::SendB && a.kind != K::SendSum) continue;
+          const parallel::StageRef to = s.peer(r, a);
+          const K kind = a.kind == K::SendF ? K::RecvF : a.kind == K::SendB ? K::RecvB : K::RecvSum;
+          const auto it = receives.find({int(kind), to.rank, to.chunk, a.micro_batch});
+          const double sent = ran[size_t(r)][i]->end_ms;
+          if (it != receives.end() && it->second->start_ms < sent && kind != K::RecvSum)
+            latency.push_back(it->second->end_ms - sent);
+        }
+      c.p2p = latency.empty() ? 0.0 : std::max(0.0, median(latency));
+      replay.p2p = c.p2p;
+    }
     for (const auto& [r, d] : sum_receives) busy[size_t(r)] += std::min(d, c.sum);  // the copy, not the wait
     for (int r = 0; r < pp; ++r)  // a RECV_SUM replays as its copy
       for (size_t i = 0; i < s.actions[size_t(r)].size(); ++i)
@@ -172,7 +228,6 @@ int main(int argc, char** argv) {
     // rank's pairs made DualPipe's simulated bubble a third of the measured
     // one: the ranks' pairs differ, and a bubble is a small difference of
     // large sums. With one core per PE a pair's halves gain nothing.
-    c.p2p = 0;
     const parallel::Simulation sim = parallel::simulate(s, c);
     simulated.push_back(sim.total_bubble_fraction);
     if (me == 0 && std::getenv("COREMESH_BENCH_VERBOSE")) {  // what the two sides saw
@@ -184,9 +239,9 @@ int main(int argc, char** argv) {
       });
       std::printf(
           "step %d: measured %.4f (step %.3f ms), simulated %.4f (step %.3f ms), with mean costs %.4f, replayed %.4f, "
-          "sum copy %.3f ms\n",
+          "sum copy %.3f ms, P2P %.3f ms\n",
           step, measured.back(), end - begin, sim.total_bubble_fraction, sim.step_time,
-          parallel::simulate(s, mean).total_bubble_fraction, replayed.back(), c.sum);
+          parallel::simulate(s, mean).total_bubble_fraction, replayed.back(), c.sum, c.p2p);
       for (int r = 0; r < pp; ++r)
         for (int k = 0; k < s.chunks; ++k) {
           const parallel::ComputeCost& x = c.per_rank[size_t(r)][size_t(k)];
