@@ -33,7 +33,7 @@
 // architecture.md gives it as a time), then per rank
 //   "memory RANK peak_slots simulated_slots peak_activation_MiB"
 // COREMESH_BENCH_VERBOSE=1: each step's two sides and the costs;
-// COREMESH_BENCH_TIMELINE=1: each step's actions as run and as simulated.
+// COREMESH_BENCH_TIMELINE=1: each step's actions as run and as replayed.
 // Formulas and slots: docs/architecture.md, "How to add a pipeline schedule".
 #include <algorithm>
 #include <atomic>
@@ -112,18 +112,21 @@ int main(int argc, char** argv) {
   for (int step = 0; step < steps; ++step) {
     const auto host = [] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
     const double queued = host();
-    // The stream starts the step once the host has launched all of it: with
-    // one core per PE the host's launching (3-4 ms a step) would share the
-    // core with the step's first actions (rank 0's first F ran 5.5-7.8 ms
-    // against 4.1-4.4 for the others, zb-h1 pp 2), a cost of eager launching
-    // that no schedule has. COREMESH_BENCH_GATE=0: as the trainer runs it.
+    // Every PE's stream starts the step at once, after every host has
+    // launched all of it, as the simulator's ranks start at 0: with one core
+    // per PE the host's launching (4-10 ms a step) would share the core with
+    // the step's first actions (rank 0's first F ran 5.5-7.8 ms against
+    // 4.1-4.4 for the others, zb-h1 pp 2), and a rank whose host launches
+    // later starts later. A cost of eager launching that no schedule has.
+    // COREMESH_BENCH_GATE=0: as the trainer runs it.
     auto open = std::make_shared<std::atomic<bool>>(false);
     const char* gate = std::getenv("COREMESH_BENCH_GATE");
     if (!gate || std::string(gate) != "0")
       t.stream().launch(parallel::launch_info("bench_gate", runtime::KernelKind::comm, 1), [open](const runtime::BlockContext&) {
         while (!open->load()) std::this_thread::sleep_for(std::chrono::microseconds(20));
       });
-    t.queue_step();  // the host launches the step's kernels while the stream starts running them
+    t.queue_step();  // the host launches the step's kernels (the stream waits at the gate)
+    if (!gate || std::string(gate) != "0") shmem::barrier();
     open->store(true);
     const double launched = host();
     t.finish_step();
@@ -203,7 +206,8 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < s.actions[size_t(r)].size(); ++i)
         if (s.actions[size_t(r)][i].kind == parallel::ActionKind::RecvSum)
           replay.per_action[size_t(r)][i] = std::min(replay.per_action[size_t(r)][i], c.sum);
-    replayed.push_back(parallel::simulate(s, replay).total_bubble_fraction);
+    const parallel::Simulation replay_sim = parallel::simulate(s, replay);
+    replayed.push_back(replay_sim.total_bubble_fraction);
     double total = 0;
     for (double b : busy) total += b;
     measured.push_back(1 - total / (pp * (end - begin)));
@@ -253,8 +257,8 @@ int main(int argc, char** argv) {
         std::printf("  step %d ran rank %d %-10s %9.3f %9.3f ms (%.3f)\n", step, a.rank, a.action.c_str(),
                     a.start_ms - begin, a.end_ms - begin, a.end_ms - a.start_ms);
       for (int r = 0; r < pp; ++r)
-        for (const parallel::TimedAction& x : sim.timeline[size_t(r)])
-          std::printf("  step %d sim rank %d %-10s %9.3f %9.3f ms\n", step, r, parallel::to_string(x.action).c_str(),
+        for (const parallel::TimedAction& x : replay_sim.timeline[size_t(r)])
+          std::printf("  step %d replay rank %d %-10s %9.3f %9.3f ms\n", step, r, parallel::to_string(x.action).c_str(),
                       x.start, x.end);
     }
     sim_slots = sim.peak_slots;
