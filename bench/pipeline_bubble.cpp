@@ -20,7 +20,10 @@
 //              message as the median SEND_SUM put on each end, P2P the
 //              median time from a send's put to the end of its receive
 //              where the receiver was waiting (its wake-up and its copy
-//              out of the buffer: about 0.1 ms; it was taken as 0 before). Busy on
+//              out of the buffer: about 0.1 ms; it was taken as 0 before).
+//              The stream's time between two of a rank's actions (span
+//              marks, dequeuing: ~0.01 ms, no wait) counts with the action
+//              before, busy on both sides, as a send's put does. Busy on
 //              the measured side: a SEND_SUM's put, and of a RECV_SUM (its
 //              wait, then a copy as large as the put) the put's median.
 //   replayed   simulate() with each action's own measured duration: what the
@@ -147,12 +150,21 @@ int main(int argc, char** argv) {
     double begin = 1e300, end = 0;
     std::vector<double>* last = nullptr;  // the rank's last compute cost (its back): its send's put is part of it
     int last_rank = -1;
+    double previous_end = 0;  // of the rank's action before
     for (const train::ExecutedAction& a : t.pipeline()->executed()) {
       begin = std::min(begin, a.start_ms), end = std::max(end, a.end_ms);
       const double d = a.end_ms - a.start_ms;
       const bool send = a.action.find("SEND") != std::string::npos;
-      if (a.rank != last_rank) last = nullptr, last_rank = a.rank;
       std::vector<double>& own = replay.per_action[size_t(a.rank)];
+      // the stream's own time between two actions (the span marks, the next
+      // kernel's dequeue; a wait is inside its receive): with the compute before
+      if (a.rank == last_rank && a.start_ms > previous_end && own_compute >= 0) {
+        const double gap = a.start_ms - previous_end;
+        own[size_t(own_compute)] += gap, busy[size_t(a.rank)] += gap;
+        if (last) last->back() += gap;
+      }
+      previous_end = a.end_ms;
+      if (a.rank != last_rank) last = nullptr, last_rank = a.rank;
       if (a.rank != replay_rank) replay_rank = a.rank, own_compute = -1;
       own.push_back(a.cat == "p2p" ? 0.0 : d);  // a receive's wait is the simulator's to find
       if (a.cat != "p2p") own_compute = long(own.size()) - 1;
