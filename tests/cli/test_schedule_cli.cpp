@@ -44,6 +44,19 @@ TEST(ScheduleCli, PrintsTheGoldenTextForm) {
   EXPECT_EQ(r.output, golden("dualpipe"));
 }
 
+// DualPipe trains as its exact form: shown after the textbook one, alone with --executed.
+TEST(ScheduleCli, PrintsTheFormDualPipeTrainsWith) {
+  Result r = run("--pp 4 --microbatches 8 --schedule dualpipe --executed --text-only");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, golden("dualpipe-exact"));
+  r = run("--pp 2 --microbatches 8 --schedule dualpipe --costs 1,2,1,0,-1,0.5");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_PRED2(contains, r.output, "textbook (P2P = 0): bubble (p/2-1)(F&B+B-3W)") << r.output;
+  EXPECT_PRED2(contains, r.output, "training runs it as dualpipe-exact") << r.output;
+  EXPECT_PRED2(contains, r.output, "0SEND_SUM 1RECV_SUM 1W4 1W5 1W6 1W7 1SEND_SUM 0RECV_SUM") << r.output;
+  EXPECT_PRED2(contains, r.output, "peak 6 activation slots") << r.output;
+}
+
 TEST(ScheduleCli, PrintsTimelineBubbleAndSlots) {
   const Result r = run("--pp 4 --microbatches 8 --schedule 1f1b --costs 1,2,1,0");
   EXPECT_EQ(r.status, 0);
