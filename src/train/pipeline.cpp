@@ -220,9 +220,6 @@ Pipeline::Pipeline(const TrainConfig& cfg, runtime::Device& device)
   CM_CHECK(p.cp == 1,
            "with pp > 1 set cp to 1: pipelines combine with data, expert and tensor parallelism and ZeRO-1 only",
            "the layout asks for pp {} with cp {}", p.pp, p.cp);
-  CM_CHECK(p.ep == 1 || schedule_.placement != parallel::Placement::bidirectional,
-           "set ep to 1 or use another schedule: DualPipe's two model copies do not combine with expert parallelism",
-           "schedule {} with ep {}", schedule_.name, p.ep);
   const int me = shmem::my_pe();
   rank_ = mesh_.coords(me)[Dim::pp];
   pes_ = mesh_.group(Dim::pp, me);
