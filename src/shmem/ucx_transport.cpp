@@ -663,18 +663,27 @@ void UcxTransport::send_message(int pe, AmId id, const Header& header, const voi
   if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
 }
 
+// A received message's header; a malformed one aborts (inside UCX's
+// progress nothing can be thrown). Messages are sent eager: never rendezvous.
+template <typename Header>
+Header received(const void* header, size_t header_bytes, const ucp_am_recv_param_t* param, int pe,
+                const char* what) {
+  if (header_bytes != sizeof(Header) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    fmt::print(stderr, "coremesh: PE {} received a malformed {}; aborting\n", pe, what);
+    std::abort();
+  }
+  Header h;
+  std::memcpy(&h, header, sizeof h);
+  return h;
+}
+
 // Runs inside ucp_worker_progress (mutex_ held): applies a message put,
 // data first, then its signal, and counts it for the origin's
 // acknowledgement.
 ucs_status_t UcxTransport::on_am_put(void* arg, const void* header, size_t header_bytes, void* data,
                                      size_t bytes, const ucp_am_recv_param_t* param) {
   auto* t = static_cast<UcxTransport*>(arg);
-  AmPut put;
-  if (header_bytes != sizeof put || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    fmt::print(stderr, "coremesh: PE {} received a malformed put message; aborting\n", t->mem_.my_pe);
-    std::abort();  // inside UCX's progress: nothing can be thrown
-  }
-  std::memcpy(&put, header, sizeof put);
+  const auto put = received<AmPut>(header, header_bytes, param, t->mem_.my_pe, "put message");
   if (bytes != 0) std::memcpy(t->local(put.offset), data, bytes);
   if (put.signal != 0) {
     std::atomic_ref<uint64_t> signal(*reinterpret_cast<uint64_t*>(t->local(put.signal_offset)));
@@ -688,14 +697,9 @@ ucs_status_t UcxTransport::on_am_put(void* arg, const void* header, size_t heade
 }
 
 ucs_status_t UcxTransport::on_am_ack(void* arg, const void* header, size_t header_bytes, void*, size_t,
-                                     const ucp_am_recv_param_t*) {
+                                     const ucp_am_recv_param_t* param) {
   auto* t = static_cast<UcxTransport*>(arg);
-  AmAck ack;
-  if (header_bytes != sizeof ack) {
-    fmt::print(stderr, "coremesh: PE {} received a malformed acknowledgement; aborting\n", t->mem_.my_pe);
-    std::abort();
-  }
-  std::memcpy(&ack, header, sizeof ack);
+  const auto ack = received<AmAck>(header, header_bytes, param, t->mem_.my_pe, "acknowledgement");
   t->acked_[ack.origin].fetch_add(ack.count, std::memory_order_release);
   ring(t->done_);
   return UCS_OK;
@@ -704,14 +708,9 @@ ucs_status_t UcxTransport::on_am_ack(void* arg, const void* header, size_t heade
 // A get request (mutex_ held): answered at once, with the data as it is
 // when UCX copies it (a handler may send; it may not progress).
 ucs_status_t UcxTransport::on_am_get(void* arg, const void* header, size_t header_bytes, void*, size_t,
-                                     const ucp_am_recv_param_t*) {
+                                     const ucp_am_recv_param_t* param) {
   auto* t = static_cast<UcxTransport*>(arg);
-  AmGet get;
-  if (header_bytes != sizeof get) {
-    fmt::print(stderr, "coremesh: PE {} received a malformed get request; aborting\n", t->mem_.my_pe);
-    std::abort();
-  }
-  std::memcpy(&get, header, sizeof get);
+  const auto get = received<AmGet>(header, header_bytes, param, t->mem_.my_pe, "get request");
   t->send_message(static_cast<int>(get.origin), kAmGetReply, AmGetReply{get.token}, t->local(get.offset),
                   get.bytes);
   return UCS_OK;
@@ -720,12 +719,7 @@ ucs_status_t UcxTransport::on_am_get(void* arg, const void* header, size_t heade
 ucs_status_t UcxTransport::on_am_get_reply(void* arg, const void* header, size_t header_bytes, void* data,
                                            size_t bytes, const ucp_am_recv_param_t* param) {
   auto* t = static_cast<UcxTransport*>(arg);
-  AmGetReply reply;
-  if (header_bytes != sizeof reply || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    fmt::print(stderr, "coremesh: PE {} received a malformed get reply; aborting\n", t->mem_.my_pe);
-    std::abort();
-  }
-  std::memcpy(&reply, header, sizeof reply);
+  const auto reply = received<AmGetReply>(header, header_bytes, param, t->mem_.my_pe, "get reply");
   auto* got = reinterpret_cast<MessageGet*>(reply.token);
   if (bytes != got->bytes) {
     fmt::print(stderr, "coremesh: PE {} got {} bytes for a get of {}; aborting\n", t->mem_.my_pe, bytes,
