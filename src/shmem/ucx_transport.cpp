@@ -80,12 +80,15 @@
 #include "coremesh/core/env.hpp"
 #include "coremesh/core/error.hpp"
 #include "mpi_boot.hpp"
+#include "ucx_messages.hpp"
 #include "transport.hpp"
 #include "wait.hpp"
 
 namespace coremesh::shmem::internal {
 
 namespace {
+
+using namespace ucx;  // the engine's messages and operations in flight
 
 // How long a caller spins progressing before it hands over and sleeps, and
 // the progress thread polls after an event before it sleeps (a TCP round
@@ -102,41 +105,6 @@ constexpr int64_t kLingerMaxNs = 1'600'000;
 constexpr size_t kAmPutMax = 64 << 10;
 constexpr size_t kAmGetMax = 64 << 10;
 
-// Active message ids and headers. A put's header travels in front of its
-// data, a get reply's in front of the data asked for; acknowledgements and
-// get requests are headers only.
-enum AmId : unsigned { kAmPut = 1, kAmAck = 2, kAmGet = 3, kAmGetReply = 4, kAmWakeSync = 5 };
-struct AmPut {
-  uint64_t offset = 0, signal_offset = 0, signal_value = 0;
-  uint32_t origin = 0;
-  uint16_t signal = 0;   // 0 none, 1 set, 2 add
-  uint16_t ack_now = 0;  // a blocking put: its quiet is likely near
-};
-struct AmAck {
-  uint64_t count = 0;
-  uint32_t origin = 0, pad = 0;
-};
-struct AmGet {
-  uint64_t offset = 0, bytes = 0, token = 0;  // token: the origin's MessageGet
-  uint32_t origin = 0, pad = 0;
-};
-struct AmGetReply {
-  uint64_t token = 0;
-};
-struct AmWakeSync {
-  uint64_t origin = 0;
-};
-
-// A message get of this PE: the reply's handler copies the data to dst and
-// marks it done (a blocking get waits for that), or frees it (get_nbi:
-// quiet waits for the count of those outstanding).
-struct MessageGet {
-  void* dst = nullptr;
-  size_t bytes = 0;
-  bool nbi = false;
-  std::atomic<bool> done{false};
-};
-
 int64_t net_spin_ns() {
   const int64_t spin = wait_policy().spin_ns;
   return spin == 0 ? 0 : std::max(spin, kNetSpinNs);
@@ -146,19 +114,6 @@ void check_ucs(ucs_status_t status, const char* what) {
   if (status == UCS_OK) return;
   CM_THROW(Error, "check the UCX settings (UCX_TLS, UCX_NET_DEVICES) and the peers' output",
            "UCX transport: {} failed: {}", what, ucs_status_string(status));
-}
-
-// One blocking operation: its callback marks it done and rings `bell`.
-struct Completion {
-  std::atomic<bool> done{false};
-  ucs_status_t status = UCS_OK;
-  Bell* bell = nullptr;
-};
-void on_complete(void*, ucs_status_t status, void* user) {
-  auto* c = static_cast<Completion*>(user);
-  c->status = status;
-  c->done.store(true, std::memory_order_release);
-  ring(*c->bell);
 }
 
 // A registered region of every PE: its base address there and its rkey.
@@ -220,8 +175,8 @@ class UcxTransport final : public Transport {
   void put(int pe, size_t offset, const void* src, size_t bytes) override {
     if (bytes <= kAmPutMax) return message_put(pe, offset, src, bytes, AmPut{}, true);
     Caller caller(*this);
-    Completion c;
-    const auto param = waited(c);
+    auto c = completion();
+    const auto param = waited(*c);
     wait(ucp_put_nbx(eps_[pe], src, bytes, remote(pe, offset), key(pe, offset), &param), c,
          caller, "ucp_put_nbx");
     unordered_ = true;
@@ -230,13 +185,19 @@ class UcxTransport final : public Transport {
     Caller caller(*this);
     order_puts(caller, pe);
     if (bytes <= kAmGetMax) {
-      MessageGet got{dst, bytes};
-      send_message(pe, kAmGet, AmGet{offset, bytes, reinterpret_cast<uint64_t>(&got), me()}, nullptr, 0);
-      wait_until(caller, [&] { return got.done.load(std::memory_order_acquire); }, &got.done, "a get");
+      auto* got = new MessageGet{dst, bytes};
+      send_message(pe, kAmGet, AmGet{offset, bytes, reinterpret_cast<uint64_t>(got), me()}, nullptr, 0);
+      if (!wait_until(caller, [&] { return got->done.load(std::memory_order_acquire); }, &got->done)) {
+        got->owner = MessageGet::Owner::abandoned;  // mutex_ held: the handler sees it
+        timed_out(caller, "a get");
+      }
+      delete got;
       return;
     }
-    Completion c;
-    const auto param = waited(c);
+    // A zero-copy get that times out still owns dst: UCX may write it
+    // when the peer answers (docs/shmem.md, "Choices and limits").
+    auto c = completion();
+    const auto param = waited(*c);
     wait(ucp_get_nbx(eps_[pe], dst, bytes, remote(pe, offset), key(pe, offset), &param), c,
          caller, "ucp_get_nbx");
   }
@@ -251,7 +212,7 @@ class UcxTransport final : public Transport {
     Caller caller(*this);
     order_puts(caller, pe);
     if (bytes <= kAmGetMax) {
-      auto* got = new MessageGet{dst, bytes, true};
+      auto* got = new MessageGet{dst, bytes, MessageGet::Owner::handler};
       gets_outstanding_.fetch_add(1, std::memory_order_relaxed);
       send_message(pe, kAmGet, AmGet{offset, bytes, reinterpret_cast<uint64_t>(got), me()}, nullptr, 0);
       return;
@@ -303,8 +264,12 @@ class UcxTransport final : public Transport {
   ucp_rkey_h key(int pe, size_t offset) const {
     return offset < mem_.segment_bytes ? heap_.keys[pe] : data_.keys[pe];
   }
+  std::unique_ptr<Completion> completion() {
+    auto c = std::make_unique<Completion>();
+    c->bell = &done_;
+    return c;
+  }
   ucp_request_param_t waited(Completion& c) {
-    c.bell = &done_;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.send = on_complete;
@@ -327,8 +292,8 @@ class UcxTransport final : public Transport {
   void wait_acknowledged(Caller& caller, int pe) {
     const uint64_t sent = sent_[pe].load(std::memory_order_relaxed);
     if (acked_[pe].load(std::memory_order_acquire) >= sent) return;
-    wait_until(caller, [&] { return acked_[pe].load(std::memory_order_acquire) >= sent; }, nullptr,
-               "the acknowledgement of a put");
+    if (!wait_until(caller, [&] { return acked_[pe].load(std::memory_order_acquire) >= sent; }))
+      timed_out(caller, "the acknowledgement of a put");
   }
   void flush(Caller& caller);
   void message_put(int pe, uint64_t offset, const void* src, size_t bytes, AmPut header, bool blocking);
@@ -354,9 +319,10 @@ class UcxTransport final : public Transport {
     if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), what);
     if (request != nullptr) ucp_request_free(request);
   }
-  void wait(ucs_status_ptr_t request, Completion& c, Caller& caller, const char* what);
+  void wait(ucs_status_ptr_t request, std::unique_ptr<Completion>& c, Caller& caller, const char* what);
   template <typename Done>
-  void wait_until(Caller& caller, Done done, const std::atomic<bool>* stop, const char* what);
+  bool wait_until(Caller& caller, Done done, const std::atomic<bool>* stop = nullptr);
+  [[noreturn]] void timed_out(Caller& caller, const char* what);
   unsigned progress_locked(const std::atomic<bool>* stop = nullptr);
   void park_while_callers_progress();
   void wake_progress_thread() {
@@ -512,21 +478,32 @@ uint64_t UcxTransport::atomic(int pe, size_t offset, AmoOp op, int width, uint64
     case AmoOp::bor: code = UCP_ATOMIC_OP_OR; break;
     case AmoOp::bxor: code = UCP_ATOMIC_OP_XOR; break;
   }
-  // CSWAP compares with `buffer` and swaps in `reply`, which returns the old value.
-  uint64_t in64 = op == AmoOp::compare_swap ? compare : operand;
-  uint64_t reply64 = op == AmoOp::compare_swap ? operand : 0;
-  uint32_t in32 = static_cast<uint32_t>(in64), reply32 = static_cast<uint32_t>(reply64);
+  // CSWAP compares with the operand and swaps in the reply buffer's value,
+  // which returns the old one. Both are the first `width` bytes of theirs.
   Caller caller(*this);
   order_puts(caller, pe);
-  Completion c;
-  auto param = waited(c);
+  auto c = completion();
+  Completion& state = *c;
+  const auto store = [width](uint64_t& to, uint64_t value) {
+    if (width == 4) {
+      const auto narrow = static_cast<uint32_t>(value);
+      std::memcpy(&to, &narrow, sizeof narrow);
+    } else {
+      to = value;
+    }
+  };
+  store(state.operand, op == AmoOp::compare_swap ? compare : operand);
+  store(state.result, op == AmoOp::compare_swap ? operand : 0);
+  auto param = waited(state);
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
   param.datatype = ucp_dt_make_contig(static_cast<size_t>(width));
-  param.reply_buffer = width == 4 ? static_cast<void*>(&reply32) : &reply64;
-  const void* in = width == 4 ? static_cast<const void*>(&in32) : &in64;
-  wait(ucp_atomic_op_nbx(eps_[pe], code, in, 1, remote(pe, offset), key(pe, offset), &param), c,
-       caller, "ucp_atomic_op_nbx");
-  return width == 4 ? reply32 : reply64;
+  param.reply_buffer = &state.result;
+  wait(ucp_atomic_op_nbx(eps_[pe], code, &state.operand, 1, remote(pe, offset), key(pe, offset), &param),
+       c, caller, "ucp_atomic_op_nbx");
+  if (width == 8) return state.result;
+  uint32_t old = 0;
+  std::memcpy(&old, &state.result, sizeof old);
+  return old;
 }
 
 // Progresses until nothing more happens (at most 64 rounds), or `stop` is
@@ -548,9 +525,10 @@ unsigned UcxTransport::progress_locked(const std::atomic<bool>* stop) {
 // Spins progressing the worker until done(), or no event came for
 // net_spin_ns; then hands over to the progress thread and sleeps until
 // done() (the callbacks that make it true ring done_). `stop`: ends a
-// progress call early once set.
+// progress call early once set. False when the watchdog expired first
+// (the caller still holds mutex_, so a handler cannot run meanwhile).
 template <typename Done>
-void UcxTransport::wait_until(Caller& caller, Done done, const std::atomic<bool>* stop, const char* what) {
+bool UcxTransport::wait_until(Caller& caller, Done done, const std::atomic<bool>* stop) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   const auto spin = std::chrono::nanoseconds(net_spin_ns());
@@ -572,11 +550,7 @@ void UcxTransport::wait_until(Caller& caller, Done done, const std::atomic<bool>
   }
   if (!done()) caller.hand_over();
   while (!done()) {
-    if (clock::now() >= deadline) {
-      lock.unlock();
-      throw_wait_timeout([&] { return fmt::format("PE {} waits for {} to complete", mem_.my_pe, what); },
-                         wait_policy().timeout_s);
-    }
+    if (clock::now() >= deadline) return false;
     const uint32_t seq = done_.seq.load(std::memory_order_seq_cst);
     lock.unlock();
     done_.sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -584,27 +558,42 @@ void UcxTransport::wait_until(Caller& caller, Done done, const std::atomic<bool>
     done_.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     lock.lock();
   }
+  return true;
 }
 
-void UcxTransport::wait(ucs_status_ptr_t request, Completion& c, Caller& caller, const char* what) {
+void UcxTransport::timed_out(Caller& caller, const char* what) {
+  caller.lock().unlock();
+  throw_wait_timeout([&] { return fmt::format("PE {} waits for {} to complete", mem_.my_pe, what); },
+                     wait_policy().timeout_s);
+}
+
+void UcxTransport::wait(ucs_status_ptr_t request, std::unique_ptr<Completion>& c, Caller& caller,
+                        const char* what) {
   if (request == nullptr) return;  // completed at once
   if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), what);
-  wait_until(caller, [&] { return c.done.load(std::memory_order_acquire); }, &c.done, what);
+  if (!wait_until(caller, [&] { return c->done.load(std::memory_order_acquire); }, &c->done)) {
+    // The request stays with UCX, which may still complete it, writing *c
+    // (an atomic's result) but calling nothing: c is left to it.
+    ucp_request_free(request);
+    (void)c.release();
+    timed_out(caller, what);
+  }
   ucp_request_free(request);
-  check_ucs(c.status, what);
+  check_ucs(c->status, what);
 }
 
 // Completes every ucp operation, then waits for every message put's
 // acknowledgement.
 void UcxTransport::flush(Caller& caller) {
-  Completion c;
-  const auto param = waited(c);
+  auto c = completion();
+  const auto param = waited(*c);
   wait(ucp_worker_flush_nbx(worker_, &param), c, caller, "ucp_worker_flush_nbx");
   unordered_ = false;
   for (int pe = 0; pe < mem_.n_pes; ++pe) wait_acknowledged(caller, pe);
-  if (gets_outstanding_.load(std::memory_order_acquire) != 0)
-    wait_until(caller, [&] { return gets_outstanding_.load(std::memory_order_acquire) == 0; }, nullptr,
-               "the replies of non-blocking gets");
+  // A get_nbi that times out still owns its dst, as the standard has it
+  // until a quiet returns.
+  if (!wait_until(caller, [&] { return gets_outstanding_.load(std::memory_order_acquire) == 0; }))
+    timed_out(caller, "the replies of non-blocking gets");
   if (const int status = nbi_status_.exchange(UCS_OK); status != UCS_OK)
     check_ucs(static_cast<ucs_status_t>(status), "a message send (ucp_am_send_nbx)");
 }
@@ -625,11 +614,12 @@ void UcxTransport::message_put(int pe, uint64_t offset, const void* src, size_t 
   if (blocking) {  // returns once src may be reused (UCX copies small messages at once)
     Caller caller(*this);
     sent_[pe].fetch_add(1, std::memory_order_relaxed);
-    Completion c;
-    auto param = waited(c);
+    auto c = completion();
+    c->header = header;
+    auto param = waited(*c);
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_AM_SEND_FLAG_EAGER;
-    wait(ucp_am_send_nbx(eps_[pe], kAmPut, &header, sizeof header, src, bytes, &param), c, caller,
+    wait(ucp_am_send_nbx(eps_[pe], kAmPut, &c->header, sizeof header, src, bytes, &param), c, caller,
          "ucp_am_send_nbx");
     return;
   }
@@ -661,20 +651,6 @@ void UcxTransport::send_message(int pe, AmId id, const Header& header, const voi
   if (!UCS_PTR_IS_PTR(request)) delete sending;  // completed (or failed) inside the call
   if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), "ucp_am_send_nbx");
   if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
-}
-
-// A received message's header; a malformed one aborts (inside UCX's
-// progress nothing can be thrown). Messages are sent eager: never rendezvous.
-template <typename Header>
-Header received(const void* header, size_t header_bytes, const ucp_am_recv_param_t* param, int pe,
-                const char* what) {
-  if (header_bytes != sizeof(Header) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    fmt::print(stderr, "coremesh: PE {} received a malformed {}; aborting\n", pe, what);
-    std::abort();
-  }
-  Header h;
-  std::memcpy(&h, header, sizeof h);
-  return h;
 }
 
 // Runs inside ucp_worker_progress (mutex_ held): applies a message put,
@@ -726,12 +702,19 @@ ucs_status_t UcxTransport::on_am_get_reply(void* arg, const void* header, size_t
                got->bytes);
     std::abort();
   }
-  if (bytes != 0) std::memcpy(got->dst, data, bytes);
-  if (got->nbi) {
-    delete got;
-    t->gets_outstanding_.fetch_sub(1, std::memory_order_release);
-  } else {
-    got->done.store(true, std::memory_order_release);
+  switch (got->owner) {
+    case MessageGet::Owner::caller:
+      if (bytes != 0) std::memcpy(got->dst, data, bytes);
+      got->done.store(true, std::memory_order_release);
+      break;
+    case MessageGet::Owner::handler:
+      if (bytes != 0) std::memcpy(got->dst, data, bytes);
+      delete got;
+      t->gets_outstanding_.fetch_sub(1, std::memory_order_release);
+      break;
+    case MessageGet::Owner::abandoned:
+      delete got;
+      break;
   }
   ring(t->done_);
   return UCS_OK;
@@ -821,8 +804,8 @@ void UcxTransport::close() {
   for (ucp_ep_h& ep : eps_) {
     if (ep == nullptr) continue;
     Caller caller(*this);
-    Completion c;
-    const auto param = waited(c);
+    auto c = completion();
+    const auto param = waited(*c);
     wait(ucp_ep_close_nbx(ep, &param), c, caller, "ucp_ep_close_nbx");
     ep = nullptr;
   }

@@ -29,7 +29,7 @@ WaitPolicy& wait_policy() {
   return policy;
 }
 
-void throw_wait_timeout(const Describe& describe, double timeout_s) {
+[[noreturn]] void throw_wait_timeout(const Describe& describe, double timeout_s) {
   CM_THROW(TimeoutError,
            "a peer may have failed or skipped a matching call; raise COREMESH_WAIT_TIMEOUT_S if "
            "the work is legitimately slow",

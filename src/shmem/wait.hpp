@@ -76,7 +76,7 @@ template <typename Ready>
 void wait_until_ready(Bell& bell, Ready&& ready, const Describe& describe,
                       double timeout_s = -1.0);
 
-void throw_wait_timeout(const Describe& describe, double timeout_s);
+[[noreturn]] void throw_wait_timeout(const Describe& describe, double timeout_s);
 void poll_pause(int64_t us);
 
 template <typename Ready>

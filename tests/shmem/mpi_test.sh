@@ -2,7 +2,8 @@
 # SHMEM under mpirun on one machine (tests/shmem/mpirun_net.sh: TCP over
 # loopback), in one of three layouts:
 #   net    every PE its own host, the ucx engine between all: the PE gtests
-#          and the C programs at 3 PEs, then a killed PE stopping the job
+#          and the C programs at 3 PEs, a killed PE stopping the job, and
+#          operations to a stopped PE timing out
 #   hosts  4 PEs on two simulated hosts of 2 (shared memory within a host,
 #          the ucx engine between): the PE gtests
 #   mpi    every PE its own host, the mpi engine (MPI-3 RMA): the PE gtests
@@ -48,6 +49,9 @@ if [ "$mode" = net ]; then
   fi
   [ $(( $(date +%s) - start )) -lt 30 ] || { echo "the job took too long to stop"; exit 1; }
   echo "a killed PE stops the job"
+  COREMESH_WAIT_TIMEOUT_S=1 "$run" 2 "$fault_prog" stalled_peer > "$out/stalled.txt" 2>&1 &&
+    grep -q 'stalled peer ok' "$out/stalled.txt" || { cat "$out/stalled.txt"; exit 1; }
+  echo "late answers to timed-out operations write nothing of the caller's"
 fi
 left=$(shm_names_left "$out/shm_before.txt")
 [ -z "$left" ] || { echo "left in /dev/shm: $left"; exit 1; }
