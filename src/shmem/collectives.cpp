@@ -110,7 +110,7 @@ std::vector<CopySpan> alltoallv_exchange(const Group& g, void* dest, const size_
                                          const size_t* recv_offsets, const void* src,
                                          const size_t* send_counts, const size_t* send_offsets,
                                          size_t elem_bytes, const char* api) {
-  CM_ASSERT(g.has_team_slot);
+  CM_ASSERT(g.team_slot >= 0);
   state(api);  // checks that the library is initialized
   const size_t n = static_cast<size_t>(g.size);
   size_t src_end = 0, dest_end = 0;

@@ -127,6 +127,7 @@ void init(size_t requested_heap_bytes) {
   s->segment_bytes = s->transport->segment_bytes();
   s->user_base = user_heap_base(s->n_pes);
   s->slot_bytes = team_slot_bytes(s->n_pes);
+  s->landing_calls.assign(size_t{kLandingTeams} * static_cast<size_t>(s->n_pes), 0);
   s->data_base = s->transport->local_data_base();
   s->data_bytes = s->transport->data_bytes();
   s->allocator = SymmetricAllocator(s->user_base, s->segment_bytes - s->user_base);

@@ -43,7 +43,7 @@ struct Group {
   size_t sync_offset = 0;      // symmetric offset of the SyncArea, on every member
   int64_t* calls = nullptr;    // this PE's call counter
   std::string label;           // for messages
-  bool has_team_slot = false;  // the alltoallv metadata area exists
+  int team_slot = -1;          // a team's slot (its alltoallv metadata area); -1: an active set
 
   int world_pe(int index) const { return pes[static_cast<size_t>(index)]; }
 };
@@ -63,6 +63,10 @@ struct State {
   SymmetricAllocator allocator;
   uint64_t allocations = 0;  // collective allocation calls, for messages
   uint64_t free_slots = ~uint64_t{0};
+  // Allreduce calls through team slot t's landing area shared with world
+  // PE p, at [t * n_pes + p] (reduce.hpp); they never restart, so that a
+  // team created in a slot goes on where the last one stopped.
+  std::vector<uint64_t> landing_calls;
   TeamData world;
   TeamData shared;
   std::vector<std::unique_ptr<TeamData>> teams;  // created by splits

@@ -14,6 +14,7 @@
 // same on every PE because every PE computes the same layout.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -69,8 +70,38 @@ inline size_t team_slot_bytes(int n_pes) {
   size_t bytes = sizeof(SyncArea) + 2 * 3 * sizeof(int64_t) * static_cast<size_t>(n_pes);
   return (bytes + kHeapAlignment - 1) / kHeapAlignment * kHeapAlignment;
 }
+
+// Landing areas of the small allreduce across hosts (reduce.hpp), one for
+// each of the first kLandingTeams team slots: per call parity and sending
+// PE, a signal word and a slot for the sender's vector. A slot holds 256
+// KiB / n_pes (4-64 KiB); the areas are 1-8 MiB of address space, touched
+// only where used.
+inline constexpr int kLandingTeams = 4;
+inline size_t landing_slot_bytes(int n_pes) {
+  const size_t share = (256 * 1024 / static_cast<size_t>(n_pes)) / 4096 * 4096;
+  return std::clamp<size_t>(share, 4096, 64 * 1024);
+}
+struct LandingArea {
+  size_t base = 0;  // segment offset of the area
+  int n_pes = 1;
+  size_t signal(int parity, int sender) const {
+    return base + (static_cast<size_t>(parity) * n_pes + sender) * sizeof(uint64_t);
+  }
+  size_t slot(int parity, int sender) const {
+    return base + signals_bytes() + (static_cast<size_t>(parity) * n_pes + sender) * landing_slot_bytes(n_pes);
+  }
+  size_t signals_bytes() const { return (2 * n_pes * sizeof(uint64_t) + 4095) / 4096 * 4096; }
+  size_t bytes() const { return signals_bytes() + 2 * static_cast<size_t>(n_pes) * landing_slot_bytes(n_pes); }
+};
+inline size_t landing_areas_base(int n_pes) { return kHeaderBytes + kMaxTeams * team_slot_bytes(n_pes); }
+inline LandingArea landing_area(int n_pes, int team_slot) {
+  LandingArea area{0, n_pes};
+  area.base = landing_areas_base(n_pes) + static_cast<size_t>(team_slot) * area.bytes();
+  return area;
+}
+
 inline size_t user_heap_base(int n_pes) {
-  size_t end = kHeaderBytes + kMaxTeams * team_slot_bytes(n_pes);
+  size_t end = landing_area(n_pes, kLandingTeams).base;
   return (end + 4095) / 4096 * 4096;
 }
 

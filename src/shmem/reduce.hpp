@@ -24,6 +24,8 @@
 // rounds once.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <complex>
 #include <cstddef>
 #include <cstring>
@@ -33,6 +35,7 @@
 #include "coremesh/core/dtype.hpp"
 #include "coremesh/core/error.hpp"
 #include "internal.hpp"
+#include "wait.hpp"
 
 namespace coremesh::shmem::internal {
 
@@ -84,6 +87,21 @@ inline std::byte* reduce_scratch(size_t bytes) {
   return reinterpret_cast<std::byte*>(buffer.data());
 }
 
+// out[0 .. len) = member(0) op member(1) op ... element by element, in
+// member order, through acc (len accumulators); out may be a member.
+template <typename T, ReduceKind K, typename Member>
+void combine_members(int size, const Member& member, size_t len, typename Accumulator<T>::type* acc,
+                     T* out) {
+  using Acc = Accumulator<T>;
+  const T* first = member(0);
+  for (size_t i = 0; i < len; ++i) acc[i] = Acc::load(first[i]);
+  for (int m = 1; m < size; ++m) {
+    const T* in = member(m);
+    for (size_t i = 0; i < len; ++i) acc[i] = combine<K>(acc[i], Acc::load(in[i]));
+  }
+  for (size_t i = 0; i < len; ++i) out[i] = Acc::store(acc[i]);
+}
+
 // Reduces chunk [lo, hi) of every member's `src` (at segment offset
 // src_offset) into out[0 .. hi - lo).
 // Through the fast path a tile is read in place (8 KiB, in cache); when
@@ -93,8 +111,7 @@ inline std::byte* reduce_scratch(size_t bytes) {
 // round trip per tile, not per member; mapped ones are still read in place.
 template <typename T, ReduceKind K>
 void reduce_chunk(const Group& g, size_t src_offset, size_t lo, size_t hi, T* out) {
-  using Acc = Accumulator<T>;
-  using A = typename Acc::type;
+  using A = typename Accumulator<T>::type;
   Transport& t = transport();
   bool direct = true;
   for (int m = 0; m < g.size && direct; ++m)
@@ -120,14 +137,7 @@ void reduce_chunk(const Group& g, size_t src_offset, size_t lo, size_t hi, T* ou
           t.get_nbi(fetched(m), g.world_pe(m), offset, len * sizeof(T));
       t.quiet();
     }
-    const T* first = member(0);
-    for (size_t i = 0; i < len; ++i) acc[i] = Acc::load(first[i]);
-    for (int m = 1; m < g.size; ++m) {
-      const T* in = member(m);
-      for (size_t i = 0; i < len; ++i) acc[i] = combine<K>(acc[i], Acc::load(in[i]));
-    }
-    T* o = out + (at - lo);
-    for (size_t i = 0; i < len; ++i) o[i] = Acc::store(acc[i]);
+    combine_members<T, K>(g.size, member, len, acc, out + (at - lo));
   }
 }
 
@@ -143,6 +153,64 @@ inline bool reduce_whole_locally(const Group& g, size_t src_offset, const void* 
   for (int m = 0; m < g.size; ++m)
     if (transport().peer_pointer(g.world_pe(m), src_offset) == nullptr) return true;
   return false;
+}
+
+// Whether an allreduce of `bytes` goes through the landing areas (below):
+// on one of the first team slots, small enough, and some member's memory
+// is not mapped here (the team spans hosts). The same answer on every
+// member.
+inline bool fits_landing(const Group& g, size_t src_offset, size_t bytes) {
+  if (g.team_slot < 0 || g.team_slot >= kLandingTeams) return false;
+  if (bytes > landing_slot_bytes(state().n_pes)) return false;
+  for (int m = 0; m < g.size; ++m)
+    if (transport().peer_pointer(g.world_pe(m), src_offset) == nullptr) return true;
+  return false;
+}
+
+// A small allreduce across hosts, one message per pair of members and no
+// barrier: each PE puts its vector, with a signal carrying the call's
+// number, into its slot of every member's landing area (layout.hpp), waits
+// for every member's vector in its own, and reduces them in member order.
+// A slot of parity c % 2 is written again (call c + 2 of the pair) only
+// after its writer has received the reader's vector of call c + 1, which
+// the reader sends once done with call c. A pair numbers its calls through
+// one area alike: a team's collectives are called in the same order by all
+// members, and teams in other slots use other areas.
+template <typename T, ReduceKind K>
+void reduce_through_landing(const Group& g, T* dest, const T* src, size_t n, const char* api) {
+  using A = typename Accumulator<T>::type;
+  State& s = state(api);
+  Transport& t = transport();
+  const LandingArea area = landing_area(s.n_pes, g.team_slot);
+  uint64_t* calls = s.landing_calls.data() + static_cast<size_t>(g.team_slot) * static_cast<size_t>(s.n_pes);
+  for (int k = 1; k < g.size; ++k) {  // the next member first: not all send to member 0 at once
+    const int pe = g.world_pe((g.my_index + k) % g.size);
+    const uint64_t call = ++calls[pe];
+    const int parity = static_cast<int>(call & 1);
+    t.put_signal(pe, area.slot(parity, s.my_pe), src, n * sizeof(T), area.signal(parity, s.my_pe), call,
+                 SignalOp::set, /*nbi=*/false);
+  }
+  auto parity = [&](int pe) { return static_cast<int>(calls[pe] & 1); };
+  for (int m = 0; m < g.size; ++m) {
+    const int pe = g.world_pe(m);
+    if (m == g.my_index) continue;
+    std::atomic_ref<uint64_t> signal(*reinterpret_cast<uint64_t*>(local_address(area.signal(parity(pe), pe))));
+    wait_until_ready(my_doorbell(), [&] { return signal.load(std::memory_order_acquire) >= calls[pe]; }, [&] {
+      return fmt::format("PE {} in {} on {} waits for the vector of PE {} (their call {})", s.my_pe, api,
+                         describe_group(g), pe, calls[pe]);
+    });
+  }
+  auto member = [&](int m) {
+    if (m == g.my_index) return src;
+    const int pe = g.world_pe(m);
+    return reinterpret_cast<const T*>(local_address(area.slot(parity(pe), pe)));
+  };
+  constexpr size_t kTile = 2048;
+  A* acc = reinterpret_cast<A*>(reduce_scratch(kTile * sizeof(A)));
+  for (size_t at = 0; at < n; at += kTile) {
+    auto tile = [&](int m) { return member(m) + at; };
+    combine_members<T, K>(g.size, tile, std::min(kTile, n - at), acc, dest + at);
+  }
 }
 
 // allreduce: dest and src hold n elements. scatter (reduce_scatter): src
@@ -163,6 +231,8 @@ void reduce(const Group& g, T* dest, const T* src, size_t n, bool scatter, const
   const size_t my_lo = chunk_lo(g.my_index), my_hi = chunk_lo(g.my_index + 1);
   const size_t dest_offset = sym_offset(dest, (scatter ? my_hi - my_lo : n) * sizeof(T), api);
   begin_call(g);
+  if (!scatter && fits_landing(g, src_offset, n * sizeof(T)))
+    return reduce_through_landing<T, K>(g, dest, src, n, api);
   group_sync(g, api);
   if (!scatter && reduce_whole_locally(g, src_offset, dest, src, n * sizeof(T))) {
     reduce_chunk<T, K>(g, src_offset, 0, n, dest);

@@ -32,7 +32,7 @@ Group team_group(TeamData& team, const char* api) {
   g.sync_offset = kHeaderBytes + static_cast<size_t>(team.slot) * s.slot_bytes;
   g.calls = &team.calls;
   g.label = team.label;
-  g.has_team_slot = true;
+  g.team_slot = team.slot;
   return g;
 }
 

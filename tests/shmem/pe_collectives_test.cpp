@@ -132,6 +132,45 @@ TEST(Collectives, AllreduceInPlace) {
   shmem::sym_free(buf);
 }
 
+// Allreduces back to back with no barrier between (across hosts a small
+// one is one message per pair into double-buffered landing slots), on two
+// overlapping teams in turn, each call with its own values; then teams of
+// other members created again and again in the same slots.
+TEST(Collectives, BackToBackAllreducesKeepEachCallsVectors) {
+  constexpr size_t kMax = 300;
+  int64_t* src = sym<int64_t>(kMax);
+  int64_t* dst = sym<int64_t>(kMax);
+  auto value = [](int pe, int call, size_t i) { return int64_t{pe + 1} * 1'000'003 + call * 1009 + int64_t(i); };
+  auto check = [&](const shmem::Team& team, int call, size_t n) {
+    for (size_t i = 0; i < n; ++i) src[i] = value(me(), call, i);
+    shmem::allreduce(team, dst, src, n, shmem::ReduceOp::sum);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      int64_t want = 0;
+      for (int m = 0; m < team.n_pes(); ++m) want += value(team.world_pe(m), call, i);
+      bad += dst[i] != want;
+    }
+    EXPECT_EQ(bad, 0u) << "call " << call << " n " << n << " team of " << team.n_pes();
+  };
+  shmem::Team world = shmem::Team::world();
+  shmem::Team half = world.split_strided(0, 1, std::max(1, npes() - 1));
+  for (int call = 0; call < 120; ++call) {
+    const size_t n = 1 + static_cast<size_t>(call * 37) % kMax;
+    check(world, call, n);
+    if (half.valid()) check(half, call, n);
+  }
+  half = shmem::Team();
+  for (int round = 0; round < 6; ++round) {  // members change, slots are reused
+    shmem::Team team = round % 2 == 0 ? world.split_strided(round % npes(), 1, npes() - round % npes())
+                                      : world.split_strided(0, 2, (npes() + 1) / 2);
+    for (int call = 0; call < 4 && team.valid(); ++call) check(team, 1000 * round + call, 1 + 50 * call);
+    shmem::barrier();
+  }
+  shmem::barrier();
+  shmem::sym_free(dst);
+  shmem::sym_free(src);
+}
+
 TEST(Collectives, BroadcastAllgatherAlltoallReduceScatterOnAllTeams) {
   for (const shmem::Team& team : my_teams()) {
     const size_t n = 301;
