@@ -158,6 +158,12 @@ class HostTransport final : public Transport {
     signal.atomic(pe, signal_offset, op == SignalOp::add ? AmoOp::add : AmoOp::set, 8, value, 0);
     data.notify(pe);
   }
+  void push(int pe, size_t offset, const void* src, size_t bytes, size_t signal_offset,
+            uint64_t value) override {
+    Transport& data = path(pe, offset);
+    if (&data == &atomic_path(pe, signal_offset)) return data.push(pe, offset, src, bytes, signal_offset, value);
+    Transport::push(pe, offset, src, bytes, signal_offset, value);
+  }
   uint64_t atomic(int pe, size_t offset, AmoOp op, int width, uint64_t operand,
                   uint64_t compare) override {
     return atomic_path(pe, offset).atomic(pe, offset, op, width, operand, compare);

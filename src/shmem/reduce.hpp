@@ -187,8 +187,7 @@ void reduce_through_landing(const Group& g, T* dest, const T* src, size_t n, con
     const int pe = g.world_pe((g.my_index + k) % g.size);
     const uint64_t call = ++calls[pe];
     const int parity = static_cast<int>(call & 1);
-    t.put_signal(pe, area.slot(parity, s.my_pe), src, n * sizeof(T), area.signal(parity, s.my_pe), call,
-                 SignalOp::set, /*nbi=*/false);
+    t.push(pe, area.slot(parity, s.my_pe), src, n * sizeof(T), area.signal(parity, s.my_pe), call);
   }
   auto parity = [&](int pe) { return static_cast<int>(calls[pe] & 1); };
   for (int m = 0; m < g.size; ++m) {

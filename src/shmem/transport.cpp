@@ -72,6 +72,10 @@ class WithoutPeerPointers final : public Transport {
                   uint64_t value, SignalOp op, bool nbi) override {
     inner_->put_signal(pe, offset, src, bytes, signal_offset, value, op, nbi);
   }
+  void push(int pe, size_t offset, const void* src, size_t bytes, size_t signal_offset,
+            uint64_t value) override {
+    inner_->push(pe, offset, src, bytes, signal_offset, value);
+  }
   uint64_t atomic(int pe, size_t offset, AmoOp op, int width, uint64_t operand,
                   uint64_t compare) override {
     return inner_->atomic(pe, offset, op, width, operand, compare);

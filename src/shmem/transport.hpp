@@ -81,6 +81,14 @@ class Transport {
   // signal sees the data.
   virtual void put_signal(int pe, size_t offset, const void* src, size_t bytes,
                           size_t signal_offset, uint64_t value, SignalOp op, bool nbi) = 0;
+  // A collective's delivery: put, then set the signal, which is the whole
+  // completion its receiver waits for. src is reusable on return; quiet
+  // and fence need not cover it, so a network engine sends no
+  // acknowledgement (a small allreduce across hosts, reduce.hpp).
+  virtual void push(int pe, size_t offset, const void* src, size_t bytes, size_t signal_offset,
+                    uint64_t value) {
+    put_signal(pe, offset, src, bytes, signal_offset, value, SignalOp::set, /*nbi=*/false);
+  }
   // Atomic `op` on the `width`-byte (4 or 8) word at `offset` on `pe`;
   // returns the old value (zero-extended bits). `compare` is used by
   // compare_swap only. Complete on return, ordered after earlier blocking

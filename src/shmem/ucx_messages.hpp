@@ -24,8 +24,12 @@ enum AmId : unsigned { kAmPut = 1, kAmAck = 2, kAmGet = 3, kAmGetReply = 4, kAmW
 struct AmPut {
   uint64_t offset = 0, signal_offset = 0, signal_value = 0;
   uint32_t origin = 0;
-  uint16_t signal = 0;   // 0 none, 1 set, 2 add
-  uint16_t ack_now = 0;  // a blocking put: its quiet is likely near
+  uint16_t signal = 0;  // 0 none, 1 set, 2 add
+  uint16_t ack = 0;     // Ack
+  // When the target acknowledges: after its progress call, coalesced per
+  // origin (put_nbi); at once (a blocking put: its quiet is likely near);
+  // never (a push: the signal is its completion).
+  enum Ack : uint16_t { kAckLater = 0, kAckNow = 1, kAckNever = 2 };
 };
 struct AmAck {
   uint64_t count = 0;

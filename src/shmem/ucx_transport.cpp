@@ -173,7 +173,7 @@ class UcxTransport final : public Transport {
   std::byte* peer_pointer(int, size_t) const override { return nullptr; }
 
   void put(int pe, size_t offset, const void* src, size_t bytes) override {
-    if (bytes <= kAmPutMax) return message_put(pe, offset, src, bytes, AmPut{}, true);
+    if (bytes <= kAmPutMax) return message_put(pe, offset, src, bytes, AmPut{.ack = AmPut::kAckNow});
     Caller caller(*this);
     auto c = completion();
     const auto param = waited(*c);
@@ -202,7 +202,7 @@ class UcxTransport final : public Transport {
          caller, "ucp_get_nbx");
   }
   void put_nbi(int pe, size_t offset, const void* src, size_t bytes) override {
-    if (bytes <= kAmPutMax) return message_put(pe, offset, src, bytes, AmPut{}, false);
+    if (bytes <= kAmPutMax) return message_put(pe, offset, src, bytes, AmPut{.ack = AmPut::kAckLater});
     std::lock_guard lock(mutex_);
     release(ucp_put_nbx(eps_[pe], src, bytes, remote(pe, offset), key(pe, offset), &nbi_),
             "ucp_put_nbx");
@@ -223,14 +223,23 @@ class UcxTransport final : public Transport {
   void put_signal(int pe, size_t offset, const void* src, size_t bytes, size_t signal_offset,
                   uint64_t value, SignalOp op, bool nbi) override {
     if (bytes <= kAmPutMax) {
-      const AmPut signal{0, signal_offset, value, 0, static_cast<uint16_t>(op == SignalOp::add ? 2 : 1)};
-      return message_put(pe, offset, src, bytes, signal, !nbi);
+      const AmPut signal{.signal_offset = signal_offset, .signal_value = value,
+                         .signal = static_cast<uint16_t>(op == SignalOp::add ? 2 : 1),
+                         .ack = nbi ? AmPut::kAckLater : AmPut::kAckNow};
+      return message_put(pe, offset, src, bytes, signal);
     }
     if (bytes != 0) {
       if (nbi) put_nbi(pe, offset, src, bytes);
       else put(pe, offset, src, bytes);
     }
     atomic(pe, signal_offset, op == SignalOp::add ? AmoOp::add : AmoOp::set, 8, value, 0);
+  }
+  // Unacknowledged: nothing waits for it but the receiver, on the signal.
+  void push(int pe, size_t offset, const void* src, size_t bytes, size_t signal_offset,
+            uint64_t value) override {
+    if (bytes > kAmPutMax) return Transport::push(pe, offset, src, bytes, signal_offset, value);
+    message_put(pe, offset, src, bytes,
+                AmPut{.signal_offset = signal_offset, .signal_value = value, .signal = 1, .ack = AmPut::kAckNever});
   }
   uint64_t atomic(int pe, size_t offset, AmoOp op, int width, uint64_t operand,
                   uint64_t compare) override;
@@ -296,7 +305,7 @@ class UcxTransport final : public Transport {
       timed_out(caller, "the acknowledgement of a put");
   }
   void flush(Caller& caller);
-  void message_put(int pe, uint64_t offset, const void* src, size_t bytes, AmPut header, bool blocking);
+  void message_put(int pe, uint64_t offset, const void* src, size_t bytes, AmPut header);
   template <typename Header>
   void send_message(int pe, AmId id, const Header& header, const void* data, size_t bytes);
   void acknowledge(int origin);
@@ -606,14 +615,13 @@ struct InFlight {
   Header header;
 };
 
-void UcxTransport::message_put(int pe, uint64_t offset, const void* src, size_t bytes, AmPut header,
-                               bool blocking) {
+// A put (kAckLater: non-blocking) as a message; header: its signal and ack.
+void UcxTransport::message_put(int pe, uint64_t offset, const void* src, size_t bytes, AmPut header) {
   header.offset = offset;
   header.origin = me();
-  header.ack_now = blocking;
-  if (blocking) {  // returns once src may be reused (UCX copies small messages at once)
+  if (header.ack != AmPut::kAckLater) {  // returns once src may be reused (UCX copies small messages at once)
     Caller caller(*this);
-    sent_[pe].fetch_add(1, std::memory_order_relaxed);
+    if (header.ack == AmPut::kAckNow) sent_[pe].fetch_add(1, std::memory_order_relaxed);
     auto c = completion();
     c->header = header;
     auto param = waited(*c);
@@ -655,7 +663,7 @@ void UcxTransport::send_message(int pe, AmId id, const Header& header, const voi
 
 // Runs inside ucp_worker_progress (mutex_ held): applies a message put,
 // data first, then its signal, and counts it for the origin's
-// acknowledgement.
+// acknowledgement (a push's is never sent).
 ucs_status_t UcxTransport::on_am_put(void* arg, const void* header, size_t header_bytes, void* data,
                                      size_t bytes, const ucp_am_recv_param_t* param) {
   auto* t = static_cast<UcxTransport*>(arg);
@@ -666,9 +674,10 @@ ucs_status_t UcxTransport::on_am_put(void* arg, const void* header, size_t heade
     if (put.signal == 2) signal.fetch_add(put.signal_value, std::memory_order_seq_cst);
     else signal.store(put.signal_value, std::memory_order_seq_cst);
   }
+  if (put.ack == AmPut::kAckNever) return UCS_OK;
   const int origin = static_cast<int>(put.origin);
   if (t->applied_[origin]++ == 0) t->ack_due_.push_back(origin);
-  if (put.ack_now != 0) t->acknowledge(origin);
+  if (put.ack == AmPut::kAckNow) t->acknowledge(origin);
   return UCS_OK;
 }
 
