@@ -17,6 +17,9 @@
 //
 //   barrier; PE r reduces every member's source into its dest; barrier
 //
+// A smaller vector across hosts, on one of the first team slots, is pushed
+// instead (reduce_through_landing): one message per pair, no barrier.
+//
 // Every chunk is reduced by one PE (or by each, the same way)
 // in member order -- dest[i] = ((src_0[i] op src_1[i]) op src_2[i]) ...
 // with src_m the buffer of team member m -- so all PEs end with bit-identical
@@ -168,7 +171,7 @@ inline bool fits_landing(const Group& g, size_t src_offset, size_t bytes) {
 }
 
 // A small allreduce across hosts, one message per pair of members and no
-// barrier: each PE puts its vector, with a signal carrying the call's
+// barrier: each PE pushes its vector, with a signal carrying the call's
 // number, into its slot of every member's landing area (layout.hpp), waits
 // for every member's vector in its own, and reduces them in member order.
 // A slot of parity c % 2 is written again (call c + 2 of the pair) only

@@ -91,8 +91,8 @@ TEST(Collectives, AllreduceAllTypesOnAllTeams) {
 
 // f32 sums whose value depends on the order of the additions: every PE must
 // hold exactly the sum taken in member order, ((s_0 + s_1) + s_2) ..., for a
-// small vector (on the network every PE reduces it whole) and a large one
-// (reduce-scatter + allgather).
+// small vector (across hosts pushed to every PE, or reduced whole by each)
+// and a large one (reduce-scatter + allgather).
 TEST(Collectives, AllreduceSumsInMemberOrderExactly) {
   auto term = [](int pe, size_t i) {  // magnitudes 2^-10 .. 2^23: another order rounds otherwise
     const uint64_t p = static_cast<uint64_t>(pe), h = (p * 7919 + i * 104729 + p * i * 31) % 100003;
