@@ -73,24 +73,28 @@ inline size_t team_slot_bytes(int n_pes) {
 
 // Landing areas of the small allreduce across hosts (reduce.hpp), one for
 // each of the first kLandingTeams team slots: per call parity and sending
-// PE, a signal word and a slot for the sender's vector. A slot holds 256
-// KiB / n_pes (4-64 KiB); the areas are 1-8 MiB of address space, touched
-// only where used.
+// PE, a slot for the sender's vector, which arrives in chunks of at most
+// kLandingChunkBytes (the ucx engine's largest message), each with its
+// signal word. A slot holds 1 MiB / (n_pes - 1) (4 KiB - 1 MiB): a PE
+// receives at most 1 MiB per call. The areas are 8-16 MiB of address
+// space, touched only where used.
 inline constexpr int kLandingTeams = 4;
+inline constexpr size_t kLandingChunkBytes = 64 * 1024;
+inline constexpr size_t kLandingChunks = 16;  // per slot
 inline size_t landing_slot_bytes(int n_pes) {
-  const size_t share = (256 * 1024 / static_cast<size_t>(n_pes)) / 4096 * 4096;
-  return std::clamp<size_t>(share, 4096, 64 * 1024);
+  const size_t share = (kLandingChunks * kLandingChunkBytes / std::max<size_t>(1, n_pes - 1)) / 4096 * 4096;
+  return std::clamp<size_t>(share, 4096, kLandingChunks * kLandingChunkBytes);
 }
 struct LandingArea {
   size_t base = 0;  // segment offset of the area
   int n_pes = 1;
-  size_t signal(int parity, int sender) const {
-    return base + (static_cast<size_t>(parity) * n_pes + sender) * sizeof(uint64_t);
+  size_t signal(int parity, int sender, size_t chunk) const {
+    return base + ((static_cast<size_t>(parity) * n_pes + sender) * kLandingChunks + chunk) * sizeof(uint64_t);
   }
   size_t slot(int parity, int sender) const {
     return base + signals_bytes() + (static_cast<size_t>(parity) * n_pes + sender) * landing_slot_bytes(n_pes);
   }
-  size_t signals_bytes() const { return (2 * n_pes * sizeof(uint64_t) + 4095) / 4096 * 4096; }
+  size_t signals_bytes() const { return (2 * n_pes * kLandingChunks * sizeof(uint64_t) + 4095) / 4096 * 4096; }
   size_t bytes() const { return signals_bytes() + 2 * static_cast<size_t>(n_pes) * landing_slot_bytes(n_pes); }
 };
 inline size_t landing_areas_base(int n_pes) { return kHeaderBytes + kMaxTeams * team_slot_bytes(n_pes); }

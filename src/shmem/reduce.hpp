@@ -186,33 +186,46 @@ void reduce_through_landing(const Group& g, T* dest, const T* src, size_t n, con
   Transport& t = transport();
   const LandingArea area = landing_area(s.n_pes, g.team_slot);
   uint64_t* calls = s.landing_calls.data() + static_cast<size_t>(g.team_slot) * static_cast<size_t>(s.n_pes);
-  for (int k = 1; k < g.size; ++k) {  // the next member first: not all send to member 0 at once
-    const int pe = g.world_pe((g.my_index + k) % g.size);
-    const uint64_t call = ++calls[pe];
-    const int parity = static_cast<int>(call & 1);
-    t.push(pe, area.slot(parity, s.my_pe), src, n * sizeof(T), area.signal(parity, s.my_pe), call);
-  }
+  for (int m = 0; m < g.size; ++m)
+    if (m != g.my_index) ++calls[g.world_pe(m)];
   auto parity = [&](int pe) { return static_cast<int>(calls[pe] & 1); };
-  for (int m = 0; m < g.size; ++m) {
-    const int pe = g.world_pe(m);
-    if (m == g.my_index) continue;
-    std::atomic_ref<uint64_t> signal(*reinterpret_cast<uint64_t*>(local_address(area.signal(parity(pe), pe))));
-    wait_until_ready(my_doorbell(), [&] { return signal.load(std::memory_order_acquire) >= calls[pe]; }, [&] {
-      return fmt::format("PE {} in {} on {} waits for the vector of PE {} (their call {})", s.my_pe, api,
-                         describe_group(g), pe, calls[pe]);
-    });
-  }
+  constexpr size_t kChunk = kLandingChunkBytes / sizeof(T);
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+  auto send = [&](size_t c) {  // the next member first: not all send to member 0 at once
+    const size_t at = c * kChunk, len = std::min(kChunk, n - at);
+    for (int k = 1; k < g.size; ++k) {
+      const int pe = g.world_pe((g.my_index + k) % g.size);
+      t.push(pe, area.slot(parity(pe), s.my_pe) + at * sizeof(T), src + at, len * sizeof(T),
+             area.signal(parity(pe), s.my_pe, c), calls[pe]);
+    }
+  };
   auto member = [&](int m) {
     if (m == g.my_index) return src;
     const int pe = g.world_pe(m);
     return reinterpret_cast<const T*>(local_address(area.slot(parity(pe), pe)));
   };
-  constexpr size_t kTile = 2048;
-  A* acc = reinterpret_cast<A*>(reduce_scratch(kTile * sizeof(A)));
-  for (size_t at = 0; at < n; at += kTile) {
-    auto tile = [&](int m) { return member(m) + at; };
-    combine_members<T, K>(g.size, tile, std::min(kTile, n - at), acc, dest + at);
-  }
+  A* acc = reinterpret_cast<A*>(reduce_scratch(kChunk * sizeof(A)));
+  auto reduce_part = [&](size_t c) {  // once every member's part c has landed
+    for (int m = 0; m < g.size; ++m) {
+      const int pe = g.world_pe(m);
+      if (m == g.my_index) continue;
+      std::atomic_ref<uint64_t> signal(*reinterpret_cast<uint64_t*>(local_address(area.signal(parity(pe), pe, c))));
+      wait_until_ready(my_doorbell(), [&] { return signal.load(std::memory_order_acquire) >= calls[pe]; }, [&] {
+        return fmt::format("PE {} in {} on {} waits for part {} of PE {}'s vector (their call {})", s.my_pe,
+                           api, describe_group(g), c, pe, calls[pe]);
+      });
+    }
+    const size_t at = c * kChunk;
+    auto part = [&](int m) { return member(m) + at; };
+    combine_members<T, K>(g.size, part, std::min(kChunk, n - at), acc, dest + at);
+  };
+  // Every part goes out first, then the parts are reduced as they land:
+  // reducing between sends was slower (512 KiB 0.28 against 0.22 ms over
+  // TCP: a PE that computes does not drain its socket, and its peer's
+  // sends wait). src is sent whole before dest, which may be src, is
+  // written.
+  for (size_t c = 0; c < chunks; ++c) send(c);
+  for (size_t c = 0; c < chunks; ++c) reduce_part(c);
 }
 
 // allreduce: dest and src hold n elements. scatter (reduce_scatter): src
