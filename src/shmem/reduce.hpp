@@ -17,8 +17,9 @@
 //
 //   barrier; PE r reduces every member's source into its dest; barrier
 //
-// A smaller vector across hosts, on one of the first team slots, is pushed
-// instead (reduce_through_landing): one message per pair, no barrier.
+// A vector of up to 1 MiB / (n_pes - 1) across hosts, on one of the first
+// team slots, is pushed instead (reduce_through_landing): one message per
+// 64 KiB part and pair, no barrier.
 //
 // Every chunk is reduced by one PE (or by each, the same way)
 // in member order -- dest[i] = ((src_0[i] op src_1[i]) op src_2[i]) ...
@@ -170,10 +171,11 @@ inline bool fits_landing(const Group& g, size_t src_offset, size_t bytes) {
   return false;
 }
 
-// A small allreduce across hosts, one message per pair of members and no
-// barrier: each PE pushes its vector, with a signal carrying the call's
-// number, into its slot of every member's landing area (layout.hpp), waits
-// for every member's vector in its own, and reduces them in member order.
+// An allreduce across hosts, one message per part of 64 KiB and pair of
+// members, and no barrier: each PE pushes its vector, each part with a
+// signal carrying the call's number, into its slot of every member's
+// landing area (layout.hpp), then reduces the parts in member order as
+// they land in its own.
 // A slot of parity c % 2 is written again (call c + 2 of the pair) only
 // after its writer has received the reader's vector of call c + 1, which
 // the reader sends once done with call c. A pair numbers its calls through
