@@ -195,7 +195,7 @@ class UcxTransport final : public Transport {
       return;
     }
     // A zero-copy get that times out still owns dst: UCX may write it
-    // when the peer answers (docs/shmem.md, "Choices and limits").
+    // when the peer answers (docs/shmem.md, "Transports and many machines").
     auto c = completion();
     const auto param = waited(*c);
     wait(ucp_get_nbx(eps_[pe], dst, bytes, remote(pe, offset), key(pe, offset), &param), c,
