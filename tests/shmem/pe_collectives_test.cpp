@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coremesh/core/dtype.hpp"
@@ -170,6 +171,43 @@ TEST(Collectives, BackToBackAllreducesKeepEachCallsVectors) {
   shmem::barrier();
   shmem::sym_free(dst);
   shmem::sym_free(src);
+}
+
+// SHMEM_THREAD_MULTIPLE: two threads of every PE run allreduces at once,
+// each on its own team of every PE (team slots, and across hosts landing
+// areas, apart), with vectors of one part and of three.
+TEST(Collectives, ThreadsRunAllreducesOnTheirOwnTeamsAtOnce) {
+  constexpr size_t kMax = 17000;
+  shmem::Team world = shmem::Team::world();
+  const shmem::Team teams[2] = {world.split_strided(0, 1, npes()), world.split_strided(0, 1, npes())};
+  int64_t* src[2] = {sym<int64_t>(kMax), sym<int64_t>(kMax)};
+  int64_t* dst[2] = {sym<int64_t>(kMax), sym<int64_t>(kMax)};
+  auto value = [](int pe, int thread, int call, size_t i) {
+    return int64_t{pe + 1} * 1'000'003 + thread * 500'009 + call * 1009 + int64_t(i);
+  };
+  size_t bad[2] = {0, 0};
+  auto run = [&](int thread) {
+    for (int call = 0; call < 60; ++call) {
+      const size_t n = call % 6 == 5 ? kMax : 1 + static_cast<size_t>(call * 41) % 500;
+      for (size_t i = 0; i < n; ++i) src[thread][i] = value(me(), thread, call, i);
+      shmem::allreduce(teams[thread], dst[thread], src[thread], n, shmem::ReduceOp::sum);
+      for (size_t i = 0; i < n; ++i) {
+        int64_t want = 0;
+        for (int pe = 0; pe < npes(); ++pe) want += value(pe, thread, call, i);
+        bad[thread] += dst[thread][i] != want;
+      }
+    }
+  };
+  std::thread other(run, 1);
+  run(0);
+  other.join();
+  EXPECT_EQ(bad[0], 0u);
+  EXPECT_EQ(bad[1], 0u);
+  shmem::barrier();
+  for (int t = 0; t < 2; ++t) {
+    shmem::sym_free(dst[t]);
+    shmem::sym_free(src[t]);
+  }
 }
 
 TEST(Collectives, BroadcastAllgatherAlltoallReduceScatterOnAllTeams) {
