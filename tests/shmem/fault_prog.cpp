@@ -9,10 +9,11 @@
 //   hang         every PE prints "ready" and sleeps in a wait nobody ends
 //   watchdog     PE 0 skips a barrier: the others' watchdog names it
 //   thread_first a thread runs before init: making globals symmetric refuses
-//   stalled_peer 2 PEs, network path: PE 1 stops (SIGSTOP) for a while; PE 0's
-//                get and atomic to it hit the watchdog. The late answers
-//                must not write the caller's memory; the engine still works
-//                after; prints "stalled peer ok" on PE 0.
+//   stalled_peer 2 PEs, network path, one machine: PE 1 stops (SIGSTOP); PE
+//                0's get and atomic to it hit the watchdog, then PE 0
+//                continues it. The late answers must not write the caller's
+//                memory; the engine still works after; prints "stalled peer
+//                ok" on PE 0.
 #include <signal.h>
 #include <unistd.h>
 
@@ -28,25 +29,38 @@ namespace shmem = coremesh::shmem;
 
 namespace {
 
-// PE 1 stops for 4 s (a child continues it); PE 0, with a 1 s watchdog
-// (COREMESH_WAIT_TIMEOUT_S=1), gets and adds while it is stopped, then
-// waits for the late answers.
+// PE 1 stops itself; PE 0, with a 1 s watchdog (COREMESH_WAIT_TIMEOUT_S=1),
+// sees it stopped (one machine: /proc), gets and adds until each times
+// out, continues it and waits for the late answers.
+bool stopped(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  char state = 0;
+  const int got = std::fscanf(f, "%*d (%*[^)]) %c", &state);
+  std::fclose(f);
+  return got == 1 && state == 'T';
+}
+
 int stalled_peer() {
   const int me = shmem::my_pe();
   auto* value = static_cast<int64_t*>(shmem::sym_calloc(2, sizeof(int64_t)));
   auto* go = static_cast<uint64_t*>(shmem::sym_calloc(1, sizeof(uint64_t)));
+  auto* pid1 = static_cast<int64_t*>(shmem::sym_calloc(1, sizeof(int64_t)));
   value[0] = 1000 + me;
+  if (me == 1) shmem::p(pid1, int64_t{getpid()}, 0);
   shmem::barrier();
   if (me == 1) {
-    if (fork() == 0) {
-      usleep(4'000'000);
-      kill(getppid(), SIGCONT);
-      _exit(0);
-    }
     raise(SIGSTOP);
     shmem::signal_wait_until(go, shmem::Cmp::eq, uint64_t(1), 60.0);
   } else {
-    usleep(500'000);  // PE 1 is stopped now
+    const auto pid = static_cast<pid_t>(*pid1);
+    for (int i = 0; i < 3000 && !stopped(pid); ++i) usleep(10'000);
+    if (!stopped(pid)) {
+      std::printf("FAIL: PE 1 (pid %d) did not stop\n", static_cast<int>(pid));
+      return 1;
+    }
     int64_t got[2] = {-1, -1};
     const auto times_out = [](const char* what, auto&& op) {
       try {
@@ -58,14 +72,16 @@ int stalled_peer() {
       std::printf("FAIL: %s to a stopped PE did not time out\n", what);
       return false;
     };
-    if (!times_out("get", [&] { shmem::get(got, value, 1, 1); })) return 1;
-    if (!times_out("atomic", [&] { (void)shmem::atomic_fetch_add(value + 1, int64_t(5), 1); })) return 1;
-    usleep(4'000'000);  // PE 1 runs again and answers both
+    const bool timed_out = times_out("get", [&] { shmem::get(got, value, 1, 1); }) &&
+                           times_out("atomic", [&] { (void)shmem::atomic_fetch_add(value + 1, int64_t(5), 1); });
+    kill(pid, SIGCONT);
+    if (!timed_out) return 1;
+    usleep(2'000'000);  // PE 1 answers both
     if (got[0] != -1 || got[1] != -1) {
       std::printf("FAIL: a late get reply wrote the caller's buffer: %lld\n", static_cast<long long>(got[0]));
       return 1;
     }
-    shmem::get(got, value, 2, 1);
+    shmem::get(got, value, 2, 1);  // after the late requests at PE 1
     // The timed-out add was applied late (docs/shmem.md): it reached PE 1.
     if (got[0] != 1001 || got[1] != 5) {
       std::printf("FAIL: after PE 1 came back, get read %lld %lld (1001 5 expected)\n",
