@@ -104,6 +104,7 @@ constexpr int64_t kLingerMaxNs = 1'600'000;
 // sides); larger ones go zero-copy through ucp_put_nbx / ucp_get_nbx.
 constexpr size_t kAmPutMax = 64 << 10;
 constexpr size_t kAmGetMax = 64 << 10;
+static_assert(kLandingChunkBytes <= kAmPutMax, "an allreduce's part must be one message (push)");
 
 int64_t net_spin_ns() {
   const int64_t spin = wait_policy().spin_ns;
@@ -185,13 +186,13 @@ class UcxTransport final : public Transport {
     Caller caller(*this);
     order_puts(caller, pe);
     if (bytes <= kAmGetMax) {
-      auto* got = new MessageGet{dst, bytes};
-      send_message(pe, kAmGet, AmGet{offset, bytes, reinterpret_cast<uint64_t>(got), me()}, nullptr, 0);
+      std::unique_ptr<MessageGet> got(new MessageGet{dst, bytes});
+      send_message(pe, kAmGet, AmGet{offset, bytes, reinterpret_cast<uint64_t>(got.get()), me()}, nullptr, 0);
       if (!wait_until(caller, [&] { return got->done.load(std::memory_order_acquire); }, &got->done)) {
-        got->owner = MessageGet::Owner::abandoned;  // mutex_ held: the handler sees it
+        got->owner = MessageGet::Owner::abandoned;  // mutex_ held: the handler sees it, and frees it
+        (void)got.release();
         timed_out(caller, "a get");
       }
-      delete got;
       return;
     }
     // A zero-copy get that times out still owns dst: UCX may write it
@@ -212,9 +213,11 @@ class UcxTransport final : public Transport {
     Caller caller(*this);
     order_puts(caller, pe);
     if (bytes <= kAmGetMax) {
-      auto* got = new MessageGet{dst, bytes, MessageGet::Owner::handler};
+      std::unique_ptr<MessageGet> got(new MessageGet{dst, bytes, MessageGet::Owner::handler});
+      send_message(pe, kAmGet, AmGet{offset, bytes, reinterpret_cast<uint64_t>(got.get()), me()}, nullptr, 0);
+      // mutex_ held: the reply's handler, which frees it, runs after the count
       gets_outstanding_.fetch_add(1, std::memory_order_relaxed);
-      send_message(pe, kAmGet, AmGet{offset, bytes, reinterpret_cast<uint64_t>(got), me()}, nullptr, 0);
+      (void)got.release();
       return;
     }
     release(ucp_get_nbx(eps_[pe], dst, bytes, remote(pe, offset), key(pe, offset), &nbi_),
