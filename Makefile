@@ -39,23 +39,53 @@ test-asan: deps
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOREMESH_SANITIZE=address \
 	  -DCOREMESH_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build-asan -j $(JOBS) --target test_core test_runtime test_ops test_graph test_parallel \
-	  test_parallel_pe test_model test_train test_cli coremesh test_shmem_pe test_shmem_unit shmem_fault_prog
+	  test_parallel_pe test_train_pe test_model test_train test_cli coremesh test_shmem_pe test_shmem_unit shmem_fault_prog
 	@cd build-asan && ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
 	  ctest --output-on-failure -j $(JOBS) -L "core|runtime|ops|graph|parallel|model|train|cli|shmem"
 
-# Benchmarks, each beside its peer in the same run; results and the commands
-# that made them go to docs/performance.md (one section per script).
-bench: build
-	@bash bench/run_runtime_bench.sh
-	@bash bench/run_python_bench.sh
-	@bash bench/run_ops_bench.sh --write
-	@bash bench/run_graph_bench.sh
-	@out=$$(bash bench/run_shmem_bench.sh build) && echo "$$out" && \
-	  python3 scripts/update_perf_section.py SHMEM "bash bench/run_shmem_bench.sh build" "$$out"
-	@out=$$(bash bench/train_vs_torch.sh) && echo "$$out" && \
-	  python3 scripts/update_perf_section.py Training "bash bench/train_vs_torch.sh" "$$out"
-	@out=$$(bash bench/train_parallel.sh) && echo "$$out" && \
-	  python3 scripts/update_perf_section.py "Parallel training" "bash bench/train_parallel.sh" "$$out"
+# Benchmarks, each beside its peer in the same run. `make bench` runs every
+# area in turn (never two at once: they share the cores), `make bench-<area>`
+# one of them. Each script prints its table; scripts/update_perf_section.py puts
+# it, with the command and the date, between the area's markers in
+# docs/performance.md and leaves the text around them as it is.
+BENCH_AREAS := runtime python kernels graph graph-training shmem shmem-net training parallel \
+  ep-exchange pipeline tp tp-traffic cp
+# $(call perf_section,NAME,COMMAND): run COMMAND (no commas or double quotes in
+# it), show its table and write it into block NAME; a failing COMMAND writes nothing.
+perf_section = out=$$($(2)) && echo "$$out" && python3 scripts/update_perf_section.py "$(1)" "$(2)" "$$out"
+.PHONY: $(addprefix bench-,$(BENCH_AREAS))
+
+bench:
+	@$(MAKE) --no-print-directory -j1 $(addprefix bench-,$(BENCH_AREAS))
+
+bench-runtime: build
+	@$(call perf_section,Runtime,bash bench/run_runtime_bench.sh)
+bench-python: build
+	@$(call perf_section,Python,bash bench/run_python_bench.sh)
+bench-kernels: build
+	@$(call perf_section,Kernels,bash bench/run_ops_bench.sh)
+bench-graph: build
+	@$(call perf_section,Graph replay,bash bench/run_graph_bench.sh)
+bench-graph-training: build
+	@$(call perf_section,Graph mode training,bash bench/train_graph.sh 20 5)
+bench-shmem: build
+	@$(call perf_section,SHMEM,bash bench/run_shmem_bench.sh build)
+bench-shmem-net: build
+	@$(call perf_section,SHMEM network,bash bench/run_shmem_net_bench.sh build 3)
+bench-training: build
+	@$(call perf_section,Training,bash bench/train_vs_torch.sh 20 3)
+bench-parallel: build
+	@$(call perf_section,Parallel training,bash bench/train_parallel.sh 12 3)
+bench-ep-exchange: build
+	@$(call perf_section,EP exchange,bash bench/ep_exchange.sh 5 300)
+bench-pipeline: build
+	@$(call perf_section,Pipeline parallelism,bash bench/pipeline_bubble.sh 6 3)
+bench-tp: build
+	@$(call perf_section,Tensor parallel,bash bench/train_tp_cp.sh 12 3)
+bench-tp-traffic: build
+	@$(call perf_section,Tensor parallel traffic,bash bench/tp_training.sh 8 128 3)
+bench-cp: build
+	@$(call perf_section,Context parallel,bash bench/cp_attention.sh 4096 3)
 
 clean:
 	rm -rf build build-tsan build-asan out

@@ -4,7 +4,9 @@
 # MPI (bench/ep_exchange_mpi.c under mpirun -np 2, MPI_Alltoallv), alternating
 # for ROUNDS rounds of ITERS iterations each; medians over the rounds of each
 # side's per-round median and of the per-round ratios. Both sides must
-# receive and return the same rows (checksums).
+# receive and return the same rows (checksums; the script fails otherwise).
+# Prints one markdown table for docs/performance.md ("## Parallel training",
+# block "EP exchange"); the checksum verdict goes to stderr.
 #   usage: bench/ep_exchange.sh [rounds] [iterations]   (default 5 rounds, 300)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,8 +36,8 @@ for line in open(sys.argv[1]):
     else:
         v[k][r] = float(rest[0])
 same = sums["cm_checksum"] == sums["mpi_checksum"] and len(sums["cm_checksum"]) == 2
-print(f"rows received and returned identical on both sides (checksums): {'yes' if same else 'NO'}")
-print("| phase | coremesh us | MPI_Alltoallv us | speedup |")
+print(f"rows received and returned identical on both sides (checksums): {'yes' if same else 'NO'}", file=sys.stderr)
+print("| phase | coremesh (us) | MPI_Alltoallv (us) | speed-up |")
 print("|---|---:|---:|---:|")
 for p in ("dispatch", "combine", "total"):
     cm, mpi = v[f"cm_{p}_us"], v[f"mpi_{p}_us"]

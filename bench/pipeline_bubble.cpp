@@ -4,7 +4,7 @@
 // memory against the schedule's slot count. One schedule per run:
 //   coremesh run -n P bench_pipeline_bubble CORPUS SCHEDULE M STEPS [V]
 // trains the bench model (below) with pp = P, M micro-batches, one core per
-// PE, timing every action on its stream (Pipeline::executed). Per step after
+// PE, timing every action on its stream (Trainer::executed). Per step after
 // the first:
 //   measured   1 - sum(busy time of every rank) / (P x step), the step
 //              being the first action's start to the last one's end; busy:
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   runtime::Device device(runtime::DeviceOptions{.cores = 1});
   runtime::profiler_start();  // the pipeline times its actions (spans); kernels are recorded too
   train::Trainer t(bench_config(argv[1], kind, pp, m, steps, v), device);
-  const parallel::Schedule& s = t.pipeline()->schedule();
+  const parallel::Schedule& s = t.plan().schedule();
   std::vector<double> measured, simulated, replayed;
   std::vector<int> peak_slots, sim_slots;
   std::vector<double> peak_mib;
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
     const double launched = host();
     t.finish_step();
     if (std::getenv("COREMESH_BENCH_VERBOSE")) {
-      const auto l = t.pipeline()->over_world({launched - queued, queued});
+      const auto l = t.plan().over_world({launched - queued, queued});
       if (me == 0) std::printf("step %d: host launch %.3f ms summed over the PEs, PE start spread %.3f ms\n", step, l[0].sum, l[1].max - (l[1].sum - l[1].max));
     }
     runtime::profiler_clear();  // keep the profile small
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
     std::vector<double>* last = nullptr;  // the rank's last compute cost (its back): its send's put is part of it
     int last_rank = -1;
     double previous_end = 0;  // of the rank's action before
-    for (const train::ExecutedAction& a : t.pipeline()->executed()) {
+    for (const train::ExecutedAction& a : t.executed()) {
       begin = std::min(begin, a.start_ms), end = std::max(end, a.end_ms);
       const double d = a.end_ms - a.start_ms;
       const bool send = a.action.find("SEND") != std::string::npos;
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
     // was waiting already (its wake-up and its copy out of the buffer)
     {
       std::vector<std::vector<const train::ExecutedAction*>> ran(static_cast<size_t>(pp));
-      for (const train::ExecutedAction& a : t.pipeline()->executed()) ran[size_t(a.rank)].push_back(&a);
+      for (const train::ExecutedAction& a : t.executed()) ran[size_t(a.rank)].push_back(&a);
       std::map<std::tuple<int, int, int, int>, const train::ExecutedAction*> receives;  // (kind, rank, chunk, mb)
       for (int r = 0; r < pp; ++r)
         for (size_t i = 0; i < ran[size_t(r)].size(); ++i) {
@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
         }
     }
     if (me == 0 && std::getenv("COREMESH_BENCH_TIMELINE")) {  // action by action
-      for (const train::ExecutedAction& a : t.pipeline()->executed())
+      for (const train::ExecutedAction& a : t.executed())
         std::printf("  step %d ran rank %d %-10s %9.3f %9.3f ms (%.3f)\n", step, a.rank, a.action.c_str(),
                     a.start_ms - begin, a.end_ms - begin, a.end_ms - a.start_ms);
       for (int r = 0; r < pp; ++r)
@@ -274,11 +274,11 @@ int main(int argc, char** argv) {
                       x.start, x.end);
     }
     sim_slots = sim.peak_slots;
-    const train::Pipeline::Memory mem = t.pipeline()->memory();  // this PE's
+    const parallel::PipelineExecutor::Memory mem = t.plan().memory();  // this PE's
     if (step == steps - 1) {
       peak_slots.assign(size_t(pp), 0), peak_mib.assign(size_t(pp), 0);
       for (int r = 0; r < pp; ++r) {  // one collective per rank: the sums of values only rank r gives
-        const auto x = t.pipeline()->over_world({r == me ? double(mem.peak_slots) : 0.0,
+        const auto x = t.plan().over_world({r == me ? double(mem.peak_slots) : 0.0,
                                                  r == me ? double(mem.peak_activation_bytes) : 0.0});
         peak_slots[size_t(r)] = int(x[0].sum), peak_mib[size_t(r)] = x[1].sum / (1 << 20);
       }

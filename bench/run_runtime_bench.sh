@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs the runtime benchmarks and writes their section of docs/performance.md.
+# Runs the runtime benchmarks (bench/runtime_bench.cpp: each row coremesh and
+# its peer in the same process, interleaved, medians) and prints their table
+# for docs/performance.md, section "## Runtime" (`make bench-runtime` puts it there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=$(./build/bench/bench_runtime_bench "$@")
-echo "$out"
-python3 scripts/update_perf_section.py "Runtime" "bash bench/run_runtime_bench.sh" "$out"
+./build/bench/bench_runtime_bench "$@"

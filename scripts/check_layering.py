@@ -5,7 +5,8 @@
 
 A file of src/<layer>/ or include/coremesh/<layer>/ (include/shmem.h belongs
 to shmem) may include the headers of its own layer and of the layers below
-it; ops, shmem and graph may not include one another. Every quoted or angled
+it; ops, shmem and graph may not include one another; model and train reach
+SHMEM only through parallel (no coremesh/shmem include). Every quoted or angled
 include is checked: "coremesh/<layer>/...", "shmem.h", and relative paths
 ("detail/launch.hpp", "../runtime/internal.hpp") resolved against the file.
 
@@ -47,9 +48,16 @@ def layer_of_include(root, including_file, target):
     return None
 
 
+# Layers that reach other PEs only through the parallel layer (its plan,
+# seams and collectives), never SHMEM itself.
+NO_SHMEM = {"model", "train"}
+
+
 def allowed(source, target):
     if source == target:
         return True
+    if source in NO_SHMEM and target == "shmem":
+        return False
     return RANK[target] < RANK[source]
 
 
@@ -77,7 +85,8 @@ def violations(root):
                             continue
                         target = layer_of_include(root, path, m.group(2))
                         if target is not None and not allowed(source, target):
-                            kind = "a sibling" if RANK[target] == RANK[source] else "a higher layer"
+                            kind = ("reached through parallel" if target == "shmem" and RANK[target] < RANK[source]
+                                    else "a sibling" if RANK[target] == RANK[source] else "a higher layer")
                             found.append(f"{rel}:{number}: {source} includes {m.group(2)} "
                                          f"({target} is {kind})")
     return found

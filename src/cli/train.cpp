@@ -97,7 +97,7 @@ parallel::SplitSizes split_sizes(const train::TrainConfig& c) {
 std::string layout_name(const train::TrainConfig& c, int world) {
   std::string out = parallel::Mesh(c.parallel, world, split_sizes(c)).describe();
   if (c.parallel.pp > 1)
-    out += fmt::format(", schedule {} with {} micro-batches", train::pipeline_schedule(c).name, c.grad_accum);
+    out += fmt::format(", schedule {} with {} micro-batches", parallel::plan_schedule(c.parallel, c.grad_accum).name, c.grad_accum);
   return out;
 }
 
@@ -109,19 +109,15 @@ void print_layout(const train::TrainConfig& c) {
   fmt::print("{:>5}  {:<20} {:>8} {:>10} {:>10} {:>10} {:>12} {:>14}\n", "rank", "coordinates", "experts",
              "weights", "gradients", "AdamW", "activations", "symmetric heap");
   const bool pipeline = c.parallel.pp > 1;
-  const parallel::Schedule schedule = pipeline ? train::pipeline_schedule(c) : parallel::Schedule{};
-  const int ep = c.parallel.ep, E = c.model.n_routed_experts;
-  const int64_t heap = train::Distributed::symmetric_bytes(c, world);
+  const parallel::PlanConfig plan = train::plan_config(c);
+  const int E = c.model.n_routed_experts;
+  const int64_t heap = parallel::ParallelPlan::symmetric_bytes(train::plan_config(c), world);
   for (int r = 0; r < world; ++r) {
     if (world > 16 && r == 8) fmt::print("  ... ({} more ranks with the same shares)\n", world - 9);
     if (world > 16 && r >= 8 && r < world - 1) continue;
     const parallel::Coords k = mesh.coords(r);
-    // the parts of its pipeline stage(s) (activations: one micro-batch through them)
-    model::StageLayout stage = pipeline ? train::pipeline_stage(c.model, schedule, k[parallel::Dim::pp])
-                                        : model::StageLayout{};
-    if (ep > 1) stage.expert_begin = k[parallel::Dim::ep] * (E / ep), stage.expert_end = stage.expert_begin + E / ep;
-    stage.tp = c.parallel.tp, stage.tp_rank = k[parallel::Dim::tp];  // its slices of the split matrices
-    stage.sequence_parallel = c.parallel.sequence_parallel && c.parallel.tp > 1;  // its rows of the residual stream
+    // its pipeline stage(s), experts, TP slices and rows (activations: one micro-batch through them)
+    const model::StageLayout stage = parallel::stage_of_pe(plan, world, r);
     const auto mem = model::estimate_memory(c.model, c.batch_size, c.seq_len / c.parallel.cp, stage);  // CP: its chunks
     // ZeRO-1 keeps each group's share of the optimizer state
     const auto held = model::count_params(c.model, stage);
@@ -155,7 +151,7 @@ void run_train(const TrainFlags& f) {
   cfg.validate();
   if (world > 1 && !under_launcher()) {  // start the PEs, each running this command
     parallel::Mesh(cfg.parallel, world, split_sizes(cfg));  // a bad layout is refused before any PE starts
-    const int status = launch_self(world, train::Distributed::symmetric_bytes(cfg, world));
+    const int status = launch_self(world, parallel::ParallelPlan::symmetric_bytes(train::plan_config(cfg), world));
     std::fflush(stdout);
     std::exit(status);
   }
@@ -173,7 +169,7 @@ void run_train(const TrainFlags& f) {
                fmt::format("set the parallel degrees so that dp x cp x pp x ep x tp = {}, or start {} PEs",
                            shmem::n_pes(), world),
                "the parallel layout needs {} PEs, the job has {}", world, shmem::n_pes());
-      const int64_t need = train::Distributed::symmetric_bytes(cfg, world);
+      const int64_t need = parallel::ParallelPlan::symmetric_bytes(train::plan_config(cfg), world);
       const int64_t have = int64_t(shmem::SymmetricHeap::instance().stats().capacity);
       CM_CHECK(have >= need, fmt::format("start the job with a symmetric heap of at least {} MiB (coremesh run --heap "
                                          "{}M, or COREMESH_HEAP_SIZE / SHMEM_SYMMETRIC_SIZE)",

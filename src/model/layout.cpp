@@ -56,12 +56,6 @@ StageLayout resolve_stage(const ModelConfig& c, StageLayout s) {
   return s;
 }
 
-bool holds_part(const StageLayout& s, int part) {
-  for (const PartRange& r : s.chunks)
-    if (part >= r.begin && part < r.end) return true;
-  return false;
-}
-
 std::vector<std::string> tp_problems(const ModelConfig& c, int tp) {
   std::vector<std::string> out;
   if (tp <= 1) return out;
@@ -385,6 +379,50 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
     for (const ParamInfo& p : layout.params)
       if ((p.group == ParamGroup::dense || p.expert()) && p.shape.size() >= 2) m.weight_copies += 2 * p.numel;
   return m;
+}
+
+}  // namespace coremesh::model
+
+namespace coremesh::model {
+
+parallel::StageParams stage_params(const ModelConfig& c, const StageLayout& stage) {
+  const ParamLayout l = layout_params(c, stage);
+  parallel::StageParams out;
+  out.region_offset = l.region_offset, out.region_size = l.region_size, out.arena_size = l.arena_size;
+  for (const ParamInfo& p : l.params) {
+    parallel::ParamSpan s;
+    s.offset = p.offset, s.numel = p.numel, s.part = p.part;
+    s.group = p.expert() ? parallel::ReduceGroup::expert
+              : p.tp_partial_grad ? parallel::ReduceGroup::tp_shared
+                                  : parallel::ReduceGroup::dense;
+    s.tp_sharing = p.tp_copies;
+    s.tied_replica = p.tied_replica;
+    s.counted = (p.tp_first || p.tp_partial_grad) && !p.tied_replica;
+    s.weight_decay = p.weight_decay;
+    out.params.push_back(s);
+  }
+  return out;
+}
+
+parallel::ModelShape model_shape(const ModelConfig& c, int batch, int seq_len, int tp) {
+  parallel::ModelShape s;
+  s.layers = c.n_layers;
+  for (int l = 0; l < c.n_layers; ++l)
+    if (c.is_moe_layer(l)) s.moe_layers.push_back(l);
+  s.experts = c.n_routed_experts, s.top_k = c.top_k, s.d_model = c.d_model;
+  s.heads = c.n_heads, s.kv_heads = c.n_kv_heads, s.head_dim = c.head_dim();
+  StageLayout one;
+  one.tp = tp;
+  if (tp > 1 && tp_problems(c, tp).empty()) {
+    const TpShape t = tp_shape(c, resolve_stage(c, one));
+    s.tp_heads = t.heads, s.tp_kv_heads = t.kv_heads;
+  } else {
+    s.tp_heads = c.n_heads, s.tp_kv_heads = c.n_kv_heads;
+  }
+  s.batch = batch, s.seq_len = seq_len;
+  s.expert_capacity = c.expert_capacity(int64_t(batch) * seq_len);
+  s.balance_loss = c.aux_loss_alpha != 0.0f;
+  return s;
 }
 
 }  // namespace coremesh::model

@@ -341,6 +341,12 @@ void Model::open_slot(int index, const MicroBatch& b) {
   slots_[index] = std::move(s);
 }
 
+void Model::open_slot(int mb) {
+  CM_CHECK(mb >= 0 && mb < int(step_batches_.size()), "set_step_batches() with every micro-batch of the step first",
+           "micro-batch {} of {} set", mb, step_batches_.size());
+  open_slot(mb, step_batches_[size_t(mb)]);
+}
+
 void Model::close_slot(int index) {
   slot(index, "close_slot");
   slots_.erase(index);

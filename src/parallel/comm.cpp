@@ -56,6 +56,57 @@ Tensor symmetric_tensor(const Shape& shape, DType dtype) {
   return Tensor::wrap(p, shape, dtype, owner);
 }
 
+void put_on_stream(runtime::Stream& stream, const Tensor& dst, int64_t at, const Tensor& src, uint64_t* signal,
+                   int pe) {
+  CM_CHECK(src.is_contiguous() && src.dtype() == dst.dtype() && at >= 0 && at + src.numel() <= dst.numel(),
+           "put a contiguous tensor into a range of a symmetric tensor of its dtype", "put of {} at {} into {}",
+           src.describe(), at, dst.describe());
+  const size_t elem = dtype_size(dst.dtype());
+  shmem::put_signal_on_stream(stream, static_cast<std::byte*>(dst.raw_data()) + at * int64_t(elem),
+                              static_cast<const std::byte*>(src.raw_data()), size_t(src.numel()) * elem, signal, 1,
+                              shmem::SignalOp::add, pe);
+}
+
+void get_from(void* dst, const Tensor& src, int64_t at, int64_t n, int pe) {
+  CM_CHECK(at >= 0 && n >= 0 && at + n <= src.numel(), "read a range inside the tensor", "get [{}, {}) of {}", at,
+           at + n, src.describe());
+  const size_t elem = dtype_size(src.dtype());
+  shmem::get(static_cast<std::byte*>(dst), static_cast<const std::byte*>(src.raw_data()) + at * int64_t(elem),
+             size_t(n) * elem, pe);
+}
+
+void world_barrier() { shmem::barrier(); }
+
+WorldGather::WorldGather(int64_t capacity)
+    : buffer_(symmetric_tensor({std::max<int64_t>(capacity, 1) * (shmem::n_pes() + 1)}, DType::i64)),
+      capacity_(std::max<int64_t>(capacity, 1)) {}
+
+std::vector<int64_t> WorldGather::gather(const std::vector<int64_t>& mine) {
+  const int64_t k = int64_t(mine.size()), n = shmem::n_pes();
+  CM_CHECK(k <= capacity_, "gather at most the capacity's values", "{} values for a capacity of {}", k, capacity_);
+  int64_t* v = buffer_.data<int64_t>();
+  std::copy(mine.begin(), mine.end(), v);
+  shmem::allgather(shmem::Team::world(), v + capacity_, v, size_t(k));
+  return std::vector<int64_t>(v + capacity_, v + capacity_ + n * k);
+}
+
+std::vector<double> WorldGather::gather(const std::vector<double>& mine) {
+  std::vector<int64_t> bits(mine.size());
+  std::memcpy(bits.data(), mine.data(), mine.size() * sizeof(double));
+  const std::vector<int64_t> all = gather(bits);
+  std::vector<double> out(all.size());
+  std::memcpy(out.data(), all.data(), all.size() * sizeof(double));
+  return out;
+}
+
+std::vector<double> WorldGather::sum(const std::vector<double>& mine) {
+  const std::vector<double> all = gather(mine);
+  std::vector<double> out(mine.size(), 0.0);
+  for (size_t pe = 0; pe * mine.size() < all.size(); ++pe)
+    for (size_t i = 0; i < mine.size(); ++i) out[i] += all[pe * mine.size() + i];
+  return out;
+}
+
 void copy_on_stream(const Tensor& src, const Tensor& dst) {
   CM_CHECK(src.nbytes() == dst.nbytes() && src.is_contiguous() && dst.is_contiguous(),
            "copy between contiguous tensors of the same size", "copy of {} into {}", src.describe(), dst.describe());
@@ -141,16 +192,19 @@ ShardedSum::ShardedSum(Tensor arena, std::vector<Group> groups, std::vector<Rang
   ag_rounds_.assign(ranges_.size(), 0);
 }
 
-std::pair<int64_t, int64_t> ShardedSum::shard(int r, int member) const {
-  const Range& x = ranges_.at(size_t(r));
-  const int g = group(r).size();
+std::pair<int64_t, int64_t> shard_bounds(int64_t begin, int64_t end, int members, int member, int64_t align) {
   auto cut = [&](int m) -> int64_t {
-    if (m <= 0) return x.begin;
-    if (m >= g) return x.end;
-    const int64_t even = x.begin + (x.end - x.begin) * m / g;
-    return std::clamp((even + align_ / 2) / align_ * align_, x.begin, x.end);
+    if (m <= 0) return begin;
+    if (m >= members) return end;
+    const int64_t even = begin + (end - begin) * m / members;
+    return std::clamp((even + align / 2) / align * align, begin, end);
   };
   return {cut(member), cut(member + 1)};
+}
+
+std::pair<int64_t, int64_t> ShardedSum::shard(int r, int member) const {
+  const Range& x = ranges_.at(size_t(r));
+  return shard_bounds(x.begin, x.end, group(r).size(), member, align_);
 }
 
 void ShardedSum::reduce_scatter(int r, runtime::Stream& stream) {

@@ -3,141 +3,20 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <tuple>
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/graph/exec.hpp"
 #include "coremesh/runtime/capture.hpp"
-#include "coremesh/shmem/collectives.hpp"
-#include "coremesh/shmem/session.hpp"
 #include "coremesh/train/generate.hpp"
 
 namespace coremesh::train {
 namespace fs = std::filesystem;
 
-const FieldTable<TrainConfig>& train_fields() {
-  using T = TrainConfig;
-  static const FieldTable<T> t =
-      FieldTable<T>("train")
-          .add("data", [](T& c) -> auto& { return c.data; }, "text files (byte-level tokens)")
-          .add("val_fraction", [](T& c) -> auto& { return c.val_fraction; }, "share of each file held out",
-               in_range<double>(0.0, 0.5))
-          .add("batch_size", [](T& c) -> auto& { return c.batch_size; }, "sequences per micro-batch", positive<int>())
-          .add("seq_len", [](T& c) -> auto& { return c.seq_len; }, "tokens per sequence", positive<int>())
-          .add("grad_accum", [](T& c) -> auto& { return c.grad_accum; },
-               "micro-batches per step on each data-parallel rank (also the pipeline's micro-batches)",
-               positive<int>())
-          .alias("microbatches")
-          .add("steps", [](T& c) -> auto& { return c.steps; }, "optimizer steps", positive<int64_t>())
-          .add("lr", [](T& c) -> auto& { return c.lr; }, "peak learning rate", positive<double>())
-          .add("min_lr", [](T& c) -> auto& { return c.min_lr; }, "final learning rate of the cosine",
-               non_negative<double>())
-          .add("warmup_steps", [](T& c) -> auto& { return c.warmup_steps; }, "linear warmup steps",
-               non_negative<int64_t>())
-          .flag("warmup")
-          .add("beta1", [](T& c) -> auto& { return c.adam.beta1; }, "AdamW beta1", in_range<double>(0.0, 1.0))
-          .add("beta2", [](T& c) -> auto& { return c.adam.beta2; }, "AdamW beta2", in_range<double>(0.0, 1.0))
-          .add("eps", [](T& c) -> auto& { return c.adam.eps; }, "AdamW epsilon", positive<double>())
-          .add("weight_decay", [](T& c) -> auto& { return c.adam.weight_decay; }, "AdamW weight decay (matrices)",
-               non_negative<double>())
-          .add("grad_clip", [](T& c) -> auto& { return c.adam.grad_clip; }, "global gradient norm clip (<= 0: off)")
-          .add("seed", [](T& c) -> auto& { return c.seed; }, "initialization and data order seed")
-          .add("val_every", [](T& c) -> auto& { return c.val_every; }, "validation every N steps (0: at the end)",
-               non_negative<int>())
-          .add("val_batches", [](T& c) -> auto& { return c.val_batches; }, "batches per validation",
-               positive<int>())
-          .add("log_every", [](T& c) -> auto& { return c.log_every; }, "log line every N steps off a terminal",
-               positive<int>())
-          .add("out_dir", [](T& c) -> auto& { return c.out_dir; },
-               "run directory (checkpoints, report.html, config.json)")
-          .flag("out")
-          .add("ckpt_every", [](T& c) -> auto& { return c.ckpt_every; }, "checkpoint every N steps (0: at the end)",
-               non_negative<int>())
-          .add("keep_checkpoints", [](T& c) -> auto& { return c.keep_checkpoints; },
-               "keep the newest N checkpoints (0: all)", non_negative<int>())
-          .add("cores", [](T& c) -> auto& { return c.cores; },
-               "compute cores this PE's kernels may use (0: all of its device)", non_negative<int>())
-          .alias("threads")
-          .add("report", [](T& c) -> auto& { return c.report; }, "write report.html at the end")
-          .add("graph", [](T& c) -> auto& { return c.graph; },
-               "capture the second step into a graph and replay it for every later step (single PE, dp, ep)")
-          .add("sample_tokens", [](T& c) -> auto& { return c.sample_tokens; },
-               "bytes of greedy sample at each validation (0: none)", non_negative<int>())
-          .add("sample_prompt", [](T& c) -> auto& { return c.sample_prompt; }, "prompt of those samples");
-  return t;
-}
-
-void TrainConfig::validate() const {
-  model.validate();
-  std::vector<std::string> p = train_fields().problems(*this);
-  for (auto& q : parallel.problems()) p.push_back(std::move(q));
-  if (data.empty()) p.push_back("no training data: pass --data <text file> or set train.data");
-  if (seq_len > model.max_seq_len)
-    p.push_back(fmt::format("seq_len = {} exceeds model.max_seq_len = {}: lower seq_len or raise max_seq_len",
-                            seq_len, model.max_seq_len));
-  if (model.vocab_size < 256)
-    p.push_back(fmt::format("vocab_size = {} is too small for byte tokens: use vocab_size >= 256", model.vocab_size));
-  if (min_lr > lr) p.push_back(fmt::format("min_lr = {} is above lr = {}", min_lr, lr));
-  if (graph && parallel.pp > 1)
-    p.push_back(fmt::format("graph mode does not run pipeline layouts yet (pp = {}): drop graph or use pp = 1",
-                            parallel.pp));
-  if (parallel.sequence_parallel && parallel.pp > 1)
-    p.push_back(fmt::format("set sequence_parallel false or pp to 1 (pp {}): pipeline stages send the whole "
-                            "residual stream, sequence parallelism does not run in them yet", parallel.pp));
-  if (parallel.cp > 1 && parallel.pp > 1)
-    p.push_back(fmt::format("set cp or pp to 1 (cp {} x pp {}): context parallelism does not run in pipeline "
-                            "stages yet", parallel.cp, parallel.pp));
-  if (graph && parallel.tp > 1)
-    p.push_back(fmt::format("graph mode does not capture tensor parallelism yet (tp = {}): drop graph or use tp = 1",
-                            parallel.tp));
-  for (auto& q : model::tp_problems(model, parallel.tp)) p.push_back(std::move(q));
-  if (parallel.sequence_parallel && parallel.tp == 1)
-    p.push_back("sequence_parallel splits the tokens over the tensor-parallel ranks: set tp to 2 or more, or drop "
-                "sequence_parallel");
-  const int64_t tokens = int64_t(batch_size) * (seq_len / std::max(parallel.cp, 1));
-  if (parallel.sequence_parallel && parallel.tp > 1 && tokens % parallel.tp != 0)
-    p.push_back(fmt::format("sequence_parallel splits a micro-batch's {} tokens (batch_size {} x seq_len {} / cp {}) "
-                            "over tp {}: choose batch_size x seq_len / cp divisible by tp",
-                            tokens, batch_size, seq_len, parallel.cp, parallel.tp));
-  if (!p.empty()) {
-    std::string text = "invalid training config:";
-    for (const auto& s : p) text += "\n  - " + s;
-    CM_THROW(InvalidArgument, "fix the fields listed above in the config file or with flags", "{}", text);
-  }
-  LrSchedule{lr, min_lr, warmup_steps, steps}.validate();
-}
-
-TrainConfig train_config_from_json(const nlohmann::json& j, TrainConfig c) {
-  CM_CHECK(j.is_object(), "write the config as a JSON object {\"model\": ..., \"train\": ..., \"parallel\": ...}",
-           "the config is not a JSON object");
-  if (j.contains("model")) c.model = model::model_config_from_json(j.at("model"));
-  if (j.contains("parallel")) c.parallel = parallel::parallel_fields().from_json(j.at("parallel"), c.parallel);
-  const nlohmann::json& t = j.contains("train") ? j.at("train") : j;
-  return train_fields().from_json(t, c, {"model", "train", "parallel"});
-}
-
-nlohmann::json to_json(const TrainConfig& c) {
-  return {{"model", model::to_json(c.model)},
-          {"train", train_fields().to_json(c)},
-          {"parallel", parallel::parallel_fields().to_json(c.parallel)}};
-}
-
-std::vector<std::string> config_differences(const TrainConfig& a, const TrainConfig& b) {
-  std::vector<std::string> out;
-  for (const auto& d : model::config_differences(a.model, b.model)) out.push_back("model." + d);
-  for (const auto& d : train_fields().differences(a, b)) out.push_back("train." + d);
-  for (const auto& d : parallel::parallel_fields().differences(a.parallel, b.parallel)) out.push_back("parallel." + d);
-  return out;
-}
-
 Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
     : cfg_(config), stream_(device), rng_(config.seed) {
   cfg_.validate();
-  // A layout of one PE trains alone, also inside a job of several.
-  const int world = cfg_.parallel.world();
-  if (world > 1)
-    CM_CHECK(shmem::initialized() && shmem::n_pes() == world,
-             "start a parallel layout with `coremesh train` (it launches its PEs) or under `coremesh run -n N`",
-             "the parallel layout needs {} PEs, this job has {}", world, shmem::initialized() ? shmem::n_pes() : 1);
   // kernels tile over the device's cores: this run's stream may use `cores` of them
   const runtime::CoreLimits spec = device.spec();
   cores_ = cfg_.cores > 0 ? std::min({cfg_.cores, spec.cube, spec.vector}) : std::min(spec.cube, spec.vector);
@@ -146,26 +25,16 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
   train_loader_ = std::make_unique<DataLoader>(*data_, Split::train, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
   if (cfg_.val_fraction > 0)
     val_loader_ = std::make_unique<DataLoader>(*data_, Split::validation, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
-  if (cfg_.parallel.pp > 1) {
-    pipe_ = std::make_unique<Pipeline>(cfg_, device);
-    model_ = std::make_unique<model::Model>(cfg_.model, pipe_->stage(), pipe_->seams(), pipe_->arena());
-    pipe_->attach(*model_);
-    opt_ = std::make_unique<AdamW>(*model_, cfg_.adam, pipe_->owned_ranges(), pipe_->state_allocator());
-  } else if (world > 1) {
-    dist_ = std::make_unique<Distributed>(cfg_, device);
-    model_ = std::make_unique<model::Model>(cfg_.model, dist_->stage(), dist_->seams(), dist_->arena());
-    dist_->attach(*model_);
-    opt_ = std::make_unique<AdamW>(*model_, cfg_.adam, dist_->owned_ranges(), dist_->state_allocator());
-  } else {
-    model_ = std::make_unique<model::Model>(cfg_.model);
-    opt_ = std::make_unique<AdamW>(*model_, cfg_.adam);
-  }
+  plan_ = std::make_unique<parallel::ParallelPlan>(plan_config(cfg_), device);
+  model_ = std::make_unique<model::Model>(cfg_.model, plan_->stage(), plan_->seams(), plan_->arena());
+  plan_->attach(*model_);
+  opt_ = std::make_unique<AdamW>(*model_, cfg_.adam, plan_->owned_ranges(), plan_->state_allocator());
   model_->init_weights(rng_.next_u64());
-  if (pipe_) {
+  {
     runtime::StreamGuard on(stream_);
-    pipe_->sync_tied_table();  // a head beside the embedding on one PE holds a replica of it too
+    plan_->sync_tied_table(*model_);  // a head apart from the embedding holds a replica of its table
   }
-  schedule_ = LrSchedule{cfg_.lr, cfg_.min_lr, cfg_.warmup_steps, cfg_.steps};
+  lr_ = LrSchedule{cfg_.lr, cfg_.min_lr, cfg_.warmup_steps, cfg_.steps};
 }
 
 namespace {
@@ -201,6 +70,9 @@ void load_state(model::Model& model, AdamW& opt, const NamedTensors& params,
 
 }  // namespace
 
+// The whole model as one PE's (names, shapes, values), assembled on the
+// leader from the PEs that hold each piece (data replica 0's; under ZeRO-1
+// the optimizer state from its shards' owners); collective.
 CheckpointState Trainer::checkpoint_state() {
   CheckpointState s;
   s.config = cfg_.model;
@@ -210,20 +82,54 @@ CheckpointState Trainer::checkpoint_state() {
   s.rng_state = rng_.state();
   s.data_position = train_loader_->position();
   s.data_fingerprint = data_->fingerprint();
-  s.buffers = model_->named_buffers();  // router biases: the same on every PE
-  if (pipe_) {
-    pipe_->gather_state(*model_, *opt_, s.params, s.adam_m, s.adam_v, s.buffers);  // each stage's, on the leader
-    return s;
+  // router biases, each from the PE that reports its layer
+  const model::ModelConfig& mc = cfg_.model;
+  const int64_t E = mc.n_routed_experts;
+  std::vector<double> bias(size_t(std::max<int64_t>(1, mc.n_layers * E)), 0.0);
+  for (const auto& [name, b] : model_->named_buffers()) {  // "layers.<l>.router_bias"
+    const int l = std::stoi(name.substr(7));
+    if (plan_->reports(2 + 2 * l))
+      for (int64_t e = 0; e < E; ++e) bias[size_t(l * E + e)] = b.data<float>()[e];
   }
-  if (dist_) {
-    dist_->gather_state(*model_, *opt_, s.params, s.adam_m, s.adam_v);  // whole-model tensors on the leader
-    return s;
+  bias = plan_->sum_over_world(bias);
+  for (int l = 0; l < mc.n_layers; ++l) {
+    if (!mc.is_moe_layer(l)) continue;
+    Tensor b = Tensor::empty({E});
+    for (int64_t e = 0; e < E; ++e) b.data<float>()[e] = float(bias[size_t(l * E + e)]);
+    s.buffers.emplace_back("layers." + std::to_string(l) + ".router_bias", b);
   }
-  s.params = model_->named_params();
-  for (const auto& p : model_->params()) {
-    s.adam_m.emplace_back(p.name, opt_->m_of(p));
-    s.adam_v.emplace_back(p.name, opt_->v_of(p));
+  plan_->barrier();  // every PE's step is done: their arenas hold the state to save
+  if (leader()) {
+    const int ep = cfg_.parallel.ep, tp = cfg_.parallel.tp;
+    std::map<std::tuple<int, int, int>, model::ParamLayout> layouts;  // per (pipeline rank, ep, tp) holder
+    for (const model::ParamInfo& w : model::layout_params(mc).params) {
+      const int rank = plan_->rank_of_part(w.part);
+      Tensor x = Tensor::empty(w.shape), m = Tensor::empty(w.shape), v = Tensor::empty(w.shape);
+      for (int j = 0; j < (w.expert() ? ep : 1); ++j)  // each ep rank's experts, each TP rank's slice
+        for (int k = 0; k < tp; ++k) {
+          auto [it, fresh] = layouts.try_emplace({rank, j, k});
+          if (fresh) it->second = model::layout_params(mc, plan_->holder_stage(rank, j, k));
+          const model::ParamInfo* p = nullptr;
+          for (const auto& q : it->second.params)
+            if (q.name == w.name && !q.tied_replica) p = &q;
+          CM_ASSERT(p != nullptr);
+          if (!p->tp_first) continue;  // a copy: the first holder's is read
+          const int from = plan_->holder(rank, j, k);
+          Tensor px = Tensor::empty(p->shape), pm = Tensor::empty(p->shape), pv = Tensor::empty(p->shape);
+          plan_->fetch(px.raw_data(), model_->param_arena(), p->offset, p->numel, from);
+          const auto group = p->expert() ? parallel::ReduceGroup::expert
+                             : p->tp_partial_grad ? parallel::ReduceGroup::tp_shared
+                                                  : parallel::ReduceGroup::dense;
+          for (const auto& q : plan_->locate_state(from, group, p->tp_copies, p->offset, p->offset + p->numel)) {
+            plan_->fetch(pm.data<float>() + q.at, opt_->m(), q.offset, q.length, q.pe);
+            plan_->fetch(pv.data<float>() + q.at, opt_->v(), q.offset, q.length, q.pe);
+          }
+          model::place_part(*p, px, x), model::place_part(*p, pm, m), model::place_part(*p, pv, v);
+        }
+      s.params.emplace_back(w.name, x), s.adam_m.emplace_back(w.name, m), s.adam_v.emplace_back(w.name, v);
+    }
   }
+  plan_->barrier();  // nobody changes its arenas before the leader has read them
   return s;
 }
 
@@ -236,7 +142,7 @@ std::string Trainer::save_checkpoint_now() {
     save_checkpoint(path, s);
     prune_checkpoints(dir, cfg_.keep_checkpoints);
   }
-  if (dist_ || pipe_) shmem::barrier();  // the file is complete before any PE goes on (and may read it)
+  plan_->barrier();  // the file is complete before any PE goes on (and may read it)
   return path;
 }
 
@@ -275,29 +181,22 @@ double Trainer::validate() {
   if (!val_loader_) return -1;
   runtime::StreamGuard on(stream_);
   val_loader_->reset();
+  const int cp = plan_->cp();  // each CP rank's tokens; their means are summed below
   std::vector<int32_t> x, y;
   std::vector<Tensor> losses;
   for (int i = 0; i < cfg_.val_batches; ++i) {
     val_loader_->next_batch(x, y);
-    if (pipe_) {  // the last stage has the losses
-      const Tensor l = pipe_->forward_only({x.data(), y.data(), cfg_.batch_size, cfg_.seq_len});
-      if (l.defined()) losses.push_back(l);
-      continue;
-    }
-    const int cp = dist_ ? dist_->cp() : 1;  // each CP rank's tokens; their mean is summed below
-    if (cp > 1) x = dist_->my_tokens(x, cfg_.batch_size, cfg_.seq_len), y = dist_->my_tokens(y, cfg_.batch_size, cfg_.seq_len);
-    model_->forward(0, {x.data(), y.data(), cfg_.batch_size, cfg_.seq_len / cp});
-    losses.push_back(model_->token_losses(0));
-    model_->close_slot(0);
+    if (cp > 1) x = plan_->my_tokens(x, cfg_.batch_size, cfg_.seq_len), y = plan_->my_tokens(y, cfg_.batch_size, cfg_.seq_len);
+    model_->set_step_batches({{x.data(), y.data(), cfg_.batch_size, cfg_.seq_len / cp}});
+    const Tensor l = plan_->forward_only(*model_);  // the last stage has the losses
+    if (l.defined()) losses.push_back(l);
   }
   stream_.synchronize();
   double sum = 0;
   for (const Tensor& l : losses) sum += mean_of(l);
-  if (pipe_) {  // one replica's, one TP rank's
-    const bool counted = pipe_->data_index() == 0 && pipe_->first_tp_rank();
-    sum = pipe_->over_world({counted ? sum : 0.0})[0].sum;
-  }
-  if (dist_ && dist_->cp() > 1) sum = dist_->sum_over_data_ranks(sum) / (dist_->data_ranks() * dist_->cp());
+  // one data replica's, one TP rank's
+  const bool counted = plan_->data_index() == 0 && plan_->counts_loss();
+  sum = plan_->sum_over_world({counted ? sum : 0.0})[0] / cp;
   return sum / cfg_.val_batches;
 }
 
@@ -309,7 +208,7 @@ std::string Trainer::sample() {
 }
 
 int64_t Trainer::tokens_per_step() const {
-  return cfg_.tokens_per_step() * (dist_ ? dist_->data_ranks() : pipe_ ? pipe_->data_ranks() : 1);
+  return cfg_.tokens_per_step() * plan_->data_ranks();
 }
 
 // Graph mode (cfg.graph): the first step of a run runs eagerly (it fills
@@ -323,9 +222,9 @@ void Trainer::queue_step() {
   CM_CHECK(!step_queued_, "finish_step() the queued step first", "a step is already queued");
   step_start_ = now_seconds();
   if (step_graph_) {
-    read_step_batches();
+    read_step_batches(0);  // into the graph's inputs
     model_->reuse_stats();
-    opt_->advance(schedule_.at(step_));
+    opt_->advance(lr_.at(step_));
     step_graph_->replay(stream_);
   } else if (cfg_.graph && eager_steps_ > 0) {
     capture_step();
@@ -377,80 +276,69 @@ GraphSummary Trainer::graph_summary() const {
   return g;
 }
 
-model::MicroBatch Trainer::micro_batch(int m, float scale) {
-  const int cp = dist_ ? dist_->cp() : 1, T = cfg_.seq_len / cp;  // CP: this rank's chunks of each sequence
-  if (cp > 1) x_ = dist_->my_tokens(x_, cfg_.batch_size, cfg_.seq_len), y_ = dist_->my_tokens(y_, cfg_.batch_size, cfg_.seq_len);
-  model::MicroBatch b{x_.data(), y_.data(), cfg_.batch_size, T, scale};
+model::MicroBatch Trainer::micro_batch(int m, std::vector<int32_t>& x, std::vector<int32_t>& y, float scale) {
+  const int cp = plan_->cp(), T = cfg_.seq_len / cp;  // CP: this rank's chunks of each sequence
+  if (cp > 1) x = plan_->my_tokens(x, cfg_.batch_size, cfg_.seq_len), y = plan_->my_tokens(y, cfg_.batch_size, cfg_.seq_len);
+  model::MicroBatch b{x.data(), y.data(), cfg_.batch_size, T, scale};
   if (!cfg_.graph) return b;
   const int64_t n = int64_t(cfg_.batch_size) * T;
   while (graph_inputs_.size() <= size_t(m))
     graph_inputs_.push_back({Tensor::empty({n}, DType::i32), Tensor::empty({n}, DType::i32)});
   auto& [tokens, targets] = graph_inputs_[size_t(m)];
-  std::copy(x_.begin(), x_.end(), tokens.data<int32_t>());
-  std::copy(y_.begin(), y_.end(), targets.data<int32_t>());
+  std::copy(x.begin(), x.end(), tokens.data<int32_t>());
+  std::copy(y.begin(), y.end(), targets.data<int32_t>());
   b.token_ids = tokens, b.target_ids = targets;
   return b;
 }
 
 // The step's micro-batches are those of a 1-PE run accumulating
 // grad_accum x data_ranks of them; this PE takes its data_index-th run of
-// grad_accum.
-void Trainer::read_step_batches() {
+// grad_accum. Graph mode's replay reads them into the graph's inputs only.
+std::vector<model::MicroBatch> Trainer::read_step_batches(float scale) {
   const int a = cfg_.grad_accum;
-  const int ranks = dist_ ? dist_->data_ranks() : 1, mine = dist_ ? dist_->data_index() : 0;
-  for (int g = 0; g < a * ranks; ++g) {
-    train_loader_->next_batch(x_, y_);
-    if (g / a == mine) micro_batch(g % a, 0);
+  xs_.resize(size_t(a)), ys_.resize(size_t(a));
+  std::vector<model::MicroBatch> batches;
+  for (int g = 0; g < a * plan_->data_ranks(); ++g) {
+    const bool here = g / a == plan_->data_index();
+    std::vector<int32_t> &x = here ? xs_[size_t(g % a)] : x_, &y = here ? ys_[size_t(g % a)] : y_;
+    train_loader_->next_batch(x, y);
+    if (here) batches.push_back(micro_batch(g % a, x, y, scale));
   }
+  return batches;
 }
 
 void Trainer::launch_step() {
   model_->reset_stats();
   model_->zero_grad();
-  // every micro-batch's loss weighs 1 / (their number)
-  const int a = cfg_.grad_accum;
-  const int ranks = dist_ ? dist_->data_ranks() : pipe_ ? pipe_->data_ranks() : 1;
-  const int mine = dist_ ? dist_->data_index() : pipe_ ? pipe_->data_index() : 0;
-  const int cp = dist_ ? dist_->cp() : 1;  // CP ranks hold 1/cp of each sequence: their losses add up
-  const float scale = 1.0f / float(a * ranks * cp);
-  if (pipe_) {  // every stage reads the step's micro-batches; the schedule says when each runs
-    xs_.resize(size_t(a)), ys_.resize(size_t(a));
-    std::vector<model::MicroBatch> batches;
-    for (int g = 0; g < a * ranks; ++g) {
-      const bool here = g / a == mine;
-      std::vector<int32_t> &x = here ? xs_[size_t(g % a)] : x_, &y = here ? ys_[size_t(g % a)] : y_;
-      train_loader_->next_batch(x, y);
-      if (here) batches.push_back({x.data(), y.data(), cfg_.batch_size, cfg_.seq_len, scale});
-    }
-    pipe_->run(batches);
-    model_->seal_gradients();
-    pipe_->sum_over_data_ranks();
-    grad_sq_ = pipe_->grad_sq_sum();
-    opt_->clip_gradients(grad_sq_);
-    opt_->step(schedule_.at(step_));
-    pipe_->after_optimizer();  // ZeRO-1's gather of the parameters, the tied table
-    model_->update_router_bias();  // each stage's routers see all of the step's micro-batches
-    return;
-  }
-  for (int g = 0; g < a * ranks; ++g) {
-    train_loader_->next_batch(x_, y_);
-    if (g / a != mine) continue;
-    const int m = g % a;
-    if (dist_ && m == a - 1) dist_->arm();  // the last backward: sum each part's gradients once it is done
-    model_->forward(m, micro_batch(m, scale));
-    model_->backward(m);
-  }
+  // every micro-batch's loss weighs 1 / (their number); CP ranks hold 1/cp of each sequence: their losses add up
+  const float scale = 1.0f / float(cfg_.grad_accum * plan_->data_ranks() * plan_->cp());
+  model_->set_step_batches(read_step_batches(scale));
+  plan_->run_step(*model_);  // the schedule's actions; each part's sum starts once its backwards are done
   model_->seal_gradients();
-  if (dist_) {
-    dist_->finish_backward();
-    grad_sq_ = dist_->grad_sq_sum();
-    opt_->clip_gradients(grad_sq_);
-  } else {
-    grad_sq_ = opt_->clip_gradients();
+  plan_->finish_gradients();
+  grad_sq_ = plan_->grad_sq_sum();
+  opt_->clip_gradients(grad_sq_);
+  opt_->step(lr_.at(step_));
+  plan_->after_optimizer(*model_);  // ZeRO-1's gather of the parameters, the tied table
+  model_->update_router_bias();     // every replica's routers see the step's global load
+}
+
+std::vector<std::vector<double>> Trainer::every_expert_load(const std::vector<std::vector<double>>& mine) {
+  if (plan_->world() == 1) return mine;
+  const model::ModelConfig& m = cfg_.model;
+  const int64_t E = m.n_routed_experts;
+  std::vector<double> v(size_t(std::max<int64_t>(1, m.n_layers * E)), 0.0);
+  size_t i = 0;
+  for (int l = 0; l < m.n_layers; ++l) {
+    if (!m.is_moe_layer(l) || !model::holds_part(model_->stage(), 2 + 2 * l)) continue;
+    const std::vector<double>& counts = mine.at(i++);
+    if (plan_->reports(2 + 2 * l)) std::copy(counts.begin(), counts.end(), v.begin() + l * E);
   }
-  opt_->step(schedule_.at(step_));
-  if (dist_) dist_->after_optimizer(), dist_->sum_expert_load();
-  model_->update_router_bias();
+  v = plan_->sum_over_world(v);
+  std::vector<std::vector<double>> out;
+  for (int l = 0; l < m.n_layers; ++l)
+    if (m.is_moe_layer(l)) out.emplace_back(v.begin() + l * E, v.begin() + (l + 1) * E);
+  return out;
 }
 
 StepRecord& Trainer::finish_step() {
@@ -460,16 +348,14 @@ StepRecord& Trainer::finish_step() {
   model::StepStats st = model_->read_stats();
   StepRecord r;
   r.step = step_;
-  r.lr = schedule_.at(step_);
-  r.loss = dist_ ? dist_->sum_over_data_ranks(st.loss) : st.loss;
-  r.aux_loss = dist_ ? dist_->sum_over_data_ranks(st.aux_loss) : st.aux_loss;
-  if (pipe_) {  // the loss on the last stage(s), the balance losses and loads of every stage
-    const double counted = pipe_->first_tp_rank() ? 1.0 : 0.0;  // TP ranks hold the same
-    const auto t = pipe_->over_world({counted * st.loss, counted * st.aux_loss});
-    r.loss = t[0].sum, r.aux_loss = t[1].sum;
-    st.expert_load = pipe_->every_expert_load(st.expert_load);
-    pipe_->gather_executed();  // the report's executed schedule
-  }
+  r.lr = lr_.at(step_);
+  // the loss on the last stage(s), the balance losses and loads of every stage (TP ranks hold the same)
+  const double counted = plan_->counts_loss() ? 1.0 : 0.0;
+  const std::vector<double> t = plan_->sum_over_world({counted * st.loss, counted * st.aux_loss});
+  r.loss = t[0], r.aux_loss = t[1];
+  st.expert_load = every_expert_load(st.expert_load);
+  executed_.clear();
+  for (const auto& a : plan_->gather_executed()) executed_.push_back({a.rank, a.action, a.cat, a.start_ms, a.end_ms});
   r.grad_norm = AdamW::grad_norm(grad_sq_);
   CM_CHECK(std::isfinite(r.loss), "lower the learning rate or enable gradient clipping",
            "loss became {} at step {}", r.loss, step_ + 1);
@@ -493,7 +379,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   runtime::StreamGuard on(stream_);
   const int64_t end = until_step < 0 ? cfg_.steps : std::min(until_step, cfg_.steps);
   const double flops_tok = model::flops_per_token(cfg_.model, cfg_.seq_len);
-  const int pes = dist_ || pipe_ ? cfg_.parallel.world() : 1;  // MFU over every PE's cores
+  const int pes = plan_->world();  // MFU over every PE's cores
   const double peak = measured_peak_flops(cores_) * pes;
   Progress progress(cfg_.steps, step_, cfg_.log_every, stderr, cfg_.progress ? -1 : 0);
   const int64_t heat_every = std::max<int64_t>(1, cfg_.steps / 200);
@@ -511,7 +397,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
     if ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || done == cfg_.steps) {
       val = validate();
       if (val >= 0) val_records_.push_back({r.step, val});
-      if (cfg_.sample_tokens > 0 && !pipe_ && cfg_.parallel.cp == 1 && cfg_.parallel.tp == 1) {  // a whole model on one PE
+      if (cfg_.sample_tokens > 0 && cfg_.parallel.pp == 1 && cfg_.parallel.cp == 1 && cfg_.parallel.tp == 1) {  // a whole model on one PE
         samples_.push_back({r.step, cfg_.sample_prompt, sample()});
         if (cfg_.progress)
           progress.message(fmt::format("sample at step {}: {}", done,
@@ -576,10 +462,10 @@ ReportData Trainer::report_data() const {
   d.validation = val_records_;
   d.expert_load = expert_load_;
   d.samples = samples_;
-  if (pipe_) {
-    const parallel::Schedule& s = pipe_->schedule();
+  if (cfg_.parallel.pp > 1) {
+    const parallel::Schedule& s = plan_->schedule();
     d.schedule = fmt::format("{} on {} ranks, {} micro-batches", s.name, s.ranks, s.micro_batches);
-    d.executed = pipe_->executed();
+    d.executed = executed_;
   }
   return d;
 }

@@ -21,6 +21,7 @@
 
 #include "coremesh/core/tensor.hpp"
 #include "coremesh/model/config.hpp"
+#include "coremesh/parallel/stage.hpp"
 
 namespace coremesh::model {
 
@@ -33,23 +34,16 @@ int num_parts(const ModelConfig& config);  // 2 * n_layers + 2
 Part part_at(const ModelConfig& config, int index);
 std::string part_name(const ModelConfig& config, int index);  // "embedding", "layers.2.attention", ...
 
-struct PartRange {
-  int begin = 0, end = 0;  // parts [begin, end)
-  bool operator==(const PartRange&) const = default;
-};
+// What a stage holds (chunks of parts, experts, TP share) is the parallel
+// layer's StageLayout.
+using parallel::holds_part;
+using parallel::PartRange;
+using parallel::StageLayout;
 
-struct StageLayout {
-  std::vector<PartRange> chunks;   // empty: one chunk with every part
-  int expert_begin = 0, expert_end = -1;  // routed experts held: [begin, end); end -1: all
-  int tp = 1, tp_rank = 0;         // tensor parallelism: this stage's share of the split matrices
-  bool sequence_parallel = false;  // tp > 1: the norms and routers compute on 1/tp of the tokens
-  bool operator==(const StageLayout&) const = default;
-};
 // Fills the defaults and checks the layout against the config: chunks in
 // range, non-empty, non-overlapping; an expert range inside [0, E); the
 // sizes tensor parallelism splits divisible by tp.
 StageLayout resolve_stage(const ModelConfig& config, StageLayout stage);
-bool holds_part(const StageLayout& stage, int part);
 
 // What one tensor-parallel rank holds of the split dimensions (Megatron,
 // without sequence parallelism): query heads, dense and shared-expert hidden
@@ -117,6 +111,11 @@ struct ParamLayout {
   int index_of(const std::string& name) const;  // -1 when absent
 };
 ParamLayout layout_params(const ModelConfig& config, const StageLayout& stage = {});
+// The same layout as the parallel engine sees it (parallel/stage.hpp).
+parallel::StageParams stage_params(const ModelConfig& config, const StageLayout& stage);
+// The sizes the engine lays out its exchanges for: micro-batches of `batch`
+// sequences of `seq_len` tokens (one CP rank's), split over tp ranks.
+parallel::ModelShape model_shape(const ModelConfig& config, int batch, int seq_len, int tp = 1);
 
 // The part of a whole-model tensor (whole_shape) that the stage holds as p:
 // its experts' rows, its tensor-parallel slice (contiguous, p.shape).

@@ -86,14 +86,14 @@ struct StepStats {
   int64_t dropped = 0;  // assignments over capacity
 };
 
-class Model {
+class Model final : public parallel::StageModel {
  public:
   // Allocates a zeroed f32 arena of n floats (a parallel layout puts the
   // arenas in symmetric memory); default Tensor::zeros.
   using ArenaAllocator = std::function<Tensor(int64_t n)>;
   explicit Model(const ModelConfig& config, const StageLayout& stage = {}, parallel::Seams seams = {},
                  const ArenaAllocator& arena = {});
-  ~Model();
+  ~Model() override;
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
@@ -115,8 +115,8 @@ class Model {
   int64_t num_params() const { return layout_.arena_size; }  // arena floats (with padding)
   float* param_data() { return weights_.data<float>(); }
   float* grad_data() { return grads_.data<float>(); }
-  const Tensor& param_arena() const { return weights_; }  // (num_params) f32
-  const Tensor& grad_arena() const { return grads_; }
+  const Tensor& param_arena() const override { return weights_; }  // (num_params) f32
+  const Tensor& grad_arena() const override { return grads_; }
   Tensor param(const std::string& name) const;  // views into the arenas
   Tensor grad(const std::string& name) const;
   std::vector<std::pair<std::string, Tensor>> named_params() const;
@@ -132,25 +132,28 @@ class Model {
 
   // ---- the pieces a pipeline executor drives
   void open_slot(int slot, const MicroBatch& batch);
+  // The step's micro-batches, for open_slot(mb) (the pipeline executor's).
+  void set_step_batches(std::vector<MicroBatch> batches) { step_batches_ = std::move(batches); }
+  void open_slot(int mb) override;
   // Runs chunk `chunk` of the slot: input (N,C) is the previous stage's
   // output (undefined when the chunk starts with the embedding). Returns
   // the chunk's output (N,C), or undefined when it ends with the head.
-  Tensor forward_chunk(int slot, int chunk, const Tensor& input = {});
+  Tensor forward_chunk(int slot, int chunk, const Tensor& input = {}) override;
   // d(loss)/d(input) (N,C) of the chunk given d(loss)/d(output) (undefined
   // for the head chunk); undefined when the chunk starts with the embedding.
   // With defer_weight_grads the weight gradients wait for backward_weight().
   Tensor backward_chunk(int slot, int chunk, const Tensor& grad_output = {},
-                        bool defer_weight_grads = false);
-  void backward_weight(int slot, int chunk);
+                        bool defer_weight_grads = false) override;
+  void backward_weight(int slot, int chunk) override;
   // Drops a slot without a backward (evaluation, generation).
-  void close_slot(int slot);
-  bool slot_open(int slot) const;
+  void close_slot(int slot) override;
+  bool slot_open(int slot) const override;
   int open_slots() const { return int(slots_.size()); }
   // Of an open slot whose forward reached the head: the logits (N,V; under
   // tensor parallelism this rank's vocabulary columns, N x V/tp) and the
   // cross entropy per token (N), valid once the stream reached them.
   Tensor logits(int slot) const;
-  Tensor token_losses(int slot) const;
+  Tensor token_losses(int slot) const override;
 
   // ---- gradients
   void zero_grad();       // the next write of every gradient overwrites it
@@ -158,7 +161,7 @@ class Model {
   // micro-batch have been added into the arena: from then on the stream
   // holds the part's sum over the step's micro-batches so far. A parallel
   // layout starts reducing the part's gradients at its last micro-batch.
-  void on_gradients_ready(std::function<void(int part)> hook) { on_gradients_ = std::move(hook); }
+  void on_gradients_ready(std::function<void(int part)> hook) override { on_gradients_ = std::move(hook); }
   // Zero-fills the gradients nothing wrote since zero_grad() (a stage whose
   // parts saw no micro-batch); returns how many parameters that was.
   int seal_gradients();
@@ -166,7 +169,7 @@ class Model {
   // earlier micro-batches that another PE computed (DualPipe's other copy of
   // the stage put it there): the chunk's next weight halves add onto it, as
   // onto a sum of this PE's own. Before any weight half of the chunk.
-  void continue_gradient_sum(int chunk);
+  void continue_gradient_sum(int chunk) override;
 
   // ---- statistics and the aux-loss-free balancing
   void reset_stats();
@@ -181,7 +184,7 @@ class Model {
   // Per MoE layer held: (E+1) i64 on the stream, selections per expert and
   // dropped assignments since reset_stats(); a parallel layout sums them
   // over the ranks that share the router before update_router_bias().
-  const std::vector<Tensor>& expert_load() const { return load_; }
+  const std::vector<Tensor>& expert_load() const override { return load_; }
   // bias_e += rate * sign(mean load - load_e) from expert_load(), on the
   // stream. Call once per optimizer step.
   void update_router_bias();
@@ -194,6 +197,7 @@ class Model {
     int64_t weight_copies = 0;
   };
   SavedBytes saved_bytes(int slot) const;
+  int64_t saved_activation_bytes(int slot) const override { return saved_bytes(slot).activations; }
 
   struct Slot;
   struct PartParams;
@@ -226,6 +230,7 @@ class Model {
   std::vector<std::unique_ptr<PartParams>> parts_;  // per part (nullptr when not held)
   std::vector<Tensor> router_bias_;                 // per layer (undefined unless its MoE FFN is held)
   std::map<int, std::unique_ptr<Slot>> slots_;
+  std::vector<MicroBatch> step_batches_;            // set_step_batches()
   std::map<std::pair<int, int>, std::unique_ptr<Pending>> pending_;  // deferred wgrads per (slot, chunk)
   // statistics since reset_stats()
   struct Recorded {

@@ -60,6 +60,35 @@ std::string others(const Group& group);
 // world, on the host): symmetric layouts must be the same on every PE.
 std::vector<int64_t> max_over_world(const std::vector<int64_t>& values);
 
+// On `stream`: src (contiguous; alive until the stream gets there) into
+// elements [at, at + src.numel()) of PE pe's `dst` (symmetric, src's dtype),
+// then 1 added to PE pe's *signal (symmetric). No completion wait here: the
+// receiver waits for the signal (wait_signal_on_stream).
+void put_on_stream(runtime::Stream& stream, const Tensor& dst, int64_t at, const Tensor& src, uint64_t* signal,
+                   int pe);
+
+// Host, blocking: elements [at, at + n) of PE pe's symmetric `src` into `dst`.
+void get_from(void* dst, const Tensor& src, int64_t at, int64_t n, int pe);
+
+// Host: every PE of the job waits for the others.
+void world_barrier();
+
+// Host values of every PE, after a step's synchronization (collective over
+// the world; its buffer is symmetric, allocated once).
+class WorldGather {
+ public:
+  explicit WorldGather(int64_t capacity);  // values per PE at most
+  // Every PE's `mine` (the same count on each), PE after PE.
+  std::vector<int64_t> gather(const std::vector<int64_t>& mine);
+  std::vector<double> gather(const std::vector<double>& mine);
+  // Element-wise sums over the PEs, added in PE order.
+  std::vector<double> sum(const std::vector<double>& mine);
+
+ private:
+  Tensor buffer_;
+  int64_t capacity_ = 0;
+};
+
 // dst = src (contiguous, the same bytes) on the current stream.
 void copy_on_stream(const Tensor& src, const Tensor& dst);
 // t = 0 (contiguous, any dtype) on the current stream.
@@ -68,6 +97,10 @@ void zero_on_stream(const Tensor& t);
 // out = ((inputs[0] + inputs[1]) + inputs[2]) ..., element-wise, f32 or i64,
 // on the current stream (out may be one of the inputs).
 void sum_in_order(const std::vector<Tensor>& inputs, const Tensor& out);
+
+// Member m's shard of a range [begin, end) cut over `members`: the even cut
+// rounded to multiples of `align` (from element 0), the range's own ends kept.
+std::pair<int64_t, int64_t> shard_bounds(int64_t begin, int64_t end, int members, int member, int64_t align);
 
 class ShardedSum {
  public:

@@ -1,8 +1,10 @@
 // Trainer: the training loop.
 //
 //   for step in [start, steps):
-//     zero grads; for each of grad_accum micro-batches: forward, backward (loss scale 1/accum)
-//     clip (global norm), AdamW with lr = schedule(step), router-bias update
+//     zero grads; the parallel plan runs the step's schedule over this PE's
+//     micro-batches (one PE: forward, backward of each, loss scale 1/accum)
+//     and sums the gradients; clip (global norm), AdamW with lr = lr_at(step),
+//     the plan's after-optimizer work, router-bias update
 //     -- all of it queued on the trainer's stream; one host synchronization
 //        at the end of the step reads the loss, the norm and the expert load
 //     every val_every steps: validation loss over val_batches fixed batches
@@ -28,58 +30,18 @@
 #include "coremesh/model/config.hpp"
 #include "coremesh/model/model.hpp"
 #include "coremesh/model/rng.hpp"
-#include "coremesh/parallel/config.hpp"
+#include "coremesh/parallel/plan.hpp"
 #include "coremesh/runtime/device.hpp"
 #include "coremesh/runtime/stream.hpp"
 #include "coremesh/train/checkpoint.hpp"
 #include "coremesh/train/data.hpp"
-#include "coremesh/train/distributed.hpp"
 #include "coremesh/train/metrics.hpp"
 #include "coremesh/train/optimizer.hpp"
-#include "coremesh/train/pipeline.hpp"
 #include "coremesh/train/report.hpp"
-#include "coremesh/train/schedule.hpp"
+#include "coremesh/train/lr_schedule.hpp"
+#include "coremesh/train/train_config.hpp"
 
 namespace coremesh::train {
-
-struct TrainConfig {
-  model::ModelConfig model;
-  parallel::ParallelConfig parallel;
-  std::vector<std::string> data;  // text files
-  double val_fraction = 0.05;
-  int batch_size = 8;   // sequences per micro-batch
-  int seq_len = 128;
-  int grad_accum = 1;   // micro-batches per step (per data-parallel rank)
-  int64_t steps = 100;
-  double lr = 1e-3, min_lr = 1e-4;
-  int64_t warmup_steps = 10;
-  AdamWConfig adam;
-  uint64_t seed = 1;
-  int val_every = 50;   // 0: only at the end
-  int val_batches = 8;
-  int log_every = 10;
-  std::string out_dir = "runs/coremesh";
-  int ckpt_every = 0;   // 0: only at the end
-  int keep_checkpoints = 3;
-  int cores = 0;        // compute cores this PE's kernels may use (its stream's limit); 0: all of the device
-  bool report = true;
-  int sample_tokens = 64;             // bytes of greedy sample at each validation (0: none)
-  std::string sample_prompt = "And "; // its prompt
-  bool graph = false;    // capture one step and replay it (see Trainer::queue_step)
-  bool progress = true;  // not a config field: the command line's --no-progress
-
-  void validate() const;
-  int64_t tokens_per_step() const { return int64_t(batch_size) * seq_len * grad_accum; }
-};
-
-// The "train" section's field table; the config file is
-// {"model": {...}, "train": {...}, "parallel": {...}} (train fields may also
-// stand at the top level).
-const FieldTable<TrainConfig>& train_fields();
-TrainConfig train_config_from_json(const nlohmann::json& j, TrainConfig base = {});
-nlohmann::json to_json(const TrainConfig& c);
-// Every difference between two configs, "section.field: a vs b".
-std::vector<std::string> config_differences(const TrainConfig& a, const TrainConfig& b);
 
 struct TrainResult {
   int64_t steps_done = 0;
@@ -127,11 +89,11 @@ class Trainer {
   int64_t optimizer_state_bytes() const { return opt_->state_bytes(); }
   runtime::Stream& stream() { return stream_; }
   model::Model& model() { return *model_; }
-  // The parallel run this PE is part of; nullptr on one PE (and under pp > 1).
-  Distributed* distributed() { return dist_.get(); }
-  // The pipeline stage this PE runs; nullptr unless pp > 1.
-  Pipeline* pipeline() { return pipe_.get(); }
-  bool leader() const { return dist_ ? dist_->leader() : !pipe_ || pipe_->leader(); }
+  // The parallel plan this PE runs (one PE's is a one-stage schedule).
+  parallel::ParallelPlan& plan() { return *plan_; }
+  bool leader() const { return plan_->leader(); }
+  // Every pipeline rank's actions of the last step (pp > 1 with a report or a profile).
+  const std::vector<ExecutedAction>& executed() const { return executed_; }
   const std::vector<StepRecord>& records() const { return records_; }
   const std::vector<ValRecord>& validation() const { return val_records_; }
   ReportData report_data() const;
@@ -141,20 +103,22 @@ class Trainer {
   CheckpointState checkpoint_state();
   void launch_step();    // the whole step, on the stream
   void capture_step();   // launch_step() captured into step_graph_, and replayed
-  void read_step_batches();  // the next step's batches into the graph's inputs
-  // micro-batch m of x_, y_ (graph mode: copied into the graph's inputs)
-  model::MicroBatch micro_batch(int m, float scale);
+  std::vector<model::MicroBatch> read_step_batches(float scale);  // this PE's of the next step
+  // micro-batch m from tokens x, y (CP: this PE's of them; graph mode:
+  // copied into the graph's inputs)
+  model::MicroBatch micro_batch(int m, std::vector<int32_t>& x, std::vector<int32_t>& y, float scale);
+  // Every MoE layer's expert load, from the PEs that report it.
+  std::vector<std::vector<double>> every_expert_load(const std::vector<std::vector<double>>& mine);
 
   TrainConfig cfg_;
   int cores_ = 1;
   runtime::Stream stream_;
   std::unique_ptr<TextDataset> data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
-  std::unique_ptr<Distributed> dist_;
-  std::unique_ptr<Pipeline> pipe_;
+  std::unique_ptr<parallel::ParallelPlan> plan_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<AdamW> opt_;
-  LrSchedule schedule_;
+  LrSchedule lr_;
   model::Rng rng_;
   int64_t step_ = 0;
   std::vector<StepRecord> records_;
@@ -165,8 +129,9 @@ class Trainer {
   bool step_queued_ = false;
   double step_start_ = 0;
   Tensor grad_sq_;
-  std::vector<int32_t> x_, y_;
-  std::vector<std::vector<int32_t>> xs_, ys_;  // pipeline: the step's micro-batches
+  std::vector<int32_t> x_, y_;                   // micro-batches of other PEs (read past)
+  std::vector<std::vector<int32_t>> xs_, ys_;  // this PE's micro-batches of the step
+  std::vector<ExecutedAction> executed_;
   ExpertLoadRecord last_load_;
   // graph mode
   int64_t eager_steps_ = 0, graph_step_ = 0;

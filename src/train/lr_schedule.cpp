@@ -1,4 +1,4 @@
-#include "coremesh/train/schedule.hpp"
+#include "coremesh/train/lr_schedule.hpp"
 
 #include <cmath>
 

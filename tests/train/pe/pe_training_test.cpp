@@ -15,7 +15,7 @@
 
 #include "coremesh/shmem/shmem.hpp"
 #include "coremesh/train/trainer.hpp"
-#include "parallel/tiny_training.hpp"
+#include "train/pe/tiny_training.hpp"
 
 using namespace coremesh;
 using namespace coremesh::train;

@@ -19,7 +19,7 @@
 #include "coremesh/runtime/profiler.hpp"
 #include "coremesh/shmem/shmem.hpp"
 #include "coremesh/train/trainer.hpp"
-#include "parallel/tiny_training.hpp"
+#include "train/pe/tiny_training.hpp"
 
 using namespace coremesh;
 using namespace coremesh::train;
@@ -214,7 +214,7 @@ TEST(PipelineTraining, NormIsTheOnePeNorm) {
       Tensor mine, want;
       {
         runtime::StreamGuard on(t.stream());
-        mine = t.pipeline()->grad_sq_sum();
+        mine = t.plan().grad_sq_sum();
         want = ops::grad_sq_sum(ref, all);
         t.stream().synchronize();
       }
@@ -242,7 +242,7 @@ TEST(PipelineTraining, RunsAScheduleFromItsTextForm) {
   TrainConfig cfg = pipeline_config({PipelineSchedule::one_f_one_b, 4, 1}, pp);
   cfg.parallel.schedule_file = file;
   Trainer t(cfg, one_core());
-  EXPECT_EQ(t.pipeline()->schedule().name, "late-w");
+  EXPECT_EQ(t.plan().schedule().name, "late-w");
   t.run(-1, false);
   ASSERT_EQ(t.records().size(), ref.records().size());
   for (size_t s = 0; s < ref.records().size(); ++s) {
@@ -328,7 +328,7 @@ TEST(PipelineTraining, ComposesWithDataAndExpertParallelismAndZero) {
     int held = 0;  // every part this stage holds was summed as soon as its last backward was in
     for (const model::PartRange& r : t.model().layout().regions) held += r.begin < r.end;
     const bool copies = L.schedule == S::dualpipe;  // DualPipe sums its two copies first, then the replicas
-    EXPECT_EQ(t.pipeline()->parts_summed_early(), copies ? 0 : held);
+    EXPECT_EQ(t.plan().parts_summed_early(), copies ? 0 : held);
     ASSERT_EQ(t.records().size(), ref.records().size());
     for (size_t s = 0; s < ref.records().size(); ++s) {
       const StepRecord &a = t.records()[s], &b = ref.records()[s];
@@ -384,8 +384,8 @@ TEST(PipelineTraining, RecordsTheExecutedSchedule) {
     SCOPED_TRACE(parallel::schedule_name(c.schedule));
     const std::unique_ptr<Trainer> run = profiled_run(c, pp);
     Trainer& t = *run;
-    const parallel::Schedule& s = t.pipeline()->schedule();
-    const std::vector<ExecutedAction>& done = t.pipeline()->executed();
+    const parallel::Schedule& s = t.plan().schedule();
+    const std::vector<ExecutedAction>& done = t.executed();
     size_t total = 0;
     for (const auto& list : s.actions) total += list.size();
     ASSERT_EQ(done.size(), total);
@@ -401,7 +401,7 @@ TEST(PipelineTraining, RecordsTheExecutedSchedule) {
         free_at[size_t(r)] = a.end_ms;
       }
     // the trace: this PE's actions of both steps as spans on its stage's track
-    const std::string track = fmt::format("pipeline stage {}", t.pipeline()->rank());
+    const std::string track = fmt::format("pipeline stage {}", t.plan().executor_rank());
     std::map<std::string, int> kinds;
     int spans = 0;
     for (const runtime::SpanRecord& sp : runtime::profiler_spans()) {
@@ -409,7 +409,7 @@ TEST(PipelineTraining, RecordsTheExecutedSchedule) {
       ++spans, ++kinds[sp.cat];
       EXPECT_LE(sp.start_ns, sp.end_ns);
     }
-    EXPECT_EQ(spans, 2 * int(s.actions[size_t(t.pipeline()->rank())].size()));
+    EXPECT_EQ(spans, 2 * int(s.actions[size_t(t.plan().executor_rank())].size()));
     EXPECT_EQ(kinds["F"], 2 * c.micro_batches);
     EXPECT_EQ(kinds[c.schedule == PipelineSchedule::zb_h1 ? "W" : "B"], 2 * c.micro_batches);
     EXPECT_EQ(kinds["p2p"], 2 * 2 * c.micro_batches) << "a send or receive of each micro-batch each way";
@@ -522,8 +522,8 @@ TEST(PipelineTraining, DualPipeRunsThePairsHalvesConcurrently) {
     SCOPED_TRACE(parallel::schedule_name(schedule));
     const std::unique_ptr<Trainer> run = profiled_run(c, pp);
     Trainer& t = *run;
-    const parallel::Schedule& s = t.pipeline()->schedule();
-    const int rank = t.pipeline()->rank();
+    const parallel::Schedule& s = t.plan().schedule();
+    const int rank = t.plan().executor_rank();
     auto spans_of = [&](int chunk, const std::string& name) {
       std::vector<runtime::SpanRecord> out;
       const std::string track = fmt::format("pipeline stage {}", s.stage_of(rank, chunk));
@@ -549,7 +549,7 @@ TEST(PipelineTraining, DualPipeRunsThePairsHalvesConcurrently) {
       EXPECT_EQ(s.name, "dualpipe-exact");
       for (int r = 0; r < pp; ++r) {
         std::vector<std::string> ran;
-        for (const ExecutedAction& e : t.pipeline()->executed())
+        for (const ExecutedAction& e : t.executed())
           if (e.rank == r) ran.push_back(e.action);
         std::vector<std::string> listed;
         for (const parallel::Action& a : s.actions[size_t(r)]) listed.push_back(parallel::to_string(a));
@@ -557,8 +557,8 @@ TEST(PipelineTraining, DualPipeRunsThePairsHalvesConcurrently) {
       }
     }
     // the chunk slots held are the simulator's (they depend on the order only)
-    EXPECT_EQ(t.pipeline()->memory().peak_slots, parallel::simulate(s, {}).peak_slots[size_t(rank)]);
-    const auto total = t.pipeline()->over_world({double(pairs), double(overlapping)});
+    EXPECT_EQ(t.plan().memory().peak_slots, parallel::simulate(s, {}).peak_slots[size_t(rank)]);
+    const auto total = t.plan().over_world({double(pairs), double(overlapping)});
     EXPECT_GT(total[0].sum, 0) << "the schedule has F&B pairs";
     EXPECT_GT(total[1].sum, 0) << "no pair's halves overlapped";
     if (me == 0)

@@ -6,7 +6,7 @@
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/train/metrics.hpp"
-#include "coremesh/train/schedule.hpp"
+#include "coremesh/train/lr_schedule.hpp"
 
 using namespace coremesh;
 using namespace coremesh::train;

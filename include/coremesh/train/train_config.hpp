@@ -1,0 +1,63 @@
+// The training config: the "train" section's fields, with the model's and
+// the parallel layout's sections. The config file is
+// {"model": {...}, "train": {...}, "parallel": {...}} (train fields may also
+// stand at the top level); one field table makes JSON, flags, diffs and checks.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "coremesh/core/fields.hpp"
+#include "coremesh/model/config.hpp"
+#include "coremesh/parallel/config.hpp"
+#include "coremesh/parallel/plan.hpp"
+#include "coremesh/train/optimizer.hpp"
+
+namespace coremesh::train {
+
+struct TrainConfig {
+  model::ModelConfig model;
+  parallel::ParallelConfig parallel;
+  std::vector<std::string> data;  // text files
+  double val_fraction = 0.05;
+  int batch_size = 8;   // sequences per micro-batch
+  int seq_len = 128;
+  int grad_accum = 1;   // micro-batches per step (per data-parallel rank)
+  int64_t steps = 100;
+  double lr = 1e-3, min_lr = 1e-4;
+  int64_t warmup_steps = 10;
+  AdamWConfig adam;
+  uint64_t seed = 1;
+  int val_every = 50;   // 0: only at the end
+  int val_batches = 8;
+  int log_every = 10;
+  std::string out_dir = "runs/coremesh";
+  int ckpt_every = 0;   // 0: only at the end
+  int keep_checkpoints = 3;
+  int cores = 0;        // compute cores this PE's kernels may use (its stream's limit); 0: all of the device
+  bool report = true;
+  int sample_tokens = 64;             // bytes of greedy sample at each validation (0: none)
+  std::string sample_prompt = "And "; // its prompt
+  bool graph = false;    // capture one step and replay it (see Trainer::queue_step)
+  bool progress = true;  // not a config field: the command line's --no-progress
+
+  void validate() const;  // every problem at once, each with what to change
+  int64_t tokens_per_step() const { return int64_t(batch_size) * seq_len * grad_accum; }
+};
+
+// The "train" section's field table; the config file is
+// {"model": {...}, "train": {...}, "parallel": {...}} (train fields may also
+// stand at the top level).
+const FieldTable<TrainConfig>& train_fields();
+TrainConfig train_config_from_json(const nlohmann::json& j, TrainConfig base = {});
+nlohmann::json to_json(const TrainConfig& c);
+// Every difference between two configs, "section.field: a vs b".
+std::vector<std::string> config_differences(const TrainConfig& a, const TrainConfig& b);
+
+// The parallel plan's config of a training config (its model's layout and
+// one micro-batch's sizes).
+parallel::PlanConfig plan_config(const TrainConfig& config);
+
+}  // namespace coremesh::train

@@ -1,0 +1,115 @@
+#include "coremesh/train/train_config.hpp"
+
+#include "coremesh/core/error.hpp"
+#include "coremesh/model/layout.hpp"
+#include "coremesh/train/lr_schedule.hpp"
+
+namespace coremesh::train {
+
+const FieldTable<TrainConfig>& train_fields() {
+  using T = TrainConfig;
+  static const FieldTable<T> t =
+      FieldTable<T>("train")
+          .add("data", [](T& c) -> auto& { return c.data; }, "text files (byte-level tokens)")
+          .add("val_fraction", [](T& c) -> auto& { return c.val_fraction; }, "share of each file held out",
+               in_range<double>(0.0, 0.5))
+          .add("batch_size", [](T& c) -> auto& { return c.batch_size; }, "sequences per micro-batch", positive<int>())
+          .add("seq_len", [](T& c) -> auto& { return c.seq_len; }, "tokens per sequence", positive<int>())
+          .add("grad_accum", [](T& c) -> auto& { return c.grad_accum; },
+               "micro-batches per step on each data-parallel rank (also the pipeline's micro-batches)",
+               positive<int>())
+          .alias("microbatches")
+          .add("steps", [](T& c) -> auto& { return c.steps; }, "optimizer steps", positive<int64_t>())
+          .add("lr", [](T& c) -> auto& { return c.lr; }, "peak learning rate", positive<double>())
+          .add("min_lr", [](T& c) -> auto& { return c.min_lr; }, "final learning rate of the cosine",
+               non_negative<double>())
+          .add("warmup_steps", [](T& c) -> auto& { return c.warmup_steps; }, "linear warmup steps",
+               non_negative<int64_t>())
+          .flag("warmup")
+          .add("beta1", [](T& c) -> auto& { return c.adam.beta1; }, "AdamW beta1", in_range<double>(0.0, 1.0))
+          .add("beta2", [](T& c) -> auto& { return c.adam.beta2; }, "AdamW beta2", in_range<double>(0.0, 1.0))
+          .add("eps", [](T& c) -> auto& { return c.adam.eps; }, "AdamW epsilon", positive<double>())
+          .add("weight_decay", [](T& c) -> auto& { return c.adam.weight_decay; }, "AdamW weight decay (matrices)",
+               non_negative<double>())
+          .add("grad_clip", [](T& c) -> auto& { return c.adam.grad_clip; }, "global gradient norm clip (<= 0: off)")
+          .add("seed", [](T& c) -> auto& { return c.seed; }, "initialization and data order seed")
+          .add("val_every", [](T& c) -> auto& { return c.val_every; }, "validation every N steps (0: at the end)",
+               non_negative<int>())
+          .add("val_batches", [](T& c) -> auto& { return c.val_batches; }, "batches per validation",
+               positive<int>())
+          .add("log_every", [](T& c) -> auto& { return c.log_every; }, "log line every N steps off a terminal",
+               positive<int>())
+          .add("out_dir", [](T& c) -> auto& { return c.out_dir; },
+               "run directory (checkpoints, report.html, config.json)")
+          .flag("out")
+          .add("ckpt_every", [](T& c) -> auto& { return c.ckpt_every; }, "checkpoint every N steps (0: at the end)",
+               non_negative<int>())
+          .add("keep_checkpoints", [](T& c) -> auto& { return c.keep_checkpoints; },
+               "keep the newest N checkpoints (0: all)", non_negative<int>())
+          .add("cores", [](T& c) -> auto& { return c.cores; },
+               "compute cores this PE's kernels may use (0: all of its device)", non_negative<int>())
+          .alias("threads")
+          .add("report", [](T& c) -> auto& { return c.report; }, "write report.html at the end")
+          .add("graph", [](T& c) -> auto& { return c.graph; },
+               "capture the second step into a graph and replay it for every later step (single PE, dp, ep)")
+          .add("sample_tokens", [](T& c) -> auto& { return c.sample_tokens; },
+               "bytes of greedy sample at each validation (0: none)", non_negative<int>())
+          .add("sample_prompt", [](T& c) -> auto& { return c.sample_prompt; }, "prompt of those samples");
+  return t;
+}
+
+void TrainConfig::validate() const {
+  model.validate();
+  std::vector<std::string> p = train_fields().problems(*this);
+  if (data.empty()) p.push_back("no training data: pass --data <text file> or set train.data");
+  if (seq_len > model.max_seq_len)
+    p.push_back(fmt::format("seq_len = {} exceeds model.max_seq_len = {}: lower seq_len or raise max_seq_len",
+                            seq_len, model.max_seq_len));
+  if (model.vocab_size < 256)
+    p.push_back(fmt::format("vocab_size = {} is too small for byte tokens: use vocab_size >= 256", model.vocab_size));
+  if (min_lr > lr) p.push_back(fmt::format("min_lr = {} is above lr = {}", min_lr, lr));
+  for (auto& q : model::tp_problems(model, parallel.tp)) p.push_back(std::move(q));
+  for (auto& q : parallel::layout_problems(plan_config(*this), parallel.world())) p.push_back(std::move(q));
+  if (!p.empty()) {
+    std::string text = "invalid training config:";
+    for (const auto& s : p) text += "\n  - " + s;
+    CM_THROW(InvalidArgument, "fix the fields listed above in the config file or with flags", "{}", text);
+  }
+  LrSchedule{lr, min_lr, warmup_steps, steps}.validate();
+}
+
+TrainConfig train_config_from_json(const nlohmann::json& j, TrainConfig c) {
+  CM_CHECK(j.is_object(), "write the config as a JSON object {\"model\": ..., \"train\": ..., \"parallel\": ...}",
+           "the config is not a JSON object");
+  if (j.contains("model")) c.model = model::model_config_from_json(j.at("model"));
+  if (j.contains("parallel")) c.parallel = parallel::parallel_fields().from_json(j.at("parallel"), c.parallel);
+  const nlohmann::json& t = j.contains("train") ? j.at("train") : j;
+  return train_fields().from_json(t, c, {"model", "train", "parallel"});
+}
+
+nlohmann::json to_json(const TrainConfig& c) {
+  return {{"model", model::to_json(c.model)},
+          {"train", train_fields().to_json(c)},
+          {"parallel", parallel::parallel_fields().to_json(c.parallel)}};
+}
+
+std::vector<std::string> config_differences(const TrainConfig& a, const TrainConfig& b) {
+  std::vector<std::string> out;
+  for (const auto& d : model::config_differences(a.model, b.model)) out.push_back("model." + d);
+  for (const auto& d : train_fields().differences(a, b)) out.push_back("train." + d);
+  for (const auto& d : parallel::parallel_fields().differences(a.parallel, b.parallel)) out.push_back("parallel." + d);
+  return out;
+}
+
+parallel::PlanConfig plan_config(const TrainConfig& c) {
+  parallel::PlanConfig p;
+  p.parallel = c.parallel;
+  p.shape = model::model_shape(c.model, c.batch_size, c.seq_len, c.parallel.tp);
+  p.micro_batches = c.grad_accum;
+  p.graph = c.graph;
+  p.report = c.report;
+  p.params_of = [m = c.model](const parallel::StageLayout& s) { return model::stage_params(m, s); };
+  return p;
+}
+
+}  // namespace coremesh::train
