@@ -33,7 +33,8 @@ CLEAN = {
     "src/ops/detail/launch.hpp": '#include "coremesh/runtime/stream.hpp"\n',
     "src/ops/gemm.cpp": '#include "detail/launch.hpp"\n#include <cblas.h>\n',
     "src/shmem/c_rma.cpp": '#include "shmem.h"\n',
-    "src/model/model.cpp": '#include "coremesh/ops/gemm.hpp"\n#include "shmem.h"\n',
+    "src/parallel/comm.cpp": '#include "coremesh/ops/gemm.hpp"\n#include "shmem.h"\n',
+    "src/model/model.cpp": '#include "coremesh/ops/gemm.hpp"\n#include "coremesh/parallel/comm.hpp"\n',
     "src/cli/main.cpp": '#include "coremesh/model/model.hpp"\n',
 }
 
@@ -54,6 +55,13 @@ class CheckLayering(unittest.TestCase):
         self.assertEqual(len(found), 1)
         self.assertIn("src/runtime/bad.cpp:1: runtime includes coremesh/ops/gemm.hpp", found[0])
         self.assertIn("higher layer", found[0])
+
+    def test_model_and_train_reach_shmem_only_through_parallel(self):
+        found, rc = self.run_on({"src/train/trainer.cpp": '#include "coremesh/shmem/rma.hpp"\n',
+                                 "include/coremesh/model/bad.hpp": '#include "shmem.h"\n'})
+        self.assertEqual(rc, 1)
+        self.assertEqual(len(found), 2)
+        self.assertTrue(all("reached through parallel" in f for f in found), found)
 
     def test_upward_include_in_a_public_header_fails(self):
         found, rc = self.run_on({"include/coremesh/core/bad.hpp": "#include <coremesh/model/model.hpp>\n"})

@@ -61,13 +61,15 @@ std::string others(const Group& group);
 std::vector<int64_t> max_over_world(const std::vector<int64_t>& values);
 
 // On `stream`: src (contiguous; alive until the stream gets there) into
-// elements [at, at + src.numel()) of PE pe's `dst` (symmetric, src's dtype),
+// elements [at, at + src.numel()) of PE pe's `dst` (symmetric, src's dtype;
+// pe's may be longer than this PE's view of it),
 // then 1 added to PE pe's *signal (symmetric). No completion wait here: the
 // receiver waits for the signal (wait_signal_on_stream).
 void put_on_stream(runtime::Stream& stream, const Tensor& dst, int64_t at, const Tensor& src, uint64_t* signal,
                    int pe);
 
-// Host, blocking: elements [at, at + n) of PE pe's symmetric `src` into `dst`.
+// Host, blocking: elements [at, at + n) of PE pe's symmetric `src` into `dst`
+// (pe's may be longer than this PE's view of it).
 void get_from(void* dst, const Tensor& src, int64_t at, int64_t n, int pe);
 
 // Host: every PE of the job waits for the others.
