@@ -249,10 +249,7 @@ void GradientSync::sum_bucket(int i, runtime::Stream& stream) {
   const Bucket& b = buckets_[size_t(i)];
   if (b.begin == b.end || grads_->group(i).size() == 1) return;
   grads_->reduce_scatter(i, stream);
-  // Every member gets the sums, ZeRO-1 too. Without this all-gather ZeRO-1
-  // was not deterministic (dp 2: a loss's last digit varied between runs);
-  // the race is not found yet (docs/architecture.md, "Known gaps").
-  grads_->all_gather(i, model_.grad_arena(), stream);
+  if (setup_.zero == 0) grads_->all_gather(i, model_.grad_arena(), stream);
 }
 
 void GradientSync::finish() {
@@ -301,7 +298,6 @@ void GradientSync::plan_norm() {
       const StageLayout stage = setup_.stage_of(pe);
       const StageParams sp = setup_.params_of(stage);
       const std::vector<PartRange> counted = setup_.counted_chunks(pe);
-      std::vector<NormPlan::Run> pieces;
       for (const Bucket& b : buckets_of(pe)) {
         const std::vector<int> members = group_members(pe, b.group);
         const auto [sb, se] = shard_of(pe, b, int(members.size()), member_index(pe, b.group));
@@ -310,19 +306,21 @@ void GradientSync::plan_norm() {
           const int64_t lo = std::max(sb, p.offset), hi = std::min(se, p.offset + p.numel);
           if (lo >= hi) continue;
           const int64_t shift = whole.region_offset[size_t(p.part)] - sp.region_offset[size_t(p.part)];
-          pieces.push_back({pe, lo + shift, hi + shift, lo});
+          q.runs.push_back({pe, lo + shift, hi + shift, lo});  // a piece of pe's shard
         }
       }
-      std::sort(pieces.begin(), pieces.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
-      for (const NormPlan::Run& r : pieces) {  // runs: pieces one after the other in both arenas
-        if (!q.runs.empty() && q.runs.back().pe == pe &&
-            q.runs.back().begin - q.runs.back().at == r.begin - r.at && q.runs.back().end <= r.begin)
-          q.runs.back().end = r.end;
-        else
-          q.runs.push_back(r);
-      }
     }
+    // runs: a PE's pieces that follow each other in the whole arena (no other
+    // PE's piece between them) and in its own, merged
     std::sort(q.runs.begin(), q.runs.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+    std::vector<NormPlan::Run> runs;
+    for (const NormPlan::Run& r : q.runs) {
+      if (!runs.empty() && runs.back().pe == r.pe && runs.back().begin - runs.back().at == r.begin - r.at)
+        runs.back().end = r.end;
+      else
+        runs.push_back(r);
+    }
+    q.runs = std::move(runs);
     q.owner.assign(size_t(q.chunks), -1);
     q.edge.assign(size_t(q.chunks), -1);
     for (int64_t c = 0; c < q.chunks; ++c) {

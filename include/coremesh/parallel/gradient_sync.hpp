@@ -14,8 +14,8 @@
 //   sums      a range's sum starts on the communication stream as soon as
 //             its part has seen the step's last backward (ShardedSum:
 //             reduce-scatter in member order = micro-batch order, so data
-//             parallelism is one PE's arithmetic bit for bit); an
-//             all-gather then gives every member the sums.
+//             parallelism is one PE's arithmetic bit for bit); without
+//             ZeRO an all-gather gives every member the sums.
 //   norm      every PE sums the squares of the shards it owns after the
 //             reduce-scatter. Without expert or tensor parallelism this is
 //             the 1-PE norm bit for bit: partials per kOptimizerChunk chunk
