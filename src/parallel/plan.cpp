@@ -337,7 +337,7 @@ int64_t ParallelPlan::symmetric_bytes(const PlanConfig& c, int world) {
   if (p.tp > 1) bytes += ShmemTensor::symmetric_bytes(p.tp, tp_sizes(c));
   if (p.cp > 1) bytes += ShmemContext::symmetric_bytes(p.cp_comm, p.cp, context_shape(c));
   if (p.ep > 1) bytes += ShmemExperts::symmetric_bytes(p.ep, expert_shape(c));
-  return bytes + (16 << 20);  // small buffers, signals, alignment
+  return bytes + kHeapSlack;
 }
 
 }  // namespace coremesh::parallel

@@ -144,8 +144,11 @@ class ParallelPlan {
   void fetch(void* dst, const Tensor& src, int64_t at, int64_t n, int pe) const;
   void barrier() const;  // every PE of the job (no-op on one)
 
-  // Symmetric bytes one PE of `config` needs.
+  // Symmetric bytes one PE of `config` needs: the arenas, gradient sync,
+  // the executor's layout and the seams, plus kHeapSlack for what others
+  // (the job's own collectives) keep there.
   static int64_t symmetric_bytes(const PlanConfig& config, int world);
+  static constexpr int64_t kHeapSlack = 16 << 20;
 
  private:
   std::vector<PartRange> counted_chunks(int pe) const;  // DualPipe: copy 0's
