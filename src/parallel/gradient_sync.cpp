@@ -121,10 +121,22 @@ int GradientSync::member_index(int pe, int group) const {
   return int(std::find(m.begin(), m.end(), pe) - m.begin());
 }
 
-std::pair<int64_t, int64_t> GradientSync::shard_of(int pe, const Bucket& b, int group_size, int member) const {
-  (void)pe;
-  if (group_size <= 1) return {b.begin, b.end};
-  return shard_bounds(b.begin, b.end, group_size, member, align_);
+// 0 dense, 1 routed experts (dense without expert parallelism: the same
+// ranks), 2 + i parameters whose gradient sharings_[i] TP ranks compute parts of.
+int GradientSync::group_index(ReduceGroup group, int tp_sharing) const {
+  if (group == ReduceGroup::expert) return mesh_.degree(Dim::ep) > 1 ? 1 : 0;
+  if (group == ReduceGroup::dense) return 0;
+  const auto it = std::find(sharings_.begin(), sharings_.end(), tp_sharing);
+  CM_CHECK(it != sharings_.end(), "report this: a parameter's gradient parts have no reduction group",
+           "a parameter is shared by {} TP ranks", tp_sharing);
+  return 2 + int(it - sharings_.begin());
+}
+
+// PE pe's shard of bucket b (ShardedSum's cut; all of it in a group of one).
+std::pair<int64_t, int64_t> GradientSync::shard_of(int pe, const Bucket& b) const {
+  const int members = int(group_members(pe, b.group).size());
+  if (members <= 1) return {b.begin, b.end};
+  return shard_bounds(b.begin, b.end, members, member_index(pe, b.group), align_);
 }
 
 // Per part (in model order), runs of parameters with one reduction group;
@@ -141,15 +153,7 @@ std::vector<GradientSync::Bucket> GradientSync::buckets_of(int pe) const {
     }
     return out;
   }
-  const bool experts_apart = mesh_.degree(Dim::ep) > 1;
-  auto group_of = [&](const ParamSpan& p) {
-    if (p.group == ReduceGroup::expert) return experts_apart ? 1 : 0;
-    if (p.group == ReduceGroup::dense) return 0;
-    const auto it = std::find(sharings_.begin(), sharings_.end(), p.tp_sharing);
-    CM_CHECK(it != sharings_.end(), "report this: a parameter's gradient parts have no reduction group",
-             "a parameter is shared by {} TP ranks", p.tp_sharing);
-    return 2 + int(it - sharings_.begin());
-  };
+  auto group_of = [&](const ParamSpan& p) { return group_index(p.group, p.tp_sharing); };
   for (int part = 0; part < parts; ++part) {
     if (sp.region_size[size_t(part)] == 0) continue;
     const int64_t region_end = sp.region_offset[size_t(part)] + sp.region_size[size_t(part)];
@@ -179,8 +183,7 @@ std::vector<GradientSync::Range> GradientSync::owned_ranges(int pe) const {
     const std::vector<Bucket> buckets = pe == me_ ? buckets_ : buckets_of(pe);
     for (const Bucket& b : buckets) {
       if (b.part < 0) continue;
-      const std::vector<int> members = group_members(pe, b.group);
-      const auto s = shard_of(pe, b, int(members.size()), member_index(pe, b.group));
+      const auto s = shard_of(pe, b);
       if (s.first < s.second) keep.push_back(s);
     }
     std::sort(keep.begin(), keep.end());
@@ -204,13 +207,7 @@ std::vector<GradientSync::Range> GradientSync::owned_ranges(int pe) const {
 std::vector<GradientSync::StatePiece> GradientSync::locate_state(int holder, ReduceGroup group, int tp_sharing,
                                                                  int64_t b, int64_t e) const {
   std::vector<int> owners{holder};
-  if (setup_.zero > 0 && grads_) {
-    int g = 0;
-    if (group == ReduceGroup::expert && mesh_.degree(Dim::ep) > 1) g = 1;
-    if (group == ReduceGroup::tp_shared)
-      g = 2 + int(std::find(sharings_.begin(), sharings_.end(), tp_sharing) - sharings_.begin());
-    owners = group_members(holder, g);
-  }
+  if (setup_.zero > 0 && grads_) owners = group_members(holder, group_index(group, tp_sharing));
   std::vector<StatePiece> out;
   for (int pe : owners) {
     std::vector<Range> owned = owned_ranges(pe);
@@ -299,8 +296,7 @@ void GradientSync::plan_norm() {
       const StageParams sp = setup_.params_of(stage);
       const std::vector<PartRange> counted = setup_.counted_chunks(pe);
       for (const Bucket& b : buckets_of(pe)) {
-        const std::vector<int> members = group_members(pe, b.group);
-        const auto [sb, se] = shard_of(pe, b, int(members.size()), member_index(pe, b.group));
+        const auto [sb, se] = shard_of(pe, b);
         for (const ParamSpan& p : sp.params) {
           if (!p.counted || !holds_part({counted}, p.part)) continue;
           const int64_t lo = std::max(sb, p.offset), hi = std::min(se, p.offset + p.numel);
@@ -355,7 +351,7 @@ Tensor GradientSync::grad_sq_sum() {
     for (int i = 0; i < int(buckets_.size()); ++i) {
       const Bucket& b = buckets_[size_t(i)];
       if (b.part < 0) continue;
-      const auto [sb, se] = grads_ ? grads_->my_shard(i) : std::pair{b.begin, b.end};
+      const auto [sb, se] = shard_of(me_, b);
       for (const ParamSpan& p : sp.params) {
         const int64_t lo = std::max(sb, p.offset), hi = std::min(se, p.offset + p.numel);
         if (lo < hi && p.counted && holds_part({counted}, p.part)) mine.push_back({lo, hi - lo, p.weight_decay});

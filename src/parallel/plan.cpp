@@ -110,7 +110,6 @@ std::vector<std::string> layout_problems(const PlanConfig& c, int world) {
                                           "or set cp to 1", p.cp));
   if (out.empty() && p.pp > 1) {
     try {
-      plan_schedule(p, c.micro_batches);
       stage_parts(c.shape.parts(), plan_schedule(p, c.micro_batches).num_stages());
     } catch (const InvalidArgument& e) {
       out.push_back(fmt::format("{} ({})", e.message(), e.hint()));

@@ -96,9 +96,10 @@ class GradientSync {
   };
   struct NormPlan;
   std::vector<Bucket> buckets_of(int pe) const;
+  int group_index(ReduceGroup group, int tp_sharing) const;
   std::vector<int> group_members(int pe, int group) const;
   int member_index(int pe, int group) const;
-  std::pair<int64_t, int64_t> shard_of(int pe, const Bucket& b, int group_size, int member) const;
+  std::pair<int64_t, int64_t> shard_of(int pe, const Bucket& b) const;
   void on_part_ready(int part);
   void sum_bucket(int index, runtime::Stream& stream);
   void plan_norm();
