@@ -123,7 +123,9 @@ void* shmem_malloc(size_t size) {
   CM_C_API("shmem_malloc", return in::sym_alloc(size, 128, false, "shmem_malloc"));
 }
 void* shmem_calloc(size_t count, size_t size) {
-  CM_C_API("shmem_calloc", return in::sym_alloc(count * size, 128, true, "shmem_calloc"));
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(count, size, &bytes)) return nullptr;  // 9.3.3: cannot be allocated
+  CM_C_API("shmem_calloc", return in::sym_alloc(bytes, 128, true, "shmem_calloc"));
 }
 void* shmem_align(size_t alignment, size_t size) {
   CM_C_API("shmem_align", return in::sym_alloc(size, alignment, false, "shmem_align"));
