@@ -174,14 +174,21 @@ int contexts(const shmem_team_config_t* config, long mask) {
 // An invalid parent or triplet is not an error in OpenSHMEM: the call
 // returns non-zero on every PE (all see the same arguments) and yields
 // SHMEM_TEAM_INVALID.
+// So is a team the implementation cannot make (no team slot free on every
+// PE of the parent: all of them see it at the same call) and a negative
+// num_contexts.
 int shmem_team_split_strided(shmem_team_t parent, int start, int stride, int size,
                              const shmem_team_config_t* config, long mask, shmem_team_t* new_team) {
   *new_team = SHMEM_TEAM_INVALID;
-  if (parent == SHMEM_TEAM_INVALID) return 1;
+  if (parent == SHMEM_TEAM_INVALID || contexts(config, mask) < 0) return 1;
   CM_C_API("shmem_team_split_strided", {
     in::TeamData* p = team(parent, "shmem_team_split_strided");
     if (!in::valid_triplet(p->size(), start, stride, size)) return 1;
-    *new_team = handle(in::team_split_strided(*p, start, stride, size, contexts(config, mask)));
+    try {
+      *new_team = handle(in::team_split_strided(*p, start, stride, size, contexts(config, mask)));
+    } catch (const in::NoFreeTeamSlot&) {
+      return 1;
+    }
     return 0;
   });
 }
@@ -189,11 +196,17 @@ int shmem_team_split_2d(shmem_team_t parent, int xrange, const shmem_team_config
                         long xmask, shmem_team_t* xteam, const shmem_team_config_t* yconfig,
                         long ymask, shmem_team_t* yteam) {
   *xteam = *yteam = SHMEM_TEAM_INVALID;
-  if (parent == SHMEM_TEAM_INVALID || xrange < 1) return 1;
+  if (parent == SHMEM_TEAM_INVALID || xrange < 1 || contexts(xconfig, xmask) < 0 ||
+      contexts(yconfig, ymask) < 0)
+    return 1;
   CM_C_API("shmem_team_split_2d", {
     in::TeamData *x = nullptr, *y = nullptr;
-    in::team_split_2d(*team(parent, "shmem_team_split_2d"), xrange, contexts(xconfig, xmask),
-                      contexts(yconfig, ymask), &x, &y);
+    try {
+      in::team_split_2d(*team(parent, "shmem_team_split_2d"), xrange, contexts(xconfig, xmask),
+                        contexts(yconfig, ymask), &x, &y);
+    } catch (const in::NoFreeTeamSlot&) {
+      return 1;
+    }
     *xteam = handle(x);
     *yteam = handle(y);
     return 0;
