@@ -442,6 +442,28 @@ void shmem_wait(long* ivar, long cmp_value);
 
 #ifdef __cplusplus
 }
+/* C++: the complex reductions take std::complex (cm_shmem_complexd/f) and
+ * also GCC's complex types (double _Complex, float _Complex), which have
+ * the same layout: overloads that forward to the C routines. */
+__extension__ typedef __complex__ double cm_shmem_gnu_complexd;
+__extension__ typedef __complex__ float cm_shmem_gnu_complexf;
+#define CM_SHMEM_CXX_GNU_COMPLEX_OP(T, STD, N, OP)                                           \
+  inline int shmem_##N##_##OP##_reduce(shmem_team_t team, T* dest, const T* source,         \
+                                       size_t nreduce) {                                     \
+    return shmem_##N##_##OP##_reduce(team, reinterpret_cast<STD*>(dest),                    \
+                                     reinterpret_cast<const STD*>(source), nreduce);         \
+  }                                                                                          \
+  inline void shmem_##N##_##OP##_to_all(T* dest, const T* source, int nreduce, int PE_start, \
+                                        int logPE_stride, int PE_size, T* pWrk,              \
+                                        long* pSync) {                                       \
+    shmem_##N##_##OP##_to_all(reinterpret_cast<STD*>(dest), reinterpret_cast<const STD*>(source), \
+                              nreduce, PE_start, logPE_stride, PE_size,                      \
+                              reinterpret_cast<STD*>(pWrk), pSync);                          \
+  }
+#define CM_SHMEM_CXX_GNU_COMPLEX(T, STD, N) \
+  CM_SHMEM_CXX_GNU_COMPLEX_OP(T, STD, N, sum) CM_SHMEM_CXX_GNU_COMPLEX_OP(T, STD, N, prod)
+CM_SHMEM_CXX_GNU_COMPLEX(cm_shmem_gnu_complexd, cm_shmem_complexd, complexd)
+CM_SHMEM_CXX_GNU_COMPLEX(cm_shmem_gnu_complexf, cm_shmem_complexf, complexf)
 #endif
 
 /* ---- C11 type-generic interfaces ---------------------------------------- */
