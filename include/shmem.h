@@ -442,6 +442,28 @@ void shmem_wait(long* ivar, long cmp_value);
 
 #ifdef __cplusplus
 }
+/* C++: the complex reductions take std::complex (cm_shmem_complexd/f) and
+ * also GCC's complex types (double _Complex, float _Complex), which have
+ * the same layout: overloads that forward to the C routines. */
+__extension__ typedef __complex__ double cm_shmem_gnu_complexd;
+__extension__ typedef __complex__ float cm_shmem_gnu_complexf;
+#define CM_SHMEM_CXX_GNU_COMPLEX_OP(T, STD, N, OP)                                           \
+  inline int shmem_##N##_##OP##_reduce(shmem_team_t team, T* dest, const T* source,         \
+                                       size_t nreduce) {                                     \
+    return shmem_##N##_##OP##_reduce(team, reinterpret_cast<STD*>(dest),                    \
+                                     reinterpret_cast<const STD*>(source), nreduce);         \
+  }                                                                                          \
+  inline void shmem_##N##_##OP##_to_all(T* dest, const T* source, int nreduce, int PE_start, \
+                                        int logPE_stride, int PE_size, T* pWrk,              \
+                                        long* pSync) {                                       \
+    shmem_##N##_##OP##_to_all(reinterpret_cast<STD*>(dest), reinterpret_cast<const STD*>(source), \
+                              nreduce, PE_start, logPE_stride, PE_size,                      \
+                              reinterpret_cast<STD*>(pWrk), pSync);                          \
+  }
+#define CM_SHMEM_CXX_GNU_COMPLEX(T, STD, N) \
+  CM_SHMEM_CXX_GNU_COMPLEX_OP(T, STD, N, sum) CM_SHMEM_CXX_GNU_COMPLEX_OP(T, STD, N, prod)
+CM_SHMEM_CXX_GNU_COMPLEX(cm_shmem_gnu_complexd, cm_shmem_complexd, complexd)
+CM_SHMEM_CXX_GNU_COMPLEX(cm_shmem_gnu_complexf, cm_shmem_complexf, complexf)
 #endif
 
 /* ---- C11 type-generic interfaces ---------------------------------------- */
@@ -525,8 +547,8 @@ void cm_shmem_generic_type_not_supported(void); /* never defined: a link error n
 #define shmem_fcollect(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_RMA_TYPES, fcollect, team, dest, __VA_ARGS__)
 #define shmem_alltoall(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_RMA_TYPES, alltoall, team, dest, __VA_ARGS__)
 #define shmem_alltoalls(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_RMA_TYPES, alltoalls, team, dest, __VA_ARGS__)
-#define shmem_sum_reduce(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, sum_reduce, team, dest, __VA_ARGS__)
-#define shmem_prod_reduce(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, prod_reduce, team, dest, __VA_ARGS__)
+#define shmem_sum_reduce(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_REDUCE_ARITH_TYPES, sum_reduce, team, dest, __VA_ARGS__)
+#define shmem_prod_reduce(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_REDUCE_ARITH_TYPES, prod_reduce, team, dest, __VA_ARGS__)
 #define shmem_max_reduce(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, max_reduce, team, dest, __VA_ARGS__)
 #define shmem_min_reduce(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES, min_reduce, team, dest, __VA_ARGS__)
 #define shmem_and_reduce(team, dest, ...) CM_SHMEM_COLL(CM_SHMEM_GENERIC_REDUCE_BITWISE_TYPES, and_reduce, team, dest, __VA_ARGS__)

@@ -51,10 +51,16 @@ Cmp cmp(int value, const char* api) {
 using coremesh::shmem::capi::handle;
 using coremesh::shmem::capi::team;
 
+// Helpers stay outside extern "C": there, GCC gives even an unnamed
+// namespace's functions external C names (a global `contexts` once clashed
+// with programs' own; tests/shmem/exported_symbols.py checks the libraries).
 namespace {
 // OpenSHMEM programs may return from main without shmem_finalize.
 void finalize_at_exit() {
   CM_C_API("shmem_finalize (at exit)", in::finalize());
+}
+int team_contexts(const shmem_team_config_t* config, long mask) {
+  return config && (mask & SHMEM_TEAM_NUM_CONTEXTS) ? config->num_contexts : 0;
 }
 }  // namespace
 
@@ -123,7 +129,9 @@ void* shmem_malloc(size_t size) {
   CM_C_API("shmem_malloc", return in::sym_alloc(size, 128, false, "shmem_malloc"));
 }
 void* shmem_calloc(size_t count, size_t size) {
-  CM_C_API("shmem_calloc", return in::sym_alloc(count * size, 128, true, "shmem_calloc"));
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(count, size, &bytes)) return nullptr;  // 9.3.3: cannot be allocated
+  CM_C_API("shmem_calloc", return in::sym_alloc(bytes, 128, true, "shmem_calloc"));
 }
 void* shmem_align(size_t alignment, size_t size) {
   CM_C_API("shmem_align", return in::sym_alloc(size, alignment, false, "shmem_align"));
@@ -164,22 +172,24 @@ int shmem_team_translate_pe(shmem_team_t src, int src_pe, shmem_team_t dest) {
            return in::team_translate(*team(src, "shmem_team_translate_pe"), src_pe,
                                      *team(dest, "shmem_team_translate_pe")));
 }
-namespace {
-int contexts(const shmem_team_config_t* config, long mask) {
-  return config && (mask & SHMEM_TEAM_NUM_CONTEXTS) ? config->num_contexts : 0;
-}
-}  // namespace
 // An invalid parent or triplet is not an error in OpenSHMEM: the call
 // returns non-zero on every PE (all see the same arguments) and yields
 // SHMEM_TEAM_INVALID.
+// So is a team the implementation cannot make (no team slot free on every
+// PE of the parent: all of them see it at the same call) and a negative
+// num_contexts.
 int shmem_team_split_strided(shmem_team_t parent, int start, int stride, int size,
                              const shmem_team_config_t* config, long mask, shmem_team_t* new_team) {
   *new_team = SHMEM_TEAM_INVALID;
-  if (parent == SHMEM_TEAM_INVALID) return 1;
+  if (parent == SHMEM_TEAM_INVALID || team_contexts(config, mask) < 0) return 1;
   CM_C_API("shmem_team_split_strided", {
     in::TeamData* p = team(parent, "shmem_team_split_strided");
     if (!in::valid_triplet(p->size(), start, stride, size)) return 1;
-    *new_team = handle(in::team_split_strided(*p, start, stride, size, contexts(config, mask)));
+    try {
+      *new_team = handle(in::team_split_strided(*p, start, stride, size, team_contexts(config, mask)));
+    } catch (const in::NoFreeTeamSlot&) {
+      return 1;
+    }
     return 0;
   });
 }
@@ -187,11 +197,17 @@ int shmem_team_split_2d(shmem_team_t parent, int xrange, const shmem_team_config
                         long xmask, shmem_team_t* xteam, const shmem_team_config_t* yconfig,
                         long ymask, shmem_team_t* yteam) {
   *xteam = *yteam = SHMEM_TEAM_INVALID;
-  if (parent == SHMEM_TEAM_INVALID || xrange < 1) return 1;
+  if (parent == SHMEM_TEAM_INVALID || xrange < 1 || team_contexts(xconfig, xmask) < 0 ||
+      team_contexts(yconfig, ymask) < 0)
+    return 1;
   CM_C_API("shmem_team_split_2d", {
     in::TeamData *x = nullptr, *y = nullptr;
-    in::team_split_2d(*team(parent, "shmem_team_split_2d"), xrange, contexts(xconfig, xmask),
-                      contexts(yconfig, ymask), &x, &y);
+    try {
+      in::team_split_2d(*team(parent, "shmem_team_split_2d"), xrange, team_contexts(xconfig, xmask),
+                        team_contexts(yconfig, ymask), &x, &y);
+    } catch (const in::NoFreeTeamSlot&) {
+      return 1;
+    }
     *xteam = handle(x);
     *yteam = handle(y);
     return 0;

@@ -49,16 +49,27 @@ void fcollect(const Group& g, void* dest, const void* src, size_t bytes, const c
 }
 
 void collect(const Group& g, void* dest, const void* src, size_t bytes, const char* api) {
-  const size_t src_offset = bytes ? sym_offset(src, bytes, api) : 0;
-  const int64_t mine = static_cast<int64_t>(bytes);
-  const std::vector<int64_t> sizes = exchange(g, begin_call(g), {&mine, 1}, api);
+  // Each member publishes its size and where its source lies: a member
+  // that contributes nothing may pass any source (NULL too), so nobody
+  // reads a peer's source at an offset of its own.
+  const int64_t mine[2] = {static_cast<int64_t>(bytes),
+                           bytes ? static_cast<int64_t>(sym_offset(src, bytes, api)) : 0};
+  // A team's members count the same calls, so its call parity agrees on
+  // every member. An active set's count lives in the user's pSync array,
+  // which the program may also pass to other active sets (9.9.1): the
+  // members' counts then differ, and a parity taken from them would read
+  // a peer's other slot (stale sizes: wrong data). The call ends with a
+  // sync after every read, so one slot suffices there.
+  const int parity = begin_call(g);
+  const std::vector<int64_t> all = exchange(g, g.team_slot >= 0 ? parity : 0, mine, api);
   size_t total = 0;
-  for (int64_t b : sizes) total += static_cast<size_t>(b);
+  for (int i = 0; i < g.size; ++i) total += static_cast<size_t>(all[2 * i]);
   if (total) sym_offset(dest, total, api);
   size_t at = 0;
   for (int i = 0; i < g.size; ++i) {
-    pull(as_bytes(dest) + at, g.world_pe(i), src_offset, static_cast<size_t>(sizes[i]));
-    at += static_cast<size_t>(sizes[i]);
+    const auto size = static_cast<size_t>(all[2 * i]);
+    pull(as_bytes(dest) + at, g.world_pe(i), static_cast<size_t>(all[2 * i + 1]), size);
+    at += size;
   }
   group_sync(g, api);
 }

@@ -10,7 +10,9 @@ namespace coremesh::shmem {
 
 void* sym_malloc(size_t bytes) { return internal::sym_alloc(bytes, 128, false, "sym_malloc"); }
 void* sym_calloc(size_t count, size_t bytes) {
-  return internal::sym_alloc(count * bytes, 128, true, "sym_calloc");
+  size_t total = 0;
+  if (__builtin_mul_overflow(count, bytes, &total)) return nullptr;  // as shmem_calloc
+  return internal::sym_alloc(total, 128, true, "sym_calloc");
 }
 void* sym_align(size_t alignment, size_t bytes) {
   return internal::sym_alloc(bytes, alignment, false, "sym_align");

@@ -222,7 +222,9 @@ HostTransport::HostTransport(size_t user_heap_bytes, const std::string& network)
   segments.heaps.assign(static_cast<size_t>(n_pes_), nullptr);
   segments.datas.assign(static_cast<size_t>(n_pes_), nullptr);
   const int heap_fd = make_memfd("coremesh-heap", segments.segment_bytes);
-  std::byte* base = map_shared(heap_fd, segments.segment_bytes, "heap segment");
+  std::byte* base = map_heap_segment(heap_fd, segments.segment_bytes);
+  CM_CHECK(base != nullptr, "use a smaller heap (SHMEM_SYMMETRIC_SIZE) or free memory",
+           "cannot map the heap segment ({} bytes): {}", segments.segment_bytes, std::strerror(errno));
   auto* header = reinterpret_cast<HeapHeader*>(base);
   header->magic = kHeapMagic;
   header->segment_bytes = segments.segment_bytes;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "allocator.hpp"
+#include "coremesh/core/error.hpp"
 #include "layout.hpp"
 #include "transport.hpp"
 
@@ -113,7 +114,14 @@ void group_sync(const Group& group, const char* what);
 // Starts a collective call: returns the parity (published[] index).
 int begin_call(const Group& group);
 
-// Teams. Splits return nullptr on PEs outside the new team.
+// Teams. Splits return nullptr on PEs outside the new team. Every way of
+// making a team throws NoFreeTeamSlot when no team slot (kMaxTeams per PE)
+// is free on every member of the parent: the members agree on the free
+// slots, so all of them throw at the same call, and nothing was changed.
+// The C API returns non-zero and SHMEM_TEAM_INVALID for it (9.4.6).
+class NoFreeTeamSlot : public InvalidArgument {
+  using InvalidArgument::InvalidArgument;
+};
 TeamData* team_split_strided(TeamData& parent, int start, int stride, int size, int contexts);
 void team_split_2d(TeamData& parent, int xrange, int x_contexts, int y_contexts, TeamData** xteam,
                    TeamData** yteam);

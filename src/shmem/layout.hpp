@@ -63,6 +63,10 @@ inline constexpr size_t kHeaderBytes = 4096;
 inline constexpr int kMaxTeams = 64;  // team slots per PE (bit mask of 64)
 inline constexpr int kMaxPes = 256;
 inline constexpr size_t kHeapAlignment = 128;
+// This PE's heap segment starts at a multiple of this (transport.cpp,
+// map_heap_segment), so a block at an offset aligned to A <= it is at an
+// address aligned to A on every PE: shmem_align's largest alignment.
+inline constexpr size_t kHeapBaseAlignment = size_t{1} << 30;
 
 // Bytes of one team slot: a SyncArea plus, per member, room for alltoallv
 // metadata (send counts, send offsets, recv counts), double buffered.

@@ -36,6 +36,11 @@ void* sym_alloc(size_t bytes, size_t alignment, bool zero, const char* api) {
   if (bytes == 0) return nullptr;
   agree(s, api, "{} B at alignment {}", static_cast<int64_t>(bytes),
         static_cast<int64_t>(alignment));
+  // OpenSHMEM 1.5, 9.3.1: an alignment that is not a power of two, or one
+  // larger than the heap's base alignment (1 GiB), cannot be met: NULL on
+  // every PE (they all passed it), not an error.
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kHeapBaseAlignment)
+    return nullptr;
   std::optional<size_t> offset;
   {
     std::lock_guard lock(s.mutex);

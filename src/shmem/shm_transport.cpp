@@ -175,11 +175,10 @@ ShmTransport::ShmTransport(ShmSegments segments)
 void ShmTransport::start_alone() {
   // A single PE: anonymous shared memory, no names at all.
   segment_bytes_ = user_heap_base(1) + user_heap_bytes_;
-  void* p = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                 -1, 0);
-  CM_CHECK(p != MAP_FAILED, "use a smaller heap (COREMESH_HEAP_SIZE)",
+  std::byte* p = map_heap_segment(-1, segment_bytes_);
+  CM_CHECK(p != nullptr, "use a smaller heap (COREMESH_HEAP_SIZE)",
            "cannot map a symmetric heap of {} bytes: {}", segment_bytes_, std::strerror(errno));
-  bases_ = {static_cast<std::byte*>(p)};
+  bases_ = {p};
   data_ = find_data_range();
   data_bases_ = {data_.base};
   job_bytes_ = job_control_bytes(1);
@@ -221,7 +220,9 @@ void ShmTransport::join_job(const std::string& job_id) {
              "use a smaller heap (--heap / COREMESH_HEAP_SIZE) or free space in /dev/shm",
              "PE {}: cannot size the heap segment to {} bytes: {}", my_pe_, segment_bytes_,
              std::strerror(errno));
-    bases_[my_pe_] = static_cast<std::byte*>(map_fd(fd, segment_bytes_, "the heap segment"));
+    bases_[my_pe_] = map_heap_segment(fd, segment_bytes_);
+    CM_CHECK(bases_[my_pe_] != nullptr, "check free memory in /dev/shm (df -h /dev/shm) and ulimit -v",
+             "cannot map the heap segment ({} bytes): {}", segment_bytes_, std::strerror(errno));
     ::close(fd);
     auto* header = reinterpret_cast<HeapHeader*>(bases_[my_pe_]);
     header->magic = kHeapMagic;

@@ -107,8 +107,12 @@ std::vector<int> agree_on_free_slots(TeamData& parent, int count, const char* ap
     slots.push_back(std::countr_zero(common));
     common &= common - 1;
   }
-  CM_CHECK(static_cast<int>(slots.size()) == count, "destroy teams you no longer need",
-           "{}: no free team slot left ({} teams at most per PE)", api, kMaxTeams);
+  if (static_cast<int>(slots.size()) < count) {
+    CM_THROW(NoFreeTeamSlot, "destroy teams you no longer need",
+             "{}: no free team slot left on every PE of {} ({} teams at most per PE, the "
+             "predefined ones included)",
+             api, parent.label, kMaxTeams);
+  }
   return slots;
 }
 

@@ -1,7 +1,10 @@
 // What every transport shares: the dissemination barrier built from the
 // table's atomics, and the decorator that takes the load/store fast path
 // away (the `shm-rma` transport).
+#include <sys/mman.h>
+
 #include <bit>
+#include <cerrno>
 
 #include "coremesh/core/error.hpp"
 
@@ -9,6 +12,29 @@
 #include "wait.hpp"
 
 namespace coremesh::shmem::internal {
+
+// Reserves bytes + A of address space, maps the segment over the first
+// multiple of A in it and returns the rest of the reservation.
+std::byte* map_heap_segment(int fd, size_t bytes) {
+  const size_t align = kHeapBaseAlignment;
+  void* area = mmap(nullptr, bytes + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                    -1, 0);
+  if (area == MAP_FAILED) return nullptr;
+  const auto lo = reinterpret_cast<uintptr_t>(area);
+  const uintptr_t at = (lo + align - 1) & ~(uintptr_t{align} - 1);
+  const int flags = MAP_SHARED | MAP_FIXED | (fd < 0 ? MAP_ANONYMOUS : 0);
+  void* p = mmap(reinterpret_cast<void*>(at), bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    munmap(area, bytes + align);
+    errno = err;
+    return nullptr;
+  }
+  if (at > lo) munmap(area, at - lo);
+  const uintptr_t end = lo + bytes + align;
+  if (end > at + bytes) munmap(reinterpret_cast<void*>(at + bytes), end - (at + bytes));
+  return static_cast<std::byte*>(p);
+}
 
 // Dissemination barrier (Hensgen, Finkel, Manber): ceil(log2 n) rounds; in
 // round k member i adds 1 to arrivals[k] of member (i + 2^k) mod n and waits

@@ -123,6 +123,11 @@ class Transport {
   virtual void close() = 0;
 };
 
+// Maps `bytes` of `fd` shared (fd < 0: anonymous shared memory) at an
+// address that is a multiple of kHeapBaseAlignment; nullptr (errno set)
+// when it cannot. Unmapped with a plain munmap(p, bytes).
+std::byte* map_heap_segment(int fd, size_t bytes);
+
 // Creates the shm transport. `user_heap_bytes` = 0: the environment
 // (init.cpp) decides. Inside a job started by `coremesh run` it joins the
 // job; otherwise it runs as a single PE.

@@ -28,7 +28,7 @@ grep -q 'PASSED' "$out/pe.txt" || { cat "$out/pe.txt"; exit 1; }
 echo "PE tests ok with $n PEs ($mode)"
 
 if [ "$mode" = net ]; then  # compiling them costs a minute under ASan: once
-  programs="ring_put reduction globals ordering teams types contexts legacy"
+  programs="ring_put reduction globals ordering teams types contexts legacy collect alloc team_limits generics"
   pids=""
   for prog in $programs; do
     "$cc_wrapper" -std=c11 -Wall -Wextra -Werror -O1 "$src/$prog.c" -o "$out/$prog" &

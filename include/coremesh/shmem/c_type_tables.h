@@ -78,20 +78,30 @@
   X(unsigned long, ulong, A) X(unsigned long long, ulonglong, A)
 #define CM_SHMEM_GENERIC_AMO_EXT_TYPES(X, A) \
   CM_SHMEM_GENERIC_AMO_STD_TYPES(X, A) X(float, float, A) X(double, double, A)
-#define CM_SHMEM_GENERIC_AMO_BITWISE_TYPES(X, A) \
-  X(unsigned int, uint, A) X(unsigned long, ulong, A) X(unsigned long long, ulonglong, A)
+/* Table 7 also lists int32_t and int64_t: signed types that no base type
+ * of this list aliases (uint32_t/uint64_t alias the unsigned ones). */
+#define CM_SHMEM_GENERIC_AMO_BITWISE_TYPES(X, A)                                       \
+  X(unsigned int, uint, A) X(unsigned long, ulong, A) X(unsigned long long, ulonglong, A) \
+  X(int32_t, int32, A) X(int64_t, int64, A)
 #define CM_SHMEM_GENERIC_P2P_TYPES(X, A)                                               \
   X(short, short, A) X(int, int, A) X(long, long, A) X(long long, longlong, A)         \
   X(unsigned short, ushort, A) X(unsigned int, uint, A) X(unsigned long, ulong, A)     \
   X(unsigned long long, ulonglong, A)
+/* Table 10's bitwise types: the unsigned base types and the signed
+ * fixed-width ones (int8_t ... int64_t alias no type already listed). */
 #define CM_SHMEM_GENERIC_REDUCE_BITWISE_TYPES(X, A)                                    \
   X(unsigned char, uchar, A) X(unsigned short, ushort, A) X(unsigned int, uint, A)     \
-  X(unsigned long, ulong, A) X(unsigned long long, ulonglong, A)
+  X(unsigned long, ulong, A) X(unsigned long long, ulonglong, A) X(int8_t, int8, A)    \
+  X(int16_t, int16, A) X(int32_t, int32, A) X(int64_t, int64, A)
 #define CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES(X, A)                                     \
   X(char, char, A) X(signed char, schar, A) X(short, short, A) X(int, int, A)          \
   X(long, long, A) X(long long, longlong, A) X(unsigned char, uchar, A)                \
   X(unsigned short, ushort, A) X(unsigned int, uint, A) X(unsigned long, ulong, A)     \
   X(unsigned long long, ulonglong, A) X(float, float, A) X(double, double, A)          \
   X(long double, longdouble, A)
+/* sum and prod: the min/max types and the complex ones. */
+#define CM_SHMEM_GENERIC_REDUCE_ARITH_TYPES(X, A)                                      \
+  CM_SHMEM_GENERIC_REDUCE_MINMAX_TYPES(X, A)                                           \
+  X(cm_shmem_complexd, complexd, A) X(cm_shmem_complexf, complexf, A)
 
 #endif

@@ -1,0 +1,87 @@
+/* alloc: the edge cases of the memory management routines.
+ *
+ * OpenSHMEM 1.5, 9.3.1 (shmem_malloc, shmem_free, shmem_realloc,
+ * shmem_align): shmem_align returns a block "aligned on an alignment
+ * boundary", where alignment is a power of two (a multiple of
+ * sizeof(void *)); page sizes do not limit it. A request that cannot be
+ * met returns a null pointer; size 0 returns a null pointer; shmem_free
+ * of NULL does nothing; shmem_realloc(NULL, n) is shmem_malloc(n) and
+ * shmem_realloc(p, 0) frees p. 9.3.3 (shmem_calloc): count or size 0
+ * returns NULL; count * size that overflows size_t cannot be allocated.
+ * Every PE passes the same arguments, so every PE sees the same result. */
+#include <shmem.h>
+#include <stdint.h>
+#include <string.h>
+#include "check.h"
+
+static int aligned(const void* p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
+
+int main(void) {
+  shmem_init();
+  const int me = shmem_my_pe(), npes = shmem_n_pes();
+
+  /* alignments from a cache line to 1 MiB, each after an odd-sized block
+   * so that the next free offset is not already aligned */
+  const size_t alignments[] = {8, 64, 256, 4096, 8192, 16384, 65536, 1 << 20};
+  for (size_t k = 0; k < sizeof alignments / sizeof alignments[0]; ++k) {
+    const size_t a = alignments[k];
+    char* pad = shmem_malloc(200 + 128 * k);
+    long* p = shmem_align(a, 3 * sizeof(long));
+    CHECK(p != NULL);
+    CHECK(aligned(p, a));
+    if (p) {
+      /* symmetric: a put into it reaches the same block on the next PE */
+      p[0] = -1;
+      shmem_barrier_all();
+      shmem_long_p(p, me, (me + 1) % npes);
+      shmem_barrier_all();
+      CHECK(p[0] == (me + npes - 1) % npes);
+    }
+    shmem_free(p);
+    shmem_free(pad);
+  }
+  /* the legacy name */
+  void* q = shmemalign(8192, 100);
+  CHECK(q != NULL && aligned(q, 8192));
+  shfree(q);
+
+  /* invalid alignments: not a power of two, or 0: NULL on every PE, no error */
+  CHECK(shmem_align(3, 64) == NULL);
+  CHECK(shmem_align(24, 64) == NULL);
+  CHECK(shmem_align(4097, 64) == NULL);
+  CHECK(shmem_align(0, 64) == NULL);
+  /* an alignment no heap can hold */
+  CHECK(shmem_align((size_t)1 << 62, 64) == NULL);
+
+  /* size 0 */
+  CHECK(shmem_malloc(0) == NULL);
+  CHECK(shmem_align(4096, 0) == NULL);
+  CHECK(shmem_calloc(0, 8) == NULL);
+  CHECK(shmem_calloc(8, 0) == NULL);
+  CHECK(shmem_malloc_with_hints(0, SHMEM_MALLOC_ATOMICS_REMOTE) == NULL);
+  /* count * size overflows */
+  CHECK(shmem_calloc(SIZE_MAX / 2, 4) == NULL);
+  CHECK(shmem_calloc((size_t)1 << 33, (size_t)1 << 33) == NULL);
+  shmem_free(NULL);
+
+  /* realloc: NULL -> malloc; keeps the contents; 0 -> free */
+  long* r = shmem_realloc(NULL, 4 * sizeof(long));
+  CHECK(r != NULL);
+  if (r) {
+    for (int i = 0; i < 4; ++i) r[i] = 10 * me + i;
+    r = shmem_realloc(r, 1000 * sizeof(long));
+    CHECK(r != NULL);
+    for (int i = 0; r && i < 4; ++i) CHECK(r[i] == 10 * me + i);
+    CHECK(shmem_realloc(r, 0) == NULL);
+  }
+
+  /* calloc zeroes, also a reused block */
+  unsigned char* d = shmem_malloc(4096);
+  memset(d, 0xab, 4096);
+  shmem_free(d);
+  unsigned char* z = shmem_calloc(512, 8);
+  CHECK(z != NULL);
+  for (int i = 0; z && i < 4096; ++i) CHECK(z[i] == 0);
+  shmem_free(z);
+  DONE("alloc");
+}
