@@ -3,7 +3,7 @@
 //   for step in [start, steps):
 //     zero grads; the parallel plan runs the step's schedule over this PE's
 //     micro-batches (one PE: forward, backward of each, loss scale 1/accum)
-//     and sums the gradients; clip (global norm), AdamW with lr = lr_at(step),
+//     and sums the gradients; clip (global norm), AdamW with lr = lr_.at(step),
 //     the plan's after-optimizer work, router-bias update
 //     -- all of it queued on the trainer's stream; one host synchronization
 //        at the end of the step reads the loss, the norm and the expert load
