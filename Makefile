@@ -6,19 +6,31 @@ ifneq ($(CI),)
   CMAKE_FLAGS += -DCOREMESH_WERROR=ON
 endif
 
-.PHONY: all deps build run test test-unit test-tsan test-asan bench clean
+.PHONY: all deps deps-run build build-run run test test-unit test-tsan test-asan bench clean
 
 all: build
 
 deps:
 	@bash scripts/install-deps.sh
 
+deps-run:
+	@bash scripts/install-deps.sh run
+
+# Everything: libraries, the executable, tests, benchmarks, the Python module.
 build: deps
-	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOREMESH_TESTS=ON -DCOREMESH_BENCH=ON \
+	  -DCOREMESH_PYTHON=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build -j $(JOBS)
 
+# What the main job needs: the coremesh executable only (the same build tree;
+# `make test` adds the rest to it).
+build-run: deps-run
+	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOREMESH_TESTS=OFF -DCOREMESH_BENCH=OFF \
+	  -DCOREMESH_PYTHON=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build -j $(JOBS) --target coremesh
+
 # The main job: train the demo MoE on the Bible (scripts/run-demo.sh).
-run: build
+run: build-run
 	@bash scripts/run-demo.sh
 
 # Every test: the whole suite, then the runtime under ThreadSanitizer and the

@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
-# Installs every Debian package coremesh needs. Idempotent: it runs
+# Installs the Debian packages coremesh needs. Idempotent: it runs
 # `apt-get update` and `apt-get install` only when a package is missing.
+#   install-deps.sh        everything: the build, the tests, the benchmarks, Python
+#   install-deps.sh run    what `make run` needs: the build of the coremesh
+#                          executable and the demo's corpus
 set -euo pipefail
 
-packages=(
+run_packages=(
   # toolchain
   g++ cmake ninja-build make pkg-config
-  # libraries
+  # libraries of the coremesh executable
   libopenblas-dev libxsmm-dev libopenmpi-dev openmpi-bin libucx-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+  # training corpus for `make run`
+  bible-kjv
+)
+test_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # PyTorch cross-checks and benchmarks (/usr/bin/python3)
   python3-torch python3-numpy
   # the Python extension (python/) and its pytest suite (tests/python)
   pybind11-dev python3-dev python3-pytest
-  # training corpus for `make run`
-  bible-kjv
   # headless rendering of the training report in tests (tests/train/test_report.cpp)
   chromium
 )
+case "${1:-all}" in
+  run) packages=("${run_packages[@]}") ;;
+  all) packages=("${run_packages[@]}" "${test_packages[@]}") ;;
+  *) echo "usage: install-deps.sh [run|all]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -15,7 +15,7 @@ OUT=${DEMO_OUT:-out/train-demo}
 
 if ! command -v bible >/dev/null 2>&1; then
   echo "run-demo: installing the bible-kjv corpus"
-  bash scripts/install-deps.sh
+  bash scripts/install-deps.sh run
 fi
 mkdir -p data
 if [ ! -s data/bible-kjv.txt ]; then

@@ -35,7 +35,8 @@ PipelineExecutor::Tied::Tied(PipelineExecutor& x) : x_(x) {
     embedding_rank_.push_back(s.locate(mb, 0).rank);
     head_rank_.push_back(s.locate(mb, s.num_stages() - 1).rank);
   }
-  const ParamSpan* replica = replica_of(x.s_.params_of(x.s_.stage_of(head_rank_[0])));
+  const StageParams head = x.s_.params_of(x.s_.stage_of(head_rank_[0]));
+  const ParamSpan* replica = replica_of(head);
   CM_ASSERT(replica != nullptr);
   replica_offset_ = replica->offset;
   numel_ = replica->numel;  // this TP rank's rows of the table (all of them without vocab parallelism)

@@ -24,8 +24,9 @@ qualifiers all lie in {coremesh, std, __gnu_cxx, fmt, nlohmann}: coremesh's
 and those of the libraries whose headers coremesh's code instantiates
 (libstdc++, fmt, nlohmann json). Plus the compiler's hidden
 exception-handling references DW.ref.__gxx_personality_v0 and DW.ref.<a
-weak name allowed here>. A weak C name, or one of any other namespace,
-fails.
+weak name allowed here>, and the standard library's inline placement
+operator new / delete (<new>; an unoptimized build emits them as weak
+symbols). A weak C name, or one of any other namespace, fails.
 """
 import re
 import subprocess
@@ -38,6 +39,8 @@ C_API = re.compile(r"^(shmem_|shmemx_|pshmem_)")
 LEGACY = {"start_pes", "_my_pe", "_num_pes", "shmalloc", "shfree", "shrealloc", "shmemalign",
           "globalexit"}
 NAMESPACES = {"coremesh", "std", "__gnu_cxx", "fmt", "nlohmann"}
+# <new>'s inline placement forms: operator new(size_t, void*), delete(void*, void*), and the array ones
+PLACEMENT_NEW = {"_ZnwmPv", "_ZnamPv", "_ZdlPvS_", "_ZdaPvS_"}
 # An identifier that starts a qualified name: not preceded by a word
 # character or "::".
 TOP_QUALIFIER = re.compile(r"(?<![\w:])([A-Za-z_]\w*)::")
@@ -63,7 +66,7 @@ def allowed(kind, name, plain):
         if name.startswith("DW.ref."):
             rest = name[len("DW.ref."):]
             return rest == "__gxx_personality_v0" or cxx_ok(rest, plain, False)
-        return cxx_ok(name, plain, False)
+        return name in PLACEMENT_NEW or cxx_ok(name, plain, False)
     return False  # an unknown kind: look at it
 
 
