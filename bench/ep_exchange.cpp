@@ -1,6 +1,6 @@
 // bench_ep_exchange: coremesh's expert-parallel dispatch + combine
-// (parallel::ShmemExperts: the rows built in symmetric send buffers, read by
-// their receivers once signalled) for the demo model's token layout
+// (parallel::ShmemExperts: every source puts its rows into their owners'
+// receive slots with a signal, the owners regroup them; the way back alike) for the demo model's token layout
 // (ep_exchange_layout.h), timed like its MPI peer bench/ep_exchange_mpi.c:
 // barrier, dispatch (to the stream's end), combine (ditto), the slowest PE's
 // time per iteration, medians. Identity experts: combine returns what
@@ -43,8 +43,7 @@ int main(int argc, char** argv) {
   std::vector<int> world;
   for (int p = 0; p < n; ++p) world.push_back(p);
   parallel::ShmemExperts experts(parallel::Group::of(world, me), {EPX_EXPERTS, EPX_WIDTH, EPX_ROWS, -1, {0}});
-  // built where the model builds them: in the exchange's send buffer
-  const Tensor xp = experts.send_buffer(0, parallel::ExpertDispatcher::Exchange::dispatch, EPX_ROWS, EPX_WIDTH);
+  const Tensor xp = Tensor::empty({EPX_ROWS, EPX_WIDTH});
   const Tensor offsets = Tensor::empty({EPX_EXPERTS + 1}, DType::i64);
   epx_make(me, offsets.data<int64_t>(), xp.data<float>());
 
@@ -55,12 +54,11 @@ int main(int argc, char** argv) {
   for (int it = -warmup; it < iters; ++it) {
     shmem::barrier();
     const double t0 = seconds();
-    const auto d = experts.dispatch(xp, offsets, 0);
+    const auto d = experts.dispatch(xp, offsets, {0});
     stream.synchronize();
     const double t1 = seconds();
-    // the identity experts' outputs, written where the model's last expert
-    // GEMM writes them (untimed: expert work, not exchange)
-    const Tensor y = experts.send_buffer(0, parallel::ExpertDispatcher::Exchange::combine, d.rows.size(0), EPX_WIDTH);
+    // the identity experts' outputs (untimed: expert work, not exchange)
+    const Tensor y = Tensor::empty({d.rows.size(0), EPX_WIDTH});
     std::memcpy(y.data<float>(), d.rows.data<float>(), d.rows.nbytes());
     const double t1b = seconds();
     const Tensor back = experts.combine(y, d);

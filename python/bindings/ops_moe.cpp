@@ -95,9 +95,11 @@ P_be = mean over b's tokens of the per-token normalized scores.)doc");
         }, py::arg("x"), py::arg("indices"), py::arg("num_experts"), R"doc(
 Expert-contiguous order: x (T,C) -> (xp (T*k,C), offsets (E+1) i64 [the
 group list of grouped_matmul], row_of (T,k) i64 [-1: dropped]).)doc");
-  m.def("permute_backward", &ops::permute_backward, py::arg("dxp"), py::arg("row_of"),
+  m.def("permute_backward", [](const Tensor& dxp, const Tensor& row_of) { return ops::permute_backward(dxp, row_of); },
+        py::arg("dxp"), py::arg("row_of"),
         "dxp (T*k,C) -> dx (T,C).");
-  m.def("unpermute", &ops::unpermute, py::arg("yp"), py::arg("row_of"), py::arg("weights"),
+  m.def("unpermute", [](const Tensor& yp, const Tensor& row_of, const Tensor& w) { return ops::unpermute(yp, row_of, w); },
+        py::arg("yp"), py::arg("row_of"), py::arg("weights"),
         "Combine: y (T,C) = sum_j weights[t,j] * yp[row_of[t,j]].");
   m.def("unpermute_backward", [](const Tensor& dy, const Tensor& yp, const Tensor& row_of, const Tensor& w) {
           auto g = ops::unpermute_backward(dy, yp, row_of, w);

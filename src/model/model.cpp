@@ -17,8 +17,11 @@ using namespace detail;
 
 Model::Model(const ModelConfig& config, const StageLayout& stage, parallel::Seams seams,
              const ArenaAllocator& arena)
-    : config_(config), seams_(seams) {
+    : config_(config), seams_(seams),
+      moe_streams_(std::make_unique<MoeStreams>(seams.moe_replicas, seams.comm_cores)) {
   config_.validate();
+  CM_CHECK(seams_.moe_replicas >= 1 && seams_.comm_cores >= 0, "set moe_replicas >= 1 and comm_cores >= 0",
+           "moe_replicas {}, comm_cores {}", seams_.moe_replicas, seams_.comm_cores);
   stage_ = resolve_stage(config_, stage);
   layout_ = layout_params(config_, stage_);
   tp_ = tp_shape(config_, stage_);
@@ -538,8 +541,10 @@ Model::SavedBytes Model::saved_bytes(int index) const {
                          bytes(m.shared.w13.bf16) + bytes(m.shared.w2.bf16);
     out.activations += bytes(a.h) + bytes(a.frstd) + input(a.ffn_in) + bytes(a.fn) + mlp(a.mlp);
     out.activations += bytes(m.x) + bytes(m.scores) + bytes(m.sel_idx) + bytes(m.sel_w) + bytes(m.idx) + bytes(m.w) +
-                       bytes(m.offsets) + bytes(m.row_of) + bytes(m.routed.rows) + bytes(m.routed.offsets) +
-                       input(m.xp) + bytes(m.gu) + input(m.g) + bytes(m.ye) + mlp(m.shared) + bytes(m.aux);
+                       mlp(m.shared) + bytes(m.aux);
+    for (const MoeSlice& r : m.slices)
+      out.activations += bytes(r.offsets) + bytes(r.row_of) + bytes(r.routed.rows) + bytes(r.routed.offsets) +
+                         input(r.xp) + bytes(r.gu) + input(r.g) + bytes(r.ye);
   }
   const HeadActs& h = s.head;
   out.activations += bytes(s.ids) + bytes(s.targets) + bytes(s.positions) + bytes(h.xL) + bytes(h.xf) +

@@ -1,8 +1,11 @@
 #include "moe.hpp"
 
+#include <algorithm>
+
 #include "coremesh/ops/activation.hpp"
 #include "coremesh/ops/elementwise.hpp"
 #include "coremesh/ops/moe_routing.hpp"
+#include "coremesh/runtime/profiler.hpp"
 
 namespace coremesh::model::detail {
 namespace {
@@ -20,41 +23,104 @@ ops::TopKConfig topk_config(const ModelConfig& cfg) {
   return t;
 }
 
-using Exchange = parallel::ExpertDispatcher::Exchange;
-
-// Grouped SwiGLU experts on the routed rows: y (R,C) from a.xp and the group
-// list, built where combine sends it from. Each expert's gate and up weights
-// are one (2F,C) matrix [w1_e; w3_e], so the gate/up product is one grouped
-// GEMM and silu(a1) * a3 one fused swiglu.
-Tensor experts_forward(MoeActs& a, parallel::ExpertDispatcher& experts, int64_t C) {
-  const Tensor& offsets = a.routed.offsets;
-  a.gu = grouped_linear(a.xp, a.w13, offsets);               // [a1 | a3] (R,2F)
-  a.g = gemm_input(ops::swiglu(a.gu), a.xp.precision);       // silu(a1) * a3 (R,F)
-  const int64_t R = a.gu.size(0);
-  return grouped_linear(a.g, a.w2, offsets, experts.send_buffer(a.layer, Exchange::combine, R, C));  // (R,C)
+// N tokens in min(replicas, N) slices of balanced size, in token order.
+std::vector<MoeSlice> token_slices(int64_t N, int replicas) {
+  const int64_t R = std::clamp<int64_t>(replicas, 1, std::max<int64_t>(N, 1));
+  std::vector<MoeSlice> slices(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) slices[size_t(r)].begin = N * r / R, slices[size_t(r)].end = N * (r + 1) / R;
+  return slices;
 }
 
-Tensor experts_backward(const Tensor& dy, const MoeGrads& g, const MoeActs& a, parallel::ExpertDispatcher& experts,
-                        WgradSink& sink) {
-  const Tensor& offsets = a.routed.offsets;
-  const RowSources src{a.routed.sources, a.routed.source_offsets};
-  const Tensor dg = grouped_linear_backward(dy, a.g, a.w2, offsets, g.w2, sink, src);
-  const Tensor dgu = ops::swiglu_backward(dg, a.gu);
-  const Tensor dx_out = experts.send_buffer(a.layer, Exchange::dispatch_backward, dy.size(0), dy.size(1));
-  return grouped_linear_backward(dgu, a.xp, a.w13, offsets, g.w13, sink, src, dx_out);
+// Runs the slices' steps: each slice's on its own stream, the exchanges on
+// the comm stream, every step after the slice's previous one (events, no
+// host waits). Forked from the calling stream when made, joined into it by
+// join(). One slice: everything on the calling stream, in call order.
+class SliceRun {
+ public:
+  SliceRun(MoeStreams& streams, size_t slices) : main_(runtime::current_stream()) {
+    if (slices == 1) return;
+    set_ = &streams.of(main_);
+    const runtime::Event fork = main_.record_event();
+    last_.assign(slices, fork);
+  }
+  template <typename F>
+  void on_slice(size_t i, F&& f) {
+    run(set_ ? &set_->slices[i] : nullptr, i, f);
+  }
+  template <typename F>
+  void on_comm(size_t i, F&& f) {
+    run(set_ ? &set_->comms[i] : nullptr, i, f);
+  }
+  void join() {
+    for (const runtime::Event& e : last_) main_.wait_event(e);
+    last_.clear();
+  }
+
+ private:
+  template <typename F>
+  void run(runtime::Stream* stream, size_t i, F& f) {
+    if (!stream) return f();
+    stream->wait_event(last_[i]);
+    {
+      runtime::StreamGuard on(*stream);
+      f();
+    }
+    last_[i] = stream->record_event();
+  }
+  runtime::Stream main_;
+  MoeStreams::Set* set_ = nullptr;
+  std::vector<runtime::Event> last_;
+};
+
+// Every slice's `input` joined group by group (ops::concat_groups), as one
+// unsliced exchange delivers the rows: expert, source, then tokens in order.
+// The fp8 scales are per row (1x128 tiles along in), so they join the same.
+GemmInput joined_input(const std::vector<MoeSlice>& slices, GemmInput MoeSlice::*input,
+                       const std::vector<Tensor>& groups) {
+  auto join = [&](auto part_of) {
+    std::vector<Tensor> parts;
+    for (const MoeSlice& s : slices) parts.push_back(part_of(s.*input));
+    return ops::concat_groups(parts, groups).rows;
+  };
+  GemmInput in{(slices.front().*input).precision, {}, {}};
+  if (in.precision == Precision::fp8) {
+    in.fp8.data = join([](const GemmInput& g) { return g.fp8.data; });
+    in.fp8.scale = join([](const GemmInput& g) { return g.fp8.scale; });
+  } else {
+    in.x = join([](const GemmInput& g) { return g.x; });
+  }
+  return in;
 }
 
 }  // namespace
 
+MoeStreams::Set& MoeStreams::of(const runtime::Stream& parent) {
+  auto it = sets_.find(parent.id());
+  if (it != sets_.end()) return it->second;
+  runtime::Device& device = parent.device();
+  Set set;
+  for (int r = 0; r < replicas_; ++r) {
+    set.slices.emplace_back(device);
+    set.comms.emplace_back(device, /*priority=*/1);
+    if (comm_cores_ > 0) set.comms.back().set_limit(-1, std::min(comm_cores_, device.limit().vector));
+    // the trace's track names (scripts/trace_overlap.py finds the exchanges by them)
+    runtime::profiler_name_stream(device.id(), set.slices.back().id(),
+                                  fmt::format("moe slice {} of stream {}", r, parent.id()));
+    runtime::profiler_name_stream(device.id(), set.comms.back().id(),
+                                  fmt::format("moe comm {} of stream {}", r, parent.id()));
+  }
+  return sets_.emplace(parent.id(), std::move(set)).first->second;
+}
+
 Tensor moe_forward(const Tensor& x_in, const MoeParams& w, const Tensor& bias, const ModelConfig& cfg,
                    int64_t B, int layer, parallel::ExpertDispatcher& experts, parallel::TensorParallel& tp,
-                   const Tensor& load, MoeActs& a) {
+                   MoeStreams& streams, const Tensor& load, MoeActs& a) {
   // The router, the experts and the shared experts are one tensor-parallel
   // region: under sequence parallelism it gathers the tokens first, so the
   // router sees every token of the micro-batch as on one PE.
   a.x = tp.enter(x_in);
   const Tensor& x = a.x;
-  const int64_t N = x.size(0), E = cfg.n_routed_experts;
+  const int64_t N = x.size(0), C = x.size(1), E = cfg.n_routed_experts;
   a.layer = layer;
   // --- routing: s = x R^T (N,E) -> p -> top-k with bias (selection only)
   a.scores = ops::router_scores(linear(x, w.router), score_func(cfg));
@@ -70,20 +136,42 @@ Tensor moe_forward(const Tensor& x_in, const MoeParams& w, const Tensor& bias, c
   a.idx = kept.indices, a.w = kept.weights;
   ops::accumulate_expert_load(sel.indices, kept.indices, load);
   if (cfg.aux_loss_alpha > 0) a.aux = ops::sequence_balance_loss(a.scores, sel.indices, B, cfg.aux_loss_alpha);
-  // --- permute rows by expert, send them to their experts' PEs, grouped-GEMM
-  // experts, bring the outputs back, weighted combine
-  // xp (N*K, C), built where the exchange sends it from
-  const ops::Permutation perm = ops::permute(x, a.idx, E, experts.send_buffer(layer, Exchange::dispatch, a.idx.numel(), x.size(1)));
-  a.offsets = perm.offsets, a.row_of = perm.row_of;
-  a.routed = experts.dispatch(perm.x, perm.offsets, layer);
-  a.xp = gemm_input(a.routed.rows, cfg.precision);
-  a.routed.rows = Tensor();  // kept as the GEMM read it (a.xp), not also in f32
   a.w13 = gemm_weight(w.w13, cfg.precision), a.w2 = gemm_weight(w.w2, cfg.precision);
-  a.ye = experts.combine(experts_forward(a, experts, x.size(1)), a.routed);
-  Tensor y = ops::unpermute(a.ye, a.row_of, a.w);  // (N,C) = sum_k w_k ye[row(n,k)]
-  // --- shared experts: y += SwiGLU_shared(x); their input is cast again in the
-  // backward rather than kept next to the f32 x
-  if (w.sw13.defined()) y = ops::add(y, mlp_forward(gemm_input(x, cfg.precision), w.sw13, w.sw2, a.shared));
+  // --- per token slice: permute rows by expert, send them to their experts'
+  // PEs, grouped-GEMM SwiGLU experts (one GEMM for [w1_e; w3_e]), bring the
+  // outputs back, weighted combine into the slice's rows of y. All slices
+  // dispatch first, so that slice i's exchange runs while slice i-1 computes.
+  a.slices = token_slices(N, streams.replicas());
+  const Tensor routed_y = Tensor::empty({N, C});
+  SliceRun run(streams, a.slices.size());
+  for (size_t i = 0; i < a.slices.size(); ++i) {
+    MoeSlice& s = a.slices[i];
+    ops::Permutation perm;
+    run.on_slice(i, [&] {
+      perm = ops::permute(x.slice(0, s.begin, s.end), a.idx.slice(0, s.begin, s.end), E);
+      s.offsets = perm.offsets, s.row_of = perm.row_of;
+    });
+    run.on_comm(i, [&] { s.routed = experts.dispatch(perm.x, perm.offsets, {layer, int(i)}); });
+  }
+  for (size_t i = 0; i < a.slices.size(); ++i) {
+    MoeSlice& s = a.slices[i];
+    Tensor y;
+    run.on_slice(i, [&] {
+      s.xp = gemm_input(s.routed.rows, cfg.precision);
+      s.routed.rows = Tensor();  // kept as the GEMM read it (s.xp), not also in f32
+      s.gu = grouped_linear(s.xp, a.w13, s.routed.offsets);  // [a1 | a3] (R,2F)
+      s.g = gemm_input(ops::swiglu(s.gu), cfg.precision);     // silu(a1) * a3 (R,F)
+      y = grouped_linear(s.g, a.w2, s.routed.offsets);        // (R,C)
+    });
+    run.on_comm(i, [&] { s.ye = experts.combine(y, s.routed); });
+    run.on_slice(i, [&] { ops::unpermute(s.ye, s.row_of, a.w.slice(0, s.begin, s.end), routed_y.slice(0, s.begin, s.end)); });
+  }
+  // --- shared experts: y += SwiGLU_shared(x), while the slices run; their
+  // input is cast again in the backward rather than kept next to the f32 x
+  Tensor shared;
+  if (w.sw13.defined()) shared = mlp_forward(gemm_input(x, cfg.precision), w.sw13, w.sw2, a.shared);
+  run.join();
+  const Tensor y = shared.defined() ? ops::add(routed_y, shared) : routed_y;
   // Under tensor parallelism the experts (routed and shared) are one region:
   // each rank's hidden units give a part of y, summed on exit.
   return tp.exit(y);
@@ -91,28 +179,69 @@ Tensor moe_forward(const Tensor& x_in, const MoeParams& w, const Tensor& bias, c
 
 Tensor moe_backward(const Tensor& dy, const Tensor& x_in, const MoeParams& w, const MoeGrads& g,
                     const ModelConfig& cfg, int64_t B, parallel::ExpertDispatcher& experts,
-                    parallel::TensorParallel& tp, const MoeActs& a, float aux_scale, WgradSink& sink) {
+                    parallel::TensorParallel& tp, MoeStreams& streams, const MoeActs& a, float aux_scale,
+                    WgradSink& sink) {
   const Tensor dyr = tp.exit_backward(dy);  // the experts' region (tensor parallelism)
+  const int64_t N = dyr.size(0), C = dyr.size(1);
   // the experts' weight gradients are held until dx's sum over the TP ranks
   // has left on the communication stream, and run while it is in flight
   HeldJobs held(sink);
-  // --- shared experts
+  // --- per token slice, the forward's mirror: combine (y_n += w_k ye_r  =>
+  // dye_r = w_k dy_n, dw_k = dy_n . ye_r), back to the experts' PEs, the
+  // experts' input gradients, return; then xp_r = x_n  =>  dx_n += dxp_r
+  const Tensor dx_routed = Tensor::empty({N, C}), dweights = Tensor::empty(a.w.shape());
+  std::vector<Tensor> dye(a.slices.size()), dgu(a.slices.size());
+  SliceRun run(streams, a.slices.size());
+  for (size_t i = 0; i < a.slices.size(); ++i) {
+    const MoeSlice& s = a.slices[i];
+    Tensor dyp;
+    run.on_slice(i, [&] {
+      dyp = ops::unpermute_backward(dyr.slice(0, s.begin, s.end), s.ye, s.row_of, a.w.slice(0, s.begin, s.end), {},
+                                    dweights.slice(0, s.begin, s.end))
+                .dyp;
+    });
+    run.on_comm(i, [&] { dye[i] = experts.combine_backward(dyp, s.routed); });
+  }
+  for (size_t i = 0; i < a.slices.size(); ++i) {
+    const MoeSlice& s = a.slices[i];
+    Tensor drows, dxp;
+    run.on_slice(i, [&] {
+      const Tensor dg = grouped_linear_dgrad(dye[i], cfg.precision, a.w2, s.routed.offsets);
+      dgu[i] = ops::swiglu_backward(dg, s.gu);
+      drows = grouped_linear_dgrad(dgu[i], cfg.precision, a.w13, s.routed.offsets);
+    });
+    run.on_comm(i, [&] { dxp = experts.dispatch_backward(drows, s.routed); });
+    run.on_slice(i, [&] { ops::permute_backward(dxp, s.row_of, dx_routed.slice(0, s.begin, s.end)); });
+  }
+  // --- shared experts, while the slices run
   Tensor dx;
   if (w.sw13.defined()) dx = mlp_backward(dyr, gemm_input(a.x, cfg.precision), a.shared, g.sw13, g.sw2, held);
-  // --- combine: y_n += w_k ye_r  =>  dye_r = w_k dy_n,  dw_k = dy_n . ye_r
-  const ops::UnpermuteGrads ug = ops::unpermute_backward(
-      dyr, a.ye, a.row_of, a.w, experts.send_buffer(a.layer, Exchange::combine_backward, a.ye.size(0), a.ye.size(1)));
-  // --- back to the experts' PEs, experts, return; then xp_r = x_n  =>  dx_n += dxp_r
-  const Tensor dye = experts.combine_backward(ug.dyp, a.routed);
-  const Tensor dxp = experts.dispatch_backward(experts_backward(dye, g, a, experts, held), a.routed);
-  const Tensor dx_routed = ops::permute_backward(dxp, a.row_of);
+  run.join();
+  // --- the experts' weight gradients, each over every slice's rows in the
+  // order one unsliced exchange has them: the same sums as without slices
+  const MoeSlice& s0 = a.slices.front();
+  const RowSources src{s0.routed.sources, s0.routed.source_offsets};
+  if (a.slices.size() == 1) {
+    grouped_linear_wgrad(dye[0], s0.g, s0.routed.offsets, g.w2, held, src);
+    grouped_linear_wgrad(dgu[0], s0.xp, s0.routed.offsets, g.w13, held, src);
+  } else {
+    std::vector<Tensor> groups;
+    for (const MoeSlice& s : a.slices) groups.push_back(s.routed.source_offsets);
+    auto join = [&](const std::vector<Tensor>& rows) { return ops::concat_groups(rows, groups); };
+    const ops::GroupedRows dye_all = join(dye);
+    const RowSources joined_src{s0.routed.sources, dye_all.offsets};
+    grouped_linear_wgrad(dye_all.rows, joined_input(a.slices, &MoeSlice::g, groups), dye_all.offsets, g.w2, held,
+                         joined_src);
+    grouped_linear_wgrad(join(dgu).rows, joined_input(a.slices, &MoeSlice::xp, groups), dye_all.offsets, g.w13,
+                         held, joined_src);
+  }
   dx = tp.enter_backward_async(dx.defined() ? ops::add(dx, dx_routed) : dx_routed);
   held.release();
   // --- gate weights -> affinities (through the pre-capacity selection: the
   // sigmoid renormalization also sees dropped experts) (+ balance loss);
   // under tensor parallelism ye, and so dw_k, is this rank's part
   const ops::Routing sel{a.sel_idx, a.sel_w};
-  Tensor dscores = ops::topk_route_backward(tp.all_reduce(ug.dweights), a.scores, sel, topk_config(cfg));
+  Tensor dscores = ops::topk_route_backward(tp.all_reduce(dweights), a.scores, sel, topk_config(cfg));
   if (cfg.aux_loss_alpha > 0)
     dscores = ops::add(dscores, ops::sequence_balance_loss_backward(a.scores, a.sel_idx, B,
                                                                     cfg.aux_loss_alpha, aux_scale));

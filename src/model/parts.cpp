@@ -101,7 +101,7 @@ Residual Parts::ffn_forward(Model& m, Model::Slot& s, const Model::PartParams& p
   }
   a.fn = fn.y;
   const Tensor y = moe_forward(a.fn, m.moe_params(p), m.router_bias_[size_t(p.part.layer)], c, s.B,
-                               p.part.layer, *m.seams_.experts, *m.seams_.tensor, m.load_[size_t(p.moe)], a.moe);
+                               p.part.layer, *m.seams_.experts, *m.seams_.tensor, *m.moe_streams_, m.load_[size_t(p.moe)], a.moe);
   if (a.moe.aux.defined()) m.aux_losses_.push_back({a.moe.aux, s.loss_scale});
   return {a.h, y};
 }
@@ -156,7 +156,7 @@ Tensor Parts::ffn_backward(Model& m, Model::Slot& s, const Model::PartParams& p,
       return mlp_backward(dy, a.ffn_in, a.mlp, {p.w13, 2, {2 * Fd, C}}, {p.w2}, held);
     });
   } else {
-    dfn = moe_backward(dr, a.fn, m.moe_params(p), m.moe_grads(p), c, s.B, *m.seams_.experts, *m.seams_.tensor, a.moe,
+    dfn = moe_backward(dr, a.fn, m.moe_params(p), m.moe_grads(p), c, s.B, *m.seams_.experts, *m.seams_.tensor, *m.moe_streams_, a.moe,
                        s.loss_scale, sink);
   }
   return norm_backward(sink, p.norm, dfn, a.h, m.wview(p.norm), a.frstd, dr);

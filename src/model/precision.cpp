@@ -110,50 +110,61 @@ Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& off
   return out;
 }
 
-Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w,
-                               const Tensor& offsets, const GradRef& dw, WgradSink& sink,
-                               const RowSources& src, const Tensor& dx_out) {
+Tensor grouped_linear_dgrad(const Tensor& dy, Precision precision, const GemmWeight& w, const Tensor& offsets,
+                            const Tensor& dx_out) {
   using ops::WeightLayout;
-  // dy W_e into dx_out, or a new tensor
+  // dx_e = dy_e W_e: the layout-B product with W_e (out,in) read as (K,N) = kn
   auto product = [&](const Tensor& a, const Tensor& b) {
     if (!dx_out.defined()) return ops::grouped_matmul(a, b, offsets, WeightLayout::kn);
     ops::grouped_matmul_out(a, b, offsets, dx_out, WeightLayout::kn);
     return dx_out;
   };
-  // dx_e = dy_e W_e: the layout-B product with W_e (out,in) read as (K,N) = kn
+  switch (precision) {
+    case Precision::f32: return product(dy, w.master);
+    // The grouped GEMMs here take f32: f32 copies of the bf16 values give
+    // exactly the bf16 products.
+    case Precision::bf16: return product(round_bf16(dy), ops::cast(w.bf16, DType::f32));
+    case Precision::fp8: break;
+  }
+  // as in linear_backward, per expert: W_e^T in 128x128 blocks.
+  return ops::grouped_matmul_fp8(ops::quantize_fp8_act(dy), ops::quantize_fp8_weight(ops::transpose(w.master)),
+                                 offsets, dx_out);
+}
+
+void grouped_linear_wgrad(const Tensor& dy, const GemmInput& x, const Tensor& offsets, const GradRef& dw,
+                          WgradSink& sink, const RowSources& src) {
   switch (x.precision) {
     case Precision::f32: {
-      const Tensor dx = product(dy, w.master);
       const Tensor xf = x.x;
       sink.add(dw, [dy, xf, offsets, src](const Tensor& g, float beta) { grouped_wgrad(dy, xf, offsets, src, g, beta); });
-      return dx;
+      return;
     }
     case Precision::bf16: {
-      // The grouped GEMMs here take f32: f32 copies of the bf16 values give
-      // exactly the bf16 products.
-      const Tensor dyr = round_bf16(dy);
-      const Tensor dx = product(dyr, ops::cast(w.bf16, DType::f32));
       const Tensor xb = x.x;
-      sink.add(dw, [dyr, xb, offsets, src](const Tensor& g, float beta) {
-        grouped_wgrad(dyr, ops::cast(xb, DType::f32), offsets, src, g, beta);
+      sink.add(dw, [dy, xb, offsets, src](const Tensor& g, float beta) {
+        grouped_wgrad(round_bf16(dy), ops::cast(xb, DType::f32), offsets, src, g, beta);
       });
-      return dx;
+      return;
     }
     case Precision::fp8: break;
   }
-  // dgrad as in linear_backward, per expert: W_e^T in 128x128 blocks.
-  const Tensor dx = ops::grouped_matmul_fp8(
-      ops::quantize_fp8_act(dy), ops::quantize_fp8_weight(ops::transpose(w.master)), offsets, dx_out);
-  // wgrad: 1x128 tiles along the permuted rows, counted from row 0 (the group
-  // list is only known on the stream, so a tile may span two experts; its
-  // scale then covers both). The rounded values go back to row-major for the
-  // f32 grouped weight gradient.
+  // 1x128 tiles along the permuted rows, counted from row 0 (the group list
+  // is only known on the stream, so a tile may span two experts; its scale
+  // then covers both). The rounded values go back to row-major for the f32
+  // grouped weight gradient.
   const ops::QuantizedTensor x8 = x.fp8;
   sink.add(dw, [dy, x8, offsets, src](const Tensor& g, float beta) {
     const Tensor dy8 = ops::transpose(fp8_round_along_tokens_t(dy));
     const Tensor xr = ops::transpose(fp8_round_along_tokens_t(ops::dequantize_fp8_act(x8)));
     grouped_wgrad(dy8, xr, offsets, src, g, beta);
   });
+}
+
+Tensor grouped_linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w,
+                               const Tensor& offsets, const GradRef& dw, WgradSink& sink,
+                               const RowSources& src, const Tensor& dx_out) {
+  const Tensor dx = grouped_linear_dgrad(dy, x.precision, w, offsets, dx_out);
+  grouped_linear_wgrad(dy, x, offsets, dw, sink, src);
   return dx;
 }
 

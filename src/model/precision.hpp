@@ -72,6 +72,12 @@ struct RowSources {
   int sources = 1;
   Tensor source_offsets;  // (E * sources + 1) i64
 };
+// The two halves of grouped_linear_backward: dx (into dx_out when given),
+// and the weight gradient's job (dy and x as the whole exchange saw them).
+Tensor grouped_linear_dgrad(const Tensor& dy, Precision precision, const GemmWeight& w, const Tensor& offsets,
+                            const Tensor& dx_out = {});
+void grouped_linear_wgrad(const Tensor& dy, const GemmInput& x, const Tensor& offsets, const GradRef& dw,
+                          WgradSink& sink, const RowSources& sources = {});
 // dx (R,in) = dy_e W_e, returned;  dW_e = dy_e^T x_e (dw: (E,out,in) arena
 // view), a job for the sink. With several sources, each source's product is
 // computed on its own and they are summed in source order (as one PE sums

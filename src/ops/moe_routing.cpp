@@ -320,11 +320,12 @@ Permutation permute(const Tensor& x, const Tensor& indices, int64_t E, const Ten
 }
 
 // x rows were copied to xp rows: dx[t] = sum_j dxp[row_of[t,j]]
-Tensor permute_backward(const Tensor& dxp, const Tensor& row_of) {
+Tensor permute_backward(const Tensor& dxp, const Tensor& row_of, const Tensor& out) {
   detail::check_contiguous(dxp, "dxp");
   detail::check_dtype(row_of, DType::i64, "row_of");
   const int64_t T = row_of.size(0), k = row_of.size(1), C = dxp.size(1);
-  Tensor dx = Tensor::empty({T, C});
+  if (out.defined()) check_output(out, {T, C}, "permute_backward");
+  Tensor dx = out.defined() ? out : Tensor::empty({T, C});
   detail::launch_rows("permute_backward", kVector, {dxp.shape(), row_of.shape()}, {DType::f32}, "",
                       {{dxp, row_of}, {dx}}, T, k * C, [dxp, row_of, dx, k, C](int64_t t0, int64_t t1) {
                         for (int64_t t = t0; t < t1; ++t) {
@@ -341,13 +342,14 @@ Tensor permute_backward(const Tensor& dxp, const Tensor& row_of) {
   return dx;
 }
 
-Tensor unpermute(const Tensor& yp, const Tensor& row_of, const Tensor& weights) {
+Tensor unpermute(const Tensor& yp, const Tensor& row_of, const Tensor& weights, const Tensor& out) {
   detail::check_contiguous(yp, "yp");
   detail::check_dtype(yp, DType::f32, "yp");
   detail::check_dtype(row_of, DType::i64, "row_of");
   detail::check_shape(weights, row_of.shape(), "weights");
   const int64_t T = row_of.size(0), k = row_of.size(1), C = yp.size(1);
-  Tensor y = Tensor::empty({T, C});
+  if (out.defined()) check_output(out, {T, C}, "unpermute");
+  Tensor y = out.defined() ? out : Tensor::empty({T, C});
   detail::launch_rows("unpermute", kVector, {yp.shape(), row_of.shape()}, {DType::f32}, "",
                       {{yp, row_of, weights}, {y}}, T, k * C,
                       [yp, row_of, weights, y, k, C](int64_t t0, int64_t t1) {
@@ -368,7 +370,7 @@ Tensor unpermute(const Tensor& yp, const Tensor& row_of, const Tensor& weights) 
 
 // y[t] = sum_j w[t,j] yp[r(t,j)]:  dyp[r(t,j)] = w[t,j] dy[t],  dw[t,j] = dy[t] . yp[r(t,j)]
 UnpermuteGrads unpermute_backward(const Tensor& dy, const Tensor& yp, const Tensor& row_of,
-                                  const Tensor& weights, const Tensor& dyp_out) {
+                                  const Tensor& weights, const Tensor& dyp_out, const Tensor& dweights_out) {
   detail::check_contiguous(dy, "dy");
   detail::check_contiguous(yp, "yp");
   const int64_t T = row_of.size(0), k = row_of.size(1), C = yp.size(1);
@@ -376,8 +378,9 @@ UnpermuteGrads unpermute_backward(const Tensor& dy, const Tensor& yp, const Tens
   // Rows no token points at are zeroed by the kernel (its blocks share them
   // out like the tokens), not on the host: a replayed graph runs no host code.
   if (dyp_out.defined()) check_output(dyp_out, yp.shape(), "unpermute_backward");
+  if (dweights_out.defined()) check_output(dweights_out, {T, k}, "unpermute_backward");
   UnpermuteGrads g{T == 0 ? Tensor::zeros(yp.shape()) : dyp_out.defined() ? dyp_out : Tensor::empty(yp.shape()),
-                   Tensor::empty({T, k})};
+                   dweights_out.defined() ? dweights_out : Tensor::empty({T, k})};
   Tensor dyp = g.dyp, dw = g.dweights;
   detail::launch_rows("unpermute_backward", kVector, {yp.shape(), row_of.shape()}, {DType::f32}, "",
                       {{dy, yp, row_of, weights}, {dyp, dw}}, T, 2 * k * C,
@@ -404,6 +407,61 @@ UnpermuteGrads unpermute_backward(const Tensor& dy, const Tensor& yp, const Tens
                         }
                       });
   return g;
+}
+
+GroupedRows concat_groups(const std::vector<Tensor>& parts, const std::vector<Tensor>& offsets) {
+  CM_CHECK(!parts.empty() && parts.size() == offsets.size(), "pass one group list per part",
+           "concat_groups of {} parts with {} group lists", parts.size(), offsets.size());
+  const Tensor& first = parts.front();
+  const int64_t G = offsets.front().numel() - 1;
+  int64_t M = 0;
+  std::vector<Shape> shapes;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    detail::check_contiguous(parts[p], "parts");
+    detail::check_dtype(offsets[p], DType::i64, "offsets");
+    CM_CHECK(parts[p].dim() == 2 && parts[p].dtype() == first.dtype() && parts[p].size(1) == first.size(1) &&
+                 offsets[p].numel() == G + 1,
+             "pass parts of one dtype and width with group lists of one length",
+             "part {} is {} with {} groups; part 0 is {} with {}", p, parts[p].describe(), offsets[p].numel() - 1,
+             first.describe(), G);
+    M += parts[p].size(0);
+    shapes.push_back(parts[p].shape());
+  }
+  const size_t row_bytes = size_t(first.size(1)) * dtype_size(first.dtype());
+  GroupedRows out{Tensor::empty({M, first.size(1)}, first.dtype()), Tensor::empty({G + 1}, DType::i64)};
+  const Tensor rows = out.rows, joined = out.offsets;
+  detail::Plan plan = detail::plan("concat_groups", kVector, std::move(shapes), {first.dtype()},
+                                   fmt::format("G={}", G), [G](int max_blocks) {
+                                     return detail::Tiling{int(std::clamp<int64_t>(G, 1, max_blocks))};
+                                   });
+  std::vector<Tensor> in = parts;
+  in.insert(in.end(), offsets.begin(), offsets.end());
+  detail::launch(std::move(plan), {in, {rows, joined}},
+                 [parts, offsets, rows, joined, G, M, row_bytes](const detail::BlockContext& ctx) {
+                   // where group g starts in the result: every part's earlier groups
+                   std::vector<int64_t> start(size_t(G) + 1, 0);
+                   for (int64_t g = 0; g < G; ++g) {
+                     start[size_t(g) + 1] = start[size_t(g)];
+                     for (const Tensor& o : offsets) start[size_t(g) + 1] += o.data<int64_t>()[g + 1] - o.data<int64_t>()[g];
+                   }
+                   auto* to = static_cast<std::byte*>(rows.raw_data());
+                   for (int64_t g = ctx.block_idx; g < G; g += ctx.block_dim) {
+                     int64_t at = start[size_t(g)];
+                     for (size_t p = 0; p < parts.size(); ++p) {
+                       const int64_t* o = offsets[p].data<int64_t>();
+                       const int64_t n = o[g + 1] - o[g];
+                       if (n > 0)
+                         std::memcpy(to + size_t(at) * row_bytes,
+                                     static_cast<const std::byte*>(parts[p].raw_data()) + size_t(o[g]) * row_bytes,
+                                     size_t(n) * row_bytes);
+                       at += n;
+                     }
+                   }
+                   if (ctx.block_idx != 0) return;
+                   std::copy(start.begin(), start.end(), joined.data<int64_t>());
+                   std::memset(to + size_t(start.back()) * row_bytes, 0, size_t(M - start.back()) * row_bytes);
+                 });
+  return out;
 }
 
 }  // namespace coremesh::ops

@@ -38,6 +38,13 @@ const FieldTable<ParallelConfig>& parallel_fields() {
           .add("tp_comm_overlap", [](P& p) -> auto& { return p.tp_comm_overlap; },
                "tensor parallel: sum the backward's input gradients on a comm stream while the weight gradients "
                "compute (false: one after the other; the same results)")
+          .add("moe_replicas", [](P& p) -> auto& { return p.moe_replicas; },
+               "MoE layers: split each micro-batch's tokens into this many slices whose expert exchanges overlap "
+               "each other's expert GEMMs (RFC 2.1; 1: one block)",
+               in_range<int>(1, 16))
+          .add("comm_cores", [](P& p) -> auto& { return p.comm_cores; },
+               "moe_replicas > 1: vector cores the MoE exchanges' comm stream may use (0: no limit)",
+               in_range<int>(0, 4096))
           .add_enum("cp_comm", [](P& p) -> auto& { return p.cp_comm; }, cp_comms(),
                     "context parallel: ring (K/V around the ring) or ulysses (all-to-all to head sharding)")
           .add("cp_zigzag", [](P& p) -> auto& { return p.cp_zigzag; },

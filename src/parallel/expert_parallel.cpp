@@ -11,7 +11,7 @@
 namespace coremesh::parallel {
 namespace {
 
-enum Signal { kSendFwd = 0, kRetFwd = 1, kSendBwd = 2, kRetBwd = 3, kSignals = 4 };
+enum Signal { kInFwd = 0, kBackFwd = 1, kInBwd = 2, kBackBwd = 3, kSignals = 4 };
 
 // Rows [row, row + n) of an (rows, C) f32 tensor.
 float* rows_at(const Tensor& t, int64_t row) { return t.data<float>() + row * t.size(1); }
@@ -24,61 +24,42 @@ void copy_rows(const Tensor& to, int64_t to_row, const Tensor& from, int64_t fro
 void zero_rows(const Tensor& t, int64_t from, int64_t to) {
   if (to > from) std::memset(rows_at(t, from), 0, size_t((to - from) * t.size(1)) * sizeof(float));
 }
-void zero_from(const Tensor& t, int64_t row) { zero_rows(t, row, t.size(0)); }
 
-// Sum of M[i] for i in [from, to).
-int64_t sum(const int64_t* M, int64_t from, int64_t to) {
-  int64_t n = 0;
-  for (int64_t i = from; i < to; ++i) n += M[i];
-  return n;
+// Blocks for `items` independent pieces of a copy: as many as the stream's
+// vector-core limit allows (one-sided communication runs on vector cores).
+int comm_blocks(const runtime::Stream& stream, int64_t items) {
+  const int limit = runtime::max_blocks(stream.effective_limits(), runtime::KernelKind::comm);
+  return int(std::clamp<int64_t>(items, 1, limit));
 }
 
-// Where owner d's grouped rows of (its local expert e, source s) start, from
-// the count matrix M (g x E; El experts per member): grouped by local expert,
-// then by source.
-int64_t owner_row(const int64_t* M, int g, int E, int El, int d, int e, int s) {
-  int64_t at = 0;
-  for (int j = 0; j < g; ++j) at += sum(M + int64_t(j) * E, d * El, d * El + e);
-  for (int j = 0; j < s; ++j) at += M[int64_t(j) * E + d * El + e];
-  return at;
+// The members block `ctx` serves, starting after me so that the members do
+// not all send to the same PE first; me last.
+template <typename F>
+void for_members(const Group& ep, const runtime::BlockContext& ctx, F&& f) {
+  const int g = ep.size();
+  for (int k = ctx.block_idx; k < g; k += ctx.block_dim) f((ep.me + 1 + k) % g);
 }
 
-// One signal to every other member that this PE's rows are ready (after the
-// puts before it). Member order starts after me, so that the members do not
-// all signal the same PE first.
-void signal_members(const Group& ep, uint64_t* sig) {
+// The puts to `pe` before it are visible once it sees the signal's add.
+void signal(uint64_t* sig, int pe) {
   shmem::fence();
-  for (int k = 1; k < ep.size(); ++k) shmem::atomic_add(sig, uint64_t{1}, ep.pes[size_t((ep.me + k) % ep.size())]);
-}
-
-// n floats of PE pe's symmetric `src` into `dst`: a plain copy where the
-// peer's heap is mapped here (same host), else a get that the caller's
-// quiet completes. (The shm path's non-blocking get runs on a copy thread,
-// which on a PE with one core only adds a hand-over.)
-void read_rows(float* dst, const float* src, int64_t n, int pe) {
-  if (const float* mapped = shmem::peer_ptr(src, pe)) std::memcpy(dst, mapped, size_t(n) * sizeof(float));
-  else shmem::get_nbi(dst, src, size_t(n), pe);
-}
-
-// The rows into the head of `buffer`, unless they were built there.
-void stage(runtime::Stream& stream, const Tensor& rows, const Tensor& buffer) {
-  if (rows.data<float>() == buffer.data<float>()) return;
-  stream.launch(launch_info("ep_stage", runtime::KernelKind::vector, 1, {rows}, {buffer}),
-                [rows, buffer](const runtime::BlockContext&) { copy_rows(buffer, 0, rows, 0, rows.size(0)); });
+  shmem::atomic_add(sig, uint64_t{1}, pe);
 }
 
 }  // namespace
 
-// What combine and the backward reuse: the count matrix of the exchange
-// (filled on the stream) and the group lists derived from it.
+// What combine and the backward reuse. Source side: the xp offsets. Owner
+// side: the counts of the exchange (copied on the stream) and the group
+// lists derived from them.
 struct ShmemExperts::Plan {
-  int layer = 0;
-  int64_t rows = 0;       // rows of the source's xp
-  uint64_t fwd_round = 0;  // of this exchange's buffers' signals
+  Site site;
+  int64_t rows = 0;        // rows of the source's xp
+  uint64_t fwd_round = 0;  // of this site's forward exchanges
   mutable uint64_t bwd_round = 0;
-  Tensor matrix;          // (ep, E) i64: rows source s sends to global expert e
-  Tensor offsets;         // (E_local + 1) i64 of the received rows
-  Tensor source_offsets;  // (E_local * ep + 1) i64
+  Tensor xp_offsets;       // (E + 1) i64: the source's xp grouped by global expert
+  Tensor counts;           // (ep, E_local + 1) i64: per source, rows per local expert and its xp start
+  Tensor offsets;          // (E_local + 1) i64 of the received rows
+  Tensor source_offsets;   // (E_local * ep + 1) i64
 };
 
 namespace {
@@ -89,193 +70,176 @@ int64_t slot_rows(int local, const ShmemExperts::Shape& s) {
 }  // namespace
 
 int64_t ShmemExperts::symmetric_bytes(int ep, const Shape& s) {
-  const int64_t recv = int64_t(ep) * slot_rows(s.experts / ep, s);
-  const int64_t per_layer = 8 * int64_t(ep) * s.experts + 4 * s.width * (2 * s.max_rows + 2 * recv) + 8 * kSignals;
-  return int64_t(s.layers.size()) * (per_layer + 5 * 128);  // + the heap's alignment per block
+  const int local = s.experts / ep;
+  const int64_t recv = int64_t(ep) * slot_rows(local, s);
+  const int64_t per_site = 8 * int64_t(ep) * (local + 1) + 4 * s.width * (2 * recv + 2 * s.max_rows) + 8 * kSignals;
+  return int64_t(s.layers.size()) * s.slices * (per_site + 6 * 128);  // + the heap's alignment per block
 }
 
 ShmemExperts::ShmemExperts(Group ep, const Shape& s) : ep_(std::move(ep)), shape_(s) {
   const int g = ep_.size();
   CM_CHECK(s.experts > 0 && s.experts % g == 0, "choose ep among the divisors of the routed experts",
            "{} routed experts do not split over {} expert-parallel PEs", s.experts, g);
-  CM_CHECK(s.width > 0 && s.max_rows > 0, "give the buffers a width and a row count", "ShmemExperts shape");
+  CM_CHECK(s.width > 0 && s.max_rows > 0 && s.slices > 0, "give the buffers a width, a row count and a slice",
+           "ShmemExperts shape");
   local_ = s.experts / g;
   slot_rows_ = slot_rows(local_, s);
   recv_rows_ = int64_t(g) * slot_rows_;
-  for (int l : s.layers) {  // the same order on every PE: the allocations are collective
-    Layer& L = layers_[l];
-    L.counts = symmetric_tensor({g, s.experts}, DType::i64);
-    L.send_fwd = symmetric_tensor({s.max_rows, s.width});
-    L.send_bwd = symmetric_tensor({s.max_rows, s.width});
-    L.ret_fwd = symmetric_tensor({recv_rows_, s.width});
-    L.ret_bwd = symmetric_tensor({recv_rows_, s.width});
-    L.signals = symmetric_tensor({kSignals}, DType::i64);
-  }
+  for (int l : s.layers)  // the same order on every PE: the allocations are collective
+    for (int slice = 0; slice < s.slices; ++slice) {
+      SiteBuffers& b = sites_[{l, slice}];
+      b.counts = symmetric_tensor({g, local_ + 1}, DType::i64);
+      b.in_fwd = symmetric_tensor({recv_rows_, s.width});
+      b.in_bwd = symmetric_tensor({recv_rows_, s.width});
+      b.back_fwd = symmetric_tensor({s.max_rows, s.width});
+      b.back_bwd = symmetric_tensor({s.max_rows, s.width});
+      b.signals = symmetric_tensor({kSignals}, DType::i64);
+    }
 }
 
-ShmemExperts::Layer& ShmemExperts::layer(int index) {
-  auto it = layers_.find(index);
-  CM_CHECK(it != layers_.end(), "list every MoE layer in ShmemExperts::Shape::layers", "no buffers for layer {}",
-           index);
+ShmemExperts::SiteBuffers& ShmemExperts::buffers(Site site) {
+  auto it = sites_.find({site.layer, site.slice});
+  CM_CHECK(it != sites_.end(), "list every MoE layer in ShmemExperts::Shape::layers and give it moe_replicas slices",
+           "no buffers for MoE layer {} slice {}", site.layer, site.slice);
   return it->second;
 }
 
-ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tensor& offsets, int index) {
+ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tensor& offsets, Site site) {
   const int g = ep_.size(), E = shape_.experts, El = local_;
-  Layer& L = layer(index);
+  SiteBuffers& b = buffers(site);
   CM_CHECK(xp.dim() == 2 && xp.size(1) == shape_.width && xp.size(0) <= shape_.max_rows && offsets.numel() == E + 1,
-           "size the expert-parallel buffers for the largest micro-batch (batch_size x seq_len x top_k rows)",
+           "size the expert-parallel buffers for the largest micro-batch slice (tokens / moe_replicas x top_k rows)",
            "dispatch of {} rows of width {}; the buffers take {} rows of width {}", xp.size(0), xp.size(1),
            shape_.max_rows, shape_.width);
-  // The owners' receive buffers are free again once this PE has its rows of
-  // the previous round back (combine): the peers' sends of this round wait
-  // for nothing else.
-  CM_CHECK(!L.awaiting_combine, "combine each dispatch of a layer before dispatching the layer again",
-           "dispatch of MoE layer {} while its previous dispatch was not combined", index);
-  L.awaiting_combine = true;
+  CM_CHECK(!b.awaiting_combine, "combine each dispatch of a layer before dispatching the layer again",
+           "dispatch of MoE layer {} slice {} while its previous dispatch was not combined", site.layer, site.slice);
+  b.awaiting_combine = true;
   auto plan = std::make_shared<Plan>();
-  plan->layer = index, plan->rows = xp.size(0);
-  plan->matrix = Tensor::empty({g, E}, DType::i64);
+  plan->site = site, plan->rows = xp.size(0), plan->xp_offsets = offsets;
+  plan->counts = Tensor::empty({g, El + 1}, DType::i64);
   plan->offsets = Tensor::empty({El + 1}, DType::i64);
   plan->source_offsets = Tensor::empty({int64_t(El) * g + 1}, DType::i64);
-  plan->fwd_round = ++L.fwd_round;
+  plan->fwd_round = ++b.fwd_round;
   Dispatched d;
   d.sources = g;
   d.offsets = plan->offsets;
   d.source_offsets = plan->source_offsets;
-  d.rows = to_owners(xp, *plan, &Layer::send_fwd, kSendFwd, plan->fwd_round, offsets);
+  d.rows = to_owners(xp, *plan, /*forward=*/true);
   d.plan = plan;
   return d;
 }
 
-Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, Tensor Layer::*send, int which, uint64_t round,
-                               const Tensor& offsets) {
-  const int g = ep_.size(), E = shape_.experts, El = local_;
-  const bool forward = which == kSendFwd;  // the owners learn the counts with the signal
-  Layer& L = layer(p.layer);
+Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward) {
+  const int g = ep_.size(), El = local_;
+  SiteBuffers& b = buffers(p.site);
   runtime::Stream stream = runtime::current_stream();
-  auto* sig = reinterpret_cast<uint64_t*>(L.signals.data<int64_t>()) + which;
+  auto* sig = reinterpret_cast<uint64_t*>(b.signals.data<int64_t>()) + (forward ? kInFwd : kInBwd);
   const Group ep = ep_;
-  const Tensor matrix = p.matrix, buffer = (L.*send).slice(0, 0, rows.size(0)), counts = L.counts;
+  const Tensor in = forward ? b.in_fwd : b.in_bwd, counts = b.counts, xp_off = p.xp_offsets;
   const int64_t slot = slot_rows_;
-  stage(stream, rows, buffer);
-  // To every other member: forward, my count row (from the offsets, also
-  // into row `me` of the plan's matrix); then the signal that my rows are
-  // ready to be read.
-  std::vector<Tensor> reads{buffer};
-  if (forward) reads.push_back(offsets);
-  stream.launch(launch_info("ep_rows_ready", runtime::KernelKind::comm, 1, reads, {matrix, counts}),
-                [ep, matrix, counts, offsets, sig, forward, g, E](const runtime::BlockContext&) {
-                  int64_t* mine = matrix.data<int64_t>() + int64_t(ep.me) * E;
-                  if (forward)
-                    for (int e = 0; e < E; ++e) mine[e] = offsets.data<int64_t>()[e + 1] - offsets.data<int64_t>()[e];
-                  if (forward)
-                    for (int k = 1; k < g; ++k)
-                      shmem::put(counts.data<int64_t>() + int64_t(ep.me) * E, mine, size_t(E), ep.pes[size_t((ep.me + k) % g)]);
-                  signal_members(ep, sig);
-                });
-  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g - 1),
-                               fmt::format("waits for {} to have their rows for its experts ready (MoE layer {}, {} {})",
-                                           others(ep_), p.layer, forward ? "dispatch" : "combine backward", round));
-  // The rows of my experts, grouped by local expert and source, read from
-  // the sources' send buffers (mine from my own). Forward: the plan from the
-  // counts first. It takes the signals it waited for (as
-  // wait_signal_on_stream does, without a kernel of its own).
-  const Received received = free_received(L, forward);
-  const Tensor out = received.rows, filled = received.filled;
-  const Tensor local_off = p.offsets, source_off = p.source_offsets;
-  std::vector<Tensor> writes{out, filled};
-  if (forward) writes.insert(writes.end(), {matrix, local_off, source_off});
-  stream.launch(launch_info("ep_gather", runtime::KernelKind::comm, 1, {counts, matrix, local_off, source_off, buffer},
-                            writes),
-                [ep, sig, counts, matrix, local_off, source_off, buffer, out, filled, forward, slot, g, E, El](
-                    const runtime::BlockContext&) {
-                  const int me = ep.me;
-                  if (g > 1) shmem::atomic_add(sig, uint64_t(0) - uint64_t(g - 1), ep.pes[size_t(me)]);
-                  int64_t* M = matrix.data<int64_t>();
-                  int64_t* lo = local_off.data<int64_t>();
-                  int64_t* so = source_off.data<int64_t>();
-                  if (forward) {
-                    for (int s = 0; s < g; ++s)
-                      if (s != me)
-                        std::memcpy(M + int64_t(s) * E, counts.data<int64_t>() + int64_t(s) * E, sizeof(int64_t) * size_t(E));
-                    int64_t at = 0;
-                    for (int e = 0; e < El; ++e) {
-                      lo[e] = at;
-                      for (int s = 0; s < g; ++s) so[e * g + s] = at, at += M[int64_t(s) * E + me * El + e];
-                    }
-                    lo[El] = so[int64_t(El) * g] = at;
-                  }
-                  for (int s = 0; s < g; ++s) {
-                    const int64_t n = sum(M + int64_t(s) * E, me * El, (me + 1) * El);
+  // To every owner (me included): forward, its experts' counts and where
+  // they start in my xp; the rows, one run of xp, into my slot; the signal.
+  stream.launch(launch_info("ep_send", runtime::KernelKind::comm, comm_blocks(stream, g), {rows, xp_off}, {}),
+                [ep, rows, in, counts, xp_off, sig, forward, slot, El](const runtime::BlockContext& ctx) {
+                  const int64_t* off = xp_off.data<int64_t>();
+                  for_members(ep, ctx, [&](int d) {
+                    const int pe = ep.pes[size_t(d)];
+                    const int64_t from = off[d * El], n = off[(d + 1) * El] - from;
                     CM_CHECK(n <= slot, "raise the expert capacity the buffers were sized for, or lower the batch",
-                             "PE {} sends {} rows to the experts of PE {}, who take {} per source", ep.pes[size_t(s)],
-                             n, ep.pes[size_t(me)], slot);
-                  }
-                  for (int e = 0; e < El; ++e)
-                    for (int s = 0; s < g; ++s) {
-                      const int64_t* row = M + int64_t(s) * E;
-                      const int64_t n = row[me * El + e], from = sum(row, 0, me * El + e);
-                      if (s == me) copy_rows(out, so[e * g + s], buffer, from, n);
-                      else if (n > 0)
-                        read_rows(rows_at(out, so[e * g + s]), rows_at(buffer, from), n * out.size(1), ep.pes[size_t(s)]);
+                             "PE {} sends {} rows to the experts of PE {}, who take {} per source", ep.pes[size_t(ep.me)],
+                             n, pe, slot);
+                    if (forward) {
+                      std::vector<int64_t> message(size_t(El) + 1);
+                      for (int e = 0; e < El; ++e) message[size_t(e)] = off[d * El + e + 1] - off[d * El + e];
+                      message[size_t(El)] = from;
+                      shmem::put(counts.data<int64_t>() + int64_t(ep.me) * (El + 1), message.data(), message.size(), pe);
                     }
+                    if (n > 0) shmem::put(rows_at(in, ep.me * slot), rows_at(rows, from), size_t(n * rows.size(1)), pe);
+                    signal(sig, pe);
+                  });
+                });
+  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g),
+                               fmt::format("waits for {} to send the rows of its experts (MoE layer {} slice {}, {} {})",
+                                           others(ep_), p.site.layer, p.site.slice,
+                                           forward ? "dispatch" : "combine backward", forward ? p.fwd_round : p.bwd_round));
+  // My slots regrouped by local expert, then source. Forward: the plan from
+  // the counts first (every block derives it; block 0 keeps it). It takes
+  // the signals it waited for.
+  const Received received = free_received(b, forward);
+  const Tensor out = received.rows, filled = received.filled;
+  const Tensor plan_counts = p.counts, local_off = p.offsets, source_off = p.source_offsets;
+  std::vector<Tensor> writes{out, filled};
+  if (forward) writes.insert(writes.end(), {plan_counts, local_off, source_off});
+  stream.launch(launch_info("ep_regroup", runtime::KernelKind::comm, comm_blocks(stream, int64_t(El) * g),
+                            {in, counts, plan_counts}, writes),
+                [ep, sig, in, counts, plan_counts, local_off, source_off, out, filled, forward, slot, g, El](
+                    const runtime::BlockContext& ctx) {
+                  const int64_t* M = (forward ? counts : plan_counts).data<int64_t>();  // (g, El + 1)
+                  std::vector<int64_t> so(size_t(El) * g + 1);
+                  int64_t at = 0;
+                  for (int e = 0; e < El; ++e)
+                    for (int s = 0; s < g; ++s) so[size_t(e * g + s)] = at, at += M[s * (El + 1) + e];
+                  so.back() = at;
+                  for (int64_t i = ctx.block_idx; i < int64_t(El) * g; i += ctx.block_dim) {
+                    const int e = int(i / g), s = int(i % g);
+                    int64_t from = s * slot;
+                    for (int f = 0; f < e; ++f) from += M[s * (El + 1) + f];
+                    copy_rows(out, so[size_t(i)], in, from, M[s * (El + 1) + e]);
+                  }
+                  if (ctx.block_idx != 0) return;
+                  shmem::atomic_add(sig, uint64_t(0) - uint64_t(g), ep.pes[size_t(ep.me)]);
+                  if (forward) {
+                    std::memcpy(plan_counts.data<int64_t>(), M, sizeof(int64_t) * size_t(g) * size_t(El + 1));
+                    std::copy(so.begin(), so.end(), source_off.data<int64_t>());
+                    for (int e = 0; e <= El; ++e) local_off.data<int64_t>()[e] = so[size_t(e * g)];
+                  }
                   int64_t& rows_filled = *filled.data<int64_t>();  // the tail past it is zero
-                  zero_rows(out, lo[El], rows_filled);
-                  rows_filled = lo[El];
-                  shmem::quiet();
+                  zero_rows(out, at, rows_filled);
+                  rows_filled = at;
                 });
   return out;
 }
 
-Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer::*ret, int which, uint64_t round) {
+Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, bool forward) {
   const int g = ep_.size(), E = shape_.experts, El = local_;
-  Layer& L = layer(p.layer);
+  SiteBuffers& b = buffers(p.site);
   runtime::Stream stream = runtime::current_stream();
-  auto* sig = reinterpret_cast<uint64_t*>(L.signals.data<int64_t>()) + which;
+  auto* sig = reinterpret_cast<uint64_t*>(b.signals.data<int64_t>()) + (forward ? kBackFwd : kBackBwd);
   const Group ep = ep_;
-  const Tensor matrix = p.matrix, buffer = (L.*ret).slice(0, 0, rows.size(0)), source_off = p.source_offsets;
-  stage(stream, rows, buffer);
-  // The signal that my experts' rows are ready; then my rows of my own
-  // experts into xp order (and the dropped rows' tail zeroed) while the
-  // others' signals are on their way.
-  Tensor out = Tensor::empty({p.rows, shape_.width});
-  stream.launch(launch_info("ep_rows_ready", runtime::KernelKind::comm, 1, {buffer, matrix, source_off}, {out}),
-                [ep, sig, buffer, out, matrix, source_off, g, E, El](const runtime::BlockContext&) {
-                  signal_members(ep, sig);
-                  const int me = ep.me;
-                  const int64_t* row = matrix.data<int64_t>() + int64_t(me) * E;
+  const Tensor back = forward ? b.back_fwd : b.back_bwd, counts = p.counts, source_off = p.source_offsets;
+  // To every source (me included): each run of its rows, one per local
+  // expert, to where it goes in the source's xp; the signal.
+  stream.launch(launch_info("ep_send", runtime::KernelKind::comm, comm_blocks(stream, g), {rows, counts, source_off}, {}),
+                [ep, rows, back, counts, source_off, sig, g, El](const runtime::BlockContext& ctx) {
                   const int64_t* so = source_off.data<int64_t>();
-                  int64_t at = sum(row, 0, me * El);
-                  for (int e = 0; e < El; ++e)
-                    copy_rows(out, at, buffer, so[e * g + me], row[me * El + e]), at += row[me * El + e];
-                  zero_from(out, sum(row, 0, E));
-                });
-  if (g == 1) return out;
-  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g - 1),
-                               fmt::format("waits for {} to have its rows back from their experts ready (MoE layer {}, {} {})",
-                                           others(ep_), p.layer, which == kRetFwd ? "combine" : "dispatch backward", round));
-  // The others' experts' rows, read out of their return buffers (where owner
-  // d holds them grouped by its local expert, then by source). It takes the
-  // signals it waited for.
-  stream.launch(launch_info("ep_gather", runtime::KernelKind::comm, 1, {buffer, matrix}, {out}),
-                [ep, sig, buffer, out, matrix, g, E, El](const runtime::BlockContext&) {
-                  const int me = ep.me;
-                  shmem::atomic_add(sig, uint64_t(0) - uint64_t(g - 1), ep.pes[size_t(me)]);
-                  const int64_t* M = matrix.data<int64_t>();
-                  const int64_t* row = M + int64_t(me) * E;
-                  for (int d = 0; d < g; ++d) {
-                    if (d == me) continue;
-                    int64_t at = sum(row, 0, d * El);
+                  for_members(ep, ctx, [&](int s) {
+                    const int pe = ep.pes[size_t(s)];
+                    const int64_t* row = counts.data<int64_t>() + int64_t(s) * (El + 1);
+                    int64_t at = row[El];
                     for (int e = 0; e < El; ++e) {
-                      const int64_t n = row[d * El + e];
-                      if (n > 0)
-                        read_rows(rows_at(out, at), rows_at(buffer, owner_row(M, g, E, El, d, e, me)), n * out.size(1),
-                                  ep.pes[size_t(d)]);
-                      at += n;
+                      if (row[e] > 0) shmem::put(rows_at(back, at), rows_at(rows, so[e * g + s]), size_t(row[e] * rows.size(1)), pe);
+                      at += row[e];
                     }
-                  }
-                  shmem::quiet();
+                    signal(sig, pe);
+                  });
+                });
+  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g),
+                               fmt::format("waits for {} to send its rows back from their experts (MoE layer {} slice {}, {} {})",
+                                           others(ep_), p.site.layer, p.site.slice,
+                                           forward ? "combine" : "dispatch backward", forward ? p.fwd_round : p.bwd_round));
+  // My rows out of the return buffer (the next exchange rewrites it), the
+  // dropped rows' tail zeroed. It takes the signals it waited for.
+  Tensor out = Tensor::empty({p.rows, shape_.width});
+  const Tensor xp_off = p.xp_offsets;
+  const int64_t n_rows = p.rows;
+  stream.launch(launch_info("ep_receive", runtime::KernelKind::comm, comm_blocks(stream, n_rows), {back, xp_off}, {out}),
+                [ep, sig, back, out, xp_off, n_rows, g, E](const runtime::BlockContext& ctx) {
+                  const int64_t routed = xp_off.data<int64_t>()[E];
+                  const int64_t b = ctx.block_idx, n = ctx.block_dim;
+                  const int64_t from = n_rows * b / n, to = n_rows * (b + 1) / n;
+                  copy_rows(out, from, back, from, std::clamp(routed, from, to) - from);
+                  zero_rows(out, std::clamp(routed, from, to), to);
+                  if (b == 0) shmem::atomic_add(sig, uint64_t(0) - uint64_t(g), ep.pes[size_t(ep.me)]);
                 });
   return out;
 }
@@ -284,43 +248,31 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, Tensor Layer:
 // activations, not a queued kernel), or a new one: the tail past its fill
 // level is zero, so the next exchange zeroes only what the last one wrote
 // beyond its own rows. One per micro-batch in flight, reused after that.
-ShmemExperts::Received ShmemExperts::free_received(Layer& L, bool forward) {
-  std::vector<Received>& pool = forward ? L.received_fwd : L.received_bwd;
+ShmemExperts::Received ShmemExperts::free_received(SiteBuffers& b, bool forward) {
+  std::vector<Received>& pool = forward ? b.received_fwd : b.received_bwd;
   for (const Received& r : pool)
     if (r.rows.storage().use_count() == 1 && r.filled.storage().use_count() == 1) return r;
   pool.push_back({Tensor::zeros({recv_rows_, shape_.width}), Tensor::zeros({1}, DType::i64)});
   return pool.back();
 }
 
-Tensor ShmemExperts::send_buffer(int index, Exchange which, int64_t rows, int64_t width) {
-  Layer& L = layer(index);
-  const Tensor* buffers[] = {&L.send_fwd, &L.ret_fwd, &L.send_bwd, &L.ret_bwd};
-  const Tensor& buffer = *buffers[int(which)];
-  // A forward buffer still being read (a dispatch not yet combined: refused
-  // by dispatch with the fix), or rows that do not fit: a tensor of their own.
-  const bool busy = L.awaiting_combine && which == Exchange::dispatch;
-  if (busy || rows > buffer.size(0) || width != buffer.size(1))
-    return ExpertDispatcher::send_buffer(index, which, rows, width);
-  return buffer.slice(0, 0, rows);
-}
-
 Tensor ShmemExperts::combine(const Tensor& y, const Dispatched& d) {
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
-  layer(p.layer).awaiting_combine = false;
-  return to_sources(y, p, &Layer::ret_fwd, kRetFwd, p.fwd_round);
+  buffers(p.site).awaiting_combine = false;
+  return to_sources(y, p, /*forward=*/true);
 }
 
 Tensor ShmemExperts::combine_backward(const Tensor& dy, const Dispatched& d) {
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
-  p.bwd_round = ++layer(p.layer).bwd_round;
-  return to_owners(dy, p, &Layer::send_bwd, kSendBwd, p.bwd_round);
+  p.bwd_round = ++buffers(p.site).bwd_round;
+  return to_owners(dy, p, /*forward=*/false);
 }
 
 Tensor ShmemExperts::dispatch_backward(const Tensor& drows, const Dispatched& d) {
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
-  CM_CHECK(p.bwd_round > 0, "run combine_backward before dispatch_backward", "dispatch_backward of layer {}",
-           p.layer);
-  return to_sources(drows, p, &Layer::ret_bwd, kRetBwd, p.bwd_round);
+  CM_CHECK(p.bwd_round > 0, "run combine_backward before dispatch_backward", "dispatch_backward of MoE layer {} slice {}",
+           p.site.layer, p.site.slice);
+  return to_sources(drows, p, /*forward=*/false);
 }
 
 }  // namespace coremesh::parallel

@@ -30,9 +30,12 @@ std::vector<int64_t> tp_sizes(const PlanConfig& c) {
   return sizes;
 }
 
+// Every MoE layer's moe_replicas sites; a site takes one token slice's rows.
 ShmemExperts::Shape expert_shape(const PlanConfig& c) {
   const ModelShape& s = c.shape;
-  return {s.experts, s.d_model, s.tokens() * s.top_k, s.expert_capacity, s.moe_layers};
+  const int slices = c.parallel.moe_replicas;
+  const int64_t slice_tokens = (s.tokens() + slices - 1) / slices;
+  return {s.experts, s.d_model, slice_tokens * s.top_k, s.expert_capacity, s.moe_layers, slices};
 }
 
 ShmemContext::Sizes context_shape(const PlanConfig& c) {
@@ -108,6 +111,15 @@ std::vector<std::string> layout_problems(const PlanConfig& c, int world) {
                                           "or use tp = 1", p.tp));
   refuse(c.graph && p.cp > 1, fmt::format("graph mode does not capture context parallelism yet (cp = {}): drop --graph "
                                           "or set cp to 1", p.cp));
+  refuse(p.moe_replicas > 1 && c.shape.moe_layers.empty(),
+         fmt::format("moe_replicas {} slices the MoE layers' tokens and this model has none: set moe_replicas to 1",
+                     p.moe_replicas));
+  refuse(p.moe_replicas > cp_tokens(c),
+         fmt::format("moe_replicas {} is more slices than a micro-batch has tokens ({}): choose at most {}",
+                     p.moe_replicas, cp_tokens(c), cp_tokens(c)));
+  refuse(p.comm_cores > 0 && p.moe_replicas == 1,
+         fmt::format("comm_cores {} limits the comm stream of sliced MoE exchanges: set moe_replicas to 2 or more, "
+                     "or comm_cores to 0", p.comm_cores));
   if (out.empty() && p.pp > 1) {
     try {
       stage_parts(c.shape.parts(), plan_schedule(p, c.micro_batches).num_stages());
@@ -193,6 +205,8 @@ Seams ParallelPlan::seams() {
   if (context_) s.context = context_.get();
   if (tensor_) s.tensor = tensor_.get();
   s.tied = executor_->tied_seam();
+  s.moe_replicas = cfg_.parallel.moe_replicas;
+  s.comm_cores = cfg_.parallel.comm_cores;
   return s;
 }
 

@@ -8,7 +8,7 @@ namespace {
 
 class LocalExperts final : public ExpertDispatcher {
  public:
-  Dispatched dispatch(const Tensor& xp, const Tensor& offsets, int) override {
+  Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site) override {
     return {xp, offsets, 1, offsets, nullptr};
   }
   Tensor combine(const Tensor& y, const Dispatched&) override { return y; }
@@ -39,8 +39,6 @@ class LocalTensor final : public TensorParallel {
 };
 
 }  // namespace
-
-Tensor ExpertDispatcher::send_buffer(int, Exchange, int64_t rows, int64_t width) { return Tensor::empty({rows, width}); }
 
 ExpertDispatcher& ExpertDispatcher::local() {
   static LocalExperts local;

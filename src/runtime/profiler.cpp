@@ -24,6 +24,7 @@ struct ProfilerState {
   std::mutex mutex;
   std::vector<KernelRecord> records;
   std::vector<SpanRecord> spans;
+  std::map<std::pair<int, int>, std::string> stream_names;  // (device, stream)
   const std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
 };
 
@@ -84,6 +85,11 @@ void profiler_add(KernelRecord record) {
   record.pe = state().pe.load();
   std::lock_guard lock(state().mutex);
   state().records.push_back(std::move(record));
+}
+
+void profiler_name_stream(int device, int stream, std::string name) {
+  std::lock_guard lock(state().mutex);
+  state().stream_names[{device, stream}] = std::move(name);
 }
 
 void profiler_add_span(SpanRecord span) {
@@ -160,9 +166,17 @@ void write_chrome_trace(const std::string& path) {
   }
   int order = -1000;  // above the streams, by name
   for (const auto& [track, i] : span_tracks) name_track(2000000 + i, track, order++);
-  for (auto [device, stream] : stream_tracks)
-    name_track(device * 10000 + stream, fmt::format("dev{} stream {}", device, stream),
+  std::map<std::pair<int, int>, std::string> stream_names;
+  {
+    std::lock_guard lock(state().mutex);
+    stream_names = state().stream_names;
+  }
+  for (auto [device, stream] : stream_tracks) {
+    const auto named = stream_names.find({device, stream});
+    name_track(device * 10000 + stream,
+               fmt::format("dev{} stream {}{}", device, stream, named == stream_names.end() ? "" : ": " + named->second),
                device * 10000 + stream);
+  }
   for (auto [device, core] : core_tracks)
     name_track(1000000 + device * 10000 + core, fmt::format("dev{} core {}", device, core),
                1000000 + device * 10000 + core);

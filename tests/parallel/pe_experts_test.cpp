@@ -64,7 +64,7 @@ TEST(ExpertParallel, DispatchCombineAndTheirBackward) {
       const Source mine = source(me, n, round * 2 + layer);
       const Tensor xp = rows_tensor(mine);
       const Tensor offsets = Tensor::from_vector(mine.offsets, {E + 1});
-      const auto d = experts.dispatch(xp, offsets, layer);
+      const auto d = experts.dispatch(xp, offsets, {layer});
       // identity experts, then double them on the way back in the backward
       const Tensor back = experts.combine(d.rows, d);
       const Tensor dy = ops::add(xp, xp);
@@ -109,7 +109,7 @@ TEST(ExpertParallel, ALargerMicroBatchIsRefusedWithTheFix) {
   ShmemExperts experts(Group::of(world, me), {E, C, R, -1, {0}});
   const Tensor big = Tensor::zeros({R + 1, C}), offsets = Tensor::zeros({E + 1}, DType::i64);
   try {
-    experts.dispatch(big, offsets, 0);
+    experts.dispatch(big, offsets, {0});
     ADD_FAILURE() << "accepted more rows than the buffers hold";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("the buffers take 40 rows"), std::string::npos) << e.what();
@@ -125,17 +125,17 @@ TEST(ExpertParallel, DispatchingALayerTwiceWithoutCombineIsRefused) {
   for (int p = 0; p < n; ++p) world.push_back(p);
   ShmemExperts experts(Group::of(world, me), {E, C, R, -1, {0, 1}});
   const Tensor rows = Tensor::zeros({R, C}), offsets = Tensor::zeros({E + 1}, DType::i64);
-  const auto d = experts.dispatch(rows, offsets, 0);
+  const auto d = experts.dispatch(rows, offsets, {0});
   try {
-    experts.dispatch(rows, offsets, 0);
+    experts.dispatch(rows, offsets, {0});
     ADD_FAILURE() << "a second dispatch of layer 0 before its combine was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("previous dispatch was not combined"), std::string::npos) << e.what();
   }
-  const auto other = experts.dispatch(rows, offsets, 1);  // another layer is independent
+  const auto other = experts.dispatch(rows, offsets, {1});  // another layer is independent
   experts.combine(other.rows, other);
   experts.combine(d.rows, d);
-  experts.dispatch(rows, offsets, 0);  // combined: accepted again
+  experts.dispatch(rows, offsets, {0});  // combined: accepted again
   runtime::current_stream().synchronize();
   shmem::barrier();
 }

@@ -59,6 +59,7 @@ struct GradRef;
 struct MoeParams;
 struct MoeGrads;
 class WgradSink;
+class MoeStreams;
 }  // namespace detail
 
 // One micro-batch as a stage sees it. tokens (B,T) are read by the stage that
@@ -221,6 +222,7 @@ class Model final : public parallel::StageModel {
   ModelConfig config_;
   StageLayout stage_;
   parallel::Seams seams_;
+  std::unique_ptr<detail::MoeStreams> moe_streams_;  // the slices' streams (moe_replicas)
   ParamLayout layout_;
   TpShape tp_;  // this stage's heads and hidden units (all of them without TP)
   Tensor weights_, grads_, scratch_;              // scratch_: later micro-batches' gradients

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include <vector>
+
 #include "coremesh/core/tensor.hpp"
 
 namespace coremesh::ops {
@@ -92,17 +94,32 @@ struct Permutation {
 // out: where to build x ((T*k, C) f32, contiguous; e.g. a send buffer of the
 // expert exchange); default a new tensor.
 Permutation permute(const Tensor& x, const Tensor& indices, int64_t num_experts, const Tensor& out = {});
-// dxp (T*k, C) -> dx (T,C) = sum_j dxp[row_of[t,j]]
-Tensor permute_backward(const Tensor& dxp, const Tensor& row_of);
-// Combine: y (T,C) = sum_j weights[t,j] * yp[row_of[t,j]].
-Tensor unpermute(const Tensor& yp, const Tensor& row_of, const Tensor& weights);
+// dxp (T*k, C) -> dx (T,C) = sum_j dxp[row_of[t,j]], written into `out`
+// when given ((T,C) f32, contiguous; e.g. a token slice's rows of a larger dx).
+Tensor permute_backward(const Tensor& dxp, const Tensor& row_of, const Tensor& out = {});
+// Combine: y (T,C) = sum_j weights[t,j] * yp[row_of[t,j]], into `out` as above.
+Tensor unpermute(const Tensor& yp, const Tensor& row_of, const Tensor& weights, const Tensor& out = {});
 struct UnpermuteGrads {
   Tensor dyp;       // (T*k, C)
   Tensor dweights;  // (T,k)
 };
-// dyp_out: where to build dyp (yp's shape, f32, contiguous); default a new tensor.
+// dyp_out, dweights_out: where to build dyp (yp's shape) and dweights ((T,k));
+// f32, contiguous; default new tensors.
 UnpermuteGrads unpermute_backward(const Tensor& dy, const Tensor& yp, const Tensor& row_of,
-                                  const Tensor& weights, const Tensor& dyp_out = {});
+                                  const Tensor& weights, const Tensor& dyp_out = {},
+                                  const Tensor& dweights_out = {});
+
+// Row sets grouped the same way, joined group by group: group g of the
+// result is group g of parts[0], then of parts[1], ... parts[p] (M_p, W) of
+// one dtype and width, contiguous; offsets[p] (G+1) i64 its group list (read
+// on the stream). Rows past the groups are zero. A token-sliced MoE layer
+// joins its slices' routed rows so that the experts' weight gradients see
+// them in the order one unsliced exchange delivers.
+struct GroupedRows {
+  Tensor rows;     // (sum M_p, W)
+  Tensor offsets;  // (G+1) i64
+};
+GroupedRows concat_groups(const std::vector<Tensor>& parts, const std::vector<Tensor>& offsets);
 
 namespace reference {
 Routing topk_route(const Tensor& scores, const Tensor& bias, const TopKConfig& config);

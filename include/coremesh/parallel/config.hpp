@@ -37,6 +37,12 @@ struct ParallelConfig {
   // tp > 1: the sums of the backward's input gradients run on a comm stream
   // while the same linears' weight gradients compute (false: in order)
   bool tp_comm_overlap = true;
+  // MoE layers: each micro-batch's tokens in this many slices, each slice's
+  // route -> dispatch -> experts -> combine on its own stream, the exchanges
+  // on a comm stream limited to comm_cores vector cores (0: no limit), so
+  // that one slice's exchange runs while another's experts compute
+  int moe_replicas = 1;
+  int comm_cores = 0;
   CpComm cp_comm = CpComm::ring;  // cp > 1: ring attention or Ulysses all-to-all
   bool cp_zigzag = true;          // ring: chunks r and 2cp-1-r per rank (balanced causal work); false: chunk r
   int zero = 0;                   // 1: ZeRO-1, the optimizer state sharded over the data-parallel ranks

@@ -41,24 +41,22 @@ class ExpertDispatcher {
     Tensor source_offsets;
     std::shared_ptr<const void> plan;  // what combine and the backward reuse
   };
+  // Where an exchange happens: a MoE layer's token slice (moe_replicas
+  // slices per layer, each with its own buffers; slice 0 when unsliced).
+  struct Site {
+    int layer = 0;
+    int slice = 0;
+  };
   virtual ~ExpertDispatcher() = default;
   // xp (R, C) grouped by global expert: rows [offsets[e], offsets[e+1]) go to
-  // expert e; offsets (E + 1) i64 (read on the stream). `layer` names the
-  // MoE layer (each has its own buffers).
-  virtual Dispatched dispatch(const Tensor& xp, const Tensor& offsets, int layer) = 0;
+  // expert e; offsets (E + 1) i64 (read on the stream).
+  virtual Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site site) = 0;
   // y (R_local, C), the experts' outputs -> (R, C) in xp's row order.
   virtual Tensor combine(const Tensor& y, const Dispatched& d) = 0;
   // Mirrors: d(combine) is a dispatch of dy (R, C) -> (R_local, C); d(dispatch)
   // is a combine of drows (R_local, C) -> (R, C).
   virtual Tensor combine_backward(const Tensor& dy, const Dispatched& d) = 0;
   virtual Tensor dispatch_backward(const Tensor& drows, const Dispatched& d) = 0;
-  // The four exchanges of a MoE layer, named by the call whose rows they move.
-  enum class Exchange { dispatch, combine, combine_backward, dispatch_backward };
-  // Where the model may build the (rows, width) f32 rows it next passes to
-  // the call `which` of MoE `layer`: rows built there leave without another
-  // copy (ShmemExperts: the receivers read them from it). Default: a new
-  // tensor.
-  virtual Tensor send_buffer(int layer, Exchange which, int64_t rows, int64_t width);
 
   static ExpertDispatcher& local();  // every expert on this PE: nothing moves
 };
@@ -127,6 +125,11 @@ struct Seams {
   ContextParallel* context = &ContextParallel::local();
   TensorParallel* tensor = &TensorParallel::local();
   TiedEmbedding* tied = nullptr;  // only where the head holds a replica of the table
+  // MoE layers: token slices per micro-batch, each with its own exchange
+  // site, and the vector cores of their exchanges' comm stream (0: no
+  // limit); ParallelConfig::moe_replicas and comm_cores.
+  int moe_replicas = 1;
+  int comm_cores = 0;
 };
 
 }  // namespace coremesh::parallel

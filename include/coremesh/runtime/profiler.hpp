@@ -63,6 +63,10 @@ void write_chrome_trace(const std::string& path);
 // Writes both into `dir` (created if missing) and returns their paths.
 std::vector<std::string> profiler_export(const std::string& dir);
 
+// Names stream `stream` of device `device` in the trace ("dev0 stream 5:
+// moe slice 0"); a later name replaces an earlier one.
+void profiler_name_stream(int device, int stream, std::string name);
+
 // Called by the runtime for each finished kernel.
 void profiler_add(KernelRecord record);
 // A finished span (pe filled in); spans by start time.
