@@ -1,9 +1,11 @@
 // MoE routing vs the references; group-limited selection; capacity drops;
 // permute -> grouped GEMM -> combine without a host synchronization, checked
 // against a per-token dense computation; gradients by finite differences.
+#include <cstring>
 #include <set>
 
 #include "coremesh/ops/activation.hpp"
+#include "coremesh/ops/quant.hpp"
 #include "coremesh/ops/grouped_gemm.hpp"
 #include "coremesh/ops/moe_routing.hpp"
 #include "harness.hpp"
@@ -264,6 +266,65 @@ TEST(OpsMoE, PermuteAndItsGradientBuildInAGivenTensor) {
   EXPECT_THROW(permute(x, r.indices, E, Tensor::empty({T * k, C}, DType::i64)), InvalidArgument);
   EXPECT_THROW(unpermute_backward(dy, yp, fresh.row_of, r.weights, Tensor::empty({C, T * k}).transpose(0, 1)),
                InvalidArgument);
+}
+
+// Token slices: unpermute, permute_backward and unpermute_backward write a
+// slice's rows of a larger tensor, bit-identical to the whole-batch result.
+TEST(OpsMoE, SlicesWriteTheirRowsOfTheWholeBatch) {
+  const int64_t T = 10, E = 4, C = 6, k = 2, half = 4;
+  Tensor x = randn({T, C}, 21), dy = randn({T, C}, 22);
+  Routing r = reference::topk_route(reference::softmax(randn({T, E}, 23)), {}, {k, 1, 1, false, 1.0f});
+  Tensor y = Tensor::full({T, C}, 9.0f), dx = Tensor::full({T, C}, 9.0f), dw = Tensor::full({T, k}, 9.0f);
+  Tensor y_ref, dx_ref, dw_ref;
+  run_on_stream([&] {
+    const Permutation whole = permute(x, r.indices, E);
+    y_ref = unpermute(whole.x, whole.row_of, r.weights);
+    const UnpermuteGrads g = unpermute_backward(dy, whole.x, whole.row_of, r.weights);
+    dx_ref = permute_backward(g.dyp, whole.row_of), dw_ref = g.dweights;
+    for (auto [b, e] : {std::pair<int64_t, int64_t>{0, half}, {half, T}}) {
+      const Permutation p = permute(x.slice(0, b, e), r.indices.slice(0, b, e), E);
+      unpermute(p.x, p.row_of, r.weights.slice(0, b, e), y.slice(0, b, e));
+      const UnpermuteGrads gs = unpermute_backward(dy.slice(0, b, e), p.x, p.row_of, r.weights.slice(0, b, e), {},
+                                                   dw.slice(0, b, e));
+      permute_backward(gs.dyp, p.row_of, dx.slice(0, b, e));
+    }
+  });
+  EXPECT_TRUE(bitwise_equal(y, y_ref));
+  EXPECT_TRUE(bitwise_equal(dx, dx_ref));
+  EXPECT_TRUE(bitwise_equal(dw, dw_ref));
+}
+
+// concat_groups against a host loop: group g of the result is group g of
+// every part in part order; the tail past the groups is zero; any dtype.
+TEST(OpsMoE, ConcatGroupsJoinsGroupByGroup) {
+  const int64_t G = 3, W = 5;
+  const std::vector<std::vector<int64_t>> lists{{0, 2, 2, 5}, {0, 1, 4, 4}, {0, 0, 0, 3}};
+  const std::vector<int64_t> rows{7, 4, 3};  // past each list's end: padding the result must not copy
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    std::vector<Tensor> parts, offsets;
+    for (size_t p = 0; p < lists.size(); ++p) {
+      parts.push_back(ops::cast(randn({rows[p], W}, 30 + int(p)), dtype));
+      offsets.push_back(Tensor::from_vector(lists[p], {G + 1}));
+    }
+    GroupedRows joined;
+    run_on_stream([&] { joined = concat_groups(parts, offsets); });
+    ASSERT_EQ(joined.rows.size(0), 14);
+    const size_t row_bytes = size_t(W) * dtype_size(dtype);
+    std::vector<std::byte> want(size_t(14) * row_bytes, std::byte{0});
+    std::vector<int64_t> want_offsets{0};
+    size_t at = 0;
+    for (int64_t g = 0; g < G; ++g) {
+      for (size_t p = 0; p < parts.size(); ++p)
+        for (int64_t i = lists[p][size_t(g)]; i < lists[p][size_t(g) + 1]; ++i, ++at)
+          std::memcpy(want.data() + at * row_bytes, static_cast<const std::byte*>(parts[p].raw_data()) + size_t(i) * row_bytes,
+                      row_bytes);
+      want_offsets.push_back(int64_t(at));
+    }
+    EXPECT_EQ(0, std::memcmp(joined.rows.raw_data(), want.data(), want.size())) << dtype_name(dtype);
+    EXPECT_EQ(std::vector<int64_t>(joined.offsets.data<int64_t>(), joined.offsets.data<int64_t>() + G + 1),
+              want_offsets);
+  }
+  EXPECT_THROW(concat_groups({randn({2, 3}, 1)}, {}), InvalidArgument);
 }
 
 }  // namespace
