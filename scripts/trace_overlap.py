@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""How much of the sliced MoE exchanges a --profile trace hides behind compute.
+"""How much of the MoE expert exchanges a --profile trace hides behind compute.
 
 Per PE trace (trace_pe<k>.json, Chrome format, one track per stream): the
-exchange time is the union of the intervals on the "moe comm" stream tracks
-(the sends, the parked signal waits, the regroups and copies out); the
-compute time is the union of the non-communication kernels on every other
-stream of the same PE. Hidden = |exchange ∩ compute| / |exchange|.
+exchange time is the union of the expert exchange's intervals (kernels and
+parked waits named ep_*: the sends, the signal waits, the regroups and the
+copies out); the compute time is the union of the kernels that are not
+communication. Hidden = |exchange ∩ compute| / |exchange|: with one slice
+(moe_replicas 1) the exchange runs on the compute's own stream and nothing
+is hidden.
 
 usage: trace_overlap.py TRACE_OR_DIR... [--min-hidden F] [--skip-ms MS]
   --min-hidden F  exit 1 unless every PE hides at least F of its exchange
   --skip-ms MS    leave out the first MS of each trace (warm-up, capture)
-Prints one line per PE: exchange ms, hidden ms, hidden fraction.
+Prints one line per PE: the traced time, the exchange's (and its share), the
+hidden part.
 """
 import argparse
 import glob
@@ -49,8 +52,6 @@ def intersect(xs, ys):
 def overlap(path, skip_ms):
     with open(path) as f:
         events = json.load(f)["traceEvents"]
-    names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
-    comm_tracks = {tid for tid, name in names.items() if "moe comm" in name}
     spans = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "wait")]
     if not spans:
         return None
@@ -60,14 +61,15 @@ def overlap(path, skip_ms):
         if e["ts"] < start:
             continue
         interval = (e["ts"], e["ts"] + e["dur"])
-        if e["tid"] in comm_tracks:
+        if e["name"].startswith("ep_"):
             exchange.append(interval)
         elif e["cat"] == "kernel" and e["args"].get("kind") != "comm":
             compute.append(interval)
+    if not exchange:
+        return None
+    traced = max(b for _, b in compute + exchange) - start
     exchange, compute = union(exchange), union(compute)
-    total = length(exchange)
-    hidden = length(intersect(exchange, compute))
-    return total / 1e3, hidden / 1e3
+    return traced / 1e3, length(exchange) / 1e3, length(intersect(exchange, compute)) / 1e3
 
 
 def main():
@@ -84,12 +86,13 @@ def main():
     worst = None
     for path in traces:
         got = overlap(path, args.skip_ms)
-        if got is None or got[0] == 0:
-            sys.exit(f"{path}: no MoE exchange on a 'moe comm' track: run with moe_replicas >= 2 and an MoE model")
-        total, hidden = got
+        if got is None:
+            sys.exit(f"{path}: no expert exchange (ep_*) in the trace: profile an expert-parallel run (ep >= 2)")
+        traced, total, hidden = got
         fraction = hidden / total
         worst = fraction if worst is None else min(worst, fraction)
-        print(f"{path}: exchange {total:.1f} ms, hidden {hidden:.1f} ms ({100 * fraction:.1f}%)")
+        print(f"{path}: traced {traced:.1f} ms, exchange {total:.1f} ms ({100 * total / traced:.1f}%), "
+              f"hidden {hidden:.1f} ms ({100 * fraction:.1f}%)")
     if args.min_hidden is not None and worst < args.min_hidden:
         sys.exit(f"only {100 * worst:.1f}% of the exchange hidden behind compute (want >= {100 * args.min_hidden:.0f}%)")
 

@@ -40,11 +40,35 @@ void for_members(const Group& ep, const runtime::BlockContext& ctx, F&& f) {
   for (int k = ctx.block_idx; k < g; k += ctx.block_dim) f((ep.me + 1 + k) % g);
 }
 
-// The puts to `pe` before it are visible once it sees the signal's add.
-void signal(uint64_t* sig, int pe) {
-  shmem::fence();
-  shmem::atomic_add(sig, uint64_t{1}, pe);
-}
+// One sender's pieces to one receiver in one exchange add up to kSent on the
+// receiver's signal, so a receiver that sees ep x kSent has every piece.
+constexpr uint64_t kSent = uint64_t{1} << 32;
+// A piece is one message on the network path: a non-blocking put of it does
+// not hold the sending core for the transfer.
+constexpr size_t kPieceBytes = size_t{64} << 10;
+
+// Sends to one PE: non-blocking puts in pieces, each with its own signal add
+// (put-with-signal: the add lands after the piece's data), then the rest of
+// kSent. The sources must stay untouched until the transfer is done
+// (ShmemExperts keeps them to the site's next exchange of the same kind).
+class Sender {
+ public:
+  Sender(uint64_t* sig, int pe) : sig_(sig), pe_(pe) {}
+  template <typename T>
+  void put(T* dest, const T* src, size_t count) {
+    auto* to = reinterpret_cast<std::byte*>(dest);
+    const auto* from = reinterpret_cast<const std::byte*>(src);
+    for (size_t at = 0, bytes = count * sizeof(T); at < bytes; at += kPieceBytes, --left_)
+      shmem::detail::put_signal_bytes(to + at, from + at, std::min(kPieceBytes, bytes - at), sig_, 1,
+                                      shmem::SignalOp::add, pe_, /*nbi=*/true);
+  }
+  void finish() { shmem::detail::put_signal_bytes(sig_, nullptr, 0, sig_, left_, shmem::SignalOp::add, pe_, true); }
+
+ private:
+  uint64_t* sig_;
+  int pe_;
+  uint64_t left_ = kSent;
+};
 
 }  // namespace
 
@@ -94,6 +118,7 @@ ShmemExperts::ShmemExperts(Group ep, const Shape& s) : ep_(std::move(ep)), shape
       b.back_fwd = symmetric_tensor({s.max_rows, s.width});
       b.back_bwd = symmetric_tensor({s.max_rows, s.width});
       b.signals = symmetric_tensor({kSignals}, DType::i64);
+      for (auto& sent : b.sent) sent = std::make_shared<std::vector<Tensor>>();
     }
 }
 
@@ -138,9 +163,11 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward) 
   const Tensor in = forward ? b.in_fwd : b.in_bwd, counts = b.counts, xp_off = p.xp_offsets;
   const int64_t slot = slot_rows_;
   // To every owner (me included): forward, its experts' counts and where
-  // they start in my xp; the rows, one run of xp, into my slot; the signal.
-  stream.launch(launch_info("ep_send", runtime::KernelKind::comm, comm_blocks(stream, g), {rows, xp_off}, {}),
-                [ep, rows, in, counts, xp_off, sig, forward, slot, El](const runtime::BlockContext& ctx) {
+  // they start in my xp; the rows, one run of xp, into my slot.
+  const Tensor message = Tensor::empty({g, El + 1}, DType::i64);
+  const std::shared_ptr<std::vector<Tensor>> sent = b.sent[forward ? kInFwd : kInBwd];
+  stream.launch(launch_info("ep_send", runtime::KernelKind::comm, comm_blocks(stream, g), {rows, xp_off}, {message}),
+                [ep, rows, in, counts, xp_off, message, sent, sig, forward, slot, El](const runtime::BlockContext& ctx) {
                   const int64_t* off = xp_off.data<int64_t>();
                   for_members(ep, ctx, [&](int d) {
                     const int pe = ep.pes[size_t(d)];
@@ -148,20 +175,23 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward) 
                     CM_CHECK(n <= slot, "raise the expert capacity the buffers were sized for, or lower the batch",
                              "PE {} sends {} rows to the experts of PE {}, who take {} per source", ep.pes[size_t(ep.me)],
                              n, pe, slot);
+                    Sender send(sig, pe);
                     if (forward) {
-                      std::vector<int64_t> message(size_t(El) + 1);
-                      for (int e = 0; e < El; ++e) message[size_t(e)] = off[d * El + e + 1] - off[d * El + e];
-                      message[size_t(El)] = from;
-                      shmem::put(counts.data<int64_t>() + int64_t(ep.me) * (El + 1), message.data(), message.size(), pe);
+                      int64_t* m = message.data<int64_t>() + int64_t(d) * (El + 1);
+                      for (int e = 0; e < El; ++e) m[e] = off[d * El + e + 1] - off[d * El + e];
+                      m[El] = from;
+                      send.put(counts.data<int64_t>() + int64_t(ep.me) * (El + 1), m, size_t(El) + 1);
                     }
-                    if (n > 0) shmem::put(rows_at(in, ep.me * slot), rows_at(rows, from), size_t(n * rows.size(1)), pe);
-                    signal(sig, pe);
+                    send.put(rows_at(in, ep.me * slot), rows_at(rows, from), size_t(n * rows.size(1)));
+                    send.finish();
                   });
+                  if (ctx.block_idx == 0) *sent = {rows, message};  // the previous round's are delivered
                 });
-  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g),
+  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g) * kSent,
                                fmt::format("waits for {} to send the rows of its experts (MoE layer {} slice {}, {} {})",
                                            others(ep_), p.site.layer, p.site.slice,
-                                           forward ? "dispatch" : "combine backward", forward ? p.fwd_round : p.bwd_round));
+                                           forward ? "dispatch" : "combine backward", forward ? p.fwd_round : p.bwd_round),
+                               "ep_wait");
   // My slots regrouped by local expert, then source. Forward: the plan from
   // the counts first (every block derives it; block 0 keeps it). It takes
   // the signals it waited for.
@@ -187,7 +217,7 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward) 
                     copy_rows(out, so[size_t(i)], in, from, M[s * (El + 1) + e]);
                   }
                   if (ctx.block_idx != 0) return;
-                  shmem::atomic_add(sig, uint64_t(0) - uint64_t(g), ep.pes[size_t(ep.me)]);
+                  shmem::atomic_add(sig, uint64_t(0) - uint64_t(g) * kSent, ep.pes[size_t(ep.me)]);
                   if (forward) {
                     std::memcpy(plan_counts.data<int64_t>(), M, sizeof(int64_t) * size_t(g) * size_t(El + 1));
                     std::copy(so.begin(), so.end(), source_off.data<int64_t>());
@@ -208,25 +238,25 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, bool forward)
   const Group ep = ep_;
   const Tensor back = forward ? b.back_fwd : b.back_bwd, counts = p.counts, source_off = p.source_offsets;
   // To every source (me included): each run of its rows, one per local
-  // expert, to where it goes in the source's xp; the signal.
+  // expert, to where it goes in the source's xp.
+  const std::shared_ptr<std::vector<Tensor>> sent = b.sent[forward ? kBackFwd : kBackBwd];
   stream.launch(launch_info("ep_send", runtime::KernelKind::comm, comm_blocks(stream, g), {rows, counts, source_off}, {}),
-                [ep, rows, back, counts, source_off, sig, g, El](const runtime::BlockContext& ctx) {
+                [ep, rows, back, counts, source_off, sent, sig, g, El](const runtime::BlockContext& ctx) {
                   const int64_t* so = source_off.data<int64_t>();
                   for_members(ep, ctx, [&](int s) {
-                    const int pe = ep.pes[size_t(s)];
                     const int64_t* row = counts.data<int64_t>() + int64_t(s) * (El + 1);
-                    int64_t at = row[El];
-                    for (int e = 0; e < El; ++e) {
-                      if (row[e] > 0) shmem::put(rows_at(back, at), rows_at(rows, so[e * g + s]), size_t(row[e] * rows.size(1)), pe);
-                      at += row[e];
-                    }
-                    signal(sig, pe);
+                    Sender send(sig, ep.pes[size_t(s)]);
+                    for (int64_t e = 0, at = row[El]; e < El; at += row[e++])
+                      send.put(rows_at(back, at), rows_at(rows, so[e * g + s]), size_t(row[e] * rows.size(1)));
+                    send.finish();
                   });
+                  if (ctx.block_idx == 0) *sent = {rows};  // the previous round's are delivered
                 });
-  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g),
+  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g) * kSent,
                                fmt::format("waits for {} to send its rows back from their experts (MoE layer {} slice {}, {} {})",
                                            others(ep_), p.site.layer, p.site.slice,
-                                           forward ? "combine" : "dispatch backward", forward ? p.fwd_round : p.bwd_round));
+                                           forward ? "combine" : "dispatch backward", forward ? p.fwd_round : p.bwd_round),
+                               "ep_wait");
   // My rows out of the return buffer (the next exchange rewrites it), the
   // dropped rows' tail zeroed. It takes the signals it waited for.
   Tensor out = Tensor::empty({p.rows, shape_.width});
@@ -239,7 +269,7 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, bool forward)
                   const int64_t from = n_rows * b / n, to = n_rows * (b + 1) / n;
                   copy_rows(out, from, back, from, std::clamp(routed, from, to) - from);
                   zero_rows(out, std::clamp(routed, from, to), to);
-                  if (b == 0) shmem::atomic_add(sig, uint64_t(0) - uint64_t(g), ep.pes[size_t(ep.me)]);
+                  if (b == 0) shmem::atomic_add(sig, uint64_t(0) - uint64_t(g) * kSent, ep.pes[size_t(ep.me)]);
                 });
   return out;
 }

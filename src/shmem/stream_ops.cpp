@@ -88,13 +88,13 @@ static_assert(int(Cmp::eq) == int(runtime::WaitCmp::eq) && int(Cmp::ne) == int(r
               int(Cmp::lt) == int(runtime::WaitCmp::lt) && int(Cmp::le) == int(runtime::WaitCmp::le));
 
 void signal_wait_on_stream(runtime::Stream& stream, uint64_t* signal, Cmp cmp, uint64_t value,
-                           std::string what) {
+                           std::string what, std::string name) {
   const size_t offset = internal::sym_offset(signal, sizeof(uint64_t), "signal_wait_on_stream");
   runtime::ValueWait wait;
   wait.word = signal;
   wait.cmp = static_cast<runtime::WaitCmp>(cmp);
   wait.value = value;
-  wait.name = "shmem_signal_wait";
+  wait.name = std::move(name);
   wait.describe = [me = internal::state().my_pe, offset, what = std::move(what)] {
     return what.empty() ? fmt::format("PE {} waits in signal_wait_on_stream on the signal at offset {}", me, offset)
                         : fmt::format("PE {} {} (signal at offset {})", me, what, offset);

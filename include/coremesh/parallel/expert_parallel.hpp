@@ -41,8 +41,10 @@
 // out round n.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -85,6 +87,9 @@ class ShmemExperts final : public ExpertDispatcher {
     Tensor in_fwd, in_bwd;       // (ep x slot, C): the sources' rows, slot s from source s
     Tensor back_fwd, back_bwd;   // (max_rows, C): this PE's rows back from the owners, in xp order
     Tensor signals;              // u64: in_fwd, back_fwd, in_bwd, back_bwd arrived
+    // Per signal, the sources of the last non-blocking sends: kept until the
+    // next exchange of the kind, by when the receivers have applied them.
+    std::array<std::shared_ptr<std::vector<Tensor>>, 4> sent;
     std::vector<Received> received_fwd, received_bwd;
     uint64_t fwd_round = 0, bwd_round = 0;
     bool awaiting_combine = false;  // dispatched, not yet combined

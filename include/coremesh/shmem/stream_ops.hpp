@@ -54,9 +54,9 @@ void put_signal_on_stream(runtime::Stream& stream, T* dest, const T* src, size_t
 }
 // Later work on `stream` waits until `*signal cmp value` holds on this PE.
 // `what` completes the watchdog's message "PE <me> <what>" (e.g. "waits for
-// PE 1's rows of layer 3").
+// PE 1's rows of layer 3"); `name` is the parked interval's in the profiler.
 void signal_wait_on_stream(runtime::Stream& stream, uint64_t* signal, Cmp cmp, uint64_t value,
-                           std::string what = "");
+                           std::string what = "", std::string name = "shmem_signal_wait");
 void quiet_on_stream(runtime::Stream& stream);
 void barrier_on_stream(runtime::Stream& stream, const Team& team = Team::world());
 
