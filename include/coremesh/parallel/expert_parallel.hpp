@@ -7,8 +7,9 @@
 //   dispatch  every source puts, to every owner (itself included), the row
 //             counts of the owner's experts and the rows themselves (one
 //             contiguous run of its xp, which is grouped by global expert)
-//             into the owner's receive slot for that source, then adds 1 to
-//             the owner's signal. The owner waits for ep signals and, in one
+//             into the owner's receive slot for that source: non-blocking
+//             puts in pieces, each with a signal add, the adds of one send
+//             summing to a fixed total. The owner waits for ep totals and, in one
 //             kernel, derives the plan from the counts and regroups its slots
 //             by local expert and, inside one, by source (the order of one
 //             PE's micro-batches) for the grouped GEMM.
@@ -18,9 +19,11 @@
 //             which copies its rows out once all ep owners have signalled.
 // The backward runs the mirror pair: combine's backward is a dispatch of dy
 // (with the forward's plan), dispatch's backward a combine of drows. The
-// data moves while the PEs' cores compute: on the network path the
-// transport's progress thread writes it, and the waits park their stream
-// without holding a core. The copies of one call split over as many blocks
+// data moves while the PEs' cores compute: a piece is one message on the
+// network path, which the transport's threads carry while the sending core
+// goes on, and the waits park their stream without holding a core. A send's
+// sources are kept until the site's next exchange of the same kind, by when
+// every receiver has applied them. The copies of one call split over as many blocks
 // as the stream's vector-core limit allows (`--comm-cores`).
 //
 // Sites. Every MoE layer has `slices` exchange sites (token-sliced replicas,
