@@ -7,7 +7,7 @@ and prints steady-state tokens/s of the global batch (steps after the first two)
   data parallel (bench/train_parallel.sh):    train_torch.py config.json steps --ddp N
       N processes (torch.multiprocessing), DistributedDataParallel over gloo;
       each reads batch_size sequences of the step's N x batch_size.
-  expert parallel:                           train_torch.py config.json steps --ep N
+  expert parallel:                           train_torch.py config.json steps --ep N [--slices R]
       each of N processes holds E / N routed experts of every MoE layer and
       reads its batch_size sequences; tokens go to their experts' process and
       back with all_to_all_single (gloo) in an autograd Function whose
@@ -186,7 +186,16 @@ def ep_routed_experts(rank, world, cfg, P, l, xf, idx, w, keep):
     return torch.zeros_like(xf).index_add(0, tok, back * wt[:, None])
 
 
-def ep_steps(rank, world, cfg, tr, steps):
+def sliced(routed, slices, cfg, P, l, xf, idx, w, keep):
+    """The routed experts on `slices` token slices in turn (coremesh's
+    moe_replicas split), each with its own exchange; gloo's CPU all_to_all
+    leaves nothing to overlap them with."""
+    N = xf.shape[0]
+    bounds = [N * r // slices for r in range(slices + 1)]
+    return torch.cat([routed(cfg, P, l, xf[a:b], idx[a:b], w[a:b], keep[a:b]) for a, b in zip(bounds, bounds[1:])])
+
+
+def ep_steps(rank, world, cfg, tr, steps, slices=1):
     P, B_ = build_params(cfg)
     El = cfg["n_routed_experts"] // world
     for name in P:
@@ -195,6 +204,8 @@ def ep_steps(rank, world, cfg, tr, steps):
     for t in P.values():
         t.requires_grad_(True)
     moe_model.routed_experts = functools.partial(ep_routed_experts, rank, world)
+    if slices > 1:
+        moe_model.routed_experts = functools.partial(sliced, moe_model.routed_experts, slices)
     dense = [t for n, t in P.items() if ".experts." not in n]
     experts = [t for n, t in P.items() if ".experts." in n]
     opt = torch.optim.AdamW(P.values(), lr=tr["lr"], weight_decay=tr["weight_decay"])
@@ -221,13 +232,13 @@ def ep_steps(rank, world, cfg, tr, steps):
     return timed_steps(tr, steps, world, rank, step)
 
 
-def worker(rank, world, mode, config, steps, port):
+def worker(rank, world, mode, config, steps, port, slices):
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     full = json.load(open(config))
     cfg, tr = full["model"], full["train"]
-    times = (ddp_steps if mode == "--ddp" else ep_steps)(rank, world, cfg, tr, steps)
+    times = ddp_steps(rank, world, cfg, tr, steps) if mode == "--ddp" else ep_steps(rank, world, cfg, tr, steps, slices)
     if rank == 0:
         print("%.1f" % tokens_per_s(tr, world, times), flush=True)
     dist.destroy_process_group()
@@ -244,7 +255,8 @@ def main():
     if len(sys.argv) > 3:
         mode, world = sys.argv[3], int(sys.argv[4])
         assert mode in ("--ddp", "--ep"), "mode: --ddp N or --ep N"
-        mp.spawn(worker, args=(world, mode, config, steps, free_port()), nprocs=world)
+        slices = int(sys.argv[6]) if len(sys.argv) > 6 and sys.argv[5] == "--slices" else 1
+        mp.spawn(worker, args=(world, mode, config, steps, free_port(), slices), nprocs=world)
         return
     full = json.load(open(config))
     print("%.1f" % single(full["model"], full["train"], steps))

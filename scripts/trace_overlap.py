@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
 """How much of the MoE expert exchanges a --profile trace hides behind compute.
 
-Per PE trace (trace_pe<k>.json, Chrome format, one track per stream): the
-exchange time is the union of the expert exchange's intervals (kernels and
-parked waits named ep_*: the sends, the signal waits, the regroups and the
-copies out); the compute time is the union of the kernels that are not
-communication. Hidden = |exchange ∩ compute| / |exchange|: with one slice
-(moe_replicas 1) the exchange runs on the compute's own stream and nothing
-is hidden.
+Per PE trace (trace_pe<k>.json, Chrome format, one track per stream), the
+expert exchange's intervals are those named ep_*, of two kinds:
+  transfer  the parked signal waits (ep_wait): the rows are on their way, or
+            the peer is not there yet; the PE's core is free for other work
+  work      the exchange's own kernels (ep_send, ep_regroup, ep_receive):
+            they copy rows on a core of this PE (on the network path, into
+            the transport), so on a PE of one core nothing runs beside them
+Compute is the kernels that are not communication. Hidden = |transfer ∩
+compute| / |transfer|: with one slice (moe_replicas 1) the exchange runs on
+the compute's own stream and nothing is hidden. The exchange's share of the
+step counts both kinds (their union).
 
 usage: trace_overlap.py TRACE_OR_DIR... [--min-hidden F] [--skip-ms MS]
-  --min-hidden F  exit 1 unless every PE hides at least F of its exchange
+  --min-hidden F  exit 1 unless every PE hides at least F of its transfers
   --skip-ms MS    leave out the first MS of each trace (warm-up, capture)
-Prints one line per PE: the traced time, the exchange's (and its share), the
-hidden part.
+Prints one line per PE.
 """
 import argparse
 import glob
@@ -56,20 +59,22 @@ def overlap(path, skip_ms):
     if not spans:
         return None
     start = min(e["ts"] for e in spans) + skip_ms * 1e3
-    exchange, compute = [], []
+    transfer, work, compute = [], [], []
     for e in spans:
         if e["ts"] < start:
             continue
-        interval = (e["ts"], e["ts"] + e["dur"])
+        interval = [e["ts"], e["ts"] + e["dur"]]
         if e["name"].startswith("ep_"):
-            exchange.append(interval)
+            (transfer if e["cat"] == "wait" else work).append(interval)
         elif e["cat"] == "kernel" and e["args"].get("kind") != "comm":
             compute.append(interval)
-    if not exchange:
+    if not transfer:
         return None
-    traced = max(b for _, b in compute + exchange) - start
-    exchange, compute = union(exchange), union(compute)
-    return traced / 1e3, length(exchange) / 1e3, length(intersect(exchange, compute)) / 1e3
+    ms = lambda x: x / 1e3
+    traced = max(b for _, b in compute + transfer + work) - start
+    transfer, compute = union(transfer), union(compute)
+    return {"traced": ms(traced), "exchange": ms(length(union(transfer + work))), "transfer": ms(length(transfer)),
+            "hidden": ms(length(intersect(transfer, compute))), "work": ms(length(union(work)))}
 
 
 def main():
@@ -88,13 +93,14 @@ def main():
         got = overlap(path, args.skip_ms)
         if got is None:
             sys.exit(f"{path}: no expert exchange (ep_*) in the trace: profile an expert-parallel run (ep >= 2)")
-        traced, total, hidden = got
-        fraction = hidden / total
+        fraction = got["hidden"] / got["transfer"]
         worst = fraction if worst is None else min(worst, fraction)
-        print(f"{path}: traced {traced:.1f} ms, exchange {total:.1f} ms ({100 * total / traced:.1f}%), "
-              f"hidden {hidden:.1f} ms ({100 * fraction:.1f}%)")
+        print(f"{path}: traced {got['traced']:.1f} ms; exchange {got['exchange']:.1f} ms "
+              f"({100 * got['exchange'] / got['traced']:.1f}% of it): transfers {got['transfer']:.1f} ms, "
+              f"{got['hidden']:.1f} ms hidden ({100 * fraction:.1f}%); exchange kernels {got['work']:.1f} ms")
     if args.min_hidden is not None and worst < args.min_hidden:
-        sys.exit(f"only {100 * worst:.1f}% of the exchange hidden behind compute (want >= {100 * args.min_hidden:.0f}%)")
+        sys.exit(f"only {100 * worst:.1f}% of the exchange's transfers hidden behind compute "
+                 f"(want >= {100 * args.min_hidden:.0f}%)")
 
 
 if __name__ == "__main__":

@@ -51,8 +51,12 @@ class SliceRun {
   void on_comm(size_t i, F&& f) {
     run(set_ ? &set_->comms[i] : nullptr, i, f);
   }
+  // The calling stream waits for slice i's steps so far.
+  void wait_for(size_t i) {
+    if (set_) main_.wait_event(last_[i]);
+  }
   void join() {
-    for (const runtime::Event& e : last_) main_.wait_event(e);
+    for (size_t i = 0; i < last_.size(); ++i) wait_for(i);
     last_.clear();
   }
 
@@ -202,6 +206,9 @@ Tensor moe_backward(const Tensor& dy, const Tensor& x_in, const MoeParams& w, co
     });
     run.on_comm(i, [&] { dye[i] = experts.combine_backward(dyp, s.routed); });
   }
+  // --- shared experts, while the slices' exchanges run
+  Tensor dx;
+  if (w.sw13.defined()) dx = mlp_backward(dyr, gemm_input(a.x, cfg.precision), a.shared, g.sw13, g.sw2, held);
   for (size_t i = 0; i < a.slices.size(); ++i) {
     const MoeSlice& s = a.slices[i];
     Tensor drows, dxp;
@@ -210,18 +217,17 @@ Tensor moe_backward(const Tensor& dy, const Tensor& x_in, const MoeParams& w, co
       dgu[i] = ops::swiglu_backward(dg, s.gu);
       drows = grouped_linear_dgrad(dgu[i], cfg.precision, a.w13, s.routed.offsets);
     });
+    run.wait_for(i);  // the weight gradients below need the slice's dgu, not its exchange back
     run.on_comm(i, [&] { dxp = experts.dispatch_backward(drows, s.routed); });
     run.on_slice(i, [&] { ops::permute_backward(dxp, s.row_of, dx_routed.slice(0, s.begin, s.end)); });
   }
-  // --- shared experts, while the slices run
-  Tensor dx;
-  if (w.sw13.defined()) dx = mlp_backward(dyr, gemm_input(a.x, cfg.precision), a.shared, g.sw13, g.sw2, held);
-  run.join();
   // --- the experts' weight gradients, each over every slice's rows in the
-  // order one unsliced exchange has them: the same sums as without slices
+  // order one unsliced exchange has them: the same sums as without slices.
+  // Sliced, they run while the last exchanges are in flight; unsliced, they
+  // are held, to run while dx's sum over the TP ranks is.
   const MoeSlice& s0 = a.slices.front();
-  const RowSources src{s0.routed.sources, s0.routed.source_offsets};
   if (a.slices.size() == 1) {
+    const RowSources src{s0.routed.sources, s0.routed.source_offsets};
     grouped_linear_wgrad(dye[0], s0.g, s0.routed.offsets, g.w2, held, src);
     grouped_linear_wgrad(dgu[0], s0.xp, s0.routed.offsets, g.w13, held, src);
   } else {
@@ -230,11 +236,12 @@ Tensor moe_backward(const Tensor& dy, const Tensor& x_in, const MoeParams& w, co
     auto join = [&](const std::vector<Tensor>& rows) { return ops::concat_groups(rows, groups); };
     const ops::GroupedRows dye_all = join(dye);
     const RowSources joined_src{s0.routed.sources, dye_all.offsets};
-    grouped_linear_wgrad(dye_all.rows, joined_input(a.slices, &MoeSlice::g, groups), dye_all.offsets, g.w2, held,
+    grouped_linear_wgrad(dye_all.rows, joined_input(a.slices, &MoeSlice::g, groups), dye_all.offsets, g.w2, sink,
                          joined_src);
     grouped_linear_wgrad(join(dgu).rows, joined_input(a.slices, &MoeSlice::xp, groups), dye_all.offsets, g.w13,
-                         held, joined_src);
+                         sink, joined_src);
   }
+  run.join();
   dx = tp.enter_backward_async(dx.defined() ? ops::add(dx, dx_routed) : dx_routed);
   held.release();
   // --- gate weights -> affinities (through the pre-capacity selection: the
