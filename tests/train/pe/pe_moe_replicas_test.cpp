@@ -3,7 +3,9 @@
 // stream, the exchanges on a comm stream. The slices compute what one block
 // computes, and the experts' weight gradients join the slices' rows in the
 // unsliced order, so every layout reproduces its R = 1 run bit for bit: each
-// step's loss, gradient norm and expert balance, and the final weights.
+// step's loss, gradient norm and expert balance, and the final weights
+// (every precision, ZeRO-1, expert-TP, graph mode, pipelines: DualPipe runs
+// two chunks on two streams, each with its own slice streams).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -23,6 +25,8 @@ struct Layout {
   model::Precision precision = model::Precision::f32;
   bool graph = false;
   int comm_cores = 0;
+  int pp = 1;  // with 4 micro-batches
+  parallel::PipelineSchedule schedule = parallel::PipelineSchedule::one_f_one_b;
 };
 
 std::vector<Layout> layouts(int n) {
@@ -32,13 +36,20 @@ std::vector<Layout> layouts(int n) {
     case 2:
       return {{1, 2, 1, 0, 2}, {1, 2, 1, 0, 4, Precision::bf16, false, 1}, {1, 2, 1, 0, 2, Precision::fp8},
               {1, 2, 1, 0, 2, Precision::f32, true}};
-    case 4: return {{1, 4, 1, 0, 4}, {2, 2, 1, 1, 2}, {1, 2, 2, 0, 2}, {2, 2, 1, 1, 2, Precision::f32, true}};
+    case 4:
+      return {{1, 4, 1, 0, 4},
+              {2, 2, 1, 1, 2},
+              {1, 2, 2, 0, 2},
+              {2, 2, 1, 1, 2, Precision::f32, true},
+              {1, 2, 1, 0, 2, Precision::f32, false, 0, 2, parallel::PipelineSchedule::zb_h1},
+              {1, 2, 1, 0, 2, Precision::f32, false, 0, 2, parallel::PipelineSchedule::dualpipe}};
     default: return {};
   }
 }
 
 std::string name(const Layout& L) {
-  return fmt::format("dp {} ep {} tp {} zero {}, {}{}{}, {} replicas", L.dp, L.ep, L.tp, L.zero,
+  return fmt::format("dp {} ep {} tp {} pp {}{} zero {}, {}{}{}, {} replicas", L.dp, L.ep, L.tp, L.pp,
+                     L.pp > 1 ? " " + parallel::schedule_name(L.schedule) : "", L.zero,
                      model::precision_name(L.precision), L.graph ? ", graph" : "",
                      L.comm_cores ? fmt::format(", comm_cores {}", L.comm_cores) : "", L.replicas);
 }
@@ -51,6 +62,7 @@ TEST(MoeReplicas, ReproduceTheUnslicedRunBitForBit) {
     TrainConfig c = base_config();
     c.parallel.dp = L.dp, c.parallel.ep = L.ep, c.parallel.tp = L.tp, c.parallel.zero = L.zero;
     c.model.precision = L.precision;
+    if (L.pp > 1) c.parallel.pp = L.pp, c.parallel.schedule = L.schedule, c.grad_accum = 4;
     c.graph = L.graph;
     c.steps = 6;
     c.out_dir = job_dir("moe_unsliced");
