@@ -38,12 +38,13 @@ run() {
   fi
 }
 tokens() { run "$@" | sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p' | head -1; }
-# "exchange-share hidden-share" of a profiled 4-step run (medians over the PEs)
+# "exchange-share transfer-share hidden-share" of a profiled 4-step run (medians over the PEs)
 hidden() {
   rm -rf "$WORK/prof"
   run "$@" --steps 4 --profile "$WORK/prof" >/dev/null
   /usr/bin/python3 scripts/trace_overlap.py "$WORK/prof" --skip-ms 1500 \
-    | sed -n 's/.*(\([0-9.]*\)% of it).*hidden (\([0-9.]*\)%).*/\1 \2/p' | sort -n | awk '{ a[NR] = $1; b[NR] = $2 } END { m = int((NR + 1) / 2); print a[m], b[m] }'
+    | sed -n 's/.*ms (\([0-9.]*\)% of it): transfers .*(\([0-9.]*\)% of it), .*hidden (\([0-9.]*\)%).*/\1 \2 \3/p' \
+    | sort -n | awk '{ a[NR] = $1; b[NR] = $2; c[NR] = $3 } END { m = int((NR + 1) / 2); print a[m], b[m], c[m] }'
 }
 
 for _ in $(seq "$ROUNDS"); do
@@ -71,7 +72,7 @@ v, trace = {}, {}
 for line in open(raw):
     k, *rest = line.split()
     if k.startswith("trace_"):
-        trace[k[6:]] = [float(x) for x in rest] if len(rest) == 2 else None
+        trace[k[6:]] = [float(x) for x in rest] if len(rest) == 3 else None
     elif rest:
         v.setdefault(k, []).append(float(rest[0]))
 med = lambda k: statistics.median(v[k])
@@ -79,20 +80,19 @@ ratio = lambda a, b: statistics.median(x / y for x, y in zip(v[a], v[b]))
 print(f"{steps} steps, {rounds} rounds, 1-minute load average at each round's start: "
       + ", ".join("%.2f" % x for x in v["load"]) + "; per round, tokens/s: "
       + "; ".join(f"{k} " + ", ".join("%.0f" % x for x in xs) for k, xs in v.items() if k != "load"), file=sys.stderr)
-print("| path | layout | slices R | tokens/s | step time vs R = 1 | exchange share of the step | transfers hidden |")
-print("|---|---|---:|---:|---:|---:|---:|")
+print("| path | layout | slices R | tokens/s | step time vs R = 1 | exchange share of the step | its transfers (waits) | transfers hidden |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
 for path, name in (("shm", "shared memory"), ("net", "network (mpirun, TCP)")):
     for ep in (2, 4):
         for r in (1, 2, 4):
             k = f"{path}_ep{ep}_r{r}"
             t = trace.get(k)
-            share = f"{t[0]:.0f}%" if t else "n/a"
-            hid = f"{t[1]:.0f}%" if t else "n/a"
+            share, transfer, hid = (f"{x:.0f}%" for x in t) if t else ("n/a",) * 3
             print(f"| {name} | ep {ep}, 1 core per PE | {r} | {med('cm_' + k):.0f} | "
-                  f"{ratio('cm_' + k.replace(f'_r{r}', '_r1'), 'cm_' + k):.2f}x | {share} | {hid} |")
+                  f"{ratio('cm_' + k.replace(f'_r{r}', '_r1'), 'cm_' + k):.2f}x | {share} | {transfer} | {hid} |")
 for r in (1, 2, 4):
     print(f"| PyTorch EP, gloo | ep 2, 1 thread per process | {r} | {med(f'torch_ep2_r{r}'):.0f} | "
-          f"{ratio('torch_ep2_r1', f'torch_ep2_r{r}'):.2f}x | | |")
+          f"{ratio('torch_ep2_r1', f'torch_ep2_r{r}'):.2f}x | | | |")
 best = max((1, 2, 0), key=lambda c: med(f"cores_c{c}"))
 print()
 print("| comm_cores (ep 2, 2 cores per PE, R = 2) | tokens/s |")

@@ -96,7 +96,8 @@ def main():
         fraction = got["hidden"] / got["transfer"]
         worst = fraction if worst is None else min(worst, fraction)
         print(f"{path}: traced {got['traced']:.1f} ms; exchange {got['exchange']:.1f} ms "
-              f"({100 * got['exchange'] / got['traced']:.1f}% of it): transfers {got['transfer']:.1f} ms, "
+              f"({100 * got['exchange'] / got['traced']:.1f}% of it): transfers {got['transfer']:.1f} ms "
+              f"({100 * got['transfer'] / got['traced']:.1f}% of it), "
               f"{got['hidden']:.1f} ms hidden ({100 * fraction:.1f}%); exchange kernels {got['work']:.1f} ms")
     if args.min_hidden is not None and worst < args.min_hidden:
         sys.exit(f"only {100 * worst:.1f}% of the exchange's transfers hidden behind compute "
