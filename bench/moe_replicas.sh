@@ -55,7 +55,7 @@ for _ in $(seq "$ROUNDS"); do
     done
   done
   for r in 1 2 4; do
-    echo "torch_ep2_r$r $(/usr/bin/python3 bench/train_torch.py "$WORK/moe.json" "$STEPS" --ep 2 --slices $r)" >>"$RAW"
+    echo "torch_ep2_r$r $(/usr/bin/python3 bench/train_torch.py "$WORK/run_moe/config.json" "$STEPS" --ep 2 --slices $r)" >>"$RAW"
   done
   for c in 1 2 0; do echo "cores_c$c $(tokens shm wide --ep 2 --moe-replicas 2 --comm-cores $c)" >>"$RAW"; done
 done
