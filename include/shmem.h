@@ -379,8 +379,11 @@ void shmem_sync(int PE_start, int logPE_stride, int PE_size, long* pSync);
 /* shmem_sync(team) (1.5) and the deprecated shmem_sync(start, log_stride,
  * size, pSync) share a name: pick by the number of arguments. */
 #define CM_SHMEM_SYNC_PICK(_1, _2, _3, _4, NAME, ...) NAME
+#ifndef CM_SHMEM_SYNC_ACTIVE_SET /* the library's own definition is pshmem_sync (pshmem.h) */
+#define CM_SHMEM_SYNC_ACTIVE_SET shmem_sync
+#endif
 #define shmem_sync(...) \
-  CM_SHMEM_SYNC_PICK(__VA_ARGS__, shmem_sync, _3, _2, shmem_team_sync, _0)(__VA_ARGS__)
+  CM_SHMEM_SYNC_PICK(__VA_ARGS__, CM_SHMEM_SYNC_ACTIVE_SET, _3, _2, shmem_team_sync, _0)(__VA_ARGS__)
 #define CM_SHMEM_DECL_ACTIVE_SET(S)                                                          \
   void shmem_broadcast##S(void* dest, const void* source, size_t nelems, int PE_root,        \
                           int PE_start, int logPE_stride, int PE_size, long* pSync);         \

@@ -17,7 +17,10 @@ wins over the user's own definition) must be
     nlohmann} and include coremesh (coremesh::f(std::string), the vtable or
     typeinfo of a coremesh class, a guard variable of a coremesh static).
 
-weak symbols (W V u: template instantiations and inline functions that
+weak symbols: the OpenSHMEM C API's shmem_* (the profiling interface,
+OpenSHMEM 1.5 section 10.1: weak shmem_X over the strong pshmem_X, so a tool
+defines shmem_X and calls pshmem_X; scripts/gen_pshmem.py), and (W V u:
+template instantiations and inline functions that
 every translation unit using the same header emits; the linker merges
 them and never reports a duplicate) must be C++ names whose top-level
 qualifiers all lie in {coremesh, std, __gnu_cxx, fmt, nlohmann}: coremesh's
@@ -66,7 +69,7 @@ def allowed(kind, name, plain):
         if name.startswith("DW.ref."):
             rest = name[len("DW.ref."):]
             return rest == "__gxx_personality_v0" or cxx_ok(rest, plain, False)
-        return name in PLACEMENT_NEW or cxx_ok(name, plain, False)
+        return name.startswith("shmem_") or name in PLACEMENT_NEW or cxx_ok(name, plain, False)
     return False  # an unknown kind: look at it
 
 
