@@ -126,22 +126,22 @@ void* shmem_team_ptr(shmem_team_t t, const void* dest, int pe) {
 void shmem_pcontrol(const int, ...) {}
 
 void* shmem_malloc(size_t size) {
-  CM_C_API("shmem_malloc", return in::sym_alloc(size, 128, false, "shmem_malloc"));
+  CM_C_API("shmem_malloc", return in::sym_alloc(size, 128, false, "shmem_malloc", in::OnFull::null));
 }
 void* shmem_calloc(size_t count, size_t size) {
   size_t bytes = 0;
   if (__builtin_mul_overflow(count, size, &bytes)) return nullptr;  // 9.3.3: cannot be allocated
-  CM_C_API("shmem_calloc", return in::sym_alloc(bytes, 128, true, "shmem_calloc"));
+  CM_C_API("shmem_calloc", return in::sym_alloc(bytes, 128, true, "shmem_calloc", in::OnFull::null));
 }
 void* shmem_align(size_t alignment, size_t size) {
-  CM_C_API("shmem_align", return in::sym_alloc(size, alignment, false, "shmem_align"));
+  CM_C_API("shmem_align", return in::sym_alloc(size, alignment, false, "shmem_align", in::OnFull::null));
 }
 void* shmem_realloc(void* ptr, size_t size) {
   CM_C_API("shmem_realloc", return in::sym_realloc(ptr, size, "shmem_realloc"));
 }
 void* shmem_malloc_with_hints(size_t size, long) {
   // Hints only tune placement; every block supports atomics and signals here.
-  CM_C_API("shmem_malloc_with_hints", return in::sym_alloc(size, 128, false, "shmem_malloc_with_hints"));
+  CM_C_API("shmem_malloc_with_hints", return in::sym_alloc(size, 128, false, "shmem_malloc_with_hints", in::OnFull::null));
 }
 void shmem_free(void* ptr) { CM_C_API("shmem_free", in::sym_free(ptr, "shmem_free")); }
 

@@ -136,8 +136,12 @@ int team_translate(const TeamData& from, int pe, const TeamData& to);
 bool valid_triplet(int parent_size, int start, int stride, int size);
 
 // Memory (collective over the world).
-void* sym_alloc(size_t bytes, size_t alignment, bool zero, const char* api);
+// A full heap: the C++ API fails with the fix; the C API returns NULL (on
+// every PE: allocations are collective), as OpenSHMEM 1.5 9.3.1 says.
+enum class OnFull { fail, null };
+void* sym_alloc(size_t bytes, size_t alignment, bool zero, const char* api, OnFull on_full = OnFull::fail);
 void sym_free(void* ptr, const char* api);
+// NULL when the heap is full (the block unchanged), as shmem_realloc.
 void* sym_realloc(void* ptr, size_t bytes, const char* api);
 
 // RMA.

@@ -3,6 +3,7 @@
 // visible, and every PE compares all requests -- so a mismatch raises the
 // same error, naming every PE's request, on every PE. Then each PE runs the
 // same deterministic allocator step and gets the same offset.
+#include <cstdio>
 #include <cstring>
 
 #include "coremesh/core/error.hpp"
@@ -31,7 +32,7 @@ void agree(State& s, const char* api, const char* what, int64_t a, int64_t b) {
 }
 }  // namespace
 
-void* sym_alloc(size_t bytes, size_t alignment, bool zero, const char* api) {
+void* sym_alloc(size_t bytes, size_t alignment, bool zero, const char* api, OnFull on_full) {
   State& s = state(api);
   if (bytes == 0) return nullptr;
   agree(s, api, "{} B at alignment {}", static_cast<int64_t>(bytes),
@@ -45,11 +46,17 @@ void* sym_alloc(size_t bytes, size_t alignment, bool zero, const char* api) {
   {
     std::lock_guard lock(s.mutex);
     offset = s.allocator.allocate(bytes, alignment);
-    CM_CHECK(offset.has_value(),
-             "free buffers you no longer need or start with a larger heap (coremesh run --heap "
-             "SIZE, COREMESH_HEAP_SIZE, or InitOptions::heap_bytes)",
-             "{}: symmetric heap exhausted on PE {}: cannot allocate {} B; {}", api, s.my_pe,
-             bytes, s.allocator.describe_usage());
+    if (!offset) {
+      // Every PE made the same calls on a heap of the same size: all fail here.
+      const std::string what = fmt::format("{}: symmetric heap exhausted on PE {}: cannot allocate {} B; {}", api,
+                                           s.my_pe, bytes, s.allocator.describe_usage());
+      const char* fix = "free buffers you no longer need or start with a larger heap (SHMEM_SYMMETRIC_SIZE, "
+                        "coremesh run --heap SIZE, COREMESH_HEAP_SIZE, or InitOptions::heap_bytes)";
+      CM_CHECK(on_full == OnFull::null, fix, "{}", what);
+      // OpenSHMEM 1.5, 9.3.1: the routine returns a null pointer; say why.
+      std::fprintf(stderr, "%s (returning NULL); %s\n", what.c_str(), fix);
+      return nullptr;
+    }
   }
   void* ptr = s.base + *offset;
   if (zero) {
@@ -85,7 +92,8 @@ void* sym_realloc(void* ptr, size_t bytes, const char* api) {
   const size_t old_bytes = s.allocator.block_size(old_offset);
   CM_CHECK(old_bytes != 0, "realloc only pointers returned by the symmetric allocator",
            "{}: {} is not the start of a live symmetric block", api, ptr);
-  void* fresh = sym_alloc(bytes, kHeapAlignment, false, api);
+  void* fresh = sym_alloc(bytes, kHeapAlignment, false, api, OnFull::null);
+  if (fresh == nullptr) return nullptr;  // 9.3.1: the block stays as it was
   std::memcpy(fresh, ptr, std::min(old_bytes, bytes));
   {
     std::lock_guard lock(s.mutex);

@@ -8,6 +8,8 @@
  * of NULL does nothing; shmem_realloc(NULL, n) is shmem_malloc(n) and
  * shmem_realloc(p, 0) frees p. 9.3.3 (shmem_calloc): count or size 0
  * returns NULL; count * size that overflows size_t cannot be allocated.
+ * A heap too full for a request returns a null pointer too (9.3.1, Return
+ * Values), and shmem_realloc then leaves the block unchanged.
  * Every PE passes the same arguments, so every PE sees the same result. */
 #include <shmem.h>
 #include <stdint.h>
@@ -83,5 +85,21 @@ int main(void) {
   CHECK(z != NULL);
   for (int i = 0; z && i < 4096; ++i) CHECK(z[i] == 0);
   shmem_free(z);
+
+  /* a full heap: a null pointer on every PE, not the end of the job (the
+   * library says why on stderr); the heap stays usable, and a realloc that
+   * cannot grow leaves its block as it was */
+  const size_t too_much = (size_t)1 << 42;
+  CHECK(shmem_malloc(too_much) == NULL);
+  CHECK(shmem_calloc(too_much / 8, 8) == NULL);
+  CHECK(shmem_align(4096, too_much) == NULL);
+  long* keep = shmem_malloc(4 * sizeof(long));
+  CHECK(keep != NULL);
+  if (keep) {
+    for (int i = 0; i < 4; ++i) keep[i] = 100 * me + i;
+    CHECK(shmem_realloc(keep, too_much) == NULL);
+    for (int i = 0; i < 4; ++i) CHECK(keep[i] == 100 * me + i);
+    shmem_free(keep);
+  }
   DONE("alloc");
 }
