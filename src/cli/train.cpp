@@ -23,6 +23,7 @@
 #include "coremesh/runtime/profiler.hpp"
 #include "coremesh/shmem/heap.hpp"
 #include "coremesh/shmem/session.hpp"
+#include "coremesh/train/safetensors.hpp"
 #include "coremesh/train/trainer.hpp"
 #include "field_flags.hpp"
 #include "pe_setup.hpp"
@@ -185,8 +186,8 @@ void run_train(const TrainFlags& f) {
       std::fflush(stdout);
     }
     if (leader) {
-      std::filesystem::create_directories(cfg.out_dir);
-      std::ofstream(std::filesystem::path(cfg.out_dir) / "config.json") << train::to_json(cfg).dump(2) << "\n";
+      train::write_file_atomic((std::filesystem::path(cfg.out_dir) / "config.json").string(),
+                               train::to_json(cfg).dump(2) + "\n");
       print_dry_run(cfg);
     }
     trainer = std::make_unique<train::Trainer>(cfg, device ? *device : runtime::Device::default_device());

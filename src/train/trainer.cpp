@@ -139,7 +139,14 @@ std::string Trainer::save_checkpoint_now() {
   const std::string path = checkpoint_path(dir, step_);
   const CheckpointState s = checkpoint_state();  // collective when parallel
   if (leader()) {
-    save_checkpoint(path, s);
+    const std::string previous = latest_checkpoint(dir);
+    try {
+      save_checkpoint(path, s);
+    } catch (const Error& e) {  // nothing of the previous checkpoints was touched: say which to resume
+      CM_THROW(InvalidArgument, e.hint() + (previous.empty() ? "" : ", then --resume " + dir),
+               "the checkpoint of step {} was not saved: {}; the last complete one is {}", step_, e.message(),
+               previous.empty() ? std::string("none (nothing saved yet)") : "'" + previous + "'");
+    }
     prune_checkpoints(dir, cfg_.keep_checkpoints);
   }
   plan_->barrier();  // the file is complete before any PE goes on (and may read it)
