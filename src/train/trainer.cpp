@@ -10,6 +10,7 @@
 #include "coremesh/graph/exec.hpp"
 #include "coremesh/runtime/capture.hpp"
 #include "coremesh/train/generate.hpp"
+#include "coremesh/train/step_log.hpp"
 
 namespace coremesh::train {
 namespace fs = std::filesystem;
@@ -391,6 +392,8 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   Progress progress(cfg_.steps, step_, cfg_.log_every, stderr, cfg_.progress ? -1 : 0);
   const int64_t heat_every = std::max<int64_t>(1, cfg_.steps / 200);
   TrainResult result;
+  std::optional<StepLog> log;
+  if (leader()) log.emplace((fs::path(cfg_.out_dir) / "metrics.jsonl").string(), step_);
   double val = -1;
   while (step_ < end) {
     const bool captures = cfg_.graph && !step_graph_;
@@ -411,6 +414,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
                                        printable(cfg_.sample_prompt + samples_.back().text)));
       }
     }
+    if (log) log->append(r, val);
     if (cfg_.progress) progress.update(r, val);
     if (cfg_.ckpt_every > 0 && done % cfg_.ckpt_every == 0 && done < end) {
       std::string p = save_checkpoint_now();
