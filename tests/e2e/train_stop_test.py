@@ -2,8 +2,8 @@
 """A training job asked to stop, and checkpoints under faults (issue 29).
 
   train_stop_test.py COREMESH WORK stop LAUNCH SIGNAL
-      LAUNCH: single (1 PE), dp2 (`coremesh train --dp 2` starts its PEs),
-      ep2_run (`coremesh run -n 2 coremesh train --ep 2`), dp2_mpirun (under
+      LAUNCH: single (1 PE), dp2, pp2, tp2, cp2 (`coremesh train --dp 2`
+      starts its PEs), ep2_run (`coremesh run -n 2 coremesh train --ep 2`), dp2_mpirun (under
       mpirun, network path; the signal goes to every PE, as a batch system
       sends it). The job is signalled at a random step: it must exit
       128 + SIGNAL, name the checkpoint of the step it stopped at, leave no
@@ -54,15 +54,18 @@ def config(train, parallel=None, model=None):
     return os.path.join(work, "cfg.json")
 
 
+# `coremesh train` starts the PEs of these layouts itself
+LAYOUTS = {"single": [], "dp2": ["--dp", "2"], "pp2": ["--pp", "2", "--grad-accum", "2"], "tp2": ["--tp", "2"],
+           "cp2": ["--cp", "2"]}
+
+
 def command(launch, cfg, *extra):
     train = [exe, "train", "--config", cfg, "--no-progress", *extra]
-    if launch == "dp2":
-        return train + ["--dp", "2"]
     if launch == "ep2_run":
         return [exe, "run", "-n", "2"] + train + ["--ep", "2"]
     if launch == "dp2_mpirun":
         return ["sh", mpirun_net, "2"] + train + ["--dp", "2"]
-    return train
+    return train + LAYOUTS[launch]
 
 
 def run(cmd, log, **kw):
