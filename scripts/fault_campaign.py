@@ -6,8 +6,9 @@ Every round of a layout:
   1. starts the job (a tiny MoE, a checkpoint every 2 steps) and, once the
      log shows step K (random), kills PE P (random) with SIGKILL;
   2. the job must stop within --stop-limit seconds with a message naming PE P
-     (the launcher's "PE P was killed", mpirun's "rank P"), leave none of its
-     processes and no /dev/shm name;
+     (the launcher's "PE P was killed"; under mpirun its "rank P", or the
+     error of a PE whose send to P failed first: "to PE P failed"), leave none
+     of its processes and no /dev/shm name;
   3. the last checkpoint is resumed on another layout (random, 1 PE included)
      to the end of the run; its per-step losses (metrics.jsonl) must match
      those of an uninterrupted 1-PE run within --tol (relative; the table
@@ -170,7 +171,11 @@ class Campaign:
             status = None
         row["stop_s"] = time.time() - t0
         text = open(log).read()
-        named = (f"rank {victim} with PID" in text) if self.a.net else (f"PE {victim} was killed by signal 9" in text)
+        # mpirun names the first process to end: the killed one, or a peer whose
+        # network send to it failed first (whose error names it)
+        names = ([f"rank {victim} with PID", f"to PE {victim} failed", f"with PE {victim} to complete"] if self.a.net
+                 else [f"PE {victim} was killed by signal 9"])
+        named = any(n in text for n in names)
         time.sleep(0.1)
         survivors = [p for p in pes.values() if self.alive(p)]
         for p in survivors:

@@ -409,7 +409,10 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
     val = -1;
     if (stop_agreed_ && done < end) {  // every PE stops here; the checkpoint follows the loop
       if (log) log->append(r, -1);
-      if (cfg_.progress) progress.update(r), progress.message(fmt::format("stop requested: stopped after step {}", done));
+      if (cfg_.progress) {
+        progress.update(r);
+        progress.message(fmt::format("stop requested: stopped after step {}", done));
+      }
       result.stopped = true;
       break;
     }

@@ -196,6 +196,7 @@ def kill9_test(rounds):
             if fresh and len(seen) > skip:
                 job.kill()
                 break
+            time.sleep(0.0005)  # a write of this size takes milliseconds
         job.wait()
         if job.returncode != -9:
             fail(f"round {r}: the job was not killed (status {job.returncode})", log)
