@@ -200,6 +200,7 @@ TEST(Checkpoint, KillDuringWritesLeavesEveryCheckpointLoadable) {
   s.params.emplace_back("big", Tensor::full({1 << 20}, 1.0f));  // 4 MiB: writes take a while
   s.adam_m.emplace_back("big", Tensor::full({1 << 20}, 2.0f));
   s.adam_v.emplace_back("big", Tensor::full({1 << 20}, 3.0f));
+  save_checkpoint(checkpoint_path(d.path, 0), s);  // the previous checkpoint of the first round
   std::mt19937 rng(29);
   int cut_mid_write = 0;
   const int rounds = 20;
@@ -226,7 +227,6 @@ TEST(Checkpoint, KillDuringWritesLeavesEveryCheckpointLoadable) {
     for (auto& e : fs::directory_iterator(d.path))
       EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
   }
-  EXPECT_FALSE(latest_checkpoint(d.path).empty());
   EXPECT_GT(cut_mid_write, 0) << "no kill landed during a write";
   std::printf("kill -9 during saves: %d of %d rounds cut a write short; every checkpoint left loaded\n",
               cut_mid_write, rounds);
