@@ -125,6 +125,7 @@ def stop_test(launch, signame):
     if job.poll() is not None:
         fail(f"the job ended before step {at}", log)
     pes = pes_of(job.pid)
+    at = len(lines(metrics))  # steps done when the signal goes
     sent = time.time()
     for pid in pes if launch == "dp2_mpirun" else [job.pid]:
         os.kill(pid, sig)
