@@ -23,9 +23,11 @@
 #include "coremesh/runtime/profiler.hpp"
 #include "coremesh/shmem/heap.hpp"
 #include "coremesh/shmem/session.hpp"
+#include "coremesh/train/safetensors.hpp"
 #include "coremesh/train/trainer.hpp"
 #include "field_flags.hpp"
 #include "pe_setup.hpp"
+#include "stop_signals.hpp"
 
 namespace coremesh::cli {
 namespace {
@@ -137,7 +139,8 @@ void print_layout(const train::TrainConfig& c) {
   }
 }
 
-void run_train(const TrainFlags& f) {
+// Returns the process's exit status: 0, or 128 + the stop signal received.
+int run_train(const TrainFlags& f) {
   train::TrainConfig cfg = read_config(f);
   const int world = cfg.parallel.world();
   if (f.dry_run) {
@@ -146,7 +149,7 @@ void run_train(const TrainFlags& f) {
     if (world > 1) print_layout(cfg);
     if (!cfg.data.empty()) cfg.validate();
     fmt::print("config OK (dry run: nothing trained)\n");
-    return;
+    return 0;
   }
   cfg.validate();
   if (world > 1 && !under_launcher()) {  // start the PEs, each running this command
@@ -155,6 +158,7 @@ void run_train(const TrainFlags& f) {
     std::fflush(stdout);
     std::exit(status);
   }
+  install_stop_signals(/*second_stops_at_once=*/!under_launcher());
   // A PE of a launched job: join it and take this PE's share of the cores.
   std::unique_ptr<shmem::Session> session;
   std::unique_ptr<runtime::Device> device;
@@ -185,8 +189,8 @@ void run_train(const TrainFlags& f) {
       std::fflush(stdout);
     }
     if (leader) {
-      std::filesystem::create_directories(cfg.out_dir);
-      std::ofstream(std::filesystem::path(cfg.out_dir) / "config.json") << train::to_json(cfg).dump(2) << "\n";
+      train::write_file_atomic((std::filesystem::path(cfg.out_dir) / "config.json").string(),
+                               train::to_json(cfg).dump(2) + "\n");
       print_dry_run(cfg);
     }
     trainer = std::make_unique<train::Trainer>(cfg, device ? *device : runtime::Device::default_device());
@@ -196,6 +200,7 @@ void run_train(const TrainFlags& f) {
       trainer->resume(f.resume);
       if (leader) fmt::print("resumed from '{}' at step {}\n", f.resume, trainer->step());
     }
+    trainer->stop_when([] { return stop_signal() != 0; });
     if (!f.profile_dir.empty()) runtime::profiler_start();
     r = trainer->run();
     if (!f.profile_dir.empty()) {
@@ -220,7 +225,8 @@ void run_train(const TrainFlags& f) {
     std::fflush(stderr);
     std::_Exit(1);
   }
-  if (!leader) return;
+  const int status = stop_signal() ? 128 + stop_signal() : 0;
+  if (!leader) return status;
   fmt::print("done: {} steps, loss {:.4f}", r.steps_done, r.final_loss);
   if (r.final_val_loss >= 0)
     fmt::print(", validation {:.4f} nats/byte = {:.3f} bits/byte", r.final_val_loss,
@@ -231,8 +237,12 @@ void run_train(const TrainFlags& f) {
     fmt::print("expert balance at the last step, per MoE layer: {:.2f} (busiest expert's tokens / mean; 1 = even)\n",
                fmt::join(r.final_balance, ", "));
   if (!r.graph.empty()) fmt::print("{}\n", r.graph);
-  if (!r.checkpoint.empty()) fmt::print("checkpoint: {}\n", r.checkpoint);
+  if (!r.checkpoint.empty()) fmt::print("checkpoint: {}\n", std::filesystem::absolute(r.checkpoint).string());
   if (!r.report.empty()) fmt::print("report: {}\n", std::filesystem::absolute(r.report).string());
+  if (r.stopped)
+    fmt::print("stopped by {} after step {} of {}; continue with --resume {}\n", stop_signal_name(stop_signal()),
+               r.steps_done, cfg.steps, std::filesystem::absolute(cfg.out_dir).string());
+  return status;
 }
 
 }  // namespace
@@ -248,7 +258,13 @@ void register_train_command(CLI::App& app) {
   f->train = std::make_unique<FieldFlags<train::TrainConfig>>(*cmd, train::train_fields(), "Training");
   f->model = std::make_unique<FieldFlags<model::ModelConfig>>(*cmd, model::model_fields(), "Model");
   f->parallel = std::make_unique<FieldFlags<parallel::ParallelConfig>>(*cmd, parallel::parallel_fields(), "Parallel");
-  cmd->callback([f] { run_train(*f); });
+  cmd->callback([f] {
+    const int status = run_train(*f);  // every PE has left the job (collective teardown) by now
+    if (status != 0) {
+      std::fflush(stdout);
+      std::exit(status);
+    }
+  });
 }
 
 }  // namespace coremesh::cli

@@ -50,6 +50,13 @@ std::string describe_status(int status) {
 int status_code(int status) {
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
+// A PE that ended because of a stop signal: killed by one (no handler), or
+// exited 128 + its number (a handler that stopped in order, as `coremesh train`).
+bool stopped_by_signal(int status) {
+  const int code = status_code(status);
+  return code == 128 + SIGINT || code == 128 + SIGTERM || code == 128 + SIGHUP;
+}
+std::string signal_name(int sig) { return sigabbrev_np(sig) ? std::string("SIG") + sigabbrev_np(sig) : "a signal"; }
 
 // Splits a PE's output into lines and prefixes them with "[pe k] ".
 struct TaggedStream {
@@ -105,6 +112,7 @@ class Job {
   void create_control_block();
   void start_pe(int pe, int stdout_fd, int stderr_fd);
   void reap();
+  void forward(int sig);
   void begin_stop(const std::string& why);
   void cleanup();
   int live() const {
@@ -124,6 +132,7 @@ class Job {
   std::vector<Pe> pes_;
   std::vector<TaggedStream> streams_;
   bool stopping_ = false;
+  int forwarded_ = 0;  // the stop signal passed on to the PEs, 0: none yet
   int stop_code_ = 0;
   Clock::time_point kill_at_{};
   bool killed_ = false;
@@ -180,6 +189,19 @@ void Job::start_pe(int pe, int stdout_fd, int stderr_fd) {
   _exit(127);
 }
 
+// The first SIGINT/SIGTERM/SIGHUP goes on to the PEs: a program that handles
+// it (coremesh train: finish the step, save a checkpoint) ends in order, one
+// that does not dies of it. A second one stops the job at once (begin_stop).
+void Job::forward(int sig) {
+  forwarded_ = sig;
+  stop_code_ = 128 + sig;
+  std::string msg = fmt::format("coremesh run: received {}; passed it on to the {} PEs (send it again to stop them at once)\n",
+                                signal_name(sig), live());
+  (void)!write(2, msg.data(), msg.size());
+  for (const Pe& p : pes_)
+    if (p.running) kill(p.pid, sig);
+}
+
 void Job::begin_stop(const std::string& why) {
   if (stopping_) return;
   stopping_ = true;
@@ -208,6 +230,7 @@ void Job::reap() {
     p.running = false;
     p.status = status;
     if (status == 0 || stopping_) continue;  // stopped ones do not count
+    if (forwarded_ && stopped_by_signal(status)) continue;  // ended as the signal asked
     p.failed_on_its_own = true;
     const bool global_exit = job_->global_exit && job_->abort_pe == pe;
     stop_code_ = status_code(status);
@@ -266,8 +289,11 @@ int Job::run() {
     while (read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
       const int sig = static_cast<int>(info.ssi_signo);
       if (sig == SIGCHLD) continue;
-      if (!stopping_) stop_code_ = 128 + sig;
-      begin_stop(fmt::format("received {}", sigabbrev_np(sig) ? sigabbrev_np(sig) : "a signal"));
+      if (!stopping_ && !forwarded_) {
+        forward(sig);
+        continue;
+      }
+      begin_stop(fmt::format("received {} while the PEs stop", signal_name(sig)));
     }
     for (TaggedStream& s : streams_)
       if (s.fd >= 0) s.pump();

@@ -111,10 +111,13 @@ int64_t net_spin_ns() {
   return spin == 0 ? 0 : std::max(spin, kNetSpinNs);
 }
 
-void check_ucs(ucs_status_t status, const char* what) {
+// `pe`: the peer the operation went to (-1: none), so that a peer that died
+// is named by the PEs that notice it first.
+void check_ucs(ucs_status_t status, const char* what, int pe = -1) {
   if (status == UCS_OK) return;
   CM_THROW(Error, "check the UCX settings (UCX_TLS, UCX_NET_DEVICES) and the peers' output",
-           "UCX transport: {} failed: {}", what, ucs_status_string(status));
+           "UCX transport: {}{} failed: {}", what, pe >= 0 ? fmt::format(" to PE {}", pe) : "",
+           ucs_status_string(status));
 }
 
 // A registered region of every PE: its base address there and its rkey.
@@ -179,7 +182,7 @@ class UcxTransport final : public Transport {
     auto c = completion();
     const auto param = waited(*c);
     wait(ucp_put_nbx(eps_[pe], src, bytes, remote(pe, offset), key(pe, offset), &param), c,
-         caller, "ucp_put_nbx");
+         caller, "ucp_put_nbx", pe);
     unordered_ = true;
   }
   void get(void* dst, int pe, size_t offset, size_t bytes) override {
@@ -191,7 +194,7 @@ class UcxTransport final : public Transport {
       if (!wait_until(caller, [&] { return got->done.load(std::memory_order_acquire); }, &got->done)) {
         got->owner = MessageGet::Owner::abandoned;  // mutex_ held: the handler sees it, and frees it
         (void)got.release();
-        timed_out(caller, "a get");
+        timed_out(caller, "a get", pe);
       }
       return;
     }
@@ -200,13 +203,13 @@ class UcxTransport final : public Transport {
     auto c = completion();
     const auto param = waited(*c);
     wait(ucp_get_nbx(eps_[pe], dst, bytes, remote(pe, offset), key(pe, offset), &param), c,
-         caller, "ucp_get_nbx");
+         caller, "ucp_get_nbx", pe);
   }
   void put_nbi(int pe, size_t offset, const void* src, size_t bytes) override {
     if (bytes <= kAmPutMax) return message_put(pe, offset, src, bytes, AmPut{.ack = AmPut::kAckLater});
     std::lock_guard lock(mutex_);
     release(ucp_put_nbx(eps_[pe], src, bytes, remote(pe, offset), key(pe, offset), &nbi_),
-            "ucp_put_nbx");
+            "ucp_put_nbx", pe);
     unordered_ = true;
   }
   void get_nbi(void* dst, int pe, size_t offset, size_t bytes) override {
@@ -221,7 +224,7 @@ class UcxTransport final : public Transport {
       return;
     }
     release(ucp_get_nbx(eps_[pe], dst, bytes, remote(pe, offset), key(pe, offset), &nbi_),
-            "ucp_get_nbx");
+            "ucp_get_nbx", pe);
   }
   void put_signal(int pe, size_t offset, const void* src, size_t bytes, size_t signal_offset,
                   uint64_t value, SignalOp op, bool nbi) override {
@@ -327,14 +330,15 @@ class UcxTransport final : public Transport {
   }
   HeapHeader& header() const { return *reinterpret_cast<HeapHeader*>(mem_.base); }
   // An nbi request: UCX frees it when it completes; quiet waits for it.
-  static void release(ucs_status_ptr_t request, const char* what) {
-    if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), what);
+  static void release(ucs_status_ptr_t request, const char* what, int pe) {
+    if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), what, pe);
     if (request != nullptr) ucp_request_free(request);
   }
-  void wait(ucs_status_ptr_t request, std::unique_ptr<Completion>& c, Caller& caller, const char* what);
+  void wait(ucs_status_ptr_t request, std::unique_ptr<Completion>& c, Caller& caller, const char* what,
+            int pe = -1);
   template <typename Done>
   bool wait_until(Caller& caller, Done done, const std::atomic<bool>* stop = nullptr);
-  [[noreturn]] void timed_out(Caller& caller, const char* what);
+  [[noreturn]] void timed_out(Caller& caller, const char* what, int pe = -1);
   unsigned progress_locked(const std::atomic<bool>* stop = nullptr);
   void park_while_callers_progress();
   void wake_progress_thread() {
@@ -361,6 +365,7 @@ class UcxTransport final : public Transport {
   std::vector<int> ack_due_;
   std::atomic<int64_t> gets_outstanding_{0};    // this PE's message get_nbi
   std::atomic<int> nbi_status_{UCS_OK};         // the first failed message send's
+  std::atomic<int> nbi_pe_{-1};                 // ... and its peer
   std::mutex mutex_;        // every ucp call
   Bell done_;               // rung by operation callbacks
   // The hand-over between callers and the progress thread (Caller).
@@ -511,7 +516,7 @@ uint64_t UcxTransport::atomic(int pe, size_t offset, AmoOp op, int width, uint64
   param.datatype = ucp_dt_make_contig(static_cast<size_t>(width));
   param.reply_buffer = &state.result;
   wait(ucp_atomic_op_nbx(eps_[pe], code, &state.operand, 1, remote(pe, offset), key(pe, offset), &param),
-       c, caller, "ucp_atomic_op_nbx");
+       c, caller, "ucp_atomic_op_nbx", pe);
   if (width == 8) return state.result;
   uint32_t old = 0;
   std::memcpy(&old, &state.result, sizeof old);
@@ -573,25 +578,27 @@ bool UcxTransport::wait_until(Caller& caller, Done done, const std::atomic<bool>
   return true;
 }
 
-void UcxTransport::timed_out(Caller& caller, const char* what) {
+void UcxTransport::timed_out(Caller& caller, const char* what, int pe) {
   caller.lock().unlock();
-  throw_wait_timeout([&] { return fmt::format("PE {} waits for {} to complete", mem_.my_pe, what); },
-                     wait_policy().timeout_s);
+  throw_wait_timeout([&] {
+    return fmt::format("PE {} waits for {}{} to complete", mem_.my_pe, what,
+                       pe >= 0 ? fmt::format(" with PE {}", pe) : "");
+  }, wait_policy().timeout_s);
 }
 
 void UcxTransport::wait(ucs_status_ptr_t request, std::unique_ptr<Completion>& c, Caller& caller,
-                        const char* what) {
+                        const char* what, int pe) {
   if (request == nullptr) return;  // completed at once
-  if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), what);
+  if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), what, pe);
   if (!wait_until(caller, [&] { return c->done.load(std::memory_order_acquire); }, &c->done)) {
     // The request stays with UCX, which may still complete it, writing *c
     // (an atomic's result) but calling nothing: c is left to it.
     ucp_request_free(request);
     (void)c.release();
-    timed_out(caller, what);
+    timed_out(caller, what, pe);
   }
   ucp_request_free(request);
-  check_ucs(c->status, what);
+  check_ucs(c->status, what, pe);
 }
 
 // Completes every ucp operation, then waits for every message put's
@@ -607,7 +614,7 @@ void UcxTransport::flush(Caller& caller) {
   if (!wait_until(caller, [&] { return gets_outstanding_.load(std::memory_order_acquire) == 0; }))
     timed_out(caller, "the replies of non-blocking gets");
   if (const int status = nbi_status_.exchange(UCS_OK); status != UCS_OK)
-    check_ucs(static_cast<ucs_status_t>(status), "a message send (ucp_am_send_nbx)");
+    check_ucs(static_cast<ucs_status_t>(status), "a message send (ucp_am_send_nbx)", nbi_pe_.exchange(-1));
 }
 
 // A header that lives until UCX has sent its message: freed by the send's
@@ -616,6 +623,7 @@ template <typename Header>
 struct InFlight {
   UcxTransport* transport;
   Header header;
+  int pe;
 };
 
 // A put (kAckLater: non-blocking) as a message; header: its signal and ack.
@@ -631,7 +639,7 @@ void UcxTransport::message_put(int pe, uint64_t offset, const void* src, size_t 
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_AM_SEND_FLAG_EAGER;
     wait(ucp_am_send_nbx(eps_[pe], kAmPut, &c->header, sizeof header, src, bytes, &param), c, caller,
-         "ucp_am_send_nbx");
+         "ucp_am_send_nbx", pe);
     return;
   }
   std::lock_guard lock(mutex_);  // no Caller: nothing to wait for, the progress thread stays on duty
@@ -644,7 +652,7 @@ void UcxTransport::message_put(int pe, uint64_t offset, const void* src, size_t 
 // the next quiet. mutex_ held.
 template <typename Header>
 void UcxTransport::send_message(int pe, AmId id, const Header& header, const void* data, size_t bytes) {
-  auto* sending = new InFlight<Header>{this, header};
+  auto* sending = new InFlight<Header>{this, header, pe};
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_AM_SEND_FLAG_EAGER;
@@ -653,14 +661,14 @@ void UcxTransport::send_message(int pe, AmId id, const Header& header, const voi
     auto* done = static_cast<InFlight<Header>*>(user);
     if (status != UCS_OK) {
       int ok = UCS_OK;
-      done->transport->nbi_status_.compare_exchange_strong(ok, status);
+      if (done->transport->nbi_status_.compare_exchange_strong(ok, status)) done->transport->nbi_pe_ = done->pe;
     }
     delete done;
   };
   const ucs_status_ptr_t request = ucp_am_send_nbx(eps_[pe], id, &sending->header, sizeof(Header),
                                                    data, bytes, &param);
   if (!UCS_PTR_IS_PTR(request)) delete sending;  // completed (or failed) inside the call
-  if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), "ucp_am_send_nbx");
+  if (UCS_PTR_IS_ERR(request)) check_ucs(UCS_PTR_STATUS(request), "ucp_am_send_nbx", pe);
   if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
 }
 

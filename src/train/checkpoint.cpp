@@ -1,6 +1,10 @@
 #include "coremesh/train/checkpoint.hpp"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -171,6 +175,15 @@ std::string latest_checkpoint(const std::string& dir) {
 }
 
 void prune_checkpoints(const std::string& dir, int keep) {
+  // a write cut short by a kill leaves ".step_<n>.safetensors.tmp.<pid>" of a dead process
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t at = name.rfind(".tmp.");
+    if (name.rfind(".step_", 0) != 0 || at == std::string::npos) continue;
+    const pid_t pid = pid_t(std::atoll(name.c_str() + at + 5));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) fs::remove(e.path(), ec);
+  }
   if (keep <= 0) return;
   auto all = list_checkpoints(dir);
   for (size_t i = 0; i + size_t(keep) < all.size(); ++i) {

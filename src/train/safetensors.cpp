@@ -165,6 +165,18 @@ void fsync_path(const std::string& path, int flags) {
 }
 }  // namespace
 
+namespace {
+// What to do when writing `bytes` bytes into `dir` failed with `err`.
+std::string write_hint(int err, const fs::path& dir, size_t bytes) {
+  const double mib = double(bytes) / double(1 << 20);
+  if (err == ENOSPC || err == EDQUOT)
+    return fmt::format("free at least {:.1f} MiB on the file system of '{}' (df -h '{}'), or write elsewhere",
+                       mib, dir.string(), dir.string());
+  if (err == EFBIG) return fmt::format("raise the file size limit (ulimit -f) above {:.1f} MiB", mib);
+  return fmt::format("check the disk and the permissions of '{}'", dir.string());
+}
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   fs::path target(path);
   fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
@@ -172,34 +184,33 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   fs::create_directories(dir, ec);
   std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  CM_CHECK(fd >= 0, "check that the directory exists and is writable", "cannot create '{}': {}",
-           tmp, std::strerror(errno));
+  CM_CHECK(fd >= 0, write_hint(errno, dir, bytes.size()), "cannot create '{}' to write '{}': {}", tmp, path,
+           std::strerror(errno));
+  // Any failure: the temporary goes, `path` keeps what it held.
+  auto fail = [&](const std::string& what, int err) {
+    ::unlink(tmp.c_str());
+    const std::string kept = fs::exists(target, ec) ? "it keeps its previous contents" : "no partial file was left";
+    CM_THROW(InvalidArgument, write_hint(err, dir, bytes.size()), "cannot write '{}' ({} bytes): {}: {}; {}", path,
+             bytes.size(), what, std::strerror(err), kept);
+  };
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      int err = errno;
+      const int err = w < 0 ? errno : ENOSPC;  // 0 bytes written: nothing more fits
       ::close(fd);
-      ::unlink(tmp.c_str());
-      CM_THROW(InvalidArgument, "free disk space or choose another directory",
-               "writing '{}' failed after {} of {} bytes: {}; '{}' was left untouched", tmp, done,
-               bytes.size(), std::strerror(err), path);
+      fail(fmt::format("write failed after {} bytes", done), err);
     }
     done += size_t(w);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    CM_THROW(InvalidArgument, "check the disk", "flushing '{}' failed: {}; '{}' was left untouched",
-             tmp, std::strerror(err), path);
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("fsync failed", err);
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    CM_THROW(InvalidArgument, "check permissions", "renaming '{}' to '{}' failed: {}", tmp, path,
-             std::strerror(err));
-  }
+  if (::close(fd) != 0) fail("close failed", errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(fmt::format("renaming '{}' failed", tmp), errno);
   fsync_path(dir.string(), O_RDONLY | O_DIRECTORY);
 }
 

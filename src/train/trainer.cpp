@@ -10,6 +10,7 @@
 #include "coremesh/graph/exec.hpp"
 #include "coremesh/runtime/capture.hpp"
 #include "coremesh/train/generate.hpp"
+#include "coremesh/train/step_log.hpp"
 
 namespace coremesh::train {
 namespace fs = std::filesystem;
@@ -139,7 +140,14 @@ std::string Trainer::save_checkpoint_now() {
   const std::string path = checkpoint_path(dir, step_);
   const CheckpointState s = checkpoint_state();  // collective when parallel
   if (leader()) {
-    save_checkpoint(path, s);
+    const std::string previous = latest_checkpoint(dir);
+    try {
+      save_checkpoint(path, s);
+    } catch (const Error& e) {  // nothing of the previous checkpoints was touched: say which to resume
+      CM_THROW(InvalidArgument, e.hint() + (previous.empty() ? "" : ", then --resume " + dir),
+               "the checkpoint of step {} was not saved: {}; the last complete one is {}", step_, e.message(),
+               previous.empty() ? std::string("none (nothing saved yet)") : "'" + previous + "'");
+    }
     prune_checkpoints(dir, cfg_.keep_checkpoints);
   }
   plan_->barrier();  // the file is complete before any PE goes on (and may read it)
@@ -350,9 +358,12 @@ StepRecord& Trainer::finish_step() {
   r.step = step_;
   r.lr = lr_.at(step_);
   // the loss on the last stage(s), the balance losses and loads of every stage (TP ranks hold the same)
+  // ... and whether any PE was asked to stop: one sum, no extra round
   const double counted = plan_->counts_loss() ? 1.0 : 0.0;
-  const std::vector<double> t = plan_->sum_over_world({counted * st.loss, counted * st.aux_loss});
+  const double asked = stop_requested_ && stop_requested_() ? 1.0 : 0.0;
+  const std::vector<double> t = plan_->sum_over_world({counted * st.loss, counted * st.aux_loss, asked});
   r.loss = t[0], r.aux_loss = t[1];
+  stop_agreed_ = t[2] > 0;
   st.expert_load = every_expert_load(st.expert_load);
   executed_.clear();
   for (const auto& a : plan_->gather_executed()) executed_.push_back({a.rank, a.action, a.cat, a.start_ms, a.end_ms});
@@ -384,6 +395,8 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   Progress progress(cfg_.steps, step_, cfg_.log_every, stderr, cfg_.progress ? -1 : 0);
   const int64_t heat_every = std::max<int64_t>(1, cfg_.steps / 200);
   TrainResult result;
+  std::optional<StepLog> log;
+  if (leader()) log.emplace((fs::path(cfg_.out_dir) / "metrics.jsonl").string(), step_);
   double val = -1;
   while (step_ < end) {
     const bool captures = cfg_.graph && !step_graph_;
@@ -394,6 +407,15 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
     r.mfu = flops_tok * r.tokens_per_s / peak;
     if (!last_load_.load.empty() && r.step % heat_every == 0) expert_load_.push_back(last_load_);
     val = -1;
+    if (stop_agreed_ && done < end) {  // every PE stops here; the checkpoint follows the loop
+      if (log) log->append(r, -1);
+      if (cfg_.progress) {
+        progress.update(r);
+        progress.message(fmt::format("stop requested: stopped after step {}", done));
+      }
+      result.stopped = true;
+      break;
+    }
     if ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || done == cfg_.steps) {
       val = validate();
       if (val >= 0) val_records_.push_back({r.step, val});
@@ -404,6 +426,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
                                        printable(cfg_.sample_prompt + samples_.back().text)));
       }
     }
+    if (log) log->append(r, val);
     if (cfg_.progress) progress.update(r, val);
     if (cfg_.ckpt_every > 0 && done % cfg_.ckpt_every == 0 && done < end) {
       std::string p = save_checkpoint_now();
@@ -424,7 +447,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   // Runs long enough to report MFU take the higher of the peaks measured at
   // their start and end (the core's speed drifts).
   result.mean_mfu = flops_tok * result.mean_tokens_per_s / (sec >= 2 ? remeasure_peak_flops(cores_) * pes : peak);
-  if (save_at_end) result.checkpoint = save_checkpoint_now();
+  if (save_at_end || result.stopped) result.checkpoint = save_checkpoint_now();
   if (cfg_.report) {
     fs::create_directories(cfg_.out_dir);
     result.report = write_report((fs::path(cfg_.out_dir) / "report.html").string(), report_data());

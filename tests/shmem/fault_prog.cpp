@@ -7,6 +7,10 @@
 //   mismatch     PE 1 allocates a different size than the others
 //   exhaust      every PE asks for more than the heap holds
 //   hang         every PE prints "ready" and sleeps in a wait nobody ends
+//   graceful     every PE catches SIGINT/SIGTERM, prints "ready", and once
+//                signalled meets the others in a barrier (PE 0 late), prints
+//                "pe <k> stopped in order" and exits 128 + the signal
+//   stubborn     as graceful, but a signalled PE goes on sleeping
 //   watchdog     PE 0 skips a barrier: the others' watchdog names it
 //   thread_first a thread runs before init: making globals symmetric refuses
 //   stalled_peer 2 PEs, network path, one machine: PE 1 stops (SIGSTOP); PE
@@ -28,6 +32,23 @@
 namespace shmem = coremesh::shmem;
 
 namespace {
+
+volatile sig_atomic_t g_signal = 0;
+
+// graceful / stubborn: the launcher passes its first stop signal on.
+int stop_on_signal(bool stubborn) {
+  struct sigaction sa {};
+  sa.sa_handler = [](int sig) { g_signal = sig; };
+  for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, nullptr);
+  std::printf("ready\n");
+  std::fflush(stdout);
+  for (int i = 0; i < 3000 && (g_signal == 0 || stubborn); ++i) usleep(10'000);
+  if (shmem::my_pe() == 0) usleep(300'000);  // the others wait for it
+  shmem::barrier();
+  std::printf("pe %d stopped in order\n", shmem::my_pe());
+  std::fflush(stdout);
+  return 128 + g_signal;
+}
 
 // PE 1 stops itself; PE 0, with a 1 s watchdog (COREMESH_WAIT_TIMEOUT_S=1),
 // sees it stopped (one machine: /proc), gets and adds until each times
@@ -114,6 +135,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     shmem::barrier();
     if (!std::strcmp(mode, "stalled_peer")) return stalled_peer();
+    if (!std::strcmp(mode, "graceful") || !std::strcmp(mode, "stubborn")) return stop_on_signal(mode[0] == 's');
     if (!std::strcmp(mode, "kill9") && me == 1) raise(SIGKILL);
     if (!std::strcmp(mode, "exit3") && me == n - 1) _exit(3);
     if (!std::strcmp(mode, "global_exit") && me == n - 1) shmem::global_exit(7);

@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <filesystem>
 #include <regex>
@@ -24,9 +26,10 @@ struct RunResult {
 };
 
 // Runs `coremesh run -n N fault_prog mode`; with `signal_on_ready`, sends
-// that signal to the launcher once every PE has printed "ready".
+// that signal to the launcher once every PE has printed "ready" (`times`
+// times, half a second apart).
 RunResult run_job(int n, const std::string& mode, int signal_on_ready = 0,
-                  const std::vector<std::string>& env = {}) {
+                  const std::vector<std::string>& env = {}, int times = 1) {
   int out[2];
   EXPECT_EQ(pipe(out), 0);
   const auto start = std::chrono::steady_clock::now();
@@ -55,7 +58,10 @@ RunResult run_job(int n, const std::string& mode, int signal_on_ready = 0,
     for (size_t at = 0; (at = r.output.find("ready\n", at)) != std::string::npos; ++at) ++ready;
     if (signal_on_ready && !signalled && ready == static_cast<size_t>(n)) {
       usleep(200'000);  // let them fall asleep in the wait
-      kill(pid, signal_on_ready);
+      for (int i = 0; i < times; ++i) {
+        if (i > 0) usleep(500'000);
+        kill(pid, signal_on_ready);
+      }
       signalled = true;
     }
   }
@@ -146,6 +152,30 @@ TEST(Launcher, SigintAndSigtermToLauncherCleanUp) {
     EXPECT_LT(r.seconds, 10.0) << r.output;
     expect_nothing_left(r);
   }
+}
+
+// The first stop signal reaches every PE, which may end in order (a
+// training job saves a checkpoint): the PEs exiting 128 + signal are not
+// failures, and the job's status is 128 + signal.
+TEST(Launcher, FirstStopSignalIsPassedOnAndPesEndInOrder) {
+  for (int sig : {SIGINT, SIGTERM}) {
+    RunResult r = run_job(3, "graceful", sig);
+    EXPECT_EQ(r.status, 128 + sig) << r.output;
+    EXPECT_NE(r.output.find("passed it on to the 3 PEs"), std::string::npos) << r.output;
+    for (int pe = 0; pe < 3; ++pe)
+      EXPECT_NE(r.output.find(fmt::format("pe {} stopped in order", pe)), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("stopping the other"), std::string::npos) << r.output;
+    expect_nothing_left(r);
+  }
+}
+
+// A second one stops PEs that do not end (SIGTERM, then SIGKILL).
+TEST(Launcher, SecondStopSignalStopsTheJobAtOnce) {
+  RunResult r = run_job(3, "stubborn", SIGINT, {}, 2);
+  EXPECT_EQ(r.status, 128 + SIGINT) << r.output;
+  EXPECT_NE(r.output.find("received SIGINT while the PEs stop"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 10.0) << r.output;
+  expect_nothing_left(r);
 }
 
 // Globals are moved into shared memory at init; another thread's writes could

@@ -89,6 +89,39 @@ TEST(Trainer, ResumeIsBitExact) {
   EXPECT_EQ(third.step(), 10);
 }
 
+// A stop request (SIGINT/SIGTERM in `coremesh train`) ends run() after the
+// step in flight with a checkpoint of that step; resuming it continues
+// exactly as if nothing had happened.
+TEST(Trainer, StopRequestSavesAndResumesBitExactly) {
+  TempDir d;
+  TrainConfig c = small_config(d.path);
+  Trainer straight(c);
+  straight.run(20, false);
+
+  c.out_dir = d.path + "/stopped";
+  Trainer first(c);
+  int asked = 0;
+  first.stop_when([&] { return ++asked >= 7; });  // asked at the end of each step
+  const TrainResult r = first.run();
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.steps_done, 7);
+  EXPECT_EQ(r.checkpoint, checkpoint_path(c.out_dir + "/checkpoints", 7));
+  ASSERT_TRUE(std::filesystem::exists(r.checkpoint));
+  Trainer second(c);
+  second.resume(c.out_dir);
+  ASSERT_EQ(second.step(), 7);
+  EXPECT_FALSE(second.run(20, false).stopped);
+  ASSERT_EQ(second.records().size(), 13u);
+  for (size_t i = 0; i < 13; ++i) EXPECT_EQ(second.records()[i].loss, straight.records()[7 + i].loss) << "step " << 8 + i;
+  EXPECT_TRUE(same_bits(second.model(), straight.model()));
+  // metrics.jsonl: the stopped run's 7 lines, then the resumed run's 13
+  std::ifstream log(c.out_dir + "/metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(log, line); ++lines)
+    EXPECT_NE(line.find("\"step\": " + std::to_string(lines + 1) + ","), std::string::npos) << line;
+  EXPECT_EQ(lines, 20);
+}
+
 TEST(Trainer, MismatchedOrCorruptCheckpointIsRefused) {
   TempDir d;
   TrainConfig c = small_config(d.path);

@@ -5,9 +5,13 @@
 // exit status (128 + signal number for a PE killed by a signal) among the
 // PEs it did not stop itself. When a PE fails (non-zero status, a signal, or
 // shmem_global_exit) the others are stopped -- SIGTERM, then SIGKILL after
-// `kill_grace_s` -- and a message names the PE and its status. SIGINT,
-// SIGTERM and SIGHUP sent to the launcher stop the job the same way. On
-// every exit path the launcher removes every shared memory name of the job.
+// `kill_grace_s` -- and a message names the PE and its status. The first
+// SIGINT, SIGTERM or SIGHUP sent to the launcher is passed on to the PEs,
+// which may end in order (`coremesh train` saves a checkpoint); a PE that
+// exits 128 + signal or dies of one then does not count as failed, and the
+// launcher returns 128 + the signal. A second one stops the job as a failure
+// does. On every exit path the launcher removes every shared memory name of
+// the job.
 #pragma once
 
 #include <optional>

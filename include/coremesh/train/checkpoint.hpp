@@ -56,7 +56,8 @@ void check_compatible(const CheckpointState& ckpt, const model::ModelConfig& con
 std::string checkpoint_path(const std::string& dir, int64_t step);
 // The checkpoint with the highest step in `dir`, "" if none.
 std::string latest_checkpoint(const std::string& dir);
-// Deletes all but the newest `keep` checkpoints of `dir` (keep <= 0: none deleted).
+// Deletes all but the newest `keep` checkpoints of `dir` (keep <= 0: none
+// deleted) and the temporaries of writes whose process died (kill -9).
 void prune_checkpoints(const std::string& dir, int keep);
 
 }  // namespace coremesh::train

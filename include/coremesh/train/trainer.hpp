@@ -10,6 +10,8 @@
 //     every val_every steps: validation loss over val_batches fixed batches
 //       and a short greedy sample
 //     every ckpt_every steps: atomic checkpoint
+//     a stop request (stop_when) on any PE: every PE stops after this same
+//       step and saves a checkpoint
 //
 // The trainer runs on the device it is given, on a stream of its own whose
 // core limit is `cores`; the device's own limits are left alone.
@@ -21,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +53,7 @@ struct TrainResult {
   std::vector<double> final_balance;  // per MoE layer at the last step: busiest expert / mean
   std::string checkpoint, report;
   std::string graph;  // graph mode: describe(graph_summary()), else empty
+  bool stopped = false;  // ended early on a stop request, checkpoint saved
 };
 
 // What graph mode made of a step: kernels captured, kernels each replay
@@ -77,6 +81,11 @@ class Trainer {
   // it, records its numbers (the MFU is left to run()) and advances step().
   void queue_step();
   StepRecord& finish_step();
+  // Asked at the end of every step on every PE. The answers ride on the
+  // step's loss sum, so all PEs learn at the same step that one of them was
+  // asked to stop (stop_agreed()); run() then saves and returns.
+  void stop_when(std::function<bool()> requested) { stop_requested_ = std::move(requested); }
+  bool stop_agreed() const { return stop_agreed_; }
   double validate();
   // A greedy continuation of cfg.sample_prompt (cfg.sample_tokens bytes).
   std::string sample();
@@ -125,6 +134,8 @@ class Trainer {
   std::vector<ValRecord> val_records_;
   std::vector<ExpertLoadRecord> expert_load_;
   std::vector<SampleRecord> samples_;
+  std::function<bool()> stop_requested_;
+  bool stop_agreed_ = false;
   // the step in flight between queue_step() and finish_step()
   bool step_queued_ = false;
   double step_start_ = 0;
