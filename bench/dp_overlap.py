@@ -20,35 +20,10 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from trace_intervals import length, overlap as intersect, union  # noqa: E402
+
 REDUCTIONS = ("sum_in_order",)  # the sums of the collectives, vector kernels
-
-
-def union(intervals):
-    out = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return out
-
-
-def length(intervals):
-    return sum(b - a for a, b in intervals)
-
-
-def intersect(xs, ys):
-    """Total length of the intersection of two unions of disjoint intervals."""
-    i = j = 0
-    total = 0.0
-    while i < len(xs) and j < len(ys):
-        lo, hi = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
-        total += max(0.0, hi - lo)
-        if xs[i][1] < ys[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
 
 
 def analyze(path):

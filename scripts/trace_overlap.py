@@ -24,32 +24,7 @@ import json
 import os
 import sys
 
-
-def union(intervals):
-    out = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return out
-
-
-def length(intervals):
-    return sum(b - a for a, b in intervals)
-
-
-def intersect(xs, ys):
-    out, i, j = [], 0, 0
-    while i < len(xs) and j < len(ys):
-        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
-        if a < b:
-            out.append([a, b])
-        if xs[i][1] < ys[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
+from trace_intervals import length, overlap as overlap_length, union
 
 
 def overlap(path, skip_ms):
@@ -74,7 +49,7 @@ def overlap(path, skip_ms):
     traced = max(b for _, b in compute + transfer + work) - start
     transfer, compute = union(transfer), union(compute)
     return {"traced": ms(traced), "exchange": ms(length(union(transfer + work))), "transfer": ms(length(transfer)),
-            "hidden": ms(length(intersect(transfer, compute))), "work": ms(length(union(work)))}
+            "hidden": ms(overlap_length(transfer, compute)), "work": ms(length(union(work)))}
 
 
 def main():
