@@ -185,7 +185,7 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward) 
                     send.put(rows_at(in, ep.me * slot), rows_at(rows, from), size_t(n * rows.size(1)));
                     send.finish();
                   });
-                  if (ctx.block_idx == 0) *sent = {rows, message};  // the previous round's are delivered
+                  if (ctx.block_idx == 0) *sent = {rows, message};
                 });
   shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g) * kSent,
                                fmt::format("waits for {} to send the rows of its experts (MoE layer {} slice {}, {} {})",
@@ -198,11 +198,14 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward) 
   const Received received = free_received(b, forward);
   const Tensor out = received.rows, filled = received.filled;
   const Tensor plan_counts = p.counts, local_off = p.offsets, source_off = p.source_offsets;
+  // Every source sent these after it had my rows of its previous round back:
+  // my sends of that round are applied, their sources free.
+  const std::shared_ptr<std::vector<Tensor>> delivered = b.sent[forward ? kBackFwd : kBackBwd];
   std::vector<Tensor> writes{out, filled};
   if (forward) writes.insert(writes.end(), {plan_counts, local_off, source_off});
   stream.launch(launch_info("ep_regroup", runtime::KernelKind::comm, comm_blocks(stream, int64_t(El) * g),
                             {in, counts, plan_counts}, writes),
-                [ep, sig, in, counts, plan_counts, local_off, source_off, out, filled, forward, slot, g, El](
+                [ep, sig, in, counts, plan_counts, local_off, source_off, out, filled, delivered, forward, slot, g, El](
                     const runtime::BlockContext& ctx) {
                   const int64_t* M = (forward ? counts : plan_counts).data<int64_t>();  // (g, El + 1)
                   std::vector<int64_t> so(size_t(El) * g + 1);
@@ -218,6 +221,7 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward) 
                   }
                   if (ctx.block_idx != 0) return;
                   shmem::atomic_add(sig, uint64_t(0) - uint64_t(g) * kSent, ep.pes[size_t(ep.me)]);
+                  delivered->clear();
                   if (forward) {
                     std::memcpy(plan_counts.data<int64_t>(), M, sizeof(int64_t) * size_t(g) * size_t(El + 1));
                     std::copy(so.begin(), so.end(), source_off.data<int64_t>());
@@ -250,7 +254,7 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, bool forward)
                       send.put(rows_at(back, at), rows_at(rows, so[e * g + s]), size_t(row[e] * rows.size(1)));
                     send.finish();
                   });
-                  if (ctx.block_idx == 0) *sent = {rows};  // the previous round's are delivered
+                  if (ctx.block_idx == 0) *sent = {rows};
                 });
   shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g) * kSent,
                                fmt::format("waits for {} to send its rows back from their experts (MoE layer {} slice {}, {} {})",
@@ -261,15 +265,20 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, bool forward)
   // dropped rows' tail zeroed. It takes the signals it waited for.
   Tensor out = Tensor::empty({p.rows, shape_.width});
   const Tensor xp_off = p.xp_offsets;
+  // Every owner sent these after it had regrouped my rows: my sends to it
+  // are applied, their sources free.
+  const std::shared_ptr<std::vector<Tensor>> delivered = b.sent[forward ? kInFwd : kInBwd];
   const int64_t n_rows = p.rows;
   stream.launch(launch_info("ep_receive", runtime::KernelKind::comm, comm_blocks(stream, n_rows), {back, xp_off}, {out}),
-                [ep, sig, back, out, xp_off, n_rows, g, E](const runtime::BlockContext& ctx) {
+                [ep, sig, back, out, xp_off, delivered, n_rows, g, E](const runtime::BlockContext& ctx) {
                   const int64_t routed = xp_off.data<int64_t>()[E];
                   const int64_t b = ctx.block_idx, n = ctx.block_dim;
                   const int64_t from = n_rows * b / n, to = n_rows * (b + 1) / n;
                   copy_rows(out, from, back, from, std::clamp(routed, from, to) - from);
                   zero_rows(out, std::clamp(routed, from, to), to);
-                  if (b == 0) shmem::atomic_add(sig, uint64_t(0) - uint64_t(g) * kSent, ep.pes[size_t(ep.me)]);
+                  if (b != 0) return;
+                  shmem::atomic_add(sig, uint64_t(0) - uint64_t(g) * kSent, ep.pes[size_t(ep.me)]);
+                  delivered->clear();
                 });
   return out;
 }

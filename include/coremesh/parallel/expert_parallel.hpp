@@ -22,8 +22,8 @@
 // data moves while the PEs' cores compute: a piece is one message on the
 // network path, which the transport's threads carry while the sending core
 // goes on, and the waits park their stream without holding a core. A send's
-// sources are kept until the site's next exchange of the same kind, by when
-// every receiver has applied them. The copies of one call split over as many blocks
+// sources are kept until an arrival that every receiver sends only after
+// applying them (the way back, or the next round). The copies of one call split over as many blocks
 // as the stream's vector-core limit allows (`--comm-cores`).
 //
 // Sites. Every MoE layer has `slices` exchange sites (token-sliced replicas,
@@ -90,8 +90,9 @@ class ShmemExperts final : public ExpertDispatcher {
     Tensor in_fwd, in_bwd;       // (ep x slot, C): the sources' rows, slot s from source s
     Tensor back_fwd, back_bwd;   // (max_rows, C): this PE's rows back from the owners, in xp order
     Tensor signals;              // u64: in_fwd, back_fwd, in_bwd, back_bwd arrived
-    // Per signal, the sources of the last non-blocking sends: kept until the
-    // next exchange of the kind, by when the receivers have applied them.
+    // Per signal, the sources of the non-blocking sends in flight: kept
+    // until a later arrival proves the receivers applied them (the way
+    // back's, or the next round's).
     std::array<std::shared_ptr<std::vector<Tensor>>, 4> sent;
     std::vector<Received> received_fwd, received_bwd;
     uint64_t fwd_round = 0, bwd_round = 0;
