@@ -21,17 +21,19 @@ def _fail(problem, hint):
     raise InvalidArgument(f"Tensor(input_data): {problem}\n  HINT: {hint}")
 
 
+def _size(length):
+    return "a scalar" if length is None else f"{length} elements"
+
+
 def _ragged_path(data, path="input_data"):
     """Where nested lists stop being rectangular: a message, or None."""
     if not isinstance(data, (list, tuple)):
         return None
     lengths = [len(x) if isinstance(x, (list, tuple, np.ndarray)) else None for x in data]
     if any(n is not None for n in lengths):
-        first = lengths[0]
         for i, n in enumerate(lengths):
-            if n != first:
-                what = lambda n: "a scalar" if n is None else f"{n} elements"  # noqa: E731
-                return (f"{path}[{i}] has {what(n)} but {path}[0] has {what(first)}")
+            if n != lengths[0]:
+                return f"{path}[{i}] has {_size(n)} but {path}[0] has {_size(lengths[0])}"
     for i, x in enumerate(data):
         inner = _ragged_path(x, f"{path}[{i}]")
         if inner:
