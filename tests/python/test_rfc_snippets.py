@@ -12,10 +12,11 @@ has 24-25 per die; its snippets ask for up to 12 cube and 24 vector cores):
     <a call of its construct(), then checks of what ran, from the profiler>
 
 REPAIRS is the complete list of changes to the RFC's text, each with the
-reason it is needed in Python at all; none changes an API spelling except
-the NPU-only `torch.npu.current_device()` (torch_npu exists only on Ascend
-NPUs; the RFC's next line spells the same device ms.runtime.current_device()).
-Everything else -- Tensor(np.ones(...), ms.float32), ms.runtime.Stream(),
+reason it is needed in Python at all. Two touch a call: the NPU-only
+`torch.npu.current_device()` (torch_npu exists only on Ascend NPUs; the RFC's
+next line spells the same device ms.runtime.current_device()), and block 8's
+`event1 = ms.runtime.Stream()`, a slip for the Event whose record()/wait() it
+calls. Everything else -- Tensor(np.ones(...), ms.float32), ms.runtime.Stream(),
 Event(), MyMsJitStreamCtx, StreamLimitCtx, ops.Depend(), record_event,
 wait_event, ms.set_device_limit/get_device_limit -- runs as the RFC writes it.
 
