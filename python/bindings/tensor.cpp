@@ -12,6 +12,11 @@
 //
 // NumPy has no bf16 or fp8: they travel as their raw codes, uint16 and uint8
 // (from_numpy(codes, dtype="bf16") reads them back).
+//
+// Tensor(input_data, dtype) is the RFC's (MindSpore's) constructor: it
+// copies. An array-like is first made a float32/int32/int64 array by
+// coremesh/_convert.py (which also refuses bad input with a hint); a
+// coremesh Tensor is cloned after the device's queued work.
 #include <pybind11/numpy.h>
 
 #include <cctype>
@@ -131,6 +136,28 @@ Tensor from_numpy(const py::object& obj, const py::object& dtype) {
   return Tensor::wrap(b.buf, shape, dt, python_owner(std::move(view)));
 }
 
+// Tensor(input_data, dtype=None): a new tensor holding a copy of the data.
+Tensor tensor_from_data(const py::object& data, const py::object& dtype) {
+  const std::optional<DType> want =
+      dtype.is_none() ? std::nullopt : std::optional<DType>(dtype_arg(dtype));
+  if (py::isinstance<Tensor>(data)) {
+    const Tensor& src = py::cast<const Tensor&>(data);
+    CM_CHECK(src.defined(), "pass a tensor with storage", "Tensor(input_data): input_data is an undefined tensor");
+    wait_for_device();
+    return want && *want != src.dtype() ? src.to(*want) : src.clone();
+  }
+  const py::object name = want ? py::object(py::str(std::string(dtype_name(*want)))) : py::object(py::none());
+  const py::tuple host = py::module_::import("coremesh._convert").attr("host_array")(data, name);
+  const auto array = host[0].cast<py::array>();
+  const DType target = parse_dtype(host[1].cast<std::string>());
+  const DType held = target == DType::i32 || target == DType::i64 ? target : DType::f32;
+  Shape shape(array.shape(), array.shape() + array.ndim());
+  Tensor t = Tensor::empty(shape, held);  // fresh memory: no kernel uses it, no wait
+  CM_ASSERT(size_t(array.nbytes()) == t.nbytes());
+  if (t.nbytes() > 0) std::memcpy(t.raw_data(), array.data(), t.nbytes());
+  return target == held ? t : t.to(target);
+}
+
 Shape shape_arg(const py::object& shape) {
   if (py::isinstance<py::int_>(shape)) return {shape.cast<int64_t>()};
   return shape.cast<Shape>();
@@ -164,7 +191,13 @@ DType dtype_arg(const py::handle& value) {
       {"float8_e4m3fn", "f8e4m3"}, {"float8_e5m2", "f8e5m2"}};
   for (const auto& [alias, canonical] : aliases)
     if (name == alias) name = canonical;
-  return parse_dtype(name);
+  for (DType d : {DType::f32, DType::bf16, DType::f8e4m3, DType::f8e5m2, DType::i32, DType::i64})
+    if (dtype_name(d) == name) return d;
+  CM_THROW(InvalidArgument,
+           "pass coremesh.float32, bfloat16, float8_e4m3, float8_e5m2, int32 or int64 (or 'f32', 'bf16', "
+           "'f8e4m3', 'f8e5m2', 'i32', 'i64'); convert the data, not the dtype (float64/float16 data becomes "
+           "float32 with dtype=coremesh.float32)",
+           "coremesh has no dtype '{}'", name);
 }
 
 void bind_tensor(py::module_& m) {
@@ -179,6 +212,17 @@ bf16 and fp8 export as their raw codes (uint16, uint8).)doc");
   type->tp_as_buffer->bf_getbuffer = tensor_getbuffer;
   type->tp_as_buffer->bf_releasebuffer = tensor_releasebuffer;
 
+  cls.def(py::init(&tensor_from_data), py::arg("input_data"), py::arg("dtype") = py::none(), R"doc(
+Tensor(input_data, dtype=None): a new tensor holding a copy of input_data, as
+MindSpore's Tensor(np.ones([1024, 2048]), ms.float32).
+
+input_data: a NumPy array, (nested) list or tuple of numbers, a number, or a
+coremesh Tensor. dtype: coremesh.float32, bfloat16, float8_e4m3, float8_e5m2,
+int32 or int64 (or their names); without it floats become float32, int32
+stays int32 and other integers and bools become int64. bf16/fp8 round
+exactly. Ragged lists, strings, None, complex numbers, fractions for an
+integer dtype and values out of its range raise coremesh.InvalidArgument.
+from_numpy shares memory instead of copying.)doc");
   cls.def_property_readonly("shape", [](const Tensor& t) { return to_tuple(t.shape()); })
       .def_property_readonly("strides", [](const Tensor& t) { return to_tuple(t.strides()); },
                              "Strides in elements.")
@@ -203,6 +247,14 @@ bf16 and fp8 export as their raw codes (uint16, uint8).)doc");
       .def("transpose", &Tensor::transpose, py::arg("dim0"), py::arg("dim1"))
       .def("numpy", [](py::object self) { return py::module_::import("numpy").attr("asarray")(self); },
            "A NumPy array over the same memory (waits for the device first).")
+      .def("asnumpy", [](py::object self) {
+             const Tensor& t = py::cast<const Tensor&>(self);
+             CM_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::i32 || t.dtype() == DType::i64,
+                      "read the values with t.to(coremesh.float32).asnumpy(), or the raw codes with t.numpy()",
+                      "asnumpy() of a {} tensor: NumPy has no {}", dtype_name(t.dtype()), dtype_name(t.dtype()));
+             return py::module_::import("numpy").attr("asarray")(self);
+           }, "MindSpore's spelling of numpy(): a NumPy array over the same memory (waits for the device "
+              "first); f32, i32 and i64 tensors (convert bf16/fp8 with to(coremesh.float32)).")
       .def("item", [](const Tensor& t) {
              CM_CHECK(t.numel() == 1, "use numpy() for tensors of more than one element",
                       "item() needs one element, {} has {}", t.describe(), t.numel());

@@ -124,6 +124,8 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
       .def_property_readonly("step", &train::Trainer::step)
       .def_property_readonly("cores", &train::Trainer::cores)
       .def_property_readonly("leader", &train::Trainer::leader, "True on the PE that reports (always on one PE).")
+      .def_property_readonly("metrics_path", &train::Trainer::metrics_path,
+                             "<out_dir>/metrics.jsonl: one JSON object per step, written by run() on the leader.")
       .def_property_readonly("records", [](const train::Trainer& t) { return step_list(t.records()); },
                              "One dict per trained step (loss, lr, grad_norm, mfu, ...).")
       .def_property_readonly("validation", [](const train::Trainer& t) { return validation_list(t.validation()); },

@@ -12,6 +12,17 @@
     runtime.synchronize()
     np.asarray(c2)                                            # zero-copy view
 
+The RFC's (MindSpore's) spellings work as written after `import coremesh as ms`:
+
+    from coremesh import Tensor, ops
+    a = Tensor(np.ones([1024, 2048]), ms.float32)            # a copy
+    with ms.runtime.MyMsJitStreamCtx(s1): ...                # = runtime.StreamCtx
+    ms.set_device_limit(ms.runtime.current_device(), cube_num=12, vector_num=24)
+    a.asnumpy(), a.shape, a.dtype == ms.float32
+    depend = ops.Depend()                                    # returns its first argument
+
+tests/python/test_rfc_snippets.py runs every Python snippet of the RFC.
+
 Submodules: runtime, ops, profiler, shmem, train, graph. Errors: Error (a
 RuntimeError) and its kinds InvalidArgument (also a ValueError),
 TimeoutError and KernelError. See docs/python.md.
@@ -19,7 +30,6 @@ TimeoutError and KernelError. See docs/python.md.
 
 import sys as _sys
 
-import numpy as _np
 
 from . import _C
 from ._C import (Error, InvalidArgument, KernelError, Tensor, TimeoutError, empty, from_dlpack,
@@ -60,27 +70,61 @@ class _Capture:
 
 graph.capture = _Capture
 
+# The RFC's graph-mode stream scope (MindSpore jit): coremesh captures what
+# runs inside StreamCtx the same way, so it is the same scope.
+runtime.MyMsJitStreamCtx = runtime.StreamCtx
 
-# dtype names, as ms.float32 & co.
+
+class Depend:
+    """depend = ops.Depend(); value = depend(value, expr) -- MindSpore's order hint.
+
+    In a MindSpore graph it makes `expr` run before later uses of `value`.
+    coremesh runs (and captures) a stream's ops in program order, so that order
+    already holds: it returns `value` unchanged. Order across streams comes
+    from events (Event.record/wait, Stream.record_event/wait_event)."""
+
+    def __call__(self, value, expr):
+        return value
+
+    def __repr__(self):
+        return "coremesh.ops.Depend()"
+
+
+ops.Depend = Depend
+
+# The RFC also writes the limit functions at the top level (ms.set_device_limit).
+from .runtime import (get_device_limit, get_stream_limit, reset_device_limit,  # noqa: E402
+                      reset_stream_limit, set_device_limit, set_stream_limit)
+
+
+# dtype names, as ms.float32 & co.; t.dtype == ms.float32 for an f32 tensor.
 float32, bfloat16, float8_e4m3, float8_e5m2, int32, int64 = "f32", "bf16", "f8e4m3", "f8e5m2", "i32", "i64"
+
+# MindSpore dtypes coremesh does not have: a clear error instead of a bare AttributeError.
+_MISSING_DTYPES = {"float16": "float32 or bfloat16", "half": "float32 or bfloat16", "float64": "float32",
+                   "double": "float32", "int8": "int32", "int16": "int32", "uint8": "int32",
+                   "uint16": "int32", "uint32": "int64", "uint64": "int64", "bool_": "int32",
+                   "complex64": "float32 (real and imaginary parts apart)",
+                   "complex128": "float32 (real and imaginary parts apart)"}
+
+
+def __getattr__(name):
+    if name in _MISSING_DTYPES:
+        raise AttributeError(f"coremesh has no dtype {name}: use coremesh.{_MISSING_DTYPES[name]} "
+                             f"(the dtypes are float32, bfloat16, float8_e4m3, float8_e5m2, int32, int64)")
+    raise AttributeError(f"module 'coremesh' has no attribute '{name}'")
 
 
 def tensor(data, dtype=None):
-    """A new tensor holding a copy of `data` (array-like; float64 becomes f32).
+    """A new tensor holding a copy of `data`: Tensor(data, dtype) (see its help).
 
-    dtype converts after the copy ('bf16', 'f8e4m3', ... with exact rounding).
     from_numpy shares memory instead of copying.
     """
-    src = _np.asarray(data)
-    if src.dtype == _np.float64:
-        src = src.astype(_np.float32)
-    elif src.dtype.kind in "iub" and src.dtype != _np.int32:
-        src = src.astype(_np.int64)
-    t = empty(src.shape, "f32" if src.dtype == _np.float32 else str(src.dtype))
-    _np.asarray(t)[...] = src
-    return t if dtype is None else t.to(dtype)
+    return Tensor(data, dtype)
 
 
 __all__ = ["Tensor", "Error", "InvalidArgument", "KernelError", "TimeoutError", "empty", "zeros",
            "full", "tensor", "from_numpy", "from_dlpack", "runtime", "ops", "profiler", "shmem",
-           "train", "graph", "float32", "bfloat16", "float8_e4m3", "float8_e5m2", "int32", "int64"]
+           "train", "graph", "float32", "bfloat16", "float8_e4m3", "float8_e5m2", "int32", "int64",
+           "set_device_limit", "get_device_limit", "reset_device_limit", "set_stream_limit",
+           "get_stream_limit", "reset_stream_limit"]

@@ -10,7 +10,6 @@
 #include "coremesh/graph/exec.hpp"
 #include "coremesh/runtime/capture.hpp"
 #include "coremesh/train/generate.hpp"
-#include "coremesh/train/step_log.hpp"
 
 namespace coremesh::train {
 namespace fs = std::filesystem;
@@ -183,6 +182,8 @@ void Trainer::resume(const std::string& where) {
   rng_.set_state(s.rng_state);
   train_loader_->set_position(s.data_position);
   step_ = s.step;
+  resumed_from_ = path;
+  metrics_.reset();  // the next run() continues the checkpoint's run's metrics
 }
 
 double Trainer::validate() {
@@ -393,10 +394,10 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   const int pes = plan_->world();  // MFU over every PE's cores
   const double peak = measured_peak_flops(cores_) * pes;
   Progress progress(cfg_.steps, step_, cfg_.log_every, stderr, cfg_.progress ? -1 : 0);
-  const int64_t heat_every = std::max<int64_t>(1, cfg_.steps / 200);
   TrainResult result;
-  std::optional<StepLog> log;
-  if (leader()) log.emplace((fs::path(cfg_.out_dir) / "metrics.jsonl").string(), step_);
+  if (leader() && !metrics_)
+    metrics_ = std::make_unique<MetricsLog>(
+        metrics_path(), step_, resumed_from_.empty() ? "" : metrics_path_of_checkpoint(resumed_from_));
   double val = -1;
   while (step_ < end) {
     const bool captures = cfg_.graph && !step_graph_;
@@ -405,10 +406,11 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
     StepRecord& r = finish_step();  // advances step_
     const int64_t done = r.step + 1;
     r.mfu = flops_tok * r.tokens_per_s / peak;
-    if (!last_load_.load.empty() && r.step % heat_every == 0) expert_load_.push_back(last_load_);
+    MetricsLine line{r, -1, done * tokens_per_step(), last_load_.load, memory_now(), std::nullopt, 0};
+    line.memory.optimizer_state_bytes = opt_->state_bytes();
     val = -1;
     if (stop_agreed_ && done < end) {  // every PE stops here; the checkpoint follows the loop
-      if (log) log->append(r, -1);
+      if (metrics_) metrics_->append(line);
       if (cfg_.progress) {
         progress.update(r);
         progress.message(fmt::format("stop requested: stopped after step {}", done));
@@ -419,14 +421,15 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
     if ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || done == cfg_.steps) {
       val = validate();
       if (val >= 0) val_records_.push_back({r.step, val});
+      line.val_loss = val;
       if (cfg_.sample_tokens > 0 && cfg_.parallel.pp == 1 && cfg_.parallel.cp == 1 && cfg_.parallel.tp == 1) {  // a whole model on one PE
-        samples_.push_back({r.step, cfg_.sample_prompt, sample()});
+        line.sample = SampleRecord{r.step, cfg_.sample_prompt, sample()};
         if (cfg_.progress)
           progress.message(fmt::format("sample at step {}: {}", done,
-                                       printable(cfg_.sample_prompt + samples_.back().text)));
+                                       printable(cfg_.sample_prompt + line.sample->text)));
       }
     }
-    if (log) log->append(r, val);
+    if (metrics_) metrics_->append(line);
     if (cfg_.progress) progress.update(r, val);
     if (cfg_.ckpt_every > 0 && done % cfg_.ckpt_every == 0 && done < end) {
       std::string p = save_checkpoint_now();
@@ -448,15 +451,22 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   // their start and end (the core's speed drifts).
   result.mean_mfu = flops_tok * result.mean_tokens_per_s / (sec >= 2 ? remeasure_peak_flops(cores_) * pes : peak);
   if (save_at_end || result.stopped) result.checkpoint = save_checkpoint_now();
-  if (cfg_.report) {
+  if (cfg_.report && leader()) {
     fs::create_directories(cfg_.out_dir);
     result.report = write_report((fs::path(cfg_.out_dir) / "report.html").string(), report_data());
   }
   return result;
 }
 
+std::string Trainer::metrics_path() const { return (fs::path(cfg_.out_dir) / "metrics.jsonl").string(); }
+
+// Every series and final number of the report comes from metrics.jsonl, the
+// resumed run's earlier steps included, so the two cannot disagree.
 ReportData Trainer::report_data() const {
   ReportData d;
+  const std::vector<MetricsLine> lines = fs::exists(metrics_path()) ? read_metrics(metrics_path())
+                                                                    : std::vector<MetricsLine>{};
+  fill_report(d, lines, std::max<int64_t>(1, cfg_.steps / 200));  // the heatmap: about 200 columns
   const auto pc = model::count_params(cfg_.model);
   const auto& m = cfg_.model;
   d.summary = {
@@ -468,23 +478,20 @@ ReportData Trainer::report_data() const {
       {"data", fmt::format("{} ({} bytes)", fmt::join(cfg_.data, ", "), data_->total_bytes())},
       {"batch", fmt::format("{} x {} tokens x {} micro-batches", cfg_.batch_size, cfg_.seq_len, cfg_.grad_accum)},
       {"steps", std::to_string(step_)}};
-  if (!records_.empty()) {
-    d.summary.emplace_back("final training loss", fmt::format("{:.4f} nats/byte", records_.back().loss));
+  if (!d.steps.empty()) {
+    d.summary.emplace_back("final training loss", fmt::format("{:.4f} nats/byte", d.steps.back().loss));
     double tps = 0;
-    for (const auto& r : records_) tps += r.tokens_per_s;
-    d.summary.emplace_back("mean tokens/s", format_count(tps / double(records_.size())));
+    for (const auto& r : d.steps) tps += r.tokens_per_s;
+    d.summary.emplace_back("mean tokens/s", format_count(tps / double(d.steps.size())));
     d.summary.emplace_back("final expert balance",
                            fmt::format("{:.2f} (busiest expert's tokens / mean per expert, worst MoE layer; 1 = even)",
-                                       records_.back().expert_balance));
+                                       d.steps.back().expert_balance));
   }
-  if (!val_records_.empty())
+  if (!d.validation.empty())
     d.summary.emplace_back("final validation loss",
-                           fmt::format("{:.4f} nats/byte = {:.3f} bits/byte", val_records_.back().loss,
-                                       val_records_.back().loss / std::log(2.0)));
-  d.steps = records_;
-  d.validation = val_records_;
-  d.expert_load = expert_load_;
-  d.samples = samples_;
+                           fmt::format("{:.4f} nats/byte = {:.3f} bits/byte", d.validation.back().loss,
+                                       d.validation.back().loss / std::log(2.0)));
+  d.summary.emplace_back("metrics", metrics_path());
   if (cfg_.parallel.pp > 1) {
     const parallel::Schedule& s = plan_->schedule();
     d.schedule = fmt::format("{} on {} ranks, {} micro-batches", s.name, s.ranks, s.micro_batches);

@@ -45,6 +45,11 @@ def test_run_returns_the_metrics_and_matches_the_command_line(config, tmp_path):
     assert [v["step"] for v in result["validation"]] == [5, 11]  # every val_every steps
     assert result["final_val_loss"] == result["validation"][-1]["loss"] < records[0]["loss"]
     assert os.path.exists(result["checkpoint"])
+    # metrics.jsonl: a line per step (counted from 1), the same numbers
+    lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    assert [m["step"] for m in lines] == list(range(1, 13))
+    assert [m["loss"] for m in lines] == [r["loss"] for r in records]
+    assert [m["step"] for m in lines if "val_loss" in m] == [6, 12]
 
     path = tmp_path / "cfg.json"
     config["train"]["out_dir"] = str(tmp_path / "cli_run")
@@ -63,7 +68,7 @@ def test_trainer_steps_validates_and_resumes(config, tmp_path):
     assert isinstance(trainer.sample(), str)
     resumed = train.Trainer(config)
     resumed.resume(first["checkpoint"])
-    assert resumed.step == 6
+    assert resumed.step == 6 and resumed.metrics_path == config["train"]["out_dir"] + "/metrics.jsonl"
     a, b = trainer.run(until_step=8, save_at_end=False), resumed.run(until_step=8, save_at_end=False)
     assert a["final_loss"] == b["final_loss"]  # a resumed run continues bit-exactly
     assert len(a["final_balance"]) == 1  # one MoE layer

@@ -11,7 +11,6 @@
 #include "coremesh/core/error.hpp"
 #include "coremesh/train/metrics.hpp"
 #include "coremesh/train/lr_schedule.hpp"
-#include "coremesh/train/step_log.hpp"
 #include "test_util.hpp"
 
 using namespace coremesh;
@@ -97,32 +96,3 @@ TEST(Metrics, ProgressBarWithEtaOnATerminal) {
   EXPECT_NE(out.find("saved checkpoint\n"), std::string::npos) << out;
 }
 
-// metrics.jsonl: a run that starts at step s keeps the lines of steps <= s
-// (a resumed run replaces what the interrupted one logged after its
-// checkpoint) and drops a line a kill cut short.
-TEST(Metrics, StepLogKeepsStepsUpToTheResumedOne) {
-  TempDir d;
-  const std::string path = d.path + "/metrics.jsonl";
-  auto record = [](int64_t step, double loss) {
-    StepRecord r;
-    r.step = step;  // 0-based: the line says step + 1
-    r.loss = loss;
-    return r;
-  };
-  {
-    StepLog log(path, 0);
-    for (int i = 0; i < 5; ++i) log.append(record(i, 1.0 / 3 + i), i == 4 ? 0.25 : -1);
-  }
-  std::ofstream(path, std::ios::app) << "{\"step\": 6, \"loss\": 0.1";  // cut short by a kill
-  {
-    StepLog log(path, 3);
-    log.append(record(3, 9.0), -1);
-  }
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
-  ASSERT_EQ(lines.size(), 4u);
-  EXPECT_EQ(lines[0].rfind("{\"step\": 1, \"loss\": 0.33333333333333331,", 0), 0u) << lines[0];
-  EXPECT_EQ(lines[3].rfind("{\"step\": 4, \"loss\": 9,", 0), 0u) << lines[3];
-  EXPECT_EQ(lines[3].find("val_loss"), std::string::npos);
-}

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "coremesh/runtime/profiler.hpp"
 #include "coremesh/train/trainer.hpp"
 #include "test_util.hpp"
@@ -118,7 +120,7 @@ TEST(Trainer, StopRequestSavesAndResumesBitExactly) {
   std::ifstream log(c.out_dir + "/metrics.jsonl");
   int lines = 0;
   for (std::string line; std::getline(log, line); ++lines)
-    EXPECT_NE(line.find("\"step\": " + std::to_string(lines + 1) + ","), std::string::npos) << line;
+    EXPECT_EQ(nlohmann::json::parse(line).at("step").get<int>(), lines + 1) << line;
   EXPECT_EQ(lines, 20);
 }
 

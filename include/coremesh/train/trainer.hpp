@@ -10,8 +10,10 @@
 //     every val_every steps: validation loss over val_batches fixed batches
 //       and a short greedy sample
 //     every ckpt_every steps: atomic checkpoint
+//     the leader appends the step's line to <out_dir>/metrics.jsonl
 //     a stop request (stop_when) on any PE: every PE stops after this same
 //       step and saves a checkpoint
+//   at the end: report.html, drawn from metrics.jsonl
 //
 // The trainer runs on the device it is given, on a stream of its own whose
 // core limit is `cores`; the device's own limits are left alone.
@@ -39,6 +41,7 @@
 #include "coremesh/train/checkpoint.hpp"
 #include "coremesh/train/data.hpp"
 #include "coremesh/train/metrics.hpp"
+#include "coremesh/train/metrics_log.hpp"
 #include "coremesh/train/optimizer.hpp"
 #include "coremesh/train/report.hpp"
 #include "coremesh/train/lr_schedule.hpp"
@@ -71,10 +74,13 @@ class Trainer {
   explicit Trainer(const TrainConfig& config, runtime::Device& device = runtime::Device::default_device());
 
   // Loads a checkpoint (a file, or a directory: its latest), refusing a
-  // corrupt or mismatched one.
+  // corrupt or mismatched one. The next run() continues the metrics.jsonl
+  // of the checkpoint's run (its lines up to the checkpoint's step).
   void resume(const std::string& path);
   // Trains until `until_step` (default: config steps); saves a checkpoint at
-  // the end when save_at_end.
+  // the end when save_at_end. On the leader, each step appends a line to
+  // metrics_path() (the first run() of a trainer starts the file, see
+  // MetricsLog) and report.html, when configured, is drawn from that file.
   TrainResult run(int64_t until_step = -1, bool save_at_end = true);
   // One optimizer step in two halves: queue_step() launches all of it on the
   // trainer's stream and returns without waiting; finish_step() waits for
@@ -105,6 +111,9 @@ class Trainer {
   const std::vector<ExecutedAction>& executed() const { return executed_; }
   const std::vector<StepRecord>& records() const { return records_; }
   const std::vector<ValRecord>& validation() const { return val_records_; }
+  // <out_dir>/metrics.jsonl (written on the leader only).
+  std::string metrics_path() const;
+  // The report of the run so far, its series read from metrics_path().
   ReportData report_data() const;
   GraphSummary graph_summary() const;
 
@@ -132,10 +141,10 @@ class Trainer {
   int64_t step_ = 0;
   std::vector<StepRecord> records_;
   std::vector<ValRecord> val_records_;
-  std::vector<ExpertLoadRecord> expert_load_;
-  std::vector<SampleRecord> samples_;
   std::function<bool()> stop_requested_;
   bool stop_agreed_ = false;
+  std::unique_ptr<MetricsLog> metrics_;  // the leader's, from the first run()
+  std::string resumed_from_;             // the checkpoint resume() loaded
   // the step in flight between queue_step() and finish_step()
   bool step_queued_ = false;
   double step_start_ = 0;

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""metrics.jsonl through the command line, on two PEs (dp 2):
+  - only the leader writes it: one line per step, steps 1..N once each;
+  - `--resume` from a checkpoint of a run that went further keeps the lines
+    up to the checkpoint byte for byte and appends the rest, none twice;
+  - report.html is drawn from it (its summary names the file).
+usage: metrics_jsonl_test.py <coremesh executable> <work dir>"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+exe, work = sys.argv[1], Path(sys.argv[2])
+shutil.rmtree(work, ignore_errors=True)
+work.mkdir(parents=True)
+here = Path(__file__).parent
+overrides = {"train": {"steps": 6, "warmup_steps": 2, "val_every": 3, "ckpt_every": 3, "keep_checkpoints": 0,
+                       "report": True}, "parallel": {"dp": 2}}
+subprocess.run([sys.executable, str(here / "tiny_run.py"), str(work), "5", json.dumps(overrides)], check=True)
+run = work / "run"
+metrics = run / "metrics.jsonl"
+
+
+def fail(why, log=""):
+    print(log)
+    print(f"FAIL: {why}")
+    sys.exit(1)
+
+
+def train(*flags):
+    done = subprocess.run([exe, "train", "--config", str(work / "cfg.json"), "--no-progress", *flags],
+                          capture_output=True, text=True, timeout=240)
+    if done.returncode != 0:
+        fail(f"coremesh train {' '.join(flags)} exited with {done.returncode}", done.stdout + done.stderr)
+    return done.stdout + done.stderr
+
+
+def lines():
+    text = metrics.read_text()
+    if not text.endswith("\n"):
+        fail("metrics.jsonl does not end with a complete line")
+    return text.splitlines()
+
+
+log = train()
+first = lines()
+steps = [json.loads(line)["step"] for line in first]
+if steps != [1, 2, 3, 4, 5, 6]:
+    fail(f"dp 2 wrote steps {steps}, want 1..6 once each (only the leader writes)", log)
+for line in first:
+    j = json.loads(line)
+    for key in ("loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "expert_balance", "expert_load", "memory"):
+        if key not in j:
+            fail(f"step {j['step']} lacks {key}")
+    if ("val_loss" in j) != (j["step"] % 3 == 0):
+        fail(f"step {j['step']}: val_loss present = {'val_loss' in j}, validation runs every 3 steps")
+report = (run / "report.html").read_text()
+if str(metrics) not in report:
+    fail("the report does not name metrics.jsonl as its source")
+
+# Continue from step 3's checkpoint, as after a crash: lines 4..6 go, then come again.
+log = train("--resume", str(run / "checkpoints" / "step_00000003.safetensors"))
+if "resumed from" not in log:
+    fail("the run did not resume", log)
+again = lines()
+steps = [json.loads(line)["step"] for line in again]
+if steps != [1, 2, 3, 4, 5, 6]:
+    fail(f"after --resume the file lists steps {steps}, want 1..6 once each", log)
+if again[:3] != first[:3]:
+    fail("lines up to the checkpoint changed on resume")
+for a, b in zip(again[3:], first[3:]):
+    if json.loads(a)["loss"] != json.loads(b)["loss"]:
+        fail(f"resumed step {json.loads(a)['step']} has loss {json.loads(a)['loss']}, the first run {json.loads(b)['loss']}")
+print("PASS: dp 2 leader-only metrics.jsonl, resume keeps 1..3 and rewrites 4..6 with the same losses")
