@@ -31,9 +31,9 @@ std::vector<MoeSlice> token_slices(int64_t N, int replicas) {
   return slices;
 }
 
-// Runs the slices' steps: each slice's on its own stream, the exchanges on
-// the comm stream, every step after the slice's previous one (events, no
-// host waits). Forked from the calling stream when made, joined into it by
+// Runs the slices' steps: each slice's compute on its own stream, its
+// exchanges on its comm stream, every step after the slice's previous one
+// (events, no host waits). Forked from the calling stream when made, joined into it by
 // join(). One slice: everything on the calling stream, in call order.
 class SliceRun {
  public:
