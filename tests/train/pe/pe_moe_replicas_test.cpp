@@ -8,6 +8,7 @@
 // two chunks on two streams, each with its own slice streams).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "coremesh/shmem/shmem.hpp"
@@ -19,6 +20,21 @@ using namespace coremesh::train;
 using namespace coremesh::test_support;
 
 namespace {
+
+// Our GEMM engine (builds with AVX2 and FMA) computes each row of a product
+// the same whatever the number of rows, so slicing the tokens changes no
+// bit. OpenBLAS, which builds without it use (the sanitizer builds), may
+// block a product by its row count: there the sliced run is held to 1e-6.
+#if defined(__AVX2__) && defined(__FMA__)
+constexpr bool kRowExactGemm = true;
+#else
+constexpr bool kRowExactGemm = false;
+#endif
+
+void expect_same(double sliced, double one, const char* what, size_t step) {
+  if (kRowExactGemm) EXPECT_EQ(sliced, one) << what << ", step " << step;
+  else EXPECT_NEAR(sliced, one, 1e-6 * std::abs(one)) << what << ", step " << step;
+}
 
 struct Layout {
   int dp, ep, tp, zero, replicas;
@@ -77,15 +93,19 @@ TEST(MoeReplicas, ReproduceTheUnslicedRunBitForBit) {
     ASSERT_EQ(sliced.records().size(), one.records().size());
     for (size_t s = 0; s < one.records().size(); ++s) {
       const StepRecord &a = sliced.records()[s], &b = one.records()[s];
-      EXPECT_EQ(a.loss, b.loss) << "step " << s;
-      EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << s;
-      EXPECT_EQ(a.expert_balance, b.expert_balance) << "step " << s;
+      expect_same(a.loss, b.loss, "loss", s);
+      expect_same(a.grad_norm, b.grad_norm, "gradient norm", s);
+      expect_same(a.expert_balance, b.expert_balance, "expert balance", s);
     }
-    EXPECT_EQ(0, std::memcmp(sliced.model().param_data(), one.model().param_data(),
-                             sizeof(float) * size_t(one.model().num_params())))
-        << "the weights differ from the unsliced run";
+    if (kRowExactGemm)
+      EXPECT_EQ(0, std::memcmp(sliced.model().param_data(), one.model().param_data(),
+                               sizeof(float) * size_t(one.model().num_params())))
+          << "the weights differ from the unsliced run";
+    else
+      EXPECT_LE(relative_l2(sliced.model().param_arena(), one.model().param_arena()), 1e-6);
     if (shmem::my_pe() == 0)
-      std::printf("[moe replicas: %s] %zu steps bit-identical to one slice\n", name(L).c_str(), one.records().size());
+      std::printf("[moe replicas: %s] %zu steps %s one slice\n", name(L).c_str(), one.records().size(),
+                  kRowExactGemm ? "bit-identical to" : "within 1e-6 of");
     shmem::barrier();
   }
 }
