@@ -306,6 +306,7 @@ TEST(OpsMoE, ConcatGroupsJoinsGroupByGroup) {
       parts.push_back(ops::cast(randn({rows[p], W}, 30 + int(p)), dtype));
       offsets.push_back(Tensor::from_vector(lists[p], {G + 1}));
     }
+    runtime::synchronize();  // the casts, read below on the host and by the op on another stream
     GroupedRows joined;
     run_on_stream([&] { joined = concat_groups(parts, offsets); });
     ASSERT_EQ(joined.rows.size(0), 14);
