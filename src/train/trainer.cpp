@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <tuple>
 
+#include "coremesh/core/allocator.hpp"
 #include "coremesh/core/error.hpp"
 #include "coremesh/graph/exec.hpp"
+#include "coremesh/parallel/schedule_simulator.hpp"
 #include "coremesh/runtime/capture.hpp"
 #include "coremesh/train/generate.hpp"
 
@@ -35,6 +38,30 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
     plan_->sync_tied_table(*model_);  // a head apart from the embedding holds a replica of its table
   }
   lr_ = LrSchedule{cfg_.lr, cfg_.min_lr, cfg_.warmup_steps, cfg_.steps};
+  limit_run_ahead();
+}
+
+Trainer::~Trainer() {
+  if (set_soft_limit_) set_host_soft_limit(0);
+}
+
+// The host runs ahead of the device by whole steps unless held back, and
+// every queued kernel keeps its tensors: the host allocator's soft limit
+// (coremesh/core/allocator.hpp) holds this run to what it holds once built
+// (weights, gradients and optimizer state where they are host memory, the
+// data), plus this rank's peak of saved activations (a pipeline rank keeps
+// several micro-batches' slots), the largest transient and bf16's weight
+// copies, plus 5%. COREMESH_HOST_SOFT_LIMIT_MB (MiB, 0: none) overrides it.
+void Trainer::limit_run_ahead() {
+  if (std::getenv("COREMESH_HOST_SOFT_LIMIT_MB") != nullptr) return;
+  const model::MemoryEstimate e =
+      model::estimate_memory(cfg_.model, cfg_.batch_size, cfg_.seq_len / plan_->cp(), plan_->stage());
+  const parallel::Schedule& q = plan_->schedule();
+  const double slots = double(parallel::simulate(q, {}).peak_slots[size_t(plan_->executor_rank())]) / q.chunks;
+  const double budget = double(host_allocator_stats().allocated_bytes) + slots * double(e.activations) +
+                        double(e.workspace + e.weight_copies);
+  set_host_soft_limit(size_t(1.05 * budget));
+  set_soft_limit_ = true;
 }
 
 namespace {

@@ -72,6 +72,9 @@ std::string describe(const GraphSummary& g);
 class Trainer {
  public:
   explicit Trainer(const TrainConfig& config, runtime::Device& device = runtime::Device::default_device());
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // Loads a checkpoint (a file, or a directory: its latest), refusing a
   // corrupt or mismatched one. The next run() continues the metrics.jsonl
@@ -118,6 +121,7 @@ class Trainer {
   GraphSummary graph_summary() const;
 
  private:
+  void limit_run_ahead();
   CheckpointState checkpoint_state();
   void launch_step();    // the whole step, on the stream
   void capture_step();   // launch_step() captured into step_graph_, and replayed
@@ -157,6 +161,7 @@ class Trainer {
   int64_t eager_steps_ = 0, graph_step_ = 0;
   std::optional<graph::Exec> step_graph_;
   std::vector<std::pair<Tensor, Tensor>> graph_inputs_;  // per micro-batch: tokens, targets
+  bool set_soft_limit_ = false;  // limit_run_ahead() set the host allocator's soft limit
 };
 
 }  // namespace coremesh::train
