@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "commands.hpp"
 #include "coremesh/core/error.hpp"
@@ -41,7 +42,8 @@ Loaded load(const std::string& where, const std::string& config) {
   if (!config.empty()) {
     std::ifstream in(config);
     CM_CHECK(in.good(), "check the --config path", "cannot open config '{}'", config);
-    const train::TrainConfig cfg = train::train_config_from_json(nlohmann::json::parse(in));
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const train::TrainConfig cfg = train::train_config_from_text(text, config);
     const auto diffs = model::config_differences(l.state.config, cfg.model);
     if (!diffs.empty()) {
       std::string text = fmt::format("checkpoint '{}' holds another model than '{}':", path, config);

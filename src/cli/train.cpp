@@ -16,6 +16,7 @@
 #include <memory>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -92,13 +93,8 @@ train::TrainConfig read_config(const TrainFlags& f) {
   if (!f.config.empty()) {
     std::ifstream in(f.config);
     CM_CHECK(in.good(), "check the --config path", "cannot open config '{}'", f.config);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      CM_THROW(InvalidArgument, "fix the JSON syntax", "cannot parse '{}': {}", f.config, e.what());
-    }
-    cfg = train::train_config_from_json(j);
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    cfg = train::train_config_from_text(text, f.config);
   }
   // Flags override the file only when given.
   f.model->apply(cfg.model);

@@ -122,7 +122,14 @@ SafetensorsFile safetensors_parse(const char* data, size_t size, const std::stri
       auto offs = entry.at("data_offsets").get<std::vector<size_t>>();
       CM_CHECK(offs.size() == 2 && offs[0] <= offs[1], hint,
                "{}: tensor '{}' has malformed data_offsets", what, name);
-      size_t expect = size_t(shape_numel(shape)) * dtype_size(dtype);
+      // The byte count in size_t with overflow checks: a product that wraps
+      // (shape [2^32, 2^32]) could match an empty range and make a tensor
+      // whose shape claims more than its storage holds.
+      size_t expect = dtype_size(dtype);
+      for (int64_t d : shape)
+        CM_CHECK(!__builtin_mul_overflow(expect, size_t(d), &expect), hint,
+                 "{}: tensor '{}' of shape {} has more elements than memory can address", what, name,
+                 shape_str(shape));
       CM_CHECK(offs[1] - offs[0] == expect, hint,
                "{}: tensor '{}' of shape {} {} needs {} bytes but its range holds {}", what, name,
                shape_str(shape), safetensors_dtype(dtype), expect, offs[1] - offs[0]);

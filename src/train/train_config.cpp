@@ -87,6 +87,16 @@ TrainConfig train_config_from_json(const nlohmann::json& j, TrainConfig c) {
   return train_fields().from_json(t, c, {"model", "train", "parallel"});
 }
 
+TrainConfig train_config_from_text(std::string_view text, const std::string& source) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    CM_THROW(InvalidArgument, "fix the JSON syntax", "cannot parse '{}': {}", source, e.what());
+  }
+  return train_config_from_json(j);
+}
+
 nlohmann::json to_json(const TrainConfig& c) {
   return {{"model", model::to_json(c.model)},
           {"train", train_fields().to_json(c)},

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "coremesh/core/fields.hpp"
@@ -52,6 +53,9 @@ struct TrainConfig {
 // stand at the top level).
 const FieldTable<TrainConfig>& train_fields();
 TrainConfig train_config_from_json(const nlohmann::json& j, TrainConfig base = {});
+// The text of a config file; `source` names it in errors. Bad JSON is an
+// InvalidArgument like every other refusal (the parser's message, the hint).
+TrainConfig train_config_from_text(std::string_view text, const std::string& source);
 nlohmann::json to_json(const TrainConfig& c);
 // Every difference between two configs, "section.field: a vs b".
 std::vector<std::string> config_differences(const TrainConfig& a, const TrainConfig& b);
