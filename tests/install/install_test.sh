@@ -49,7 +49,9 @@ mkdir "$work/links" && ln -s "$prefix/bin/oshcc" "$work/links/oshcc"
 "$work/links/oshcc" -std=c11 -Wall -Werror -O1 globals.c -o globals    # through a symlink
 PATH="$prefix/bin:$PATH" oshcc -std=c11 -Wall -Werror -O1 profiling.c -o profiling
 "$prefix/bin/oshc++" -std=c++20 -Wall -Werror -O1 ring.cpp -o ring_cpp
-"$prefix/bin/oshcc" --showme -c x.c | grep -qF -- "-I$prefix/include" || fail "oshcc --showme: no -I$prefix/include"
+# (no `cmd | grep -q` here: grep's early exit would fail the pipe, pipefail)
+"$prefix/bin/oshcc" --showme -c x.c > showme.txt
+grep -qF -- "-I$prefix/include" showme.txt || fail "oshcc --showme: no -I$prefix/include"
 expect_lines() {  # expect_lines COUNT PATTERN FILE
   [ "$(grep -c "$2" "$3")" -eq "$1" ] || { cat "$3"; fail "expected $1 lines '$2' in $3"; }
 }
@@ -70,7 +72,8 @@ cmake -S consumer -B consumer-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_
 cmake --build consumer-build >> consumer.log 2>&1 || { cat consumer.log; fail "building it"; }
 env -u LD_LIBRARY_PATH consumer-build/consumer | tee consumer.txt
 grep -q "matmul entry 32.0, lr(4) 0.000500" consumer.txt || fail "the find_package program's results"
-ldd consumer-build/consumer | grep -qF "$libdir/libcoremesh_train.so" || fail "not linked to $libdir's shared libraries"
+ldd consumer-build/consumer > consumer.ldd
+grep -qF "$libdir/libcoremesh_train.so" consumer.ldd || fail "not linked to $libdir's shared libraries"
 
 # C++ with pkg-config.
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
@@ -78,7 +81,8 @@ export PKG_CONFIG_PATH="$libdir/pkgconfig"
 # shellcheck disable=SC2046  # pkg-config's flags are words
 g++ -std=c++20 -O1 consumer/main.cpp -o pkgconfig_consumer $(pkg-config --cflags --libs coremesh) \
   -Wl,-rpath,"$(pkg-config --variable=libdir coremesh)"
-env -u LD_LIBRARY_PATH ./pkgconfig_consumer | grep -q "matmul entry 32.0" || fail "the pkg-config program's results"
+env -u LD_LIBRARY_PATH ./pkgconfig_consumer > pkgconfig_consumer.txt
+grep -q "matmul entry 32.0" pkgconfig_consumer.txt || fail "the pkg-config program's results"
 echo "C++: find_package(coremesh) and pkg-config programs ran"
 
 # Python from the prefix.
