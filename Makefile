@@ -6,7 +6,7 @@ ifneq ($(CI),)
   CMAKE_FLAGS += -DCOREMESH_WERROR=ON
 endif
 
-.PHONY: all deps deps-run build build-run run test test-unit test-tsan test-asan fuzz bench clean
+.PHONY: all deps deps-run build build-run run test test-unit test-tsan test-asan fuzz bench clean install package
 
 all: build
 
@@ -28,6 +28,15 @@ build-run: deps-run
 	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOREMESH_TESTS=OFF -DCOREMESH_BENCH=OFF \
 	  -DCOREMESH_PYTHON=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build -j $(JOBS) --target coremesh
+
+# `make install PREFIX=P` (default /usr/local): the release build into P
+# (relocatable: P may be moved later). `make package`: the .deb, build/coremesh_*.deb.
+PREFIX ?= /usr/local
+install: build
+	@cmake --install build --prefix $(PREFIX)
+
+package: build
+	@cd build && cpack
 
 # The main job: train the demo MoE on the Bible (scripts/run-demo.sh).
 run: build-run
