@@ -53,8 +53,12 @@ const FieldTable<TrainConfig>& train_fields() {
           .add("graph", [](T& c) -> auto& { return c.graph; },
                "capture the second step into a graph and replay it for every later step (single PE, dp, ep)")
           .add("sample_tokens", [](T& c) -> auto& { return c.sample_tokens; },
-               "bytes of greedy sample at each validation (0: none)", non_negative<int>())
-          .add("sample_prompt", [](T& c) -> auto& { return c.sample_prompt; }, "prompt of those samples");
+               "bytes sampled at each validation (0: none)", non_negative<int>())
+          .add("sample_prompt", [](T& c) -> auto& { return c.sample_prompt; }, "prompt of those samples")
+          .add("sample_temperature", [](T& c) -> auto& { return c.sample_temperature; },
+               "their temperature (0: greedy); the seed is seed + the step", non_negative<double>())
+          .add("sample_top_k", [](T& c) -> auto& { return c.sample_top_k; },
+               "their k most likely bytes to sample among (0: all)", non_negative<int>());
   return t;
 }
 

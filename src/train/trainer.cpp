@@ -13,6 +13,7 @@
 #include "coremesh/parallel/schedule_simulator.hpp"
 #include "coremesh/runtime/capture.hpp"
 #include "coremesh/train/generate.hpp"
+#include "coremesh/train/progress_bar.hpp"
 
 namespace coremesh::train {
 namespace fs = std::filesystem;
@@ -220,13 +221,22 @@ double Trainer::validate() {
   const int cp = plan_->cp();  // each CP rank's tokens; their means are summed below
   std::vector<int32_t> x, y;
   std::vector<Tensor> losses;
+  // The leader's bar follows the batches as the stream finishes them (an
+  // event after each); the work is queued ahead as before.
+  const bool show = cfg_.progress && leader();
+  ProgressBar bar(cfg_.val_batches, {.label = "validation", .unit = "batches",
+                                     .mode = show ? ProgressBar::Mode::automatic : ProgressBar::Mode::off});
+  std::vector<runtime::Event> batch_done(show ? size_t(cfg_.val_batches) : 0);
   for (int i = 0; i < cfg_.val_batches; ++i) {
     val_loader_->next_batch(x, y);
     if (cp > 1) x = plan_->my_tokens(x, cfg_.batch_size, cfg_.seq_len), y = plan_->my_tokens(y, cfg_.batch_size, cfg_.seq_len);
     model_->set_step_batches({{x.data(), y.data(), cfg_.batch_size, cfg_.seq_len / cp}});
     const Tensor l = plan_->forward_only(*model_);  // the last stage has the losses
     if (l.defined()) losses.push_back(l);
+    if (show) batch_done[size_t(i)].record(stream_);
   }
+  for (size_t i = 0; i < batch_done.size(); ++i) batch_done[i].synchronize(), bar.set(int64_t(i) + 1);
+  bar.finish();
   stream_.synchronize();
   double sum = 0;
   for (const Tensor& l : losses) sum += mean_of(l);
@@ -240,6 +250,9 @@ std::string Trainer::sample() {
   runtime::StreamGuard on(stream_);
   SampleOptions o;
   o.tokens = cfg_.sample_tokens;
+  o.temperature = cfg_.sample_temperature;
+  o.top_k = cfg_.sample_top_k;
+  o.seed = cfg_.seed + uint64_t(step_);
   return generate(*model_, cfg_.sample_prompt, o);
 }
 
@@ -519,6 +532,10 @@ ReportData Trainer::report_data() const {
                            fmt::format("{:.4f} nats/byte = {:.3f} bits/byte", d.validation.back().loss,
                                        d.validation.back().loss / std::log(2.0)));
   d.summary.emplace_back("metrics", metrics_path());
+  d.sampling = cfg_.sample_temperature > 0
+                   ? fmt::format("temperature {}, top-k {}, seed {} + the step", cfg_.sample_temperature,
+                                 cfg_.sample_top_k, cfg_.seed)
+                   : "greedy";
   if (cfg_.parallel.pp > 1) {
     const parallel::Schedule& s = plan_->schedule();
     d.schedule = fmt::format("{} on {} ranks, {} micro-batches", s.name, s.ranks, s.micro_batches);

@@ -39,8 +39,13 @@ struct TrainConfig {
   int keep_checkpoints = 3;
   int cores = 0;        // compute cores this PE's kernels may use (its stream's limit); 0: all of the device
   bool report = true;
-  int sample_tokens = 64;             // bytes of greedy sample at each validation (0: none)
+  // A sample at each validation: `coremesh generate`'s seeded temperature
+  // sampling (its defaults), seed = seed + steps done, so
+  // `generate --seed <that> --temperature .. --top-k ..` on that step's checkpoint repeats it.
+  int sample_tokens = 64;             // bytes sampled (0: none)
   std::string sample_prompt = "And "; // its prompt
+  double sample_temperature = 0.8;    // 0: greedy (a small model's greedy text repeats "the the")
+  int sample_top_k = 40;              // among the k most likely bytes (0: all)
   bool graph = false;    // capture one step and replay it (see Trainer::queue_step)
   bool progress = true;  // not a config field: the command line's --no-progress
 

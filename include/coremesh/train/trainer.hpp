@@ -8,7 +8,7 @@
 //     -- all of it queued on the trainer's stream; one host synchronization
 //        at the end of the step reads the loss, the norm and the expert load
 //     every val_every steps: validation loss over val_batches fixed batches
-//       and a short greedy sample
+//       and a short sample (seeded temperature sampling, as `coremesh generate`)
 //     every ckpt_every steps: atomic checkpoint
 //     the leader appends the step's line to <out_dir>/metrics.jsonl
 //     a stop request (stop_when) on any PE: every PE stops after this same
@@ -96,7 +96,8 @@ class Trainer {
   void stop_when(std::function<bool()> requested) { stop_requested_ = std::move(requested); }
   bool stop_agreed() const { return stop_agreed_; }
   double validate();
-  // A greedy continuation of cfg.sample_prompt (cfg.sample_tokens bytes).
+  // A continuation of cfg.sample_prompt (cfg.sample_tokens bytes) sampled
+  // with cfg.sample_temperature and sample_top_k, seed cfg.seed + step().
   std::string sample();
   std::string save_checkpoint_now();
 
