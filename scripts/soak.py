@@ -2,7 +2,9 @@
 """Soak (issue 29): a long parallel `coremesh train` with checkpoints, watching
 every PE for growth. Samples each PE's resident set, open file descriptors and
 the job's /dev/shm names once a second; after the run, compares each PE's
-RSS at the end with its RSS at step --settle (growth must be <= --max-growth),
+high-water RSS over the last 100 steps trained (before the run's final
+phase, which re-measures the GEMM peak) with its high-water RSS over the 100
+steps after --settle (growth must be <= --max-growth),
 and the descriptor and /dev/shm counts at the end with those at --settle
 (no growth allowed).
 
@@ -92,7 +94,7 @@ def soak(exe, layout, steps, settle, work):
     job = subprocess.Popen([exe, "run", "-n", "8", exe, "train", "--config", cfg, "--no-progress", *flags],
                            stdout=log, stderr=subprocess.STDOUT)
     metrics = os.path.join(work, "run", "metrics.jsonl")
-    at_settle, last, start = None, None, time.time()
+    samples, start, series = [], time.time(), {}
     while job.poll() is None:
         time.sleep(1)
         pids = pe_pids(job.pid)
@@ -102,9 +104,16 @@ def soak(exe, layout, steps, settle, work):
                   "fds": [fds(p) for p in pids], "shm": shm_names()}
         if None in sample["rss"] or None in sample["fds"]:
             continue
-        if at_settle is None and sample["step"] >= settle:
-            at_settle = sample
-        last = sample
+        series.setdefault(sample["step"] // 100 * 100, sample)
+        if sample["step"] < steps:  # still training (the run's last phase re-measures the GEMM peak)
+            samples.append(sample)
+    # each PE's high-water mark over the 100 steps after --settle and over the last 100 trained
+    first = [x for x in samples if settle <= x["step"] < settle + 100]
+    final = [x for x in samples if x["step"] >= steps - 100]
+    at_settle = {k: [max(v) for v in zip(*(x[k] for x in first))] for k in ("rss", "fds")} if first else None
+    last = {k: [max(v) for v in zip(*(x[k] for x in final))] for k in ("rss", "fds")} if final else None
+    if first and final:
+        at_settle["shm"], last["shm"] = max(x["shm"] for x in first), max(x["shm"] for x in final)
     row = {"layout": layout, "steps": steps_done(metrics), "seconds": time.time() - start, "rc": job.returncode}
     if at_settle and last:
         row["rss_settle_mib"] = max(at_settle["rss"]) / 1024
@@ -113,6 +122,10 @@ def soak(exe, layout, steps, settle, work):
         row["fd_growth"] = max(e - s for s, e in zip(at_settle["fds"], last["fds"]))
         row["shm_growth"] = last["shm"] - at_settle["shm"]
         row["shm_left"] = shm_names()
+    # every PE's RSS (MiB) at the first sample of each hundred steps
+    with open(os.path.join(work, "rss_series.txt"), "w") as f:
+        for step, sample in sorted(series.items()):
+            f.write(f"{step:5d} " + " ".join(f"{r / 1024:6.1f}" for r in sample["rss"]) + "\n")
     return row
 
 
@@ -125,8 +138,8 @@ def main():
     ap.add_argument("--layouts", default=",".join(LAYOUTS))
     ap.add_argument("--work", default="/tmp/coremesh-soak")
     a = ap.parse_args()
-    print("| layout (8 PEs) | steps | s | RSS at step {} (max PE) | RSS at end | growth (worst PE) | fds | /dev/shm | |"
-          .format(a.settle))
+    print("| layout (8 PEs) | steps | s | RSS, steps {}-{} (max PE) | RSS, last 100 steps | growth (worst PE) | fds | "
+          "/dev/shm | |".format(a.settle, a.settle + 100))
     print("|---|---|---|---|---|---|---|---|---|")
     failed = False
     for layout in a.layouts.split(","):
