@@ -5,7 +5,8 @@
 //
 // --checkpoint takes a file or a run directory (its latest checkpoint). The
 // model comes from the checkpoint; with --config, the config's model section
-// must be the checkpoint's (the differences are listed otherwise).
+// must be the checkpoint's (the differences are listed otherwise). Both use
+// the tokenizer the checkpoint carries.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -32,12 +33,16 @@ std::string resolve_checkpoint(const std::string& where) {
 struct Loaded {
   std::unique_ptr<model::Model> model;
   train::CheckpointState state;
+  std::unique_ptr<train::Tokenizer> tokenizer;  // the checkpoint's (bytes if it has none)
 };
 
 Loaded load(const std::string& where, const std::string& config) {
   Loaded l;
   const std::string path = resolve_checkpoint(where);
   l.model = train::load_model(path, &l.state);
+  l.tokenizer = std::make_unique<train::Tokenizer>(
+      l.state.tokenizer.empty() ? train::Tokenizer::bytes()
+                                : train::Tokenizer::from_serialized(l.state.tokenizer, "the tokenizer of '" + path + "'"));
   if (!config.empty()) {
     std::ifstream in(config);
     CM_CHECK(in.good(), "check the --config path", "cannot open config '{}'", config);
@@ -64,13 +69,13 @@ void register_generate_command(CLI::App& app) {
   cmd->add_option("--checkpoint", f->checkpoint, "checkpoint file or run directory")->required();
   cmd->add_option("--prompt", f->prompt, "text to continue")->required();
   cmd->add_option("--config", f->config, "refuse the checkpoint unless its model is this config's");
-  cmd->add_option("--tokens", f->o.tokens, "bytes to generate")->capture_default_str();
+  cmd->add_option("--tokens", f->o.tokens, "tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", f->o.temperature, "0: greedy; higher: more random")->capture_default_str();
-  cmd->add_option("--top-k", f->o.top_k, "sample among the k most likely bytes (0: all)")->capture_default_str();
+  cmd->add_option("--top-k", f->o.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
   cmd->add_option("--seed", f->o.seed, "sampling seed")->capture_default_str();
   cmd->callback([f] {
     Loaded l = load(f->checkpoint, f->config);
-    const std::string text = train::generate(*l.model, f->prompt, f->o);
+    const std::string text = train::generate(*l.model, *l.tokenizer, f->prompt, f->o);
     fmt::print("{}{}\n", f->prompt, text);
   });
 }
@@ -87,7 +92,7 @@ void register_eval_command(CLI::App& app) {
   cmd->add_option("--data", f->data, "text files to score (all of each)")->required();
   cmd->add_option("--config", f->config, "refuse the checkpoint unless its model is this config's");
   cmd->add_option("--batch-size", f->batch_size, "sequences per batch (default: the training run's)");
-  cmd->add_option("--seq-len", f->seq_len, "bytes per window (default: the training run's)");
+  cmd->add_option("--seq-len", f->seq_len, "tokens per window (default: the training run's)");
   cmd->callback([f] {
     Loaded l = load(f->checkpoint, f->config);
     nlohmann::json saved = l.state.train_config;
@@ -95,10 +100,10 @@ void register_eval_command(CLI::App& app) {
     const train::TrainConfig trained = train::train_config_from_json({{"train", saved}});
     const int B = f->batch_size > 0 ? f->batch_size : trained.batch_size;
     const int T = f->seq_len > 0 ? f->seq_len : trained.seq_len;
-    train::TextDataset data(f->data, /*val_fraction=*/0.0);
+    train::TextDataset data(f->data, /*val_fraction=*/0.0, l.tokenizer.get());  // the checkpoint's tokenizer
     const train::EvalResult r = train::evaluate(*l.model, data, train::Split::train, B, T);
-    fmt::print("eval: {} bytes in windows of {}: loss {:.4f} nats/byte = {:.3f} bits/byte\n", r.tokens, T, r.loss,
-               r.bits_per_byte());
+    fmt::print("eval: {} tokens ({} bytes) in windows of {}: loss {:.4f} nats/token = {:.3f} bits/byte\n", r.tokens,
+               r.bytes, T, r.loss, r.bits_per_byte());
   });
 }
 

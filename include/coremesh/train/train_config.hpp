@@ -21,6 +21,7 @@ struct TrainConfig {
   model::ModelConfig model;
   parallel::ParallelConfig parallel;
   std::vector<std::string> data;  // text files
+  std::string tokenizer;          // a SentencePiece .model file; "": bytes (vocab 256)
   double val_fraction = 0.05;
   int batch_size = 8;   // sequences per micro-batch
   int seq_len = 128;
@@ -38,7 +39,7 @@ struct TrainConfig {
   int keep_checkpoints = 3;
   int cores = 0;        // compute cores this PE's kernels may use (its stream's limit); 0: all of the device
   bool report = true;
-  int sample_tokens = 64;             // bytes of greedy sample at each validation (0: none)
+  int sample_tokens = 64;             // tokens of greedy sample at each validation (0: none)
   std::string sample_prompt = "And "; // its prompt
   bool graph = false;    // capture one step and replay it (see Trainer::queue_step)
   bool progress = true;  // not a config field: the command line's --no-progress
