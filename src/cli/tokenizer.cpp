@@ -36,7 +36,7 @@ void register_tokenizer_command(CLI::App& app) {
     const train::Tokenizer t = train::train_tokenizer(f->o, f->out);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     train::TextDataset data(f->o.data, f->o.val_fraction, &t);
-    fmt::print("tokenizer: {} {} in {:.1f} s, written to {}\n", f->o.model, t.describe(), seconds, f->out);
+    fmt::print("tokenizer: {} of {} pieces trained in {:.1f} s, written to {}\n", f->o.model, t.vocab_size(), seconds, f->out);
     fmt::print("training text: {} bytes -> {} tokens ({:.2f} bytes per token)\n", data.split_bytes(train::Split::train),
                data.split_tokens(train::Split::train),
                double(data.split_bytes(train::Split::train)) / double(std::max<int64_t>(1, data.split_tokens(train::Split::train))));
