@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # `make run`: train a ~10M-parameter MoE (4 layers, top-2 of 8 routed experts
 # + 1 shared) on the King James Bible for a few minutes, then print where the
-# HTML report is. The text is tokenized by DEMO_TOKENIZER: bytes, or bpe<N>
-# (a SentencePiece BPE vocabulary of N pieces, trained here first on the
-# training share of the corpus; docs/performance.md "Tokenizer" compares them).
+# HTML report is. The text is tokenized by DEMO_TOKENIZER: bpe<N> (a
+# SentencePiece BPE vocabulary of N pieces, trained here first, in seconds,
+# on the training share of the corpus) or bytes. BPE 4096 trains better in
+# the same time (docs/performance.md, "Tokenizer"): 150 of its steps take
+# about as long as 200 byte-level steps.
 #
-# Environment: DEMO_STEPS (default 200), DEMO_THREADS (default: all CPUs),
-# DEMO_TOKENIZER (default bytes), DEMO_CONFIG_ONLY=1 (write the config and
-# stop), COREMESH (path of the executable, default build/coremesh).
+# Environment: DEMO_TOKENIZER (default bpe4096), DEMO_STEPS (default 150;
+# 200 for bytes), DEMO_THREADS (default: all CPUs), DEMO_CONFIG_ONLY=1 (write
+# the config and stop), COREMESH (path of the executable, default build/coremesh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 COREMESH=${COREMESH:-build/coremesh}
-STEPS=${DEMO_STEPS:-200}
+TOKENIZER=${DEMO_TOKENIZER:-bpe4096}
+STEPS=${DEMO_STEPS:-$([ "$TOKENIZER" = bytes ] && echo 200 || echo 150)}
 THREADS=${DEMO_THREADS:-0}
 OUT=${DEMO_OUT:-out/train-demo}
-TOKENIZER=${DEMO_TOKENIZER:-bytes}
 
 if ! command -v bible >/dev/null 2>&1; then
   echo "run-demo: installing the bible-kjv corpus"
