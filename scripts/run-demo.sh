@@ -3,19 +3,19 @@
 # + 1 shared) on the King James Bible for a few minutes, then print where the
 # HTML report is. The text is tokenized by DEMO_TOKENIZER: bpe<N> (a
 # SentencePiece BPE vocabulary of N pieces, trained here first, in seconds,
-# on the training share of the corpus) or bytes. BPE 4096 trains better in
-# the same time (docs/performance.md, "Tokenizer"): 150 of its steps take
+# on the training share of the corpus) or bytes. BPE 8192 trains better in
+# the same time (docs/performance.md, "Tokenizer"): 135 of its steps take
 # about as long as 200 byte-level steps.
 #
-# Environment: DEMO_TOKENIZER (default bpe4096), DEMO_STEPS (default 150;
+# Environment: DEMO_TOKENIZER (default bpe8192), DEMO_STEPS (default 135;
 # 200 for bytes), DEMO_THREADS (default: all CPUs), DEMO_CONFIG_ONLY=1 (write
 # the config and stop), COREMESH (path of the executable, default build/coremesh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 COREMESH=${COREMESH:-build/coremesh}
-TOKENIZER=${DEMO_TOKENIZER:-bpe4096}
-STEPS=${DEMO_STEPS:-$([ "$TOKENIZER" = bytes ] && echo 200 || echo 150)}
+TOKENIZER=${DEMO_TOKENIZER:-bpe8192}
+STEPS=${DEMO_STEPS:-$([ "$TOKENIZER" = bytes ] && echo 200 || echo 135)}
 THREADS=${DEMO_THREADS:-0}
 OUT=${DEMO_OUT:-out/train-demo}
 
