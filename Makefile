@@ -6,7 +6,7 @@ ifneq ($(CI),)
   CMAKE_FLAGS += -DCOREMESH_WERROR=ON
 endif
 
-.PHONY: all deps deps-run build build-run run test test-unit test-tsan test-asan bench clean
+.PHONY: all deps deps-run build build-run run test test-unit test-tsan test-asan fuzz bench clean install package
 
 all: build
 
@@ -28,6 +28,15 @@ build-run: deps-run
 	@cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOREMESH_TESTS=OFF -DCOREMESH_BENCH=OFF \
 	  -DCOREMESH_PYTHON=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build -j $(JOBS) --target coremesh
+
+# `make install PREFIX=P` (default /usr/local): the release build into P
+# (relocatable: P may be moved later). `make package`: the .deb, build/coremesh_*.deb.
+PREFIX ?= /usr/local
+install: build
+	@cmake --install build --prefix $(PREFIX)
+
+package: build
+	@cd build && cpack
 
 # The main job: train the demo MoE on the Bible (scripts/run-demo.sh).
 run: build-run
@@ -51,9 +60,22 @@ test-asan: deps
 	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCOREMESH_SANITIZE=address \
 	  -DCOREMESH_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build-asan -j $(JOBS) --target test_core test_runtime test_ops test_graph test_parallel \
-	  test_parallel_pe test_train_pe test_model test_train test_cli coremesh test_shmem_pe test_shmem_unit shmem_fault_prog
+	  test_parallel_pe test_train_pe test_model test_train test_cli coremesh test_shmem_pe test_shmem_unit shmem_fault_prog \
+	  test_bad_input
 	@cd build-asan && ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
-	  ctest --output-on-failure -j $(JOBS) -L "core|runtime|ops|graph|parallel|model|train|cli|shmem"
+	  ctest --output-on-failure -j $(JOBS) -L "core|runtime|ops|graph|parallel|model|train|cli|shmem|fuzz"
+
+# libFuzzer on the bad-input targets (fuzz/bad_input.hpp): a clang tree
+# (build-fuzz/, coverage + ASan + UBSan), then FUZZ_SECONDS per target from
+# seeds the project's own writers make (docs/reliability.md, "Bad input").
+FUZZ_SECONDS ?= 60
+fuzz:
+	@bash scripts/install-deps.sh fuzz
+	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
+	  -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCOREMESH_FUZZ=ON \
+	  -DCOREMESH_TESTS=OFF -DCOREMESH_BENCH=OFF -DCOREMESH_PYTHON=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target fuzz_write_seeds fuzz_config fuzz_schedule fuzz_safetensors fuzz_data
+	@bash scripts/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS)
 
 # Benchmarks, each beside its peer in the same run. `make bench` runs every
 # area in turn (never two at once: they share the cores), `make bench-<area>`
@@ -102,4 +124,4 @@ bench-cp: build
 	@$(call perf_section,Context parallel,bash bench/cp_attention.sh 4096 3)
 
 clean:
-	rm -rf build build-tsan build-asan out
+	rm -rf build build-tsan build-asan build-fuzz out

@@ -4,6 +4,7 @@
 #   install-deps.sh        everything: the build, the tests, the benchmarks, Python
 #   install-deps.sh run    what `make run` needs: the build of the coremesh
 #                          executable and the demo's corpus
+#   install-deps.sh fuzz   that, and clang with libFuzzer (`make fuzz`)
 set -euo pipefail
 
 run_packages=(
@@ -25,10 +26,13 @@ test_packages=(
   # headless rendering of the training report in tests (tests/train/test_report.cpp)
   chromium
 )
+# libFuzzer (make fuzz): clang and its runtime libraries
+fuzz_packages=(clang libclang-rt-14-dev)
 case "${1:-all}" in
   run) packages=("${run_packages[@]}") ;;
+  fuzz) packages=("${run_packages[@]}" "${fuzz_packages[@]}") ;;
   all) packages=("${run_packages[@]}" "${test_packages[@]}") ;;
-  *) echo "usage: install-deps.sh [run|all]" >&2; exit 2 ;;
+  *) echo "usage: install-deps.sh [run|all|fuzz]" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -117,7 +117,7 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
       .def("validate", &train::Trainer::validate, py::call_guard<py::gil_scoped_release>(),
            "Validation loss (nats/token) over the config's val_batches.")
       .def("sample", &train::Trainer::sample, py::call_guard<py::gil_scoped_release>(),
-           "A greedy continuation of the config's sample_prompt.")
+           "A continuation of the config's sample_prompt, sampled as the report's samples.")
       .def("resume", &train::Trainer::resume, py::arg("path"), py::call_guard<py::gil_scoped_release>(),
            "Loads a checkpoint file, or a run directory's latest.")
       .def("save_checkpoint", &train::Trainer::save_checkpoint_now, py::call_guard<py::gil_scoped_release>())

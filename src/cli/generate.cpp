@@ -1,20 +1,24 @@
 // `coremesh generate` and `coremesh eval`: using a trained checkpoint.
 //
 //   coremesh generate --checkpoint runs/x --prompt "And God said" --tokens 200 --temperature 0.8 --top-k 20
-//   coremesh eval --checkpoint runs/x --data data/other.txt
+//   coremesh eval --checkpoint runs/x                      # the run's held-out validation split
+//   coremesh eval --checkpoint runs/x --data data/other.txt --max-bytes 1000000
 //
 // --checkpoint takes a file or a run directory (its latest checkpoint). The
 // model comes from the checkpoint; with --config, the config's model section
 // must be the checkpoint's (the differences are listed otherwise). Both use
-// the tokenizer the checkpoint carries.
+// the tokenizer the checkpoint carries, and show a progress bar on stderr
+// (train::ProgressBar) unless --no-progress.
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "commands.hpp"
 #include "coremesh/core/error.hpp"
 #include "coremesh/train/generate.hpp"
+#include "coremesh/train/progress_bar.hpp"
 #include "coremesh/train/trainer.hpp"
 
 namespace coremesh::cli {
@@ -46,7 +50,8 @@ Loaded load(const std::string& where, const std::string& config) {
   if (!config.empty()) {
     std::ifstream in(config);
     CM_CHECK(in.good(), "check the --config path", "cannot open config '{}'", config);
-    const train::TrainConfig cfg = train::train_config_from_json(nlohmann::json::parse(in));
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const train::TrainConfig cfg = train::train_config_from_text(text, config);
     const auto diffs = model::config_differences(l.state.config, cfg.model);
     if (!diffs.empty()) {
       std::string text = fmt::format("checkpoint '{}' holds another model than '{}':", path, config);
@@ -57,12 +62,57 @@ Loaded load(const std::string& where, const std::string& config) {
   return l;
 }
 
+// A progress bar fed by train::OnProgress: made at its first call, which
+// brings the total; reset() erases it.
+struct BarFeed {
+  train::ProgressBar::Options options;
+  std::unique_ptr<train::ProgressBar> bar;
+  BarFeed(std::string label, std::string unit, bool on) {
+    options.label = std::move(label), options.unit = std::move(unit);
+    if (!on) options.mode = train::ProgressBar::Mode::off;
+  }
+  train::OnProgress feed() {
+    return [this](int64_t done, int64_t total) {
+      if (!bar) bar = std::make_unique<train::ProgressBar>(total, options);
+      bar->set(done);
+    };
+  }
+};
+
+// The files and split eval scores: --data whole, or else the run's own
+// validation split (its data files, held out by its val_fraction).
+struct EvalData {
+  std::unique_ptr<train::TextDataset> data;
+  train::Split split;
+  std::string what;
+};
+
+// (`tokenizer`, the checkpoint's, outlives the data)
+EvalData eval_data(const std::vector<std::string>& files, const train::TrainConfig& trained,
+                   const train::CheckpointState& state, const train::Tokenizer& tokenizer) {
+  if (!files.empty())
+    return {std::make_unique<train::TextDataset>(files, 0.0, &tokenizer), train::Split::train,
+            fmt::format("{}", fmt::join(files, ", "))};
+  CM_CHECK(trained.val_fraction > 0, "pass --data <text file> to score",
+           "the run held out no validation data (val_fraction 0)");
+  for (const auto& f : trained.data)
+    CM_CHECK(fs::exists(f), "run eval where the run was started (its paths are relative to there), or pass --data",
+             "the run's data file '{}' is not here", f);
+  auto data = std::make_unique<train::TextDataset>(trained.data, trained.val_fraction, &tokenizer);
+  CM_CHECK(data->fingerprint() == state.data_fingerprint, "pass --data to score these files anyway",
+           "the run's data files ({}) changed since it was trained: their validation split is not the one it held out",
+           fmt::join(trained.data, ", "));
+  return {std::move(data), train::Split::validation,
+          fmt::format("the validation split of {}", fmt::join(trained.data, ", "))};
+}
+
 }  // namespace
 
 void register_generate_command(CLI::App& app) {
   struct Flags {
     std::string checkpoint, prompt, config;
     train::SampleOptions o;
+    bool no_progress = false;
   };
   auto f = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("generate", "Continue a prompt with a trained model");
@@ -73,9 +123,12 @@ void register_generate_command(CLI::App& app) {
   cmd->add_option("--temperature", f->o.temperature, "0: greedy; higher: more random")->capture_default_str();
   cmd->add_option("--top-k", f->o.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
   cmd->add_option("--seed", f->o.seed, "sampling seed")->capture_default_str();
+  cmd->add_flag("--no-progress", f->no_progress, "no progress bar (on stderr)");
   cmd->callback([f] {
     Loaded l = load(f->checkpoint, f->config);
-    const std::string text = train::generate(*l.model, *l.tokenizer, f->prompt, f->o);
+    BarFeed progress("generate", "tokens", !f->no_progress);
+    const std::string text = train::generate(*l.model, *l.tokenizer, f->prompt, f->o, progress.feed());
+    progress.bar.reset();  // erased before the text
     fmt::print("{}{}\n", f->prompt, text);
   });
 }
@@ -85,14 +138,19 @@ void register_eval_command(CLI::App& app) {
     std::string checkpoint, config;
     std::vector<std::string> data;
     int batch_size = 0, seq_len = 0;
+    int64_t max_bytes = 0;
+    bool no_progress = false;
   };
   auto f = std::make_shared<Flags>();
-  auto* cmd = app.add_subcommand("eval", "Loss of a trained model over text files");
+  auto* cmd = app.add_subcommand("eval", "Loss of a trained model on its run's validation split or on text files");
   cmd->add_option("--checkpoint", f->checkpoint, "checkpoint file or run directory")->required();
-  cmd->add_option("--data", f->data, "text files to score (all of each)")->required();
+  cmd->add_option("--data", f->data, "text files to score, all of each (default: the run's validation split)");
+  cmd->add_option("--max-bytes", f->max_bytes, "score at most this many bytes, windows spread evenly (0: all)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--config", f->config, "refuse the checkpoint unless its model is this config's");
   cmd->add_option("--batch-size", f->batch_size, "sequences per batch (default: the training run's)");
   cmd->add_option("--seq-len", f->seq_len, "tokens per window (default: the training run's)");
+  cmd->add_flag("--no-progress", f->no_progress, "no progress bar (on stderr)");
   cmd->callback([f] {
     Loaded l = load(f->checkpoint, f->config);
     nlohmann::json saved = l.state.train_config;
@@ -100,10 +158,12 @@ void register_eval_command(CLI::App& app) {
     const train::TrainConfig trained = train::train_config_from_json({{"train", saved}});
     const int B = f->batch_size > 0 ? f->batch_size : trained.batch_size;
     const int T = f->seq_len > 0 ? f->seq_len : trained.seq_len;
-    train::TextDataset data(f->data, /*val_fraction=*/0.0, l.tokenizer.get());  // the checkpoint's tokenizer
-    const train::EvalResult r = train::evaluate(*l.model, data, train::Split::train, B, T);
-    fmt::print("eval: {} tokens ({} bytes) in windows of {}: loss {:.4f} nats/token = {:.3f} bits/byte\n", r.tokens,
-               r.bytes, T, r.loss, r.bits_per_byte());
+    const EvalData d = eval_data(f->data, trained, l.state, *l.tokenizer);
+    BarFeed progress("eval", "tokens", !f->no_progress);
+    const train::EvalResult r = train::evaluate(*l.model, *d.data, d.split, B, T, f->max_bytes, progress.feed());
+    progress.bar.reset();
+    fmt::print("eval: {} tokens ({} bytes) of {} in windows of {}: loss {:.4f} nats/token = {:.3f} bits/byte\n",
+               r.tokens, r.bytes, d.what, T, r.loss, r.bits_per_byte());
   });
 }
 

@@ -16,6 +16,35 @@ int main(int argc, char** argv) {
   coremesh::cli::g_command_line.assign(argv, argv + argc);
   CLI::App app{"coremesh: core-level and card-level parallel training of MoE transformers"};
   app.require_subcommand(1);
+  // The manual: `coremesh --help` is the man page (the installed package has no other).
+  app.footer(R"(EXAMPLES
+  coremesh info                                 the device, its cores, the libraries
+  coremesh train --config cfg.json --steps 500  train; --dry-run: size, FLOPs, memory
+  coremesh run -n 4 ./prog                      an OpenSHMEM program on 4 PEs
+                                                (= oshrun -n 4 ./prog; build it with
+                                                oshcc prog.c -o prog, or oshc++)
+  coremesh COMMAND --help                       every option of a command
+
+ENVIRONMENT
+  COREMESH_CORES           worker cores of the device (default: the CPUs)
+  COREMESH_PIN             0: leave thread placement to the OS
+  COREMESH_SPIN_US         microseconds workers spin before sleeping (default 50)
+  COREMESH_WAIT_TIMEOUT_S  a longer wait reports what it waits on (default 300)
+  COREMESH_ALLOC_CACHE_MB  cached host memory cap (default 1024; 0: no cache)
+  COREMESH_PROFILE=DIR     write kernel_details.csv and trace.json (Perfetto) at exit
+  COREMESH_LOG_LEVEL       trace, debug, info, warn, error or off
+  COREMESH_HEAP_SIZE       symmetric heap per PE (run --heap; SHMEM_SYMMETRIC_SIZE)
+  COREMESH_TRANSPORT       how PEs reach each other: shm, shm-rma, ucx, mpi
+  COREMESH_SYMMETRIC_DATA  0: global variables are not symmetric
+  SHMEM_VERSION, SHMEM_INFO, SHMEM_DEBUG  the OpenSHMEM variables
+
+EXIT STATUS
+  0: success; 1: an error, with a message that says what to change; train stopped
+  by SIGINT/SIGTERM: 130/143 after a checkpoint; run: the status of the job.
+
+SEE ALSO
+  oshcc, oshc++, oshrun; find_package(coremesh) or pkg-config coremesh for C++;
+  import coremesh (Python); README.md and docs/ of the source tree.)");
   coremesh::cli::register_info_command(app);
   coremesh::cli::register_demo_command(app);
   coremesh::cli::register_run_command(app);

@@ -21,6 +21,11 @@ void register_run_command(CLI::App& app) {
   cmd->add_option("--heap", args->heap, "symmetric heap size per PE, e.g. 512M (default: "
                                         "COREMESH_HEAP_SIZE or 128M)");
   cmd->add_flag("--tag-output", args->tag_output, "prefix every output line with [pe k]");
+  cmd->footer(R"(Starts N copies of the program, the PEs of one OpenSHMEM job on this machine
+(oshrun is another name for this command; under mpirun the PEs may span many
+machines instead). Everything from the program name on is the program's.
+If a PE dies, the job stops within seconds and names it; the command's status
+is the job's: 0 when every PE exits with 0.)");
   // Everything from the program name on belongs to the program.
   cmd->prefix_command();
   cmd->callback([cmd, args] {

@@ -10,12 +10,14 @@
 // the configs' field tables (`coremesh train --help` lists them all).
 #include <fmt/format.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -28,6 +30,7 @@
 #include "coremesh/train/trainer.hpp"
 #include "field_flags.hpp"
 #include "pe_setup.hpp"
+#include "coremesh/core/allocator.hpp"
 #include "stop_signals.hpp"
 
 namespace coremesh::cli {
@@ -40,6 +43,21 @@ struct TrainFlags {
   std::unique_ptr<FieldFlags<train::TrainConfig>> train;
   std::unique_ptr<FieldFlags<parallel::ParallelConfig>> parallel;
 };
+
+// What the process holds besides tensors: this executable and its libraries
+// as loaded now, and the data files (read through a mapping).
+int64_t process_bytes(const train::TrainConfig& c) {
+  int64_t resident_pages = 0;
+  std::ifstream statm("/proc/self/statm");
+  statm >> resident_pages >> resident_pages;  // size, then resident
+  int64_t bytes = resident_pages * int64_t(sysconf(_SC_PAGESIZE));
+  for (const std::string& path : c.data) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!ec) bytes += int64_t(size);
+  }
+  return bytes;
+}
 
 void print_dry_run(const train::TrainConfig& c) {
   const auto& m = c.model;
@@ -61,11 +79,14 @@ void print_dry_run(const train::TrainConfig& c) {
              train::format_count(fpt * double(c.tokens_per_step())));
   const std::string copies = mem.weight_copies > 0
       ? fmt::format(", {} weight copies", train::format_bytes(double(mem.weight_copies))) : "";
-  fmt::print("memory: weights {}, gradients {}, AdamW {}, activations {} (micro-batch {}x{}, {}){}, total {}\n",
+  const int64_t process = process_bytes(c);
+  fmt::print("memory: weights {}, gradients {}, AdamW {}, activations {} (micro-batch {}x{}, {}){}, "
+             "workspace {}, process {}, total {}\n",
              train::format_bytes(double(mem.weights)), train::format_bytes(double(mem.gradients)),
              train::format_bytes(double(mem.optimizer)), train::format_bytes(double(mem.activations)),
              c.batch_size, c.seq_len, model::precision_name(m.precision), copies,
-             train::format_bytes(double(mem.total())));
+             train::format_bytes(double(mem.workspace)), train::format_bytes(double(process)),
+             train::format_bytes(double(mem.total() + process)));
 }
 
 train::TrainConfig read_config(const TrainFlags& f) {
@@ -74,14 +95,10 @@ train::TrainConfig read_config(const TrainFlags& f) {
   if (!f.config.empty()) {
     std::ifstream in(f.config);
     CM_CHECK(in.good(), "check the --config path", "cannot open config '{}'", f.config);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      CM_THROW(InvalidArgument, "fix the JSON syntax", "cannot parse '{}': {}", f.config, e.what());
-    }
-    cfg = train::train_config_from_json(j);
-    vocab_in_file = j.contains("model") && j.at("model").contains("vocab_size");
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    cfg = train::train_config_from_text(text, f.config);
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);  // parsed above
+    vocab_in_file = j.is_object() && j.contains("model") && j.at("model").is_object() && j.at("model").contains("vocab_size");
   }
   // Flags override the file only when given.
   f.model->apply(cfg.model);
@@ -218,8 +235,10 @@ int run_train(const TrainFlags& f) {
     // measured, per PE: what ZeRO-1 shards, and the process's high-water mark
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
-    fmt::print("memory{}: AdamW state {}, peak RSS {}\n", session ? fmt::format(" on PE {}", shmem::my_pe()) : "",
+    fmt::print("memory{}: AdamW state {}, tensors at most {}, peak RSS {}\n",
+               session ? fmt::format(" on PE {}", shmem::my_pe()) : "",
                train::format_bytes(double(trainer->optimizer_state_bytes())),
+               train::format_bytes(double(host_allocator_stats().peak_allocated_bytes)),
                train::format_bytes(double(usage.ru_maxrss) * 1024));
     std::fflush(stdout);
   } catch (const std::exception& e) {

@@ -2,6 +2,7 @@
 #include "coremesh/core/allocator.hpp"
 
 #include <malloc.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
@@ -83,15 +84,29 @@ size_t initial_cache_limit() {
 // A cached block holds the link to the next one of its class in its first bytes.
 struct FreeBlock {
   FreeBlock* next;
+  size_t bytes;
 };
+
+// Blocks of the cached sizes are mapped straight from the kernel: given back,
+// their pages leave the process at once. (From malloc, they would stay in its
+// heap after a free and keep the resident set at its high-water mark.) Under
+// AddressSanitizer they come from malloc, which it watches.
+#ifdef COREMESH_ASAN
+constexpr bool kMapBlocks = false;
+#else
+constexpr bool kMapBlocks = true;
+#endif
 
 class HostAllocator {
  public:
-  HostAllocator() : limit_(initial_cache_limit()) {}
+  HostAllocator() : limit_(initial_cache_limit()) {
+    soft_limit.store(static_cast<size_t>(env::get_int("COREMESH_HOST_SOFT_LIMIT_MB", 0)) * kMiB);
+  }
 
   void* allocate(size_t bytes) {
     CM_CHECK(bytes <= kMaxRequest, "reduce the tensor size or free memory",
              "out of memory allocating {} bytes", bytes);
+    relieve_pressure(block_bytes(bytes));
     if (!cacheable(bytes)) return system_alloc(bytes, block_bytes(bytes));
     const SizeClass c = size_class(bytes);
     {
@@ -100,28 +115,29 @@ class HostAllocator {
         free_[c.index] = b->next;
         cached_bytes_ -= c.bytes;
         hits_.fetch_add(1, std::memory_order_relaxed);
-        allocated_bytes_.fetch_add(c.bytes, std::memory_order_relaxed);
+        note_allocated(c.bytes);
         return b;
       }
     }
     misses_.fetch_add(1, std::memory_order_relaxed);
+    keep_footprint_within_soft_limit(c.bytes);
     return system_alloc(bytes, c.bytes);
   }
 
   void deallocate(void* p, size_t bytes) noexcept {
     const size_t block = block_bytes(bytes);
-    assert(malloc_usable_size(p) >= block && "free_host: bytes differ from the allocation");
+    assert((kMapBlocks && cacheable(bytes)) || malloc_usable_size(p) >= block);
     allocated_bytes_.fetch_sub(block, std::memory_order_relaxed);
     if (cacheable(bytes)) {
       const int index = size_class(bytes).index;
       std::lock_guard lock(mu_);
       if (cached_bytes_ + block <= limit_) {
-        free_[index] = new (p) FreeBlock{free_[index]};
+        free_[index] = new (p) FreeBlock{free_[index], block};
         cached_bytes_ += block;
         return;
       }
     }
-    system_free(p);
+    system_free(p, bytes);
   }
 
   HostAllocatorStats stats() {
@@ -132,6 +148,7 @@ class HostAllocator {
       s.cache_limit_bytes = limit_;
     }
     s.allocated_bytes = allocated_bytes_.load(std::memory_order_relaxed);
+    s.peak_allocated_bytes = peak_bytes_.load(std::memory_order_relaxed);
     s.hits = hits_.load(std::memory_order_relaxed);
     s.misses = misses_.load(std::memory_order_relaxed);
     s.system_allocs = system_allocs_.load(std::memory_order_relaxed);
@@ -164,40 +181,78 @@ class HostAllocator {
     }
     while (released != nullptr) {
       FreeBlock* next = released->next;
-      system_free(released);
+      system_free(released, released->bytes);
       released = next;
     }
   }
 
+ std::atomic<size_t> soft_limit{0};
+  std::atomic<HostPressureHook> pressure_hook{nullptr};
+
+  void reset_peak() { peak_bytes_.store(allocated_bytes_.load(std::memory_order_relaxed)); }
+
  private:
+  // Waits (through the hook) while the request would pass the soft limit.
+  void relieve_pressure(size_t block) {
+    const size_t limit = soft_limit.load(std::memory_order_relaxed);
+    if (limit == 0) return;
+    const HostPressureHook hook = pressure_hook.load(std::memory_order_relaxed);
+    while (hook != nullptr && allocated_bytes_.load(std::memory_order_relaxed) + block > limit && hook()) {
+    }
+  }
+
+  // A miss under a soft limit: cached blocks of other sizes go back to the
+  // system first, so that live plus cached bytes stay within the limit.
+  void keep_footprint_within_soft_limit(size_t block) {
+    const size_t limit = soft_limit.load(std::memory_order_relaxed);
+    if (limit == 0) return;
+    const size_t live = allocated_bytes_.load(std::memory_order_relaxed) + block;
+    trim(live < limit ? limit - live : 0);
+  }
+
+  void note_allocated(size_t block) {
+    const size_t now = allocated_bytes_.fetch_add(block, std::memory_order_relaxed) + block;
+    size_t peak = peak_bytes_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_bytes_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+
   static size_t class_size(int index) {
     const int log2 = kMinClassLog2 + index / kStepsPerDouble;
     return (size_t{1} << log2) / kStepsPerDouble * (kStepsPerDouble + index % kStepsPerDouble);
   }
 
   void* system_alloc(size_t request, size_t block) {
-    void* p = std::aligned_alloc(kAlignment, block);
+    void* p = system_map(request, block);
     if (p == nullptr) {
       trim(0);  // the cached blocks may be what the system lacks
-      p = std::aligned_alloc(kAlignment, block);
+      p = system_map(request, block);
     }
     CM_CHECK(p != nullptr, "reduce the tensor size or free memory",
              "out of memory allocating {} bytes", request);
     system_allocs_.fetch_add(1, std::memory_order_relaxed);
-    allocated_bytes_.fetch_add(block, std::memory_order_relaxed);
+    note_allocated(block);
     return p;
   }
 
-  void system_free(void* p) noexcept {
+  static void* system_map(size_t request, size_t block) {
+    if (!kMapBlocks || !cacheable(request)) return std::aligned_alloc(kAlignment, block);
+    void* p = ::mmap(nullptr, block, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }
+
+  // `request`: the size asked for (it says how the block was made).
+  void system_free(void* p, size_t request) noexcept {
     system_frees_.fetch_add(1, std::memory_order_relaxed);
-    std::free(p);
+    if (kMapBlocks && cacheable(request)) ::munmap(p, block_bytes(request));
+    else std::free(p);
   }
 
   std::mutex mu_;
   std::array<FreeBlock*, kNumClasses> free_{};  // guarded by mu_
   size_t cached_bytes_ = 0;                     // guarded by mu_
   size_t limit_;                                // guarded by mu_
-  std::atomic<size_t> allocated_bytes_{0};
+  std::atomic<size_t> allocated_bytes_{0}, peak_bytes_{0};
   std::atomic<uint64_t> hits_{0}, misses_{0}, system_allocs_{0}, system_frees_{0};
 };
 
@@ -214,6 +269,10 @@ void free_host(void* p, size_t bytes) noexcept {
   if (p != nullptr) allocator().deallocate(p, bytes);  // p != nullptr: allocator() exists
 }
 HostAllocatorStats host_allocator_stats() { return allocator().stats(); }
+void set_host_pressure_hook(HostPressureHook hook) { allocator().pressure_hook.store(hook); }
+void set_host_soft_limit(size_t bytes) { allocator().soft_limit.store(bytes); }
+size_t host_soft_limit() { return allocator().soft_limit.load(); }
+void reset_host_peak() { allocator().reset_peak(); }
 void empty_host_cache() { allocator().trim(0); }
 void set_host_cache_limit(size_t bytes) { allocator().set_limit(bytes); }
 

@@ -352,11 +352,12 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
   // sequence parallelism; the rest per token of the micro-batch.
   const bool sp = stage.sequence_parallel;
   const int64_t row_attn = 4 * (C + 1), row_head = 4 * (C + 1);
-  int64_t per_token = 0, per_row = 0, per_batch = 0;
+  int64_t per_token = 0, per_row = 0, per_batch = 0, largest_part = 0;
   bool attention = false;
   for (int part = 0; part < num_parts(c); ++part) {
     if (!holds_part(stage, part)) continue;
     const Part p = part_at(c, part);
+    const int64_t before = per_token;
     switch (p.kind) {
       case PartKind::embedding: per_token += 4; break;  // token ids (i32)
       case PartKind::attention: per_token += attn - row_attn, per_row += row_attn, attention = true; break;
@@ -369,9 +370,13 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
       // gradient (this TP rank's V each), log-sum-exp, loss per token, targets (i32)
       case PartKind::head: per_token += 4 * (C + 2 * V + 2) + 4, per_row += row_head; break;
     }
+    largest_part = std::max(largest_part, per_token - before);
   }
   if (attention) per_batch += 8 * int64_t(seq_len);  // RoPE positions (i64)
   m.activations = per_token * N + per_row * (sp ? N / stage.tp : N) + per_batch;
+  // A part's backward makes the gradients of what it saved (about as large)
+  // and of its input while its saved tensors still live.
+  m.workspace = 2 * largest_part * N;
   // bf16 keeps each block-GEMM weight's bf16 copy from the forward to the
   // backward (the forward and the dgrad read it); fp8 quantizes W in the
   // forward and W^T in the backward where they are used.

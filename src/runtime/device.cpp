@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "coremesh/core/allocator.hpp"
 #include "coremesh/core/env.hpp"
 #include "coremesh/core/error.hpp"
 #include "coremesh/core/log.hpp"
@@ -19,11 +20,49 @@ std::atomic<int> g_next_device_id{0};
 // Set while a worker of this device completes a kernel: it claims a block
 // right after (see Device::Impl::submit).
 thread_local const Device::Impl* t_completing_on = nullptr;
+thread_local bool t_runtime_thread = false;
 }  // namespace
 
 std::atomic<uint64_t>& work_progress() {
   static std::atomic<uint64_t> blocks{0};
   return blocks;
+}
+
+std::atomic<int64_t>& queued_items() {
+  static std::atomic<int64_t> items{0};
+  return items;
+}
+
+std::atomic<int64_t>& kernels_in_flight() {
+  static std::atomic<int64_t> kernels{0};
+  return kernels;
+}
+
+void mark_runtime_thread() { t_runtime_thread = true; }
+
+// Waits until queued work finishes a kernel block (which may free the
+// tensors it held). Gives up when no kernel has run for kIdleWait (what is
+// queued waits for an event or a signal that this host thread may have yet
+// to launch) or none finished a block for kStallWait (a kernel waits for
+// another PE, itself held back); after giving up it does not wait again
+// until something progressed. A slow kernel on a busy machine is waited for.
+bool relieve_host_memory() {
+  constexpr auto kIdleWait = std::chrono::milliseconds(20), kStallWait = std::chrono::milliseconds(1000);
+  static std::atomic<uint64_t> stalled_at{UINT64_MAX};
+  if (t_runtime_thread || queued_items().load(std::memory_order_relaxed) == 0) return false;
+  const uint64_t seen = work_progress().load(std::memory_order_relaxed);
+  if (seen == stalled_at.load(std::memory_order_relaxed)) return false;
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (work_progress().load(std::memory_order_relaxed) != seen) return true;
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited > kStallWait || (waited > kIdleWait && kernels_in_flight().load(std::memory_order_relaxed) == 0)) break;
+  }
+  stalled_at.store(seen, std::memory_order_relaxed);
+  CM_LOG_DEBUG("host memory: stopped waiting for queued work ({} kernels running, {} items queued)",
+               kernels_in_flight().load(), queued_items().load());
+  return false;
 }
 
 namespace {
@@ -108,10 +147,12 @@ Device::Device(const DeviceOptions& options) : impl_(std::make_unique<Impl>()) {
   for (int core = 0; core < cores; ++core) {
     d.workers.emplace_back([&d, core, pin, cpu = pin ? cpus[core] : -1] {
       if (pin) pin_current_thread(cpu);
+      mark_runtime_thread();
       d.worker_loop(core);
     });
   }
   d.default_stream.reset(new Stream(*this));
+  set_host_pressure_hook(&relieve_host_memory);
   CM_LOG_INFO("device {}: {} cores (cube {}, vector {}){}", d.id, cores, d.spec.cube,
               d.spec.vector, pin ? ", pinned" : "");
 }
@@ -218,6 +259,7 @@ void Device::Impl::submit(std::shared_ptr<KernelRun> run) {
     });
     ready.insert(pos, std::move(run));
     ready_count.fetch_add(1, std::memory_order_release);
+    kernels_in_flight().fetch_add(1, std::memory_order_relaxed);
     if (sleepers == 0) return;
     int unclaimed = 0;
     for (const auto& r : ready) unclaimed += r->info.block_dim - r->next_block;
@@ -290,6 +332,7 @@ void Device::Impl::run_block(KernelRun& run, int block, int core) {
   while (end > expected && !run.end_ns.compare_exchange_weak(expected, end)) {
   }
   if (run.blocks_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  kernels_in_flight().fetch_sub(1, std::memory_order_relaxed);
 
   // Last block: the kernel is complete.
   if (run.profiled) {

@@ -265,6 +265,19 @@ HostWaitHook host_wait_hook();
 // not taken for a stuck one.
 std::atomic<uint64_t>& work_progress();
 
+// Stream items enqueued and not yet finished, over every stream of the process.
+std::atomic<int64_t>& queued_items();
+
+// Kernels handed to the workers and not yet finished, over every device of the process.
+std::atomic<int64_t>& kernels_in_flight();
+
+// Marks the calling thread as one of the runtime's own (a worker, the
+// poller): it never waits for memory, since the work it would wait for may be its own.
+void mark_runtime_thread();
+
+// The host allocator's pressure hook (coremesh/core/allocator.hpp).
+bool relieve_host_memory();
+
 // Sleeps on `cv` (with `lock` held) until `ready()`, or until no kernel block
 // of this process has finished for host_wait_timeout() (returns false);
 // calls the host wait hook between slices of kHostWaitHookPeriod, without

@@ -59,6 +59,7 @@ void StreamImpl::enqueue(WorkItem item) {
     std::lock_guard lock(mutex);
     queue.push_back(std::move(item));
     pending.fetch_add(1, std::memory_order_relaxed);
+    queued_items().fetch_add(1, std::memory_order_relaxed);
     if (busy) return;
   }
   pump();
@@ -74,6 +75,7 @@ void StreamImpl::item_done(std::exception_ptr item_error) {
     head_value_wait.reset();
     if (item_error && !error) error = item_error;
     pending.fetch_sub(1, std::memory_order_release);
+    queued_items().fetch_sub(1, std::memory_order_relaxed);
   }
   pump();
 }
@@ -101,6 +103,7 @@ void StreamImpl::pump() {
     busy = false;
     if (finished_error && !error) error = finished_error;
     pending.fetch_sub(1, std::memory_order_release);
+    queued_items().fetch_sub(1, std::memory_order_relaxed);
   }
 }
 

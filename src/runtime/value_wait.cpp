@@ -136,7 +136,10 @@ void Device::Impl::park(std::shared_ptr<ParkedWait> w) {
     std::lock_guard lock(parked_mutex);
     parked.push_back(std::move(w));
     parked_added = true;
-    if (!poller.joinable()) poller = std::thread([this] { poller_loop(); });
+    if (!poller.joinable()) poller = std::thread([this] {
+      mark_runtime_thread();
+      poller_loop();
+    });
   }
   parked_cv.notify_one();
 }

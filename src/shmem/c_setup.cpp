@@ -33,7 +33,16 @@ in::TeamData* team(shmem_team_t handle, const char* api) {
   if (handle == SHMEM_TEAM_SHARED) return &s.shared;
   CM_CHECK(handle != SHMEM_TEAM_INVALID, "check the result of the team split",
            "{}: SHMEM_TEAM_INVALID passed", api);
-  return reinterpret_cast<in::TeamData*>(handle);
+  // A handle is a TeamData*: look it up among the live teams before using
+  // it, so that a destroyed or made-up handle is refused instead of read.
+  for (const auto& live : s.teams)
+    if (reinterpret_cast<shmem_team_t>(live.get()) == handle) return live.get();
+  CM_CHECK(false,
+           "pass SHMEM_TEAM_WORLD, SHMEM_TEAM_SHARED or a team returned by a split and not yet "
+           "destroyed",
+           "{}: team handle {} is not a live team (destroyed, or not made by a team split)", api,
+           static_cast<const void*>(handle));
+  return nullptr;
 }
 
 shmem_team_t handle(in::TeamData* team) {

@@ -1,7 +1,9 @@
 # SHMEM tools (issue 4), included from the top-level CMakeLists.txt:
-# coremesh-cc, a C compiler wrapper for OpenSHMEM programs, in the build
-# tree (bin/coremesh-cc) and in the install tree, plus install rules for
-# the libraries and headers it needs.
+# coremesh-cc, a C compiler wrapper for OpenSHMEM programs, in the build tree
+# (bin/coremesh-cc, with the build's absolute paths), and for the install tree
+# the wrappers oshcc, oshc++, coremesh-cc (oshcc.in) and the launcher oshrun
+# (oshrun.in), which find the prefix from their own location
+# (cmake/install.cmake installs them).
 if(NOT TARGET coremesh_shmem)
   return()
 endif()
@@ -38,14 +40,14 @@ string(REPLACE "@LIBS@" "${_cm_libs}" _cm_build "${_cm_build}")
 file(GENERATE OUTPUT ${CMAKE_BINARY_DIR}/bin/coremesh-cc CONTENT "${_cm_build}"
      FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
 
-include(GNUInstallDirs)
-set(_cm_libdir ${CMAKE_INSTALL_FULL_LIBDIR})
-set(_cm_install_libs "${_cm_libdir}/$<TARGET_FILE_NAME:coremesh_shmem> ${_cm_libdir}/$<TARGET_FILE_NAME:coremesh_runtime> ${_cm_libdir}/$<TARGET_FILE_NAME:coremesh_core> $<TARGET_LINKER_FILE:fmt::fmt> ${_cm_mpi_libs}")
-string(REPLACE "@CC@" "${CMAKE_C_COMPILER}" _cm_install "${_cm_wrapper}")
-string(REPLACE "@INCLUDE@" "${CMAKE_INSTALL_FULL_INCLUDEDIR}" _cm_install "${_cm_install}")
-string(REPLACE "@LIBS@" "${_cm_install_libs}" _cm_install "${_cm_install}")
-file(GENERATE OUTPUT ${CMAKE_BINARY_DIR}/install-bin/coremesh-cc CONTENT "${_cm_install}")
-install(PROGRAMS ${CMAKE_BINARY_DIR}/install-bin/coremesh-cc DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(TARGETS coremesh_shmem coremesh_runtime coremesh_core ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(FILES ${PROJECT_SOURCE_DIR}/include/shmem.h ${pshmem_dir}/pshmem.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/coremesh DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The installed wrappers: paths relative to the prefix; system libraries
+# (fmt, MPI, UCX) where the system keeps them.
+file(READ ${CMAKE_CURRENT_LIST_DIR}/oshcc.in _cm_install)
+string(REPLACE "@CC@" "${CMAKE_C_COMPILER}" _cm_install "${_cm_install}")
+string(REPLACE "@CXX@" "${CMAKE_CXX_COMPILER}" _cm_install "${_cm_install}")
+string(REPLACE "@LIBDIR@" "${CMAKE_INSTALL_LIBDIR}" _cm_install "${_cm_install}")
+string(REPLACE "@INCLUDEDIR@" "${CMAKE_INSTALL_INCLUDEDIR}" _cm_install "${_cm_install}")
+string(REPLACE "@SANITIZE@" "${_cm_sanitize}" _cm_install "${_cm_install}")
+string(REPLACE "@SYSTEM_LIBS@" "$<TARGET_LINKER_FILE:fmt::fmt> ${_cm_mpi_libs}" _cm_install "${_cm_install}")
+file(GENERATE OUTPUT ${CMAKE_BINARY_DIR}/install-bin/oshcc CONTENT "${_cm_install}")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/oshcc.in)

@@ -31,6 +31,14 @@ int pick(const float* logits, int64_t V, const SampleOptions& o, model::Rng& rng
   return ids[k - 1];
 }
 
+// `n` of `all`, spread evenly (all of them when n is 0 or not less).
+std::vector<TextDataset::Window> spread(std::vector<TextDataset::Window> all, size_t n) {
+  if (n == 0 || n >= all.size()) return all;
+  std::vector<TextDataset::Window> some;
+  for (size_t i = 0; i < n; ++i) some.push_back(all[i * all.size() / n]);
+  return some;
+}
+
 }  // namespace
 
 double EvalResult::bits_per_byte() const {
@@ -53,12 +61,13 @@ std::string printable(const std::string& text) {
   return out;
 }
 
-std::string generate(model::Model& model, const std::string& prompt, const SampleOptions& o) {
-  return generate(model, Tokenizer::bytes(), prompt, o);
+std::string generate(model::Model& model, const std::string& prompt, const SampleOptions& o,
+                     const OnProgress& on_progress) {
+  return generate(model, Tokenizer::bytes(), prompt, o, on_progress);
 }
 
 std::string generate(model::Model& model, const Tokenizer& tokenizer, const std::string& prompt,
-                     const SampleOptions& o) {
+                     const SampleOptions& o, const OnProgress& on_progress) {
   const model::ModelConfig& c = model.config();
   CM_CHECK(!prompt.empty(), "give a prompt of at least one byte", "empty prompt");
   CM_CHECK(o.tokens >= 0 && o.top_k >= 0 && o.temperature >= 0,
@@ -70,6 +79,7 @@ std::string generate(model::Model& model, const Tokenizer& tokenizer, const std:
   const size_t prompt_tokens = tokens.size();
   model::Rng rng(o.seed);
   runtime::Stream stream = runtime::current_stream();
+  if (on_progress) on_progress(0, o.tokens);
   for (int i = 0; i < o.tokens; ++i) {
     const int T = int(std::min<size_t>(tokens.size(), size_t(c.max_seq_len)));
     const int32_t* window = tokens.data() + tokens.size() - size_t(T);
@@ -81,17 +91,23 @@ std::string generate(model::Model& model, const Tokenizer& tokenizer, const std:
     CM_CHECK(next < tokenizer.vocab_size(), "generate with the tokenizer the model was trained with",
              "sampled token {} is outside the tokenizer's {}", next, tokenizer.vocab_size());
     tokens.push_back(next);
+    if (on_progress) on_progress(i + 1, o.tokens);
   }
   return tokenizer.decode({tokens.begin() + std::ptrdiff_t(prompt_tokens), tokens.end()});
 }
 
-EvalResult evaluate(model::Model& model, const TextDataset& data, Split split, int batch_size, int seq_len) {
+EvalResult evaluate(model::Model& model, const TextDataset& data, Split split, int batch_size, int seq_len,
+                    int64_t max_bytes, const OnProgress& on_progress) {
   CM_CHECK(batch_size > 0 && seq_len > 0 && seq_len <= model.config().max_seq_len,
            "use batch_size >= 1 and 1 <= seq_len <= max_seq_len", "batch {} x {} (max_seq_len {})", batch_size,
            seq_len, model.config().max_seq_len);
-  const auto windows = data.windows(split, seq_len);
+  CM_CHECK(max_bytes == 0 || max_bytes >= seq_len, "use max_bytes >= seq_len (or 0: all)",
+           "max_bytes {} is less than one window of {} tokens", max_bytes, seq_len);
+  const auto windows = spread(data.windows(split, seq_len), max_bytes > 0 ? size_t(max_bytes / seq_len) : 0);
   CM_CHECK(!windows.empty(), "evaluate on a text longer than seq_len tokens",
            "no window of {} + 1 tokens in the data", seq_len);
+  const int64_t total = int64_t(windows.size()) * seq_len;
+  if (on_progress) on_progress(0, total);
   runtime::Stream stream = runtime::current_stream();
   std::vector<int32_t> buf(size_t(seq_len) + 1), x, y;
   EvalResult r;
@@ -111,6 +127,7 @@ EvalResult evaluate(model::Model& model, const TextDataset& data, Split split, i
     stream.synchronize();
     sum += mean_of(losses) * double(losses.numel());
     r.tokens += losses.numel();
+    if (on_progress) on_progress(r.tokens, total);
   }
   r.loss = sum / double(r.tokens);
   return r;

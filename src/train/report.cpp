@@ -217,7 +217,8 @@ std::string render_report_html(const ReportData& d) {
          "experts) that one expert gets every token.</p>";
   }
   if (!d.samples.empty()) {
-    o += "<h2>Samples (greedy, at each validation)</h2><table>";
+    o += "<h2>Samples at each validation" + (d.sampling.empty() ? "" : " (" + escape(d.sampling) + ")") +
+         "</h2><table>";
     for (const auto& sm : d.samples)
       o += fmt::format("<tr><td>step {}</td><td><b>{}</b>{}</td></tr>", sm.step + 1, escape(sm.prompt),
                        escape(sm.text));

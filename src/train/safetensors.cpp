@@ -42,8 +42,10 @@ DType parse_safetensors_dtype(const std::string& name) {
            "unsupported safetensors dtype '{}'", name);
 }
 
-std::string safetensors_serialize(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                                  const std::map<std::string, std::string>& metadata) {
+namespace {
+// The 8-byte length and the JSON header (padded to 8 bytes) that precede the data.
+std::string safetensors_header(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
@@ -58,14 +60,31 @@ std::string safetensors_serialize(const std::vector<std::pair<std::string, Tenso
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');
   std::string out;
-  out.reserve(8 + json.size() + offset);
-  uint64_t n = json.size();
+  const uint64_t n = json.size();
   for (int i = 0; i < 8; ++i) out.push_back(char((n >> (8 * i)) & 0xff));
-  out += json;
+  return out + json;
+}
+
+// The header, then each tensor's bytes where they lie (views made contiguous
+// into `keep`): a file is written without a copy of it in memory.
+std::vector<std::string_view> safetensors_pieces(const std::string& header,
+                                                 const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                                 std::vector<Tensor>& keep) {
+  std::vector<std::string_view> pieces{header};
   for (const auto& [name, t] : tensors) {
-    Tensor c = t.is_contiguous() ? t : t.contiguous();
-    out.append(static_cast<const char*>(c.raw_data()), c.nbytes());
+    keep.push_back(t.is_contiguous() ? t : t.contiguous());
+    pieces.emplace_back(static_cast<const char*>(keep.back().raw_data()), keep.back().nbytes());
   }
+  return pieces;
+}
+}  // namespace
+
+std::string safetensors_serialize(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
+  const std::string header = safetensors_header(tensors, metadata);
+  std::vector<Tensor> keep;
+  std::string out;
+  for (std::string_view piece : safetensors_pieces(header, tensors, keep)) out += piece;
   return out;
 }
 
@@ -103,7 +122,14 @@ SafetensorsFile safetensors_parse(const char* data, size_t size, const std::stri
       auto offs = entry.at("data_offsets").get<std::vector<size_t>>();
       CM_CHECK(offs.size() == 2 && offs[0] <= offs[1], hint,
                "{}: tensor '{}' has malformed data_offsets", what, name);
-      size_t expect = size_t(shape_numel(shape)) * dtype_size(dtype);
+      // The byte count in size_t with overflow checks: a product that wraps
+      // (shape [2^32, 2^32]) could match an empty range and make a tensor
+      // whose shape claims more than its storage holds.
+      size_t expect = dtype_size(dtype);
+      for (int64_t d : shape)
+        CM_CHECK(!__builtin_mul_overflow(expect, size_t(d), &expect), hint,
+                 "{}: tensor '{}' of shape {} has more elements than memory can address", what, name,
+                 shape_str(shape));
       CM_CHECK(offs[1] - offs[0] == expect, hint,
                "{}: tensor '{}' of shape {} {} needs {} bytes but its range holds {}", what, name,
                shape_str(shape), safetensors_dtype(dtype), expect, offs[1] - offs[0]);
@@ -178,31 +204,39 @@ std::string write_hint(int err, const fs::path& dir, size_t bytes) {
 }  // namespace
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
+  write_file_atomic(path, std::vector<std::string_view>{bytes});
+}
+
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
+  size_t total = 0;
+  for (std::string_view piece : pieces) total += piece.size();
   fs::path target(path);
   fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   std::error_code ec;
   fs::create_directories(dir, ec);
   std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  CM_CHECK(fd >= 0, write_hint(errno, dir, bytes.size()), "cannot create '{}' to write '{}': {}", tmp, path,
+  CM_CHECK(fd >= 0, write_hint(errno, dir, total), "cannot create '{}' to write '{}': {}", tmp, path,
            std::strerror(errno));
   // Any failure: the temporary goes, `path` keeps what it held.
   auto fail = [&](const std::string& what, int err) {
     ::unlink(tmp.c_str());
     const std::string kept = fs::exists(target, ec) ? "it keeps its previous contents" : "no partial file was left";
-    CM_THROW(InvalidArgument, write_hint(err, dir, bytes.size()), "cannot write '{}' ({} bytes): {}: {}; {}", path,
-             bytes.size(), what, std::strerror(err), kept);
+    CM_THROW(InvalidArgument, write_hint(err, dir, total), "cannot write '{}' ({} bytes): {}: {}; {}", path,
+             total, what, std::strerror(err), kept);
   };
   size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int err = w < 0 ? errno : ENOSPC;  // 0 bytes written: nothing more fits
-      ::close(fd);
-      fail(fmt::format("write failed after {} bytes", done), err);
+  for (std::string_view piece : pieces) {
+    for (size_t at = 0; at < piece.size();) {
+      ssize_t w = ::write(fd, piece.data() + at, piece.size() - at);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        const int err = w < 0 ? errno : ENOSPC;  // 0 bytes written: nothing more fits
+        ::close(fd);
+        fail(fmt::format("write failed after {} bytes", done), err);
+      }
+      at += size_t(w), done += size_t(w);
     }
-    done += size_t(w);
   }
   if (::fsync(fd) != 0) {
     const int err = errno;
@@ -217,7 +251,9 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  write_file_atomic(path, safetensors_serialize(tensors, metadata));
+  const std::string header = safetensors_header(tensors, metadata);
+  std::vector<Tensor> keep;
+  write_file_atomic(path, safetensors_pieces(header, tensors, keep));
 }
 
 }  // namespace coremesh::train

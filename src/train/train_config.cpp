@@ -55,8 +55,12 @@ const FieldTable<TrainConfig>& train_fields() {
           .add("graph", [](T& c) -> auto& { return c.graph; },
                "capture the second step into a graph and replay it for every later step (single PE, dp, ep)")
           .add("sample_tokens", [](T& c) -> auto& { return c.sample_tokens; },
-               "tokens of greedy sample at each validation (0: none)", non_negative<int>())
-          .add("sample_prompt", [](T& c) -> auto& { return c.sample_prompt; }, "prompt of those samples");
+               "tokens sampled at each validation (0: none)", non_negative<int>())
+          .add("sample_prompt", [](T& c) -> auto& { return c.sample_prompt; }, "prompt of those samples")
+          .add("sample_temperature", [](T& c) -> auto& { return c.sample_temperature; },
+               "their temperature (0: greedy); the seed is seed + the step", non_negative<double>())
+          .add("sample_top_k", [](T& c) -> auto& { return c.sample_top_k; },
+               "their k most likely tokens to sample among (0: all)", non_negative<int>());
   return t;
 }
 
@@ -87,6 +91,16 @@ TrainConfig train_config_from_json(const nlohmann::json& j, TrainConfig c) {
   if (j.contains("parallel")) c.parallel = parallel::parallel_fields().from_json(j.at("parallel"), c.parallel);
   const nlohmann::json& t = j.contains("train") ? j.at("train") : j;
   return train_fields().from_json(t, c, {"model", "train", "parallel"});
+}
+
+TrainConfig train_config_from_text(std::string_view text, const std::string& source) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    CM_THROW(InvalidArgument, "fix the JSON syntax", "cannot parse '{}': {}", source, e.what());
+  }
+  return train_config_from_json(j);
 }
 
 nlohmann::json to_json(const TrainConfig& c) {

@@ -2,14 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <tuple>
 
+#include "coremesh/core/allocator.hpp"
 #include "coremesh/core/error.hpp"
 #include "coremesh/graph/exec.hpp"
+#include "coremesh/parallel/schedule_simulator.hpp"
 #include "coremesh/runtime/capture.hpp"
 #include "coremesh/train/generate.hpp"
+#include "coremesh/train/progress_bar.hpp"
 
 namespace coremesh::train {
 namespace fs = std::filesystem;
@@ -43,6 +47,30 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
     plan_->sync_tied_table(*model_);  // a head apart from the embedding holds a replica of its table
   }
   lr_ = LrSchedule{cfg_.lr, cfg_.min_lr, cfg_.warmup_steps, cfg_.steps};
+  limit_run_ahead();
+}
+
+Trainer::~Trainer() {
+  if (set_soft_limit_) set_host_soft_limit(0);
+}
+
+// The host runs ahead of the device by whole steps unless held back, and
+// every queued kernel keeps its tensors: the host allocator's soft limit
+// (coremesh/core/allocator.hpp) holds this run to what it holds once built
+// (weights, gradients and optimizer state where they are host memory, the
+// data), plus this rank's peak of saved activations (a pipeline rank keeps
+// several micro-batches' slots), the largest transient and bf16's weight
+// copies, plus 5%. COREMESH_HOST_SOFT_LIMIT_MB (MiB, 0: none) overrides it.
+void Trainer::limit_run_ahead() {
+  if (std::getenv("COREMESH_HOST_SOFT_LIMIT_MB") != nullptr) return;
+  const model::MemoryEstimate e =
+      model::estimate_memory(cfg_.model, cfg_.batch_size, cfg_.seq_len / plan_->cp(), plan_->stage());
+  const parallel::Schedule& q = plan_->schedule();
+  const double slots = double(parallel::simulate(q, {}).peak_slots[size_t(plan_->executor_rank())]) / q.chunks;
+  const double budget = double(host_allocator_stats().allocated_bytes) + slots * double(e.activations) +
+                        double(e.workspace + e.weight_copies);
+  set_host_soft_limit(size_t(1.05 * budget));
+  set_soft_limit_ = true;
 }
 
 namespace {
@@ -207,6 +235,12 @@ double Trainer::validate() {
   std::vector<int32_t> x, y;
   std::vector<Tensor> losses;
   int64_t bytes = 0;  // of the text the targets stand for
+  // The leader's bar follows the batches as the stream finishes them (an
+  // event after each); the work is queued ahead as before.
+  const bool show = cfg_.progress && leader();
+  ProgressBar bar(cfg_.val_batches, {.label = "validation", .unit = "batches",
+                                     .mode = show ? ProgressBar::Mode::automatic : ProgressBar::Mode::off});
+  std::vector<runtime::Event> batch_done(show ? size_t(cfg_.val_batches) : 0);
   for (int i = 0; i < cfg_.val_batches; ++i) {
     val_loader_->next_batch(x, y);
     bytes += tokenizer_->count_bytes(y.data(), int64_t(y.size()));
@@ -214,7 +248,10 @@ double Trainer::validate() {
     model_->set_step_batches({{x.data(), y.data(), cfg_.batch_size, cfg_.seq_len / cp}});
     const Tensor l = plan_->forward_only(*model_);  // the last stage has the losses
     if (l.defined()) losses.push_back(l);
+    if (show) batch_done[size_t(i)].record(stream_);
   }
+  for (size_t i = 0; i < batch_done.size(); ++i) batch_done[i].synchronize(), bar.set(int64_t(i) + 1);
+  bar.finish();
   stream_.synchronize();
   double sum = 0;
   for (const Tensor& l : losses) sum += mean_of(l);
@@ -231,6 +268,9 @@ std::string Trainer::sample() {
   runtime::StreamGuard on(stream_);
   SampleOptions o;
   o.tokens = cfg_.sample_tokens;
+  o.temperature = cfg_.sample_temperature;
+  o.top_k = cfg_.sample_top_k;
+  o.seed = cfg_.seed + uint64_t(step_);
   return generate(*model_, *tokenizer_, cfg_.sample_prompt, o);
 }
 
@@ -517,6 +557,10 @@ ReportData Trainer::report_data() const {
                            fmt::format("{:.4f} nats/token = {:.3f} bits/byte", d.validation.back().loss,
                                        d.validation.back().bits_per_byte));
   d.summary.emplace_back("metrics", metrics_path());
+  d.sampling = cfg_.sample_temperature > 0
+                   ? fmt::format("temperature {}, top-k {}, seed {} + the step", cfg_.sample_temperature,
+                                 cfg_.sample_top_k, cfg_.seed)
+                   : "greedy";
   if (cfg_.parallel.pp > 1) {
     const parallel::Schedule& s = plan_->schedule();
     d.schedule = fmt::format("{} on {} ranks, {} micro-batches", s.name, s.ranks, s.micro_batches);

@@ -302,5 +302,60 @@ TEST_F(HostAllocator, ThreadsShareTheCacheSafely) {
   EXPECT_LE(s.cached_bytes, s.cache_limit_bytes);
 }
 
+// A soft limit asks the pressure hook before passing it, as long as the hook
+// says memory may have been freed, then allocates anyway.
+bool g_release_on_pressure = true;
+int g_pressure_calls = 0;
+void* g_releasable = nullptr;
+bool free_one_block() {
+  ++g_pressure_calls;
+  if (!g_release_on_pressure || g_releasable == nullptr) return false;
+  free_host(g_releasable, 4 * kMiB);
+  g_releasable = nullptr;
+  return true;
+}
+
+TEST_F(HostAllocator, SoftLimitAsksThePressureHookThenAllocatesAnyway) {
+  set_host_pressure_hook(&free_one_block);
+  reset_host_peak();
+  const size_t base = host_allocator_stats().allocated_bytes;
+  set_host_soft_limit(base + 6 * kMiB);
+  g_pressure_calls = 0;
+  g_releasable = alloc_host(4 * kMiB);  // within the limit: no call
+  EXPECT_EQ(g_pressure_calls, 0);
+  void* second = alloc_host(4 * kMiB);  // would pass it: the hook frees the first
+  EXPECT_EQ(g_pressure_calls, 1);
+  EXPECT_EQ(g_releasable, nullptr);
+  EXPECT_LE(host_allocator_stats().peak_allocated_bytes, base + 6 * kMiB);
+  g_release_on_pressure = false;  // nothing more to free: the request is served
+  void* third = alloc_host(4 * kMiB);
+  EXPECT_EQ(g_pressure_calls, 2);
+  EXPECT_EQ(host_allocator_stats().allocated_bytes, base + 8 * kMiB);
+  EXPECT_EQ(host_allocator_stats().peak_allocated_bytes, base + 8 * kMiB);
+  free_host(second, 4 * kMiB);
+  free_host(third, 4 * kMiB);
+  set_host_soft_limit(0);
+  set_host_pressure_hook(nullptr);
+  g_release_on_pressure = true;
+}
+
+#ifndef TEST_ASAN
+// Under a soft limit a miss gives cached blocks of other sizes back first,
+// so that live and cached bytes together stay within it.
+TEST_F(HostAllocator, SoftLimitBoundsLivePlusCachedBytes) {
+  const size_t base = host_allocator_stats().allocated_bytes;
+  void* a = alloc_host(8 * kMiB);
+  free_host(a, 8 * kMiB);
+  EXPECT_EQ(host_allocator_stats().cached_bytes, 8 * kMiB);
+  set_host_soft_limit(base + 10 * kMiB);
+  void* b = alloc_host(3 * kMiB);  // another class: a miss
+  const HostAllocatorStats s = host_allocator_stats();
+  EXPECT_LE(s.allocated_bytes + s.cached_bytes, base + 10 * kMiB);
+  EXPECT_EQ(s.cached_bytes, 0u);
+  free_host(b, 3 * kMiB);
+  set_host_soft_limit(0);
+}
+#endif
+
 }  // namespace
 }  // namespace coremesh

@@ -1,5 +1,6 @@
 // Streams: ordering, asynchrony, errors, watchdog.
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <latch>
 #include <mutex>
@@ -9,7 +10,9 @@
 #include <sched.h>
 
 #include "../../src/runtime/internal.hpp"  // Device::Impl::sleepers
+#include "coremesh/core/allocator.hpp"
 #include "coremesh/core/error.hpp"
+#include "coremesh/core/tensor.hpp"
 #include "helpers.hpp"
 
 namespace coremesh::runtime {
@@ -331,6 +334,33 @@ TEST(Stream, HostSubmitWakesAWorkerOffItsOwnCpu) {
     EXPECT_EQ(core, 1 - host_cpu) << "the worker pinned to the host's CPU " << cpus[host_cpu] << " ran the kernel";
   }
   sched_setaffinity(0, sizeof(saved), &saved);
+}
+
+// The host allocator's soft limit holds the host back while queued kernels
+// keep their tensors alive: the peak stays near the limit instead of the sum
+// of everything queued.
+size_t peak_of_held_tensors(Stream& s) {
+  reset_host_peak();
+  const size_t base = host_allocator_stats().allocated_bytes;
+  for (int i = 0; i < 40; ++i) {
+    Tensor t = Tensor::empty({int64_t{1} << 18});  // 1 MiB
+    s.launch({"hold", KernelKind::vector, 1, 0}, [t](const BlockContext&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    });
+  }
+  s.synchronize();
+  return host_allocator_stats().peak_allocated_bytes - base;
+}
+
+TEST(Stream, SoftLimitHoldsTheHostBackWhileKernelsKeepTheirTensors) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  Device device(two_cores());
+  Stream s(device);
+  EXPECT_GE(peak_of_held_tensors(s), 30 * kMiB);  // unlimited: the host queues all 40 at once
+  set_host_soft_limit(host_allocator_stats().allocated_bytes + 8 * kMiB);
+  const size_t limited = peak_of_held_tensors(s);
+  set_host_soft_limit(0);
+  EXPECT_LE(limited, 9 * kMiB);
 }
 
 }  // namespace

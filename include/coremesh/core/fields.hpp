@@ -22,7 +22,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -201,7 +203,7 @@ class FieldTable {
 
   template <class T>
   static T parse(const nlohmann::json& j, const std::string& section, const std::string& name) {
-    auto fail = [&](const char* want) {
+    auto fail = [&](const std::string& want) {
       CM_THROW(InvalidArgument, fmt::format("give {}.{} {}", section, name, want),
                "{} config field '{}' has the wrong type: {}", section, name, j.dump());
     };
@@ -210,6 +212,11 @@ class FieldTable {
       return j.get<bool>();
     } else if constexpr (std::is_integral_v<T>) {
       if (!j.is_number_integer()) fail("an integer");
+      // A value outside T is refused, not wrapped (4294967297 is no batch size of 1).
+      const bool fits = j.is_number_unsigned() ? std::in_range<T>(j.get<uint64_t>())
+                                               : std::in_range<T>(j.get<int64_t>());
+      if (!fits)
+        fail(fmt::format("an integer in [{}, {}]", std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
       return j.get<T>();
     } else if constexpr (std::is_floating_point_v<T>) {
       if (!j.is_number()) fail("a number");

@@ -146,7 +146,8 @@ struct MemoryEstimate {
   int64_t optimizer = 0;      // AdamW m and v, fp32
   int64_t weight_copies = 0;  // bf16 copies of the block-GEMM weights, kept from forward to backward
   int64_t activations = 0;    // saved for backward, one micro-batch, + the logits' gradient
-  int64_t total() const { return weights + gradients + optimizer + weight_copies + activations; }
+  int64_t workspace = 0;      // transient: the largest part's backward (its gradients beside its saved tensors)
+  int64_t total() const { return weights + gradients + optimizer + weight_copies + activations + workspace; }
 };
 MemoryEstimate estimate_memory(const ModelConfig& config, int micro_batch, int seq_len,
                                const StageLayout& stage = {});

@@ -19,7 +19,7 @@
 //    "expert_load": [[0.13, 0.12, ...], ...], per MoE layer: each routed expert's share of its tokens
 //    "memory": {"tensor_bytes": ..., "cached_bytes": ..., "optimizer_state_bytes": ...,
 //               "peak_rss_bytes": ...},               the leader process (MemoryRecord)
-//    "sample": {"prompt": "...", "text": "..."},  greedy continuation (steps that sampled)
+//    "sample": {"prompt": "...", "text": "..."},  sampled continuation (steps that sampled)
 //    "time": 1718000000.123}   Unix time the line was written
 //
 // Safety: each line goes out in one write(2) as soon as the step is done (no

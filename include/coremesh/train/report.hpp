@@ -7,7 +7,7 @@
 //   - a pipeline's executed schedule: per rank, its actions over the last
 //     step's time (F, B, I, W, F&B, P2P), coloured by kind
 //   - a summary table (config, final numbers)
-//   - the greedy samples written at each validation
+//   - the samples written at each validation
 #pragma once
 
 #include <string>
@@ -42,7 +42,8 @@ struct ReportData {
   std::vector<StepRecord> steps;
   std::vector<ValRecord> validation;
   std::vector<ExpertLoadRecord> expert_load;
-  std::vector<SampleRecord> samples;  // greedy samples at each validation
+  std::vector<SampleRecord> samples;  // samples at each validation
+  std::string sampling;                // how they were drawn, e.g. "temperature 0.8, top-k 40"
   std::string schedule;                // the pipeline's schedule, e.g. "1f1b pp 2, 4 micro-batches"
   std::vector<ExecutedAction> executed;  // its last step; empty without a pipeline
 };

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -51,5 +52,7 @@ void write_safetensors(const std::string& path,
 
 // Atomic replacement of `path` by `bytes` (the mechanism write_safetensors uses).
 void write_file_atomic(const std::string& path, const std::string& bytes);
+// The same for the pieces written one after the other (none is copied).
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
 
 }  // namespace coremesh::train

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "coremesh/core/fields.hpp"
@@ -39,8 +40,13 @@ struct TrainConfig {
   int keep_checkpoints = 3;
   int cores = 0;        // compute cores this PE's kernels may use (its stream's limit); 0: all of the device
   bool report = true;
-  int sample_tokens = 64;             // tokens of greedy sample at each validation (0: none)
+  // A sample at each validation: `coremesh generate`'s seeded temperature
+  // sampling (its defaults), seed = seed + steps done, so
+  // `generate --seed <that> --temperature .. --top-k ..` on that step's checkpoint repeats it.
+  int sample_tokens = 64;             // tokens sampled (0: none)
   std::string sample_prompt = "And "; // its prompt
+  double sample_temperature = 0.8;    // 0: greedy (a small model's greedy text repeats "the the")
+  int sample_top_k = 40;              // among the k most likely tokens (0: all)
   bool graph = false;    // capture one step and replay it (see Trainer::queue_step)
   bool progress = true;  // not a config field: the command line's --no-progress
 
@@ -53,6 +59,9 @@ struct TrainConfig {
 // stand at the top level).
 const FieldTable<TrainConfig>& train_fields();
 TrainConfig train_config_from_json(const nlohmann::json& j, TrainConfig base = {});
+// The text of a config file; `source` names it in errors. Bad JSON is an
+// InvalidArgument like every other refusal (the parser's message, the hint).
+TrainConfig train_config_from_text(std::string_view text, const std::string& source);
 nlohmann::json to_json(const TrainConfig& c);
 // Every difference between two configs, "section.field: a vs b".
 std::vector<std::string> config_differences(const TrainConfig& a, const TrainConfig& b);

@@ -8,7 +8,7 @@
 //     -- all of it queued on the trainer's stream; one host synchronization
 //        at the end of the step reads the loss, the norm and the expert load
 //     every val_every steps: validation loss over val_batches fixed batches
-//       and a short greedy sample
+//       and a short sample (seeded temperature sampling, as `coremesh generate`)
 //     every ckpt_every steps: atomic checkpoint
 //     the leader appends the step's line to <out_dir>/metrics.jsonl
 //     a stop request (stop_when) on any PE: every PE stops after this same
@@ -74,6 +74,9 @@ std::string describe(const GraphSummary& g);
 class Trainer {
  public:
   explicit Trainer(const TrainConfig& config, runtime::Device& device = runtime::Device::default_device());
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // Loads a checkpoint (a file, or a directory: its latest), refusing a
   // corrupt or mismatched one. The next run() continues the metrics.jsonl
@@ -99,7 +102,8 @@ class Trainer {
   double validate();
   double last_val_bits_per_byte() const { return last_val_bpb_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
-  // A greedy continuation of cfg.sample_prompt (cfg.sample_tokens tokens).
+  // A continuation of cfg.sample_prompt (cfg.sample_tokens tokens) sampled
+  // with cfg.sample_temperature and sample_top_k, seed cfg.seed + step().
   std::string sample();
   std::string save_checkpoint_now();
 
@@ -124,6 +128,7 @@ class Trainer {
   GraphSummary graph_summary() const;
 
  private:
+  void limit_run_ahead();
   CheckpointState checkpoint_state();
   void launch_step();    // the whole step, on the stream
   void capture_step();   // launch_step() captured into step_graph_, and replayed
@@ -165,6 +170,7 @@ class Trainer {
   int64_t eager_steps_ = 0, graph_step_ = 0;
   std::optional<graph::Exec> step_graph_;
   std::vector<std::pair<Tensor, Tensor>> graph_inputs_;  // per micro-batch: tokens, targets
+  bool set_soft_limit_ = false;  // limit_run_ahead() set the host allocator's soft limit
 };
 
 }  // namespace coremesh::train
