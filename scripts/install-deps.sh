@@ -12,6 +12,8 @@ run_packages=(
   g++ cmake ninja-build make pkg-config
   # libraries of the coremesh executable
   libopenblas-dev libxsmm-dev libopenmpi-dev openmpi-bin libucx-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+  # subword tokenizers (`coremesh tokenizer train`, train --tokenizer)
+  libsentencepiece-dev
   # training corpus for `make run`
   bible-kjv
 )

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # `make run`: train a ~10M-parameter MoE (4 layers, top-2 of 8 routed experts
-# + 1 shared) on the King James Bible, byte-level, for a few minutes, then
-# print where the HTML report is.
+# + 1 shared) on the King James Bible for a few minutes, then print where the
+# HTML report is. The text is tokenized by DEMO_TOKENIZER: bpe<N> (a
+# SentencePiece BPE vocabulary of N pieces, trained here first, in seconds,
+# on the training share of the corpus) or bytes. BPE 8192 trains better in
+# the same time (docs/performance.md, "Tokenizer"): 135 of its steps take
+# about as long as 200 byte-level steps.
 #
-# Environment: DEMO_STEPS (default 200), DEMO_THREADS (default: all CPUs),
-# COREMESH (path of the executable, default build/coremesh).
+# Environment: DEMO_TOKENIZER (default bpe8192), DEMO_STEPS (default 135;
+# 200 for bytes), DEMO_THREADS (default: all CPUs), DEMO_CONFIG_ONLY=1 (write
+# the config and stop), COREMESH (path of the executable, default build/coremesh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 COREMESH=${COREMESH:-build/coremesh}
-STEPS=${DEMO_STEPS:-200}
+TOKENIZER=${DEMO_TOKENIZER:-bpe8192}
+STEPS=${DEMO_STEPS:-$([ "$TOKENIZER" = bytes ] && echo 200 || echo 135)}
 THREADS=${DEMO_THREADS:-0}
 OUT=${DEMO_OUT:-out/train-demo}
 
@@ -26,10 +32,15 @@ fi
 echo "run-demo: corpus $(wc -c <data/bible-kjv.txt) bytes"
 
 mkdir -p "$OUT"
+case "$TOKENIZER" in
+  bytes) VOCAB=256 TOKENIZER_FILE="" ;;
+  bpe[0-9]*) VOCAB=${TOKENIZER#bpe} TOKENIZER_FILE="$OUT/$TOKENIZER.model" ;;
+  *) echo "run-demo: DEMO_TOKENIZER is bytes or bpe<N> (e.g. bpe4096), not '$TOKENIZER'"; exit 2 ;;
+esac
 cat >"$OUT/demo-config.json" <<JSON
 {
   "model": {
-    "vocab_size": 256, "d_model": 256, "n_layers": 4, "n_heads": 8, "n_kv_heads": 4,
+    "vocab_size": ${VOCAB}, "d_model": 256, "n_layers": 4, "n_heads": 8, "n_kv_heads": 4,
     "max_seq_len": 128, "first_k_dense": 1, "dense_hidden": 768,
     "n_routed_experts": 8, "n_shared_experts": 1, "top_k": 2, "expert_hidden": 384,
     "gating": "sigmoid", "n_groups": 1, "topk_groups": 1,
@@ -37,7 +48,7 @@ cat >"$OUT/demo-config.json" <<JSON
     "rope_theta": 10000, "init_std": 0.02, "tied_embeddings": true
   },
   "train": {
-    "data": ["data/bible-kjv.txt"], "val_fraction": 0.02,
+    "data": ["data/bible-kjv.txt"], "tokenizer": "${TOKENIZER_FILE}", "val_fraction": 0.02,
     "batch_size": 8, "seq_len": 128, "grad_accum": 1,
     "steps": ${STEPS}, "lr": 0.002, "min_lr": 0.0002, "warmup_steps": 20,
     "weight_decay": 0.1, "grad_clip": 1.0, "seed": 1,
@@ -46,6 +57,11 @@ cat >"$OUT/demo-config.json" <<JSON
   }
 }
 JSON
+[ "${DEMO_CONFIG_ONLY:-0}" = 1 ] && exit 0
+if [ -n "$TOKENIZER_FILE" ] && [ ! -s "$TOKENIZER_FILE" ]; then  # the held-out 2% stays unseen
+  "$COREMESH" tokenizer train --vocab "$VOCAB" --model bpe --data data/bible-kjv.txt --val-fraction 0.02 \
+    --out "$TOKENIZER_FILE" | sed 's/^/run-demo: /'
+fi
 
 # The layout: the fastest of one PE on every core and, with 2 or more cores,
 # data or expert parallelism over 2 PEs (same global batch of 8 sequences:

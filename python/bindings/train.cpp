@@ -115,7 +115,7 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
              return step_dict(r);
            }, "Waits for the queued step and returns its record (mfu is left to run()).")
       .def("validate", &train::Trainer::validate, py::call_guard<py::gil_scoped_release>(),
-           "Validation loss (nats/byte) over the config's val_batches.")
+           "Validation loss (nats/token) over the config's val_batches.")
       .def("sample", &train::Trainer::sample, py::call_guard<py::gil_scoped_release>(),
            "A continuation of the config's sample_prompt, sampled as the report's samples.")
       .def("resume", &train::Trainer::resume, py::arg("path"), py::call_guard<py::gil_scoped_release>(),

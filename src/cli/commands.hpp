@@ -18,6 +18,7 @@ void register_run_command(CLI::App& app);   // run.cpp (SHMEM launcher)
 void register_train_command(CLI::App& app); // train.cpp (MoE training)
 void register_generate_command(CLI::App& app);  // generate.cpp
 void register_eval_command(CLI::App& app);      // generate.cpp
-void register_schedule_command(CLI::App& app);  // schedule.cpp (pipeline schedules, no training)
+void register_schedule_command(CLI::App& app);
+void register_tokenizer_command(CLI::App& app);  // tokenizer.cpp (SentencePiece models)  // schedule.cpp (pipeline schedules, no training)
 
 }  // namespace coremesh::cli

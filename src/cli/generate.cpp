@@ -6,8 +6,9 @@
 //
 // --checkpoint takes a file or a run directory (its latest checkpoint). The
 // model comes from the checkpoint; with --config, the config's model section
-// must be the checkpoint's (the differences are listed otherwise). Both show
-// a progress bar on stderr (train::ProgressBar) unless --no-progress.
+// must be the checkpoint's (the differences are listed otherwise). Both use
+// the tokenizer the checkpoint carries, and show a progress bar on stderr
+// (train::ProgressBar) unless --no-progress.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -36,12 +37,16 @@ std::string resolve_checkpoint(const std::string& where) {
 struct Loaded {
   std::unique_ptr<model::Model> model;
   train::CheckpointState state;
+  std::unique_ptr<train::Tokenizer> tokenizer;  // the checkpoint's (bytes if it has none)
 };
 
 Loaded load(const std::string& where, const std::string& config) {
   Loaded l;
   const std::string path = resolve_checkpoint(where);
   l.model = train::load_model(path, &l.state);
+  l.tokenizer = std::make_unique<train::Tokenizer>(
+      l.state.tokenizer.empty() ? train::Tokenizer::bytes()
+                                : train::Tokenizer::from_serialized(l.state.tokenizer, "the tokenizer of '" + path + "'"));
   if (!config.empty()) {
     std::ifstream in(config);
     CM_CHECK(in.good(), "check the --config path", "cannot open config '{}'", config);
@@ -82,17 +87,18 @@ struct EvalData {
   std::string what;
 };
 
+// (`tokenizer`, the checkpoint's, outlives the data)
 EvalData eval_data(const std::vector<std::string>& files, const train::TrainConfig& trained,
-                   const train::CheckpointState& state) {
+                   const train::CheckpointState& state, const train::Tokenizer& tokenizer) {
   if (!files.empty())
-    return {std::make_unique<train::TextDataset>(files, 0.0), train::Split::train,
+    return {std::make_unique<train::TextDataset>(files, 0.0, &tokenizer), train::Split::train,
             fmt::format("{}", fmt::join(files, ", "))};
   CM_CHECK(trained.val_fraction > 0, "pass --data <text file> to score",
            "the run held out no validation data (val_fraction 0)");
   for (const auto& f : trained.data)
     CM_CHECK(fs::exists(f), "run eval where the run was started (its paths are relative to there), or pass --data",
              "the run's data file '{}' is not here", f);
-  auto data = std::make_unique<train::TextDataset>(trained.data, trained.val_fraction);
+  auto data = std::make_unique<train::TextDataset>(trained.data, trained.val_fraction, &tokenizer);
   CM_CHECK(data->fingerprint() == state.data_fingerprint, "pass --data to score these files anyway",
            "the run's data files ({}) changed since it was trained: their validation split is not the one it held out",
            fmt::join(trained.data, ", "));
@@ -113,15 +119,15 @@ void register_generate_command(CLI::App& app) {
   cmd->add_option("--checkpoint", f->checkpoint, "checkpoint file or run directory")->required();
   cmd->add_option("--prompt", f->prompt, "text to continue")->required();
   cmd->add_option("--config", f->config, "refuse the checkpoint unless its model is this config's");
-  cmd->add_option("--tokens", f->o.tokens, "bytes to generate")->capture_default_str();
+  cmd->add_option("--tokens", f->o.tokens, "tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", f->o.temperature, "0: greedy; higher: more random")->capture_default_str();
-  cmd->add_option("--top-k", f->o.top_k, "sample among the k most likely bytes (0: all)")->capture_default_str();
+  cmd->add_option("--top-k", f->o.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
   cmd->add_option("--seed", f->o.seed, "sampling seed")->capture_default_str();
   cmd->add_flag("--no-progress", f->no_progress, "no progress bar (on stderr)");
   cmd->callback([f] {
     Loaded l = load(f->checkpoint, f->config);
-    BarFeed progress("generate", "bytes", !f->no_progress);
-    const std::string text = train::generate(*l.model, f->prompt, f->o, progress.feed());
+    BarFeed progress("generate", "tokens", !f->no_progress);
+    const std::string text = train::generate(*l.model, *l.tokenizer, f->prompt, f->o, progress.feed());
     progress.bar.reset();  // erased before the text
     fmt::print("{}{}\n", f->prompt, text);
   });
@@ -143,7 +149,7 @@ void register_eval_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--config", f->config, "refuse the checkpoint unless its model is this config's");
   cmd->add_option("--batch-size", f->batch_size, "sequences per batch (default: the training run's)");
-  cmd->add_option("--seq-len", f->seq_len, "bytes per window (default: the training run's)");
+  cmd->add_option("--seq-len", f->seq_len, "tokens per window (default: the training run's)");
   cmd->add_flag("--no-progress", f->no_progress, "no progress bar (on stderr)");
   cmd->callback([f] {
     Loaded l = load(f->checkpoint, f->config);
@@ -152,12 +158,12 @@ void register_eval_command(CLI::App& app) {
     const train::TrainConfig trained = train::train_config_from_json({{"train", saved}});
     const int B = f->batch_size > 0 ? f->batch_size : trained.batch_size;
     const int T = f->seq_len > 0 ? f->seq_len : trained.seq_len;
-    const EvalData d = eval_data(f->data, trained, l.state);
-    BarFeed progress("eval", "bytes", !f->no_progress);
+    const EvalData d = eval_data(f->data, trained, l.state, *l.tokenizer);
+    BarFeed progress("eval", "tokens", !f->no_progress);
     const train::EvalResult r = train::evaluate(*l.model, *d.data, d.split, B, T, f->max_bytes, progress.feed());
     progress.bar.reset();
-    fmt::print("eval: {} bytes of {} in windows of {}: loss {:.4f} nats/byte = {:.3f} bits/byte\n", r.tokens,
-               d.what, T, r.loss, r.bits_per_byte());
+    fmt::print("eval: {} tokens ({} bytes) of {} in windows of {}: loss {:.4f} nats/token = {:.3f} bits/byte\n",
+               r.tokens, r.bytes, d.what, T, r.loss, r.bits_per_byte());
   });
 }
 

@@ -52,6 +52,7 @@ SEE ALSO
   coremesh::cli::register_generate_command(app);
   coremesh::cli::register_eval_command(app);
   coremesh::cli::register_schedule_command(app);
+  coremesh::cli::register_tokenizer_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,4 +1,5 @@
-// `coremesh train`: training of the MoE model on byte-level text.
+// `coremesh train`: training of the MoE model on text, as bytes or with a
+// SentencePiece tokenizer (--tokenizer tok.model).
 //
 //   coremesh train --config run.json --data data/bible.txt --steps 500
 //   coremesh train --config run.json --dry-run      # sizes, FLOPs, memory; no training
@@ -90,11 +91,14 @@ void print_dry_run(const train::TrainConfig& c) {
 
 train::TrainConfig read_config(const TrainFlags& f) {
   train::TrainConfig cfg;
+  bool vocab_in_file = false;
   if (!f.config.empty()) {
     std::ifstream in(f.config);
     CM_CHECK(in.good(), "check the --config path", "cannot open config '{}'", f.config);
     const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
     cfg = train::train_config_from_text(text, f.config);
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);  // parsed above
+    vocab_in_file = j.is_object() && j.contains("model") && j.at("model").is_object() && j.at("model").contains("vocab_size");
   }
   // Flags override the file only when given.
   f.model->apply(cfg.model);
@@ -104,6 +108,10 @@ train::TrainConfig read_config(const TrainFlags& f) {
   if (f.train->given("seq_len") && !f.model->given("max_seq_len") && f.config.empty())
     cfg.model.max_seq_len = std::max(cfg.model.max_seq_len, cfg.seq_len);
   if (f.no_progress) cfg.progress = false;
+  // A tokenizer sets the vocabulary unless the config or a flag gives it
+  // (then the trainer refuses a mismatch).
+  if (!cfg.tokenizer.empty() && !vocab_in_file && !f.model->given("vocab_size"))
+    cfg.model.vocab_size = train::Tokenizer::from_file(cfg.tokenizer).vocab_size();
   return cfg;
 }
 
@@ -247,8 +255,7 @@ int run_train(const TrainFlags& f) {
   if (!leader) return status;
   fmt::print("done: {} steps, loss {:.4f}", r.steps_done, r.final_loss);
   if (r.final_val_loss >= 0)
-    fmt::print(", validation {:.4f} nats/byte = {:.3f} bits/byte", r.final_val_loss,
-               r.final_val_loss / std::log(2.0));
+    fmt::print(", validation {:.4f} nats/token = {:.3f} bits/byte", r.final_val_loss, r.final_val_bits_per_byte);
   fmt::print("\nthroughput: {:.0f} tokens/s, MFU {:.1f}% of the measured GEMM peak\n",
              r.mean_tokens_per_s, 100 * r.mean_mfu);
   if (!r.final_balance.empty())
@@ -267,7 +274,7 @@ int run_train(const TrainFlags& f) {
 
 void register_train_command(CLI::App& app) {
   auto f = std::make_shared<TrainFlags>();
-  auto* cmd = app.add_subcommand("train", "Train the MoE transformer on byte-level text");
+  auto* cmd = app.add_subcommand("train", "Train the MoE transformer on text (bytes, or --tokenizer)");
   cmd->add_option("--config", f->config, "JSON config: {\"model\": {...}, \"train\": {...}, \"parallel\": {...}}");
   cmd->add_option("--resume", f->resume, "checkpoint file or run directory to continue from");
   cmd->add_flag("--dry-run", f->dry_run, "print parameter count, FLOPs per token and memory; do not train");

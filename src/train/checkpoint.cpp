@@ -10,6 +10,7 @@
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/train/safetensors.hpp"
+#include "coremesh/train/tokenizer.hpp"
 
 namespace coremesh::train {
 namespace fs = std::filesystem;
@@ -47,6 +48,37 @@ uint64_t hash_tensors(const NamedTensors& all) {
 
 const char* kHint = "the checkpoint is damaged or incomplete; resume from an earlier checkpoint";
 
+// Base64 (RFC 4648) keeps the binary tokenizer proto in the JSON metadata.
+const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string to_base64(const std::string& in) {
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (unsigned char c : in) {
+    acc = (acc << 8) | c, bits += 8;
+    while (bits >= 6) out += kB64[(acc >> (bits -= 6)) & 63];
+  }
+  if (bits > 0) out += kB64[(acc << (6 - bits)) & 63];
+  while (out.size() % 4) out += '=';
+  return out;
+}
+
+// false on a character outside the alphabet
+bool from_base64(const std::string& in, std::string& out) {
+  out.clear();
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    if (c == '=') break;
+    const char* at = std::strchr(kB64, c);
+    if (c == 0 || at == nullptr) return false;
+    acc = (acc << 6) | uint32_t(at - kB64), bits += 6;
+    if (bits >= 8) out += char((acc >> (bits -= 8)) & 255);
+  }
+  return true;
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const CheckpointState& s) {
@@ -65,7 +97,9 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
       {"data_epoch", std::to_string(s.data_position.epoch)},
       {"data_cursor", std::to_string(s.data_position.cursor)},
       {"data_fingerprint", s.data_fingerprint},
-      {"checksum", fmt::format("{:016x}", hash_tensors(all))}};
+      {"checksum", fmt::format("{:016x}", hash_tensors(all))},
+      {"tokenizer", to_base64(s.tokenizer)},
+      {"tokenizer_checksum", fmt::format("{:016x}", hash_bytes(s.tokenizer.data(), s.tokenizer.size()))}};
   write_safetensors(path, all, meta);
 }
 
@@ -102,6 +136,17 @@ CheckpointState load_checkpoint(const std::string& path) {
     CM_THROW(InvalidArgument, kHint, "checkpoint '{}' has malformed metadata: {}", path, e.what());
   }
   s.data_fingerprint = meta("data_fingerprint");
+  if (f.metadata.count("tokenizer")) {  // checkpoints before tokenizers: bytes
+    CM_CHECK(from_base64(meta("tokenizer"), s.tokenizer) &&
+                 meta("tokenizer_checksum") == fmt::format("{:016x}", hash_bytes(s.tokenizer.data(), s.tokenizer.size())),
+             kHint, "checkpoint '{}' is corrupt: its tokenizer does not match its recorded checksum", path);
+  }
+  if (!s.tokenizer.empty()) {
+    const int pieces = Tokenizer::from_serialized(s.tokenizer, "the tokenizer of checkpoint '" + path + "'").vocab_size();
+    CM_CHECK(s.config.vocab_size == pieces, kHint,
+             "checkpoint '{}' has a model of vocab_size {} but its tokenizer has {} pieces", path,
+             s.config.vocab_size, pieces);
+  }
   for (const auto& [name, t] : all) {
     auto slash = name.find('/');
     std::string kind = name.substr(0, slash), rest = slash == std::string::npos ? "" : name.substr(slash + 1);

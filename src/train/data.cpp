@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 #include <numeric>
 
 #include "coremesh/core/error.hpp"
@@ -14,7 +15,10 @@
 
 namespace coremesh::train {
 
-TextDataset::TextDataset(const std::vector<std::string>& paths, double val_fraction) {
+TextDataset::TextDataset(const std::vector<std::string>& paths, double val_fraction, const Tokenizer* tokenizer)
+    : tokenizer_(tokenizer) {
+  static const Tokenizer kBytes = Tokenizer::bytes();
+  if (!tokenizer_) tokenizer_ = &kBytes;
   CM_CHECK(!paths.empty(), "pass at least one text file (e.g. --data data/bible.txt)",
            "no data files given");
   CM_CHECK(val_fraction >= 0.0 && val_fraction < 1.0, "use a fraction in [0, 1), e.g. 0.05",
@@ -38,7 +42,14 @@ TextDataset::TextDataset(const std::vector<std::string>& paths, double val_fract
     }
     ::close(fd);
     f.train_end = f.size - int64_t(double(f.size) * val_fraction);
-    files_.push_back(f);
+    f.train_tokens = f.train_end;
+    if (!tokenizer_->byte_level()) {  // encoded once, each split on its own
+      const std::string_view text(reinterpret_cast<const char*>(f.data), size_t(f.size));
+      tokenizer_->encode_into(text.substr(0, size_t(f.train_end)), f.tokens);
+      f.train_tokens = int64_t(f.tokens.size());
+      tokenizer_->encode_into(text.substr(size_t(f.train_end)), f.tokens);
+    }
+    files_.push_back(std::move(f));
   }
 }
 
@@ -59,20 +70,37 @@ int64_t TextDataset::split_bytes(Split split) const {
   return n;
 }
 
+int64_t TextDataset::split_tokens(Split split) const {
+  int64_t n = 0;
+  for (const auto& f : files_) n += split == Split::train ? f.train_tokens : f.num_tokens() - f.train_tokens;
+  return n;
+}
+
 std::vector<TextDataset::Window> TextDataset::windows(Split split, int seq_len) const {
   std::vector<Window> out;
   for (int32_t i = 0; i < int32_t(files_.size()); ++i) {
     const File& f = files_[i];
-    int64_t begin = split == Split::train ? 0 : f.train_end;
-    int64_t end = split == Split::train ? f.train_end : f.size;
+    int64_t begin = split == Split::train ? 0 : f.train_tokens;
+    int64_t end = split == Split::train ? f.train_tokens : f.num_tokens();
     for (int64_t s = begin; s + seq_len + 1 <= end; s += seq_len) out.push_back({i, s});
   }
   return out;
 }
 
 void TextDataset::read_window(const Window& w, int seq_len, int32_t* dst) const {
-  const uint8_t* src = files_[size_t(w.file)].data + w.offset;
+  const File& f = files_[size_t(w.file)];
+  if (!f.tokens.empty()) {
+    std::memcpy(dst, f.tokens.data() + w.offset, sizeof(int32_t) * (size_t(seq_len) + 1));
+    return;
+  }
+  const uint8_t* src = f.data + w.offset;
   for (int t = 0; t <= seq_len; ++t) dst[t] = src[t];
+}
+
+int64_t TextDataset::window_bytes(const Window& w, int seq_len) const {
+  const File& f = files_[size_t(w.file)];
+  if (f.tokens.empty()) return seq_len;
+  return tokenizer_->count_bytes(f.tokens.data() + w.offset + 1, seq_len);
 }
 
 std::string TextDataset::fingerprint() const {
@@ -98,8 +126,8 @@ DataLoader::DataLoader(const TextDataset& dataset, Split split, int batch_size, 
   windows_ = dataset.windows(split, seq_len);
   CM_CHECK(!windows_.empty(),
            "use more data, a shorter seq_len or a different val_fraction",
-           "the {} split has no window of {} bytes ({} bytes in the split)",
-           split == Split::train ? "training" : "validation", seq_len + 1, dataset.split_bytes(split));
+           "the {} split has no window of {} tokens ({} tokens in the split)",
+           split == Split::train ? "training" : "validation", seq_len + 1, dataset.split_tokens(split));
   scratch_.resize(size_t(seq_len) + 1);
 }
 

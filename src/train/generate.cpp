@@ -15,7 +15,7 @@ namespace {
 
 constexpr int kSlot = -1;  // apart from the micro-batch slots a trainer uses
 
-// The next byte from one row of logits (V).
+// The next token from one row of logits (V).
 int pick(const float* logits, int64_t V, const SampleOptions& o, model::Rng& rng) {
   std::vector<int> ids(static_cast<size_t>(V));
   std::iota(ids.begin(), ids.end(), 0);
@@ -41,7 +41,9 @@ std::vector<TextDataset::Window> spread(std::vector<TextDataset::Window> all, si
 
 }  // namespace
 
-double EvalResult::bits_per_byte() const { return loss / std::log(2.0); }
+double EvalResult::bits_per_byte() const {
+  return bytes > 0 ? loss * double(tokens) / double(bytes) / std::log(2.0) : 0.0;
+}
 
 double mean_of(const Tensor& t) {
   double sum = 0;
@@ -61,32 +63,37 @@ std::string printable(const std::string& text) {
 
 std::string generate(model::Model& model, const std::string& prompt, const SampleOptions& o,
                      const OnProgress& on_progress) {
+  return generate(model, Tokenizer::bytes(), prompt, o, on_progress);
+}
+
+std::string generate(model::Model& model, const Tokenizer& tokenizer, const std::string& prompt,
+                     const SampleOptions& o, const OnProgress& on_progress) {
   const model::ModelConfig& c = model.config();
   CM_CHECK(!prompt.empty(), "give a prompt of at least one byte", "empty prompt");
   CM_CHECK(o.tokens >= 0 && o.top_k >= 0 && o.temperature >= 0,
            "use tokens >= 0, top_k >= 0 and temperature >= 0", "bad sampling options");
-  CM_CHECK(c.vocab_size >= 256, "generate with a byte-level model (vocab_size >= 256)",
-           "vocab_size {} cannot hold every byte", c.vocab_size);
-  std::vector<int32_t> bytes;
-  for (unsigned char ch : prompt) bytes.push_back(ch);
+  CM_CHECK(tokenizer.byte_level() ? c.vocab_size >= 256 : c.vocab_size == tokenizer.vocab_size(),
+           "generate with the tokenizer the model was trained with",
+           "the model's vocab_size {} does not fit the tokenizer ({})", c.vocab_size, tokenizer.describe());
+  std::vector<int32_t> tokens = tokenizer.encode(prompt);
+  const size_t prompt_tokens = tokens.size();
   model::Rng rng(o.seed);
-  std::string out;
   runtime::Stream stream = runtime::current_stream();
   if (on_progress) on_progress(0, o.tokens);
   for (int i = 0; i < o.tokens; ++i) {
-    const int T = int(std::min<size_t>(bytes.size(), size_t(c.max_seq_len)));
-    const int32_t* window = bytes.data() + bytes.size() - size_t(T);
+    const int T = int(std::min<size_t>(tokens.size(), size_t(c.max_seq_len)));
+    const int32_t* window = tokens.data() + tokens.size() - size_t(T);
     model.forward(kSlot, {window, window, 1, T});  // the targets are not used
     const Tensor logits = model.logits(kSlot);
     model.close_slot(kSlot);
     stream.synchronize();
     const int next = pick(logits.data<float>() + int64_t(T - 1) * c.vocab_size, c.vocab_size, o, rng);
-    CM_CHECK(next < 256, "generate with a byte-level model", "sampled token {} is not a byte", next);
-    bytes.push_back(next);
-    out.push_back(char(next));
+    CM_CHECK(next < tokenizer.vocab_size(), "generate with the tokenizer the model was trained with",
+             "sampled token {} is outside the tokenizer's {}", next, tokenizer.vocab_size());
+    tokens.push_back(next);
     if (on_progress) on_progress(i + 1, o.tokens);
   }
-  return out;
+  return tokenizer.decode({tokens.begin() + std::ptrdiff_t(prompt_tokens), tokens.end()});
 }
 
 EvalResult evaluate(model::Model& model, const TextDataset& data, Split split, int batch_size, int seq_len,
@@ -95,10 +102,10 @@ EvalResult evaluate(model::Model& model, const TextDataset& data, Split split, i
            "use batch_size >= 1 and 1 <= seq_len <= max_seq_len", "batch {} x {} (max_seq_len {})", batch_size,
            seq_len, model.config().max_seq_len);
   CM_CHECK(max_bytes == 0 || max_bytes >= seq_len, "use max_bytes >= seq_len (or 0: all)",
-           "max_bytes {} is less than one window of {} bytes", max_bytes, seq_len);
+           "max_bytes {} is less than one window of {} tokens", max_bytes, seq_len);
   const auto windows = spread(data.windows(split, seq_len), max_bytes > 0 ? size_t(max_bytes / seq_len) : 0);
-  CM_CHECK(!windows.empty(), "evaluate on a text longer than seq_len bytes",
-           "no window of {} + 1 bytes in the data", seq_len);
+  CM_CHECK(!windows.empty(), "evaluate on a text longer than seq_len tokens",
+           "no window of {} + 1 tokens in the data", seq_len);
   const int64_t total = int64_t(windows.size()) * seq_len;
   if (on_progress) on_progress(0, total);
   runtime::Stream stream = runtime::current_stream();
@@ -110,6 +117,7 @@ EvalResult evaluate(model::Model& model, const TextDataset& data, Split split, i
     x.clear(), y.clear();
     for (int b = 0; b < B; ++b) {
       data.read_window(windows[w + size_t(b)], seq_len, buf.data());
+      r.bytes += data.window_bytes(windows[w + size_t(b)], seq_len);
       x.insert(x.end(), buf.begin(), buf.end() - 1);
       y.insert(y.end(), buf.begin() + 1, buf.end());
     }

@@ -35,6 +35,7 @@ ordered_json to_json(const MetricsLine& line) {
   j["loss"] = r.loss;
   j["aux_loss"] = r.aux_loss;
   if (line.val_loss >= 0) j["val_loss"] = line.val_loss;
+  if (line.val_loss >= 0 && line.val_bits_per_byte >= 0) j["val_bits_per_byte"] = line.val_bits_per_byte;
   j["lr"] = r.lr;
   j["grad_norm"] = r.grad_norm;
   j["tokens"] = line.tokens;
@@ -91,6 +92,7 @@ MetricsLine metrics_line_from_json(const json& j) {
   r.loss = field<double>(j, "loss");
   r.aux_loss = field<double>(j, "aux_loss");
   if (j.contains("val_loss")) m.val_loss = field<double>(j, "val_loss");
+  if (j.contains("val_bits_per_byte")) m.val_bits_per_byte = field<double>(j, "val_bits_per_byte");
   r.lr = field<double>(j, "lr");
   r.grad_norm = field<double>(j, "grad_norm");
   m.tokens = field<int64_t>(j, "tokens");
@@ -137,7 +139,7 @@ void fill_report(ReportData& d, const std::vector<MetricsLine>& lines, int64_t h
   heat_every = std::max<int64_t>(1, heat_every);
   for (const MetricsLine& m : lines) {
     d.steps.push_back(m.record);
-    if (m.val_loss >= 0) d.validation.push_back({m.record.step, m.val_loss});
+    if (m.val_loss >= 0) d.validation.push_back({m.record.step, m.val_loss, m.val_bits_per_byte});
     if (!m.expert_load.empty() && m.record.step % heat_every == 0)
       d.expert_load.push_back({m.record.step, m.expert_load});
     if (m.sample) d.samples.push_back(*m.sample);

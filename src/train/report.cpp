@@ -206,7 +206,7 @@ std::string render_report_html(const ReportData& d) {
   o += "<h1>" + escape(d.title) + "</h1><table>";
   for (const auto& [k, v] : d.summary) o += "<tr><td>" + escape(k) + "</td><td>" + escape(v) + "</td></tr>";
   o += "</table><div>";
-  o += line_chart("Loss (cross entropy, nats/byte)", "loss", loss);
+  o += line_chart("Loss (cross entropy, nats/token)", "loss", loss);
   o += line_chart("Throughput", "tokens/s", speed);
   o += "</div><div>" + heatmap(d.expert_load) + "</div>";
   if (!d.executed.empty()) o += "<div>" + executed_schedule(d.schedule, d.executed) + "</div>";

@@ -10,7 +10,9 @@ const FieldTable<TrainConfig>& train_fields() {
   using T = TrainConfig;
   static const FieldTable<T> t =
       FieldTable<T>("train")
-          .add("data", [](T& c) -> auto& { return c.data; }, "text files (byte-level tokens)")
+          .add("data", [](T& c) -> auto& { return c.data; }, "text files")
+          .add("tokenizer", [](T& c) -> auto& { return c.tokenizer; },
+               "SentencePiece model (`coremesh tokenizer train`); empty: bytes. model.vocab_size is its piece count")
           .add("val_fraction", [](T& c) -> auto& { return c.val_fraction; }, "share of each file held out",
                in_range<double>(0.0, 0.5))
           .add("batch_size", [](T& c) -> auto& { return c.batch_size; }, "sequences per micro-batch", positive<int>())
@@ -53,12 +55,12 @@ const FieldTable<TrainConfig>& train_fields() {
           .add("graph", [](T& c) -> auto& { return c.graph; },
                "capture the second step into a graph and replay it for every later step (single PE, dp, ep)")
           .add("sample_tokens", [](T& c) -> auto& { return c.sample_tokens; },
-               "bytes sampled at each validation (0: none)", non_negative<int>())
+               "tokens sampled at each validation (0: none)", non_negative<int>())
           .add("sample_prompt", [](T& c) -> auto& { return c.sample_prompt; }, "prompt of those samples")
           .add("sample_temperature", [](T& c) -> auto& { return c.sample_temperature; },
                "their temperature (0: greedy); the seed is seed + the step", non_negative<double>())
           .add("sample_top_k", [](T& c) -> auto& { return c.sample_top_k; },
-               "their k most likely bytes to sample among (0: all)", non_negative<int>());
+               "their k most likely tokens to sample among (0: all)", non_negative<int>());
   return t;
 }
 
@@ -69,7 +71,7 @@ void TrainConfig::validate() const {
   if (seq_len > model.max_seq_len)
     p.push_back(fmt::format("seq_len = {} exceeds model.max_seq_len = {}: lower seq_len or raise max_seq_len",
                             seq_len, model.max_seq_len));
-  if (model.vocab_size < 256)
+  if (tokenizer.empty() && model.vocab_size < 256)
     p.push_back(fmt::format("vocab_size = {} is too small for byte tokens: use vocab_size >= 256", model.vocab_size));
   if (min_lr > lr) p.push_back(fmt::format("min_lr = {} is above lr = {}", min_lr, lr));
   for (auto& q : model::tp_problems(model, parallel.tp)) p.push_back(std::move(q));

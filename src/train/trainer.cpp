@@ -25,7 +25,15 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
   const runtime::CoreLimits spec = device.spec();
   cores_ = cfg_.cores > 0 ? std::min({cfg_.cores, spec.cube, spec.vector}) : std::min(spec.cube, spec.vector);
   runtime::set_stream_limit(stream_, cores_, cores_);
-  data_ = std::make_unique<TextDataset>(cfg_.data, cfg_.val_fraction);
+  tokenizer_ = std::make_unique<Tokenizer>(cfg_.tokenizer.empty() ? Tokenizer::bytes()
+                                                                  : Tokenizer::from_file(cfg_.tokenizer));
+  CM_CHECK(cfg_.tokenizer.empty() || cfg_.model.vocab_size == tokenizer_->vocab_size(),
+           fmt::format("set model.vocab_size to {} (--vocab-size {}), or leave it out of the config and flags "
+                       "to take the tokenizer's",
+                       tokenizer_->vocab_size(), tokenizer_->vocab_size()),
+           "model.vocab_size = {} but tokenizer '{}' has {} pieces", cfg_.model.vocab_size, cfg_.tokenizer,
+           tokenizer_->vocab_size());
+  data_ = std::make_unique<TextDataset>(cfg_.data, cfg_.val_fraction, tokenizer_.get());
   train_loader_ = std::make_unique<DataLoader>(*data_, Split::train, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
   if (cfg_.val_fraction > 0)
     val_loader_ = std::make_unique<DataLoader>(*data_, Split::validation, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
@@ -110,6 +118,7 @@ CheckpointState Trainer::checkpoint_state() {
   s.rng_state = rng_.state();
   s.data_position = train_loader_->position();
   s.data_fingerprint = data_->fingerprint();
+  s.tokenizer = tokenizer_->serialized();
   // router biases, each from the PE that reports its layer
   const model::ModelConfig& mc = cfg_.model;
   const int64_t E = mc.n_routed_experts;
@@ -197,6 +206,10 @@ void Trainer::resume(const std::string& where) {
            "resume with the same data files as the run that saved the checkpoint",
            "checkpoint '{}' was trained on different data (fingerprint {} vs {})", path,
            s.data_fingerprint, data_->fingerprint());
+  CM_CHECK(s.tokenizer == tokenizer_->serialized(),
+           "resume with the tokenizer the checkpoint was trained with (train.tokenizer / --tokenizer)",
+           "checkpoint '{}' was trained with {}, this run uses {}", path,
+           s.tokenizer.empty() ? "bytes" : "another tokenizer", cfg_.tokenizer.empty() ? "bytes" : "'" + cfg_.tokenizer + "'");
   stream_.synchronize();
   load_state(*model_, *opt_, s.params, s.adam_m, s.adam_v);
   std::map<std::string, Tensor> bufs(s.buffers.begin(), s.buffers.end());
@@ -221,6 +234,7 @@ double Trainer::validate() {
   const int cp = plan_->cp();  // each CP rank's tokens; their means are summed below
   std::vector<int32_t> x, y;
   std::vector<Tensor> losses;
+  int64_t bytes = 0;  // of the text the targets stand for
   // The leader's bar follows the batches as the stream finishes them (an
   // event after each); the work is queued ahead as before.
   const bool show = cfg_.progress && leader();
@@ -229,6 +243,7 @@ double Trainer::validate() {
   std::vector<runtime::Event> batch_done(show ? size_t(cfg_.val_batches) : 0);
   for (int i = 0; i < cfg_.val_batches; ++i) {
     val_loader_->next_batch(x, y);
+    bytes += tokenizer_->count_bytes(y.data(), int64_t(y.size()));
     if (cp > 1) x = plan_->my_tokens(x, cfg_.batch_size, cfg_.seq_len), y = plan_->my_tokens(y, cfg_.batch_size, cfg_.seq_len);
     model_->set_step_batches({{x.data(), y.data(), cfg_.batch_size, cfg_.seq_len / cp}});
     const Tensor l = plan_->forward_only(*model_);  // the last stage has the losses
@@ -243,7 +258,10 @@ double Trainer::validate() {
   // one data replica's, one TP rank's
   const bool counted = plan_->data_index() == 0 && plan_->counts_loss();
   sum = plan_->sum_over_world({counted ? sum : 0.0})[0] / cp;
-  return sum / cfg_.val_batches;
+  const double loss = sum / cfg_.val_batches;
+  const double tokens = double(cfg_.val_batches) * cfg_.batch_size * cfg_.seq_len;
+  last_val_bpb_ = bytes > 0 ? loss * tokens / double(bytes) / std::log(2.0) : -1;
+  return loss;
 }
 
 std::string Trainer::sample() {
@@ -253,7 +271,7 @@ std::string Trainer::sample() {
   o.temperature = cfg_.sample_temperature;
   o.top_k = cfg_.sample_top_k;
   o.seed = cfg_.seed + uint64_t(step_);
-  return generate(*model_, cfg_.sample_prompt, o);
+  return generate(*model_, *tokenizer_, cfg_.sample_prompt, o);
 }
 
 int64_t Trainer::tokens_per_step() const {
@@ -460,8 +478,9 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
     }
     if ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || done == cfg_.steps) {
       val = validate();
-      if (val >= 0) val_records_.push_back({r.step, val});
+      if (val >= 0) val_records_.push_back({r.step, val, last_val_bpb_});
       line.val_loss = val;
+      line.val_bits_per_byte = last_val_bpb_;
       if (cfg_.sample_tokens > 0 && cfg_.parallel.pp == 1 && cfg_.parallel.cp == 1 && cfg_.parallel.tp == 1) {  // a whole model on one PE
         line.sample = SampleRecord{r.step, cfg_.sample_prompt, sample()};
         if (cfg_.progress)
@@ -480,7 +499,8 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   result.steps_done = step_;
   if (step_graph_) result.graph = describe(graph_summary());
   if (!records_.empty()) result.final_loss = records_.back().loss;
-  if (!val_records_.empty()) result.final_val_loss = val_records_.back().loss;
+  if (!val_records_.empty())
+    result.final_val_loss = val_records_.back().loss, result.final_val_bits_per_byte = val_records_.back().bits_per_byte;
   for (const auto& share : last_load_.load) result.final_balance.push_back(expert_balance(share));
   // Throughput over the steady part (the first step warms caches and allocations).
   double tok = 0, sec = 0;
@@ -516,10 +536,15 @@ ReportData Trainer::report_data() const {
       {"parameters", fmt::format("{} total, {} active per token", format_count(double(pc.total)),
                                  format_count(double(pc.active)))},
       {"data", fmt::format("{} ({} bytes)", fmt::join(cfg_.data, ", "), data_->total_bytes())},
+      {"tokenizer", cfg_.tokenizer.empty() ? tokenizer_->describe()
+                                           : fmt::format("{}: {}, {:.2f} bytes per token (training split)",
+                                                         cfg_.tokenizer, tokenizer_->describe(),
+                                                         double(data_->split_bytes(Split::train)) /
+                                                             double(std::max<int64_t>(1, data_->split_tokens(Split::train))))},
       {"batch", fmt::format("{} x {} tokens x {} micro-batches", cfg_.batch_size, cfg_.seq_len, cfg_.grad_accum)},
       {"steps", std::to_string(step_)}};
   if (!d.steps.empty()) {
-    d.summary.emplace_back("final training loss", fmt::format("{:.4f} nats/byte", d.steps.back().loss));
+    d.summary.emplace_back("final training loss", fmt::format("{:.4f} nats/token", d.steps.back().loss));
     double tps = 0;
     for (const auto& r : d.steps) tps += r.tokens_per_s;
     d.summary.emplace_back("mean tokens/s", format_count(tps / double(d.steps.size())));
@@ -529,8 +554,8 @@ ReportData Trainer::report_data() const {
   }
   if (!d.validation.empty())
     d.summary.emplace_back("final validation loss",
-                           fmt::format("{:.4f} nats/byte = {:.3f} bits/byte", d.validation.back().loss,
-                                       d.validation.back().loss / std::log(2.0)));
+                           fmt::format("{:.4f} nats/token = {:.3f} bits/byte", d.validation.back().loss,
+                                       d.validation.back().bits_per_byte));
   d.summary.emplace_back("metrics", metrics_path());
   d.sampling = cfg_.sample_temperature > 0
                    ? fmt::format("temperature {}, top-k {}, seed {} + the step", cfg_.sample_temperature,

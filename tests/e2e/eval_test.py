@@ -40,10 +40,12 @@ def coremesh(*args, ok=True):
 
 
 def scored(out):
-    m = re.search(r"eval: (\d+) bytes of (.*) in windows of (\d+): loss ([0-9.]+) nats/byte", out)
+    m = re.search(r"eval: (\d+) tokens \((\d+) bytes\) of (.*) in windows of (\d+): loss ([0-9.]+) nats/token", out)
     if not m:
         fail("no eval line", out)
-    return int(m.group(1)), m.group(2), float(m.group(4))
+    if m.group(1) != m.group(2):
+        fail("a byte-level model scored tokens that are not bytes", out)
+    return int(m.group(2)), m.group(3), float(m.group(5))
 
 
 log = coremesh("train", "--config", str(work / "cfg.json"), "--no-progress")
@@ -68,7 +70,7 @@ n, _, _ = scored(coremesh("eval", "--checkpoint", str(run), "--data", str(corpus
 if n != 32 * ((1028 - 1) // 32):
     fail(f"--data scored {n} bytes, want every whole window of the file")
 out = coremesh("eval", "--checkpoint", str(run), "--max-bytes", "10", ok=False)
-if "max_bytes 10 is less than one window of 32 bytes" not in out:
+if "max_bytes 10 is less than one window of 32 tokens" not in out:
     fail("--max-bytes below a window is not refused clearly", out)
 
 corpus.rename(work / "moved.txt")

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -117,6 +118,8 @@ TEST(MetricsLog, ATinyRunWritesALinePerStepWithEveryField) {
     ASSERT_EQ(j.contains("sample"), validates) << "step " << i + 1;
     if (validates) {
       EXPECT_EQ(j["val_loss"].get<double>(), t.validation().at(validated++).loss);
+      // bytes: one byte a token, so bits per byte is the loss over ln 2
+      EXPECT_NEAR(j["val_bits_per_byte"].get<double>(), j["val_loss"].get<double>() / std::log(2.0), 1e-12);
       EXPECT_EQ(j["sample"]["prompt"], c.sample_prompt);
       EXPECT_FALSE(j["sample"]["text"].get<std::string>().empty());
     }

@@ -5,9 +5,12 @@
 //             "buffer/<name>"  non-trained state (router biases)
 //   metadata  format, version, step, model_config (JSON), train_config (JSON),
 //             rng_state, data_epoch, data_cursor, data_fingerprint,
-//             checksum (64-bit hash of the data section, hex)
+//             checksum (64-bit hash of the data section, hex),
+//             tokenizer (the run's SentencePiece model proto, base64; "" or
+//             absent: bytes) and tokenizer_checksum (its hash, hex)
 // Writes are atomic (write_file_atomic). Loading checks the format, version,
-// checksum and that every field is present; compatibility with the model
+// checksum and that every field is present, and that the tokenizer is
+// intact and has the model's vocab_size; compatibility with the model
 // being trained is checked separately so the message can list differences.
 #pragma once
 
@@ -33,6 +36,7 @@ struct CheckpointState {
   uint64_t rng_state = 0;
   DataPosition data_position;
   std::string data_fingerprint;
+  std::string tokenizer;  // serialized SentencePiece model; "" for bytes
   NamedTensors params, adam_m, adam_v, buffers;
 };
 

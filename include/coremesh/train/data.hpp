@@ -1,10 +1,11 @@
-// Byte-level training data from text files.
+// Training data from text files, as tokens of a Tokenizer (default: bytes).
 //
-// Every file is memory-mapped; each byte is one token (vocab 256). Each file
-// is split the same way: its first (1 - val_fraction) bytes are training
-// data, the rest validation data, so both splits see every source.
-// A split is cut into windows of T+1 bytes (stride T: input = bytes
-// [s, s+T), target = bytes [s+1, s+T+1)). The training loader visits the
+// Every file is memory-mapped. Each file is split the same way: its first
+// (1 - val_fraction) bytes are training data, the rest validation data, so
+// both splits see every source. Byte tokens are read from the mapping; a
+// subword tokenizer encodes each split of each file once, at construction.
+// A split is cut into windows of T+1 tokens (stride T: input = tokens
+// [s, s+T), target = tokens [s+1, s+T+1)). The training loader visits the
 // windows in a permutation drawn from (seed, epoch); validation visits them
 // in file order. The position (epoch, cursor) is all a checkpoint needs to
 // continue the exact same sequence of batches.
@@ -15,27 +16,34 @@
 #include <string>
 #include <vector>
 
+#include "coremesh/train/tokenizer.hpp"
+
 namespace coremesh::train {
 
 enum class Split { train, validation };
 
 class TextDataset {
  public:
-  TextDataset(const std::vector<std::string>& paths, double val_fraction);
+  // `tokenizer` (nullptr: bytes) must outlive the dataset.
+  TextDataset(const std::vector<std::string>& paths, double val_fraction, const Tokenizer* tokenizer = nullptr);
   ~TextDataset();
   TextDataset(const TextDataset&) = delete;
   TextDataset& operator=(const TextDataset&) = delete;
 
   int64_t total_bytes() const;
   int64_t split_bytes(Split split) const;
-  // Window starts (file index, byte offset) of a split for sequence length T.
+  int64_t split_tokens(Split split) const;
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // Window starts (file index, token offset) of a split for sequence length T.
   struct Window {
     int32_t file;
     int64_t offset;
   };
   std::vector<Window> windows(Split split, int seq_len) const;
-  // Copies T+1 bytes from a window as int32 tokens.
+  // Copies a window's T+1 tokens.
   void read_window(const Window& w, int seq_len, int32_t* dst) const;
+  // UTF-8 bytes of the text of a window's T targets (T for bytes).
+  int64_t window_bytes(const Window& w, int seq_len) const;
   // A digest of sizes and names, saved in checkpoints to notice a changed corpus.
   std::string fingerprint() const;
 
@@ -45,7 +53,11 @@ class TextDataset {
     const uint8_t* data = nullptr;
     int64_t size = 0;
     int64_t train_end = 0;  // bytes [0, train_end) train, [train_end, size) validation
+    std::vector<int32_t> tokens;  // a subword tokenizer's; empty for bytes (read from `data`)
+    int64_t train_tokens = 0;     // tokens [0, train_tokens) train, the rest validation
+    int64_t num_tokens() const { return tokens.empty() ? size : int64_t(tokens.size()); }
   };
+  const Tokenizer* tokenizer_;
   std::vector<File> files_;
 };
 

@@ -24,7 +24,8 @@ struct StepRecord {
 
 struct ValRecord {
   int64_t step = 0;
-  double loss = 0;
+  double loss = 0;             // nats per token
+  double bits_per_byte = -1;   // the same loss per byte of text (< 0: unknown)
 };
 
 // max / mean over experts of `counts` (tokens routed to each expert); 1 is

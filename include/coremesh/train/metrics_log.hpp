@@ -8,7 +8,8 @@
 //   {"step": 12,               optimizer steps done: 1-based, checkpoint step_12 is after it
 //    "loss": 2.91,             training cross entropy, nats per token (mean over the step)
 //    "aux_loss": 0.0012,       balance loss (0 when off)
-//    "val_loss": 2.95,         validation cross entropy (steps that validated)
+//    "val_loss": 2.95,         validation cross entropy, nats per token (steps that validated)
+//    "val_bits_per_byte": 1.9, the same loss in bits per byte of the scored text
 //    "lr": 0.003,              learning rate of the step
 //    "grad_norm": 0.84,        global gradient norm before clipping
 //    "tokens": 98304,          tokens trained on so far (every data-parallel rank)
@@ -63,6 +64,7 @@ struct MetricsLine {
   MemoryRecord memory;
   std::optional<SampleRecord> sample;
   double time = 0;  // Unix seconds (MetricsLog::append stamps it)
+  double val_bits_per_byte = -1;  // val_loss per byte of the scored text, in bits (< 0: unknown)
 };
 
 nlohmann::ordered_json to_json(const MetricsLine& line);

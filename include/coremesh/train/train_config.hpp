@@ -22,6 +22,7 @@ struct TrainConfig {
   model::ModelConfig model;
   parallel::ParallelConfig parallel;
   std::vector<std::string> data;  // text files
+  std::string tokenizer;          // a SentencePiece .model file; "": bytes (vocab 256)
   double val_fraction = 0.05;
   int batch_size = 8;   // sequences per micro-batch
   int seq_len = 128;
@@ -42,10 +43,10 @@ struct TrainConfig {
   // A sample at each validation: `coremesh generate`'s seeded temperature
   // sampling (its defaults), seed = seed + steps done, so
   // `generate --seed <that> --temperature .. --top-k ..` on that step's checkpoint repeats it.
-  int sample_tokens = 64;             // bytes sampled (0: none)
+  int sample_tokens = 64;             // tokens sampled (0: none)
   std::string sample_prompt = "And "; // its prompt
   double sample_temperature = 0.8;    // 0: greedy (a small model's greedy text repeats "the the")
-  int sample_top_k = 40;              // among the k most likely bytes (0: all)
+  int sample_top_k = 40;              // among the k most likely tokens (0: all)
   bool graph = false;    // capture one step and replay it (see Trainer::queue_step)
   bool progress = true;  // not a config field: the command line's --no-progress
 

@@ -45,13 +45,15 @@
 #include "coremesh/train/optimizer.hpp"
 #include "coremesh/train/report.hpp"
 #include "coremesh/train/lr_schedule.hpp"
+#include "coremesh/train/tokenizer.hpp"
 #include "coremesh/train/train_config.hpp"
 
 namespace coremesh::train {
 
 struct TrainResult {
   int64_t steps_done = 0;
-  double final_loss = 0, final_val_loss = -1;
+  double final_loss = 0, final_val_loss = -1;  // nats per token
+  double final_val_bits_per_byte = -1;
   double mean_tokens_per_s = 0, mean_mfu = 0;
   std::vector<double> final_balance;  // per MoE layer at the last step: busiest expert / mean
   std::string checkpoint, report;
@@ -95,8 +97,12 @@ class Trainer {
   // asked to stop (stop_agreed()); run() then saves and returns.
   void stop_when(std::function<bool()> requested) { stop_requested_ = std::move(requested); }
   bool stop_agreed() const { return stop_agreed_; }
+  // Validation loss, nats per token; last_val_bits_per_byte() the same loss
+  // per byte of the scored text, in bits.
   double validate();
-  // A continuation of cfg.sample_prompt (cfg.sample_tokens bytes) sampled
+  double last_val_bits_per_byte() const { return last_val_bpb_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // A continuation of cfg.sample_prompt (cfg.sample_tokens tokens) sampled
   // with cfg.sample_temperature and sample_top_k, seed cfg.seed + step().
   std::string sample();
   std::string save_checkpoint_now();
@@ -136,6 +142,7 @@ class Trainer {
   TrainConfig cfg_;
   int cores_ = 1;
   runtime::Stream stream_;
+  std::unique_ptr<Tokenizer> tokenizer_;  // cfg.tokenizer's, or bytes
   std::unique_ptr<TextDataset> data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<parallel::ParallelPlan> plan_;
@@ -146,6 +153,7 @@ class Trainer {
   int64_t step_ = 0;
   std::vector<StepRecord> records_;
   std::vector<ValRecord> val_records_;
+  double last_val_bpb_ = -1;
   std::function<bool()> stop_requested_;
   bool stop_agreed_ = false;
   std::unique_ptr<MetricsLog> metrics_;  // the leader's, from the first run()

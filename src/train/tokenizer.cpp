@@ -1,0 +1,179 @@
+#include "coremesh/train/tokenizer.hpp"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "coremesh/core/error.hpp"
+#include "coremesh/train/safetensors.hpp"
+
+namespace coremesh::train {
+namespace {
+
+const char* kTrainHint = "train one with `coremesh tokenizer train --vocab 4096 --model bpe --data FILES --out tok.model`";
+
+// The lines of the files' training shares, one sentence each (SentencePiece's unit).
+class LineIterator : public sentencepiece::SentenceIterator {
+ public:
+  LineIterator(const std::vector<std::string>& paths, double val_fraction) {
+    for (const auto& path : paths) {
+      std::ifstream in(path, std::ios::binary);
+      CM_CHECK(in.good(), "check the --data path", "cannot open data file '{}'", path);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      std::string text = ss.str();
+      text.resize(text.size() - size_t(double(text.size()) * val_fraction));  // as TextDataset splits
+      text_ += text;
+      text_ += '\n';
+    }
+    Next();
+  }
+  bool done() const override { return at_ > text_.size(); }
+  void Next() override {
+    while (at_ <= text_.size()) {  // the next non-empty line
+      size_t end = text_.find('\n', at_);
+      if (end == std::string::npos) end = text_.size();
+      line_.assign(text_, at_, end - at_);
+      at_ = end + 1;
+      if (!line_.empty()) return;
+    }
+  }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override { return {}; }
+  bool empty() const { return text_.find_first_not_of('\n') == std::string::npos; }
+
+ private:
+  std::string text_, line_;
+  size_t at_ = 0;
+};
+
+}  // namespace
+
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::bytes() {
+  Tokenizer t;
+  t.token_bytes_.assign(256, 1);
+  return t;
+}
+
+Tokenizer Tokenizer::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  CM_CHECK(in.good(), std::string("check the tokenizer path, or ") + kTrainHint, "cannot open tokenizer '{}'",
+           path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return from_serialized(ss.str(), "tokenizer '" + path + "'");
+}
+
+Tokenizer Tokenizer::from_serialized(const std::string& model_proto, const std::string& where) {
+  Tokenizer t;
+  t.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const auto status = t.sp_->LoadFromSerializedProto(model_proto);
+  CM_CHECK(status.ok() && t.sp_->GetPieceSize() > 0, std::string("the file is damaged or not a SentencePiece model; ") + kTrainHint,
+           "{} is not a valid SentencePiece model ({} bytes): {}", where, model_proto.size(),
+           status.ok() ? "no pieces" : status.ToString());
+  t.proto_ = model_proto;
+  t.vocab_size_ = t.sp_->GetPieceSize();
+  t.newline_id_ = t.sp_->PieceToId("<0x0A>");
+  CM_CHECK(t.sp_->IsByte(t.newline_id_), std::string("use a model with byte fallback: ") + kTrainHint,
+           "{} has no byte pieces (<0x00>..<0xFF>), so it cannot encode every text", where);
+  t.index_pieces();
+  return t;
+}
+
+void Tokenizer::index_pieces() {
+  static const std::string kSpace = "\xe2\x96\x81";  // U+2581, SentencePiece's space
+  token_bytes_.assign(size_t(vocab_size_), 0);
+  for (int id = 0; id < vocab_size_; ++id) {
+    if (sp_->IsByte(id)) token_bytes_[size_t(id)] = 1;
+    if (sp_->IsByte(id) || sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsUnused(id)) continue;
+    const std::string& piece = sp_->IdToPiece(id);
+    int n = 0;
+    for (size_t i = 0; i < piece.size(); ++n) i += piece.compare(i, kSpace.size(), kSpace) == 0 ? kSpace.size() : 1;
+    token_bytes_[size_t(id)] = n;
+  }
+}
+
+void Tokenizer::encode_into(std::string_view text, std::vector<int32_t>& out) const {
+  if (!sp_) {
+    for (unsigned char c : text) out.push_back(c);
+    return;
+  }
+  std::vector<int> ids;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    const bool newline = end != std::string_view::npos;
+    if (!newline) end = text.size();
+    if (end > at) {
+      const auto status = sp_->Encode(text.substr(at, end - at), &ids);
+      CM_CHECK(status.ok(), "check the text", "SentencePiece cannot encode a line: {}", status.ToString());
+      out.insert(out.end(), ids.begin(), ids.end());
+    }
+    if (newline) out.push_back(newline_id_);
+    at = end + 1;
+  }
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> out;
+  encode_into(text, out);
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  for (int32_t id : ids)
+    CM_CHECK(id >= 0 && id < vocab_size_, "decode ids of this tokenizer", "token id {} is outside its {} tokens",
+             id, vocab_size_);
+  if (!sp_) return std::string(ids.begin(), ids.end());
+  std::string text;
+  const auto status = sp_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
+  CM_CHECK(status.ok(), "decode ids of this tokenizer", "SentencePiece cannot decode: {}", status.ToString());
+  return text;
+}
+
+int64_t Tokenizer::count_bytes(const int32_t* ids, int64_t n) const {
+  int64_t sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += token_bytes(ids[i]);
+  return sum;
+}
+
+std::string Tokenizer::describe() const {
+  if (!sp_) return "bytes (256 tokens)";
+  return fmt::format("sentencepiece ({} pieces)", vocab_size_);
+}
+
+Tokenizer train_tokenizer(const TokenizerTrainOptions& o, const std::string& out_path) {
+  CM_CHECK(!o.data.empty(), "pass at least one text file (--data data/bible-kjv.txt)", "no data files given");
+  CM_CHECK(o.model == "bpe" || o.model == "unigram", "use --model bpe or --model unigram", "unknown model type '{}'",
+           o.model);
+  CM_CHECK(o.vocab_size >= 300, "use --vocab 300 or more (256 byte pieces come first)",
+           "vocab {} is too small for a byte-fallback model", o.vocab_size);
+  CM_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "use a fraction in [0, 1)", "val_fraction {} is out of range",
+           o.val_fraction);
+  LineIterator lines(o.data, o.val_fraction);
+  CM_CHECK(!lines.empty(), "give files with text in them", "the data files hold no text");
+  const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  // Exact round trips: no normalization or whitespace changes, no dummy
+  // prefix, every byte a piece; no BOS/EOS (training windows cut anywhere).
+  const std::string args = fmt::format(
+      "--model_type={} --vocab_size={} --byte_fallback=true --normalization_rule_name=identity "
+      "--remove_extra_whitespaces=false --add_dummy_prefix=false --character_coverage=1.0 "
+      "--unk_id=0 --bos_id=-1 --eos_id=-1 --pad_id=-1 --num_threads={} --minloglevel=1 "
+      "--max_sentence_length=16384 --train_extremely_large_corpus=false",
+      o.model, o.vocab_size, threads);
+  std::string proto;
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &proto);
+  CM_CHECK(status.ok(), "use a smaller --vocab or more text", "SentencePiece could not train a {} vocabulary of {}: {}",
+           o.model, o.vocab_size, status.ToString());
+  Tokenizer t = Tokenizer::from_serialized(proto, "the trained model");
+  write_file_atomic(out_path, proto);
+  return t;
+}
+
+}  // namespace coremesh::train
