@@ -116,8 +116,12 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
            }, "Waits for the queued step and returns its record (mfu is left to run()).")
       .def("validate", &train::Trainer::validate, py::call_guard<py::gil_scoped_release>(),
            "Validation loss (nats/token) over the config's val_batches.")
-      .def("sample", &train::Trainer::sample, py::call_guard<py::gil_scoped_release>(),
-           "A continuation of the config's sample_prompt, sampled as the report's samples.")
+      .def("sample", [](train::Trainer& t) {
+             const std::string text = without_gil([&] { return t.sample(); });
+             // a byte-level model may sample bytes that are not UTF-8: replaced, as the report shows them
+             return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(text.data(), py::ssize_t(text.size()), "replace"));
+           }, "A continuation of the config's sample_prompt, sampled as the report's samples "
+              "(bytes that are not UTF-8 become U+FFFD).")
       .def("resume", &train::Trainer::resume, py::arg("path"), py::call_guard<py::gil_scoped_release>(),
            "Loads a checkpoint file, or a run directory's latest.")
       .def("save_checkpoint", &train::Trainer::save_checkpoint_now, py::call_guard<py::gil_scoped_release>())

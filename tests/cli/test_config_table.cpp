@@ -116,7 +116,7 @@ TEST(ConfigTable, EveryParallelFieldRoundTripsJsonAndFlags) {
 TEST(ConfigTable, UnknownKeysListTheKnownOnes) {
   std::string e = error_of([] { train::train_config_from_json(json::parse(R"({"train": {"stesp": 3}})")); });
   EXPECT_NE(e.find("unknown train config field 'stesp'"), std::string::npos) << e;
-  EXPECT_NE(e.find("known train fields: data, val_fraction, batch_size"), std::string::npos) << e;
+  EXPECT_NE(e.find("known train fields: data, tokenizer, val_fraction, batch_size"), std::string::npos) << e;
   e = error_of([] { train::train_config_from_json(json::parse(R"({"parallel": {"dq": 2}})")); });
   EXPECT_NE(e.find("known parallel fields: dp, cp, pp, ep, tp"), std::string::npos) << e;
   e = error_of([] { train::train_config_from_json(json::parse(R"({"train": {"steps": 2.5}})")); });

@@ -23,9 +23,10 @@ defines shmem_X and calls pshmem_X; scripts/gen_pshmem.py), and (W V u:
 template instantiations and inline functions that
 every translation unit using the same header emits; the linker merges
 them and never reports a duplicate) must be C++ names whose top-level
-qualifiers all lie in {coremesh, std, __gnu_cxx, fmt, nlohmann}: coremesh's
-and those of the libraries whose headers coremesh's code instantiates
-(libstdc++, fmt, nlohmann json). Plus the compiler's hidden
+qualifiers all lie in {coremesh, std, __gnu_cxx, fmt, nlohmann,
+sentencepiece}: coremesh's and those of the libraries whose headers
+coremesh's code instantiates (libstdc++, fmt, nlohmann json, SentencePiece:
+the typeinfo of the SentenceIterator the tokenizer trainer derives from). Plus the compiler's hidden
 exception-handling references DW.ref.__gxx_personality_v0 and DW.ref.<a
 weak name allowed here>, and the standard library's inline placement
 operator new / delete (<new>; an unoptimized build emits them as weak
@@ -41,7 +42,7 @@ WEAK_TYPES = set("WVu")
 C_API = re.compile(r"^(shmem_|shmemx_|pshmem_)")
 LEGACY = {"start_pes", "_my_pe", "_num_pes", "shmalloc", "shfree", "shrealloc", "shmemalign",
           "globalexit"}
-NAMESPACES = {"coremesh", "std", "__gnu_cxx", "fmt", "nlohmann"}
+NAMESPACES = {"coremesh", "std", "__gnu_cxx", "fmt", "nlohmann", "sentencepiece"}
 # <new>'s inline placement forms: operator new(size_t, void*), delete(void*, void*), and the array ones
 PLACEMENT_NEW = {"_ZnwmPv", "_ZnamPv", "_ZdlPvS_", "_ZdaPvS_"}
 # An identifier that starts a qualified name: not preceded by a word
