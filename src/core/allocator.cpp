@@ -186,7 +186,7 @@ class HostAllocator {
     }
   }
 
- std::atomic<size_t> soft_limit{0};
+  std::atomic<size_t> soft_limit{0};
   std::atomic<HostPressureHook> pressure_hook{nullptr};
 
   void reset_peak() { peak_bytes_.store(allocated_bytes_.load(std::memory_order_relaxed)); }
