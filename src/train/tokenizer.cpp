@@ -4,6 +4,7 @@
 #include <sentencepiece_trainer.h>
 
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <thread>
 
@@ -167,10 +168,20 @@ Tokenizer train_tokenizer(const TokenizerTrainOptions& o, const std::string& out
       "--unk_id=0 --bos_id=-1 --eos_id=-1 --pad_id=-1 --num_threads={} --minloglevel=1 "
       "--max_sentence_length=16384 --train_extremely_large_corpus=false",
       o.model, o.vocab_size, threads);
+  // SentencePiece logs its command line to std::cerr before it reads
+  // --minloglevel: what it says goes into the error, if there is one.
+  std::ostringstream log;
   std::string proto;
-  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &proto);
-  CM_CHECK(status.ok(), "use a smaller --vocab or more text", "SentencePiece could not train a {} vocabulary of {}: {}",
-           o.model, o.vocab_size, status.ToString());
+  const auto status = [&] {
+    struct Restore {
+      std::streambuf* buf;
+      ~Restore() { std::cerr.rdbuf(buf); }
+    } restore{std::cerr.rdbuf(log.rdbuf())};
+    return sentencepiece::SentencePieceTrainer::Train(args, &lines, &proto);
+  }();
+  CM_CHECK(status.ok(), "use a smaller --vocab, or more text in lines under 16384 bytes",
+           "SentencePiece could not train a {} vocabulary of {}: {}{}", o.model, o.vocab_size, status.ToString(),
+           log.str().empty() ? "" : "\n" + log.str());
   Tokenizer t = Tokenizer::from_serialized(proto, "the trained model");
   write_file_atomic(out_path, proto);
   return t;
