@@ -115,9 +115,7 @@ train::TrainConfig read_config(const TrainFlags& f) {
   return cfg;
 }
 
-parallel::SplitSizes split_sizes(const train::TrainConfig& c) {
-  return {c.model.n_routed_experts, c.model.n_heads, c.model.n_layers, c.seq_len};
-}
+parallel::SplitSizes split_sizes(const train::TrainConfig& c) { return parallel::split_sizes(train::plan_config(c).shape); }
 
 // "dp 2 x pp 2", and the schedule of a pipeline.
 std::string layout_name(const train::TrainConfig& c, int world) {
@@ -132,12 +130,13 @@ void print_layout(const train::TrainConfig& c) {
   const int world = c.parallel.world();
   const parallel::Mesh mesh(c.parallel, world, split_sizes(c));
   fmt::print("layout: {}, ZeRO-{}\n", layout_name(c, world), c.parallel.zero);
-  fmt::print("{:>5}  {:<20} {:>8} {:>10} {:>10} {:>10} {:>12} {:>14}\n", "rank", "coordinates", "experts",
-             "weights", "gradients", "AdamW", "activations", "symmetric heap");
+  fmt::print("{:>5}  {:<20} {:>8} {:>10} {:>10} {:>10} {:>10} {:>14} {:>10}\n", "rank", "coordinates", "experts",
+             "weights", "gradients", "AdamW", "step", "symmetric heap", "total");
   const bool pipeline = c.parallel.pp > 1;
   const parallel::PlanConfig plan = train::plan_config(c);
   const int E = c.model.n_routed_experts;
   const int64_t heap = parallel::ParallelPlan::symmetric_bytes(train::plan_config(c), world);
+  const int64_t process = process_bytes(c);
   for (int r = 0; r < world; ++r) {
     if (world > 16 && r == 8) fmt::print("  ... ({} more ranks with the same shares)\n", world - 9);
     if (world > 16 && r >= 8 && r < world - 1) continue;
@@ -151,16 +150,21 @@ void print_layout(const train::TrainConfig& c) {
     const double adam = c.parallel.zero ? 8.0 * (dense / double(mesh.dense_grad_group(r).size()) +
                                                  expert / double(mesh.expert_grad_group(r).size()))
                                         : double(mem.optimizer);
-    fmt::print("{:>5}  {:<20} {:>8} {:>10} {:>10} {:>10} {:>12} {:>14}\n", r,
+    const int64_t step = train::rank_step_bytes(c, r), checkpoint = train::rank_checkpoint_bytes(c, r);
+    fmt::print("{:>5}  {:<20} {:>8} {:>10} {:>10} {:>10} {:>10} {:>14} {:>10}\n", r,
                pipeline ? fmt::format("dp {} pp {}", k[parallel::Dim::dp], k[parallel::Dim::pp])
                         : c.parallel.tp > 1
                             ? fmt::format("dp {} ep {} tp {}", k[parallel::Dim::dp], k[parallel::Dim::ep], k[parallel::Dim::tp])
                             : fmt::format("dp {} ep {}", k[parallel::Dim::dp], k[parallel::Dim::ep]),
                fmt::format("{}-{}", stage.expert_begin, (stage.expert_end < 0 ? E : stage.expert_end) - 1),
                train::format_bytes(double(mem.weights)), train::format_bytes(double(mem.gradients)),
-               train::format_bytes(adam), train::format_bytes(double(mem.activations)),
-               train::format_bytes(double(heap)));
+               train::format_bytes(adam), train::format_bytes(double(step)), train::format_bytes(double(heap)),
+               train::format_bytes(double(heap + std::max(step, checkpoint) + process)));
   }
+  fmt::print("(per rank: weights, gradients and AdamW live in the symmetric heap with the exchanges' buffers; step: the "
+             "host memory of a step's micro-batches in flight, their backward's workspace and the sends kept; total: "
+             "heap + step + process {}; rank 0 saves checkpoints between steps, assembling the whole model: {})\n",
+             train::format_bytes(double(process)), train::format_bytes(double(train::rank_checkpoint_bytes(c, 0))));
 }
 
 // Returns the process's exit status: 0, or 128 + the stop signal received.

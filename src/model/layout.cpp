@@ -339,44 +339,57 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
   const int64_t dense = 4 * 2 * Fd + gemm_row(C) + gemm_row(Fd);
   // MoE: RMSNorm(h) f32 (the router is f32; the shared experts cast it again),
   // scores (E), the (N,K) routing: selections (i32 + f32), after capacity a
-  // second pair when a capacity applies, row_of (i64); per routed row (K per
-  // token, all experts held on one PE) gu and ye f32, xp and g as GEMM inputs;
-  // shared experts gu f32, g.
+  // second pair when a capacity applies, row_of (i64); shared experts gu f32,
+  // g; per routed row gu and ye f32, xp and g as GEMM inputs.
   const bool capacity = c.expert_capacity(N) >= 0;
   const int64_t routing = K * (8 + (capacity ? 8 : 0) + 8);
-  const int64_t moe = 4 * (C + E) + routing + K * (4 * (2 * F + C) + gemm_row(C) + gemm_row(F)) +
-                      (SF > 0 ? 4 * 2 * SF + gemm_row(SF) : 0);
+  const int64_t moe = 4 * (C + E) + routing + (SF > 0 ? 4 * 2 * SF + gemm_row(SF) : 0);
+  const int64_t routed_row = 4 * (2 * F + C) + gemm_row(C) + gemm_row(F);
+  // Routed rows per MoE layer: on one PE the micro-batch's N*K. Under expert
+  // parallelism (ep = E / El owners) the host sizes an owner's received rows
+  // before their counts arrive, for the worst case, every source's rows to
+  // its experts (at most El x capacity each), and the experts' per-row
+  // tensors follow that size. The exchange keeps each send's source until
+  // the next round proves it delivered: per direction, the source's N*K rows
+  // and the owner's received rows (f32).
+  const int64_t ep = El > 0 && El < E ? E / El : 1;
+  const int64_t routed_rows = ep == 1 ? N * K : ep * (capacity ? std::min(N * K, El * c.expert_capacity(N)) : N * K);
+  const int64_t exchange_per_layer = ep == 1 ? 0 : 2 * 4 * C * (N * K + routed_rows);
   // What lives on the residual stream's rows (x, h and their rstd, the final
   // residual; the MoE's RMSNorm(h) under sequence parallelism, where the
   // region keeps its gathered input too) counts per row held: N/tp rows under
   // sequence parallelism; the rest per token of the micro-batch.
   const bool sp = stage.sequence_parallel;
+  const int64_t rows = sp ? N / stage.tp : N;
   const int64_t row_attn = 4 * (C + 1), row_head = 4 * (C + 1);
-  int64_t per_token = 0, per_row = 0, per_batch = 0, largest_part = 0;
+  int64_t largest_part = 0;
   bool attention = false;
   for (int part = 0; part < num_parts(c); ++part) {
     if (!holds_part(stage, part)) continue;
     const Part p = part_at(c, part);
-    const int64_t before = per_token;
+    int64_t bytes = 0;
     switch (p.kind) {
-      case PartKind::embedding: per_token += 4; break;  // token ids (i32)
-      case PartKind::attention: per_token += attn - row_attn, per_row += row_attn, attention = true; break;
+      case PartKind::embedding: bytes = 4 * N; break;  // token ids (i32)
+      case PartKind::attention: bytes = (attn - row_attn) * N + row_attn * rows, attention = true; break;
       case PartKind::ffn:
-        per_token += c.is_moe_layer(p.layer) ? moe : dense;
-        per_row += ffn + (sp && c.is_moe_layer(p.layer) ? 4 * C : 0);
-        if (c.is_moe_layer(p.layer)) per_batch += 8 * (El + 1);  // group offsets (i64)
+        if (!c.is_moe_layer(p.layer)) {
+          bytes = dense * N + ffn * rows;
+          break;
+        }
+        bytes = moe * N + routed_row * routed_rows + (ffn + (sp ? 4 * C : 0)) * rows + 8 * (El + 1);  // + group offsets
+        m.exchange += exchange_per_layer;
         break;
       // the final residual and RMSNorm (C each) and rstd, logits and their
       // gradient (this TP rank's V each), log-sum-exp, loss per token, targets (i32)
-      case PartKind::head: per_token += 4 * (C + 2 * V + 2) + 4, per_row += row_head; break;
+      case PartKind::head: bytes = (4 * (C + 2 * V + 2) + 4) * N + row_head * rows; break;
     }
-    largest_part = std::max(largest_part, per_token - before);
+    m.activations += bytes;
+    largest_part = std::max(largest_part, bytes);
   }
-  if (attention) per_batch += 8 * int64_t(seq_len);  // RoPE positions (i64)
-  m.activations = per_token * N + per_row * (sp ? N / stage.tp : N) + per_batch;
+  if (attention) m.activations += 8 * int64_t(seq_len);  // RoPE positions (i64)
   // A part's backward makes the gradients of what it saved (about as large)
   // and of its input while its saved tensors still live.
-  m.workspace = 2 * largest_part * N;
+  m.workspace = 2 * largest_part;
   // bf16 keeps each block-GEMM weight's bf16 copy from the forward to the
   // backward (the forward and the dgrad read it); fp8 quantizes W in the
   // forward and W^T in the backward where they are used.

@@ -14,9 +14,10 @@
 #include <cstring>
 
 namespace coremesh::parallel {
-namespace {
 
 SplitSizes split_sizes(const ModelShape& s) { return {s.experts, s.heads, s.layers, s.seq_len, s.kv_heads}; }
+
+namespace {
 
 int64_t cp_tokens(const PlanConfig& c) { return int64_t(c.shape.batch) * (c.shape.seq_len / std::max(c.parallel.cp, 1)); }
 

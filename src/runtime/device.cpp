@@ -38,14 +38,20 @@ std::atomic<int64_t>& kernels_in_flight() {
   return kernels;
 }
 
+std::atomic<int64_t>& waits_parked() {
+  static std::atomic<int64_t> waits{0};
+  return waits;
+}
+
 void mark_runtime_thread() { t_runtime_thread = true; }
 
 // Waits until queued work finishes a kernel block (which may free the
-// tensors it held). Gives up when no kernel has run for kIdleWait (what is
-// queued waits for an event or a signal that this host thread may have yet
-// to launch) or none finished a block for kStallWait (a kernel waits for
-// another PE, itself held back); after giving up it does not wait again
-// until something progressed. A slow kernel on a busy machine is waited for.
+// tensors it held). Gives up when for kIdleWait no kernel has run and no
+// wait is parked on a peer (what is queued waits for an event that this
+// host thread may have yet to record) or none finished a block for
+// kStallWait (a wait on another PE, itself held back); after giving up it
+// does not wait again until something progressed. A slow kernel on a busy
+// machine, or a peer still computing what this PE waits for, is waited for.
 bool relieve_host_memory() {
   constexpr auto kIdleWait = std::chrono::milliseconds(20), kStallWait = std::chrono::milliseconds(1000);
   static std::atomic<uint64_t> stalled_at{UINT64_MAX};
@@ -57,7 +63,9 @@ bool relieve_host_memory() {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
     if (work_progress().load(std::memory_order_relaxed) != seen) return true;
     const auto waited = std::chrono::steady_clock::now() - start;
-    if (waited > kStallWait || (waited > kIdleWait && kernels_in_flight().load(std::memory_order_relaxed) == 0)) break;
+    if (waited > kStallWait || (waited > kIdleWait && kernels_in_flight().load(std::memory_order_relaxed) == 0 &&
+                                    waits_parked().load(std::memory_order_relaxed) == 0))
+      break;
   }
   stalled_at.store(seen, std::memory_order_relaxed);
   CM_LOG_DEBUG("host memory: stopped waiting for queued work ({} kernels running, {} items queued)",

@@ -271,6 +271,10 @@ std::atomic<int64_t>& queued_items();
 // Kernels handed to the workers and not yet finished, over every device of the process.
 std::atomic<int64_t>& kernels_in_flight();
 
+// Value waits parked until a word another process writes changes, over every
+// device of the process: work in flight that a peer's progress releases.
+std::atomic<int64_t>& waits_parked();
+
 // Marks the calling thread as one of the runtime's own (a worker, the
 // poller): it never waits for memory, since the work it would wait for may be its own.
 void mark_runtime_thread();

@@ -72,6 +72,7 @@ void finish(ParkedWait& w, int device_id, std::exception_ptr error) {
                               fmt::format("wait_value(word {} {})", wait_cmp_name(w.wait.cmp),
                                           w.wait.value)});
   work_progress().fetch_add(1, std::memory_order_relaxed);
+  waits_parked().fetch_sub(1, std::memory_order_relaxed);
   auto stream = std::move(w.stream);
   stream->item_done(error ? stream_error(w, error) : nullptr);
 }
@@ -132,6 +133,7 @@ void Device::Impl::park(std::shared_ptr<ParkedWait> w) {
   w->deadline = std::chrono::steady_clock::now() + timeout_of(w->wait);
   w->profiled = profiler_enabled();
   w->start_ns = profiler_now_ns();
+  waits_parked().fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(parked_mutex);
     parked.push_back(std::move(w));

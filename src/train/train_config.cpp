@@ -2,6 +2,7 @@
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/model/layout.hpp"
+#include "coremesh/parallel/schedule_simulator.hpp"
 #include "coremesh/train/lr_schedule.hpp"
 
 namespace coremesh::train {
@@ -126,6 +127,28 @@ parallel::PlanConfig plan_config(const TrainConfig& c) {
   p.report = c.report;
   p.params_of = [m = c.model](const parallel::StageLayout& s) { return model::stage_params(m, s); };
   return p;
+}
+
+int64_t rank_step_bytes(const TrainConfig& c, int rank) {
+  const int world = c.parallel.world();
+  const parallel::PlanConfig plan = plan_config(c);
+  const model::MemoryEstimate e = model::estimate_memory(c.model, c.batch_size, c.seq_len / c.parallel.cp,
+                                                         world > 1 ? parallel::stage_of_pe(plan, world, rank)
+                                                                   : model::StageLayout{});
+  const parallel::Schedule q = parallel::plan_schedule(c.parallel, c.grad_accum);
+  const int pipeline_rank = world > 1 ? parallel::Mesh(c.parallel, world, parallel::split_sizes(plan.shape))
+                                            .coords(rank)[parallel::Dim::pp] : 0;
+  const double slots = double(parallel::simulate(q, {}).peak_slots.at(size_t(pipeline_rank))) / q.chunks;
+  return int64_t(slots * double(e.activations)) + e.step() - e.activations;
+}
+
+int64_t rank_checkpoint_bytes(const TrainConfig& c, int rank) {
+  const int world = c.parallel.world();
+  if (world == 1 || rank != 0) return 0;
+  const int64_t whole = model::count_params(c.model).total;
+  const int64_t mine = model::count_params(c.model, parallel::stage_of_pe(plan_config(c), world, 0)).total;
+  const int64_t my_state = c.parallel.zero ? mine / c.parallel.dp : mine;  // ZeRO-1: its share of m and v
+  return 12 * whole + 4 * (whole - mine) + 8 * (whole - my_state);
 }
 
 }  // namespace coremesh::train

@@ -9,10 +9,11 @@
 
 #include "coremesh/core/allocator.hpp"
 #include "coremesh/core/error.hpp"
+#include "coremesh/core/log.hpp"
 #include "coremesh/graph/exec.hpp"
-#include "coremesh/parallel/schedule_simulator.hpp"
 #include "coremesh/runtime/capture.hpp"
 #include "coremesh/train/generate.hpp"
+#include "coremesh/train/metrics.hpp"
 #include "coremesh/train/progress_bar.hpp"
 
 namespace coremesh::train {
@@ -54,27 +55,21 @@ Trainer::~Trainer() {
   if (set_soft_limit_) set_host_soft_limit(0);
 }
 
-// The host runs ahead of the device by whole steps unless held back, and
-// every queued kernel keeps its tensors: the host allocator's soft limit
-// (coremesh/core/allocator.hpp) holds this run to what it holds once built
-// (weights, gradients and optimizer state where they are host memory, the
-// data), plus this rank's peak of saved activations (a pipeline rank keeps
-// several micro-batches' slots), the largest transient and bf16's weight
-// copies, plus 5%. COREMESH_HOST_SOFT_LIMIT_MB (MiB, 0: none) overrides it.
-// One PE only, for now: a parallel run holds more than this estimate says
-// (an ep 2 run held 375 MiB of tensors against 193 MiB estimated; what the
-// exchanges keep is not counted yet), and a host held below what the step
-// needs waits for its kernels, which then wait for the other PEs.
+// The host runs ahead of the device unless held back, by a whole step's
+// backward and a whole validation, and every queued kernel keeps its
+// tensors: the host allocator's soft limit (coremesh/core/allocator.hpp)
+// holds this rank to what it holds once built (weights, gradients and
+// optimizer state where they are host memory, the data) plus its step's
+// estimate (rank_step_bytes), plus 5%. COREMESH_HOST_SOFT_LIMIT_MB (MiB, 0:
+// none) overrides it.
 void Trainer::limit_run_ahead() {
-  if (std::getenv("COREMESH_HOST_SOFT_LIMIT_MB") != nullptr || plan_->world() > 1) return;
-  const model::MemoryEstimate e =
-      model::estimate_memory(cfg_.model, cfg_.batch_size, cfg_.seq_len / plan_->cp(), plan_->stage());
-  const parallel::Schedule& q = plan_->schedule();
-  const double slots = double(parallel::simulate(q, {}).peak_slots[size_t(plan_->executor_rank())]) / q.chunks;
-  const double budget = double(host_allocator_stats().allocated_bytes) + slots * double(e.activations) +
-                        double(e.workspace + e.weight_copies);
-  set_host_soft_limit(size_t(1.05 * budget));
+  if (std::getenv("COREMESH_HOST_SOFT_LIMIT_MB") != nullptr) return;
+  const int64_t built = int64_t(host_allocator_stats().allocated_bytes);
+  const int64_t step = rank_step_bytes(cfg_, plan_->pe());
+  set_host_soft_limit(size_t(1.05 * double(built + step)));
   set_soft_limit_ = true;
+  CM_LOG_DEBUG("host soft limit {}: built {}, step {}", format_bytes(1.05 * double(built + step)),
+               format_bytes(double(built)), format_bytes(double(step)));
 }
 
 namespace {

@@ -111,6 +111,26 @@ TEST(ModelConfig, ParameterCountFlopsAndMemory) {
   EXPECT_GT(m.activations, 0);
 }
 
+// Under expert parallelism an owner's received rows are sized for every
+// source's rows (ep x the one-PE rows, capacity-bounded), and the exchange
+// keeps each direction's sends: both grow the estimate, by the formula's terms.
+TEST(ModelConfig, MemoryEstimateCountsTheExpertExchange) {
+  ModelConfig c;  // 8 experts, top-2
+  c.n_layers = 2, c.first_k_dense = 1;
+  const int64_t N = 4 * 32, K = c.top_k, C = c.d_model, F = c.expert_hidden;
+  const MemoryEstimate one = estimate_memory(c, 4, 32);
+  EXPECT_EQ(one.exchange, 0);
+  StageLayout half;
+  half.expert_begin = 0, half.expert_end = 4;  // ep 2
+  const MemoryEstimate ep2 = estimate_memory(c, 4, 32, half);
+  const int64_t routed_row = 4 * (2 * F + C) + 4 * C + 4 * F;  // f32: gu, ye, xp, g
+  EXPECT_EQ(ep2.exchange, 2 * 4 * C * (N * K + 2 * N * K));  // one MoE layer
+  EXPECT_EQ(ep2.activations - one.activations, routed_row * N * K - 8 * 4);  // ep x rows; 4 fewer group offsets
+  c.capacity_factor = 1.0f;  // at most 4 experts x capacity rows from each source
+  const int64_t capacity = c.expert_capacity(N);
+  EXPECT_EQ(estimate_memory(c, 4, 32, half).exchange, 2 * 4 * C * (N * K + 2 * std::min(N * K, 4 * capacity)));
+}
+
 TEST(ModelConfig, ExpertCapacity) {
   ModelConfig c;  // 8 experts, top-2
   EXPECT_EQ(c.expert_capacity(100), -1);

@@ -147,7 +147,10 @@ struct MemoryEstimate {
   int64_t weight_copies = 0;  // bf16 copies of the block-GEMM weights, kept from forward to backward
   int64_t activations = 0;    // saved for backward, one micro-batch, + the logits' gradient
   int64_t workspace = 0;      // transient: the largest part's backward (its gradients beside its saved tensors)
-  int64_t total() const { return weights + gradients + optimizer + weight_copies + activations + workspace; }
+  int64_t exchange = 0;       // expert parallelism: the sends the exchange keeps until delivered
+  // What the host allocator holds besides the parameters' state: one micro-batch's step.
+  int64_t step() const { return weight_copies + activations + workspace + exchange; }
+  int64_t total() const { return weights + gradients + optimizer + step(); }
 };
 MemoryEstimate estimate_memory(const ModelConfig& config, int micro_batch, int seq_len,
                                const StageLayout& stage = {});

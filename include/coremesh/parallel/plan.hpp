@@ -59,6 +59,9 @@ std::vector<PartRange> stage_parts(int parts, int stages);
 // (validated) under pp > 1, else 1F1B of one rank (F0 B0 F1 B1 ...).
 Schedule plan_schedule(const ParallelConfig& parallel, int micro_batches);
 
+// What a model of this shape lets each dimension split.
+SplitSizes split_sizes(const ModelShape& shape);
+
 // What PE `pe` of `config` on `world` PEs holds (its chunks, experts, TP share).
 StageLayout stage_of_pe(const PlanConfig& config, int world, int pe);
 

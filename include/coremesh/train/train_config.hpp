@@ -70,4 +70,18 @@ std::vector<std::string> config_differences(const TrainConfig& a, const TrainCon
 // one micro-batch's sizes).
 parallel::PlanConfig plan_config(const TrainConfig& config);
 
+// Host memory one rank's step holds beyond what the trainer built (its
+// parameters and optimizer state, the data): its micro-batches in flight at
+// their peak (a pipeline rank holds several; CP ranks their chunks), the
+// largest backward's workspace, bf16's weight copies, the expert exchange's
+// sends. The dry run prints it per rank; the trainer holds the host to it.
+int64_t rank_step_bytes(const TrainConfig& config, int rank);
+
+// Host memory a parallel run's leader (rank 0) holds while it saves a
+// checkpoint, between steps: the whole model's weights, AdamW m and v
+// assembled (f32), and the pages of the other PEs' symmetric heaps it reads
+// them from (shared memory: counted again in its resident set). 0 for the
+// other ranks and on one PE (its checkpoint is written from its tensors).
+int64_t rank_checkpoint_bytes(const TrainConfig& config, int rank);
+
 }  // namespace coremesh::train
