@@ -24,6 +24,6 @@ subprocess.run([sys.executable, str(here / "tiny_run.py"), str(work), "3",
                check=True)
 done = subprocess.run([sys.executable, str(here / ".." / ".." / "bench" / "memory_layouts.py"), "--coremesh", exe,
                        "--steps", "6", "--config", str(work / "cfg.json"),
-                       "--only", "1 PE", "ep 2"])
+                       "--only", "1 PE", "ep 2", "--check"])
 print("PASS" if done.returncode == 0 else "FAIL: a rank's peak is outside 0.75-1.25 of its estimate")
 sys.exit(done.returncode)
