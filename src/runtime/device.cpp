@@ -59,9 +59,16 @@ bool relieve_host_memory() {
   const uint64_t seen = work_progress().load(std::memory_order_relaxed);
   if (seen == stalled_at.load(std::memory_order_relaxed)) return false;
   const auto start = std::chrono::steady_clock::now();
+  // Polls with a backoff (50 us doubling to 1 ms): on a machine whose cores the workers
+  // share with this thread, each wake takes time from them.
+  auto pause = std::chrono::microseconds(50);
   for (;;) {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
     if (work_progress().load(std::memory_order_relaxed) != seen) return true;
+    // Everything queued is done: what the host holds is its own, nothing to
+    // wait for (and no reason not to wait next time, once it has queued more).
+    if (queued_items().load(std::memory_order_relaxed) == 0) return false;
     const auto waited = std::chrono::steady_clock::now() - start;
     if (waited > kStallWait || (waited > kIdleWait && kernels_in_flight().load(std::memory_order_relaxed) == 0 &&
                                     waits_parked().load(std::memory_order_relaxed) == 0))

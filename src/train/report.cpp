@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "coremesh/train/metrics.hpp"
 #include "coremesh/train/safetensors.hpp"
 
 namespace coremesh::train {
@@ -192,12 +193,20 @@ std::string render_report_html(const ReportData& d) {
   for (const auto& v : d.validation) loss[1].points.emplace_back(double(v.step + 1), v.loss);
   std::vector<Series> lr{{"learning rate", "#9467bd", {}}};
   std::vector<Series> gn{{"grad norm", "#ff7f0e", {}}};
-  std::vector<Series> balance{{"balance", "#8c564b", {}}};
   for (const auto& r : d.steps) {
     lr[0].points.emplace_back(double(r.step + 1), r.lr);
     gn[0].points.emplace_back(double(r.step + 1), r.grad_norm);
-    if (r.expert_balance > 0) balance[0].points.emplace_back(double(r.step + 1), r.expert_balance);
   }
+  // one line per MoE layer, from the loads the heatmap draws
+  static const char* const kColors[] = {"#8c564b", "#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e",
+                                        "#17becf", "#7f7f7f"};
+  std::vector<Series> balance;
+  for (const auto& rec : d.expert_load)
+    for (size_t l = 0; l < rec.load.size(); ++l) {
+      if (balance.size() <= l)
+        balance.push_back({fmt::format("MoE layer {}", l), kColors[l % std::size(kColors)], {}});
+      balance[l].points.emplace_back(double(rec.step + 1), expert_balance(rec.load[l]));
+    }
   std::string o =
       "<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + escape(d.title) +
       "</title><style>body{font-family:sans-serif;margin:24px;color:#222;background:#fff}"
@@ -210,11 +219,11 @@ std::string render_report_html(const ReportData& d) {
   o += line_chart("Throughput", "tokens/s", speed);
   o += "</div><div>" + heatmap(d.expert_load) + "</div>";
   if (!d.executed.empty()) o += "<div>" + executed_schedule(d.schedule, d.executed) + "</div>";
-  if (!balance[0].points.empty()) {
-    o += "<div>" + line_chart("Expert balance (worst MoE layer)", "max / mean", balance) + "</div>";
-    o += "<p>Balance is the tokens routed to the busiest expert over the mean tokens per expert, in "
-         "the worst MoE layer of the step: 1 means every expert gets the same share, E (the number of "
-         "experts) that one expert gets every token.</p>";
+  if (!balance.empty()) {
+    o += "<div>" + line_chart("Expert balance per MoE layer", "max / mean", balance) + "</div>";
+    o += "<p>Balance is the tokens routed to the busiest expert over the mean tokens per expert, per "
+         "MoE layer and step: 1 means every expert gets the same share, E (the number of experts) that "
+         "one expert gets every token.</p>";
   }
   if (!d.samples.empty()) {
     o += "<h2>Samples at each validation" + (d.sampling.empty() ? "" : " (" + escape(d.sampling) + ")") +

@@ -363,5 +363,20 @@ TEST(Stream, SoftLimitHoldsTheHostBackWhileKernelsKeepTheirTensors) {
   EXPECT_LE(limited, 9 * kMiB);
 }
 
+// A limit below what the host itself holds (tensors no kernel keeps): each
+// allocation past it waits for the queued work to drain, then goes ahead, so
+// the host keeps step with the workers instead of giving up and queueing
+// everything at once.
+TEST(Stream, SoftLimitBelowTheHostsOwnTensorsKeepsTheHostInStep) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  Device device(two_cores());
+  Stream s(device);
+  const Tensor own = Tensor::empty({int64_t{2} << 20});  // 8 MiB the host holds itself
+  set_host_soft_limit(host_allocator_stats().allocated_bytes - 4 * kMiB);
+  const size_t limited = peak_of_held_tensors(s);
+  set_host_soft_limit(0);
+  EXPECT_LE(limited, 3 * kMiB);  // at most a kernel's tensor or two in flight, not all 40
+}
+
 }  // namespace
 }  // namespace coremesh::runtime

@@ -48,6 +48,10 @@ TEST(Report, IsSelfContained) {
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("Expert load"), std::string::npos);
   EXPECT_NE(html.find("polyline"), std::string::npos);
+  // the balance over time, a line per MoE layer (the sample has 3)
+  EXPECT_NE(html.find("Expert balance per MoE layer"), std::string::npos);
+  EXPECT_NE(html.find("MoE layer 2"), std::string::npos);
+  EXPECT_EQ(html.find("MoE layer 3"), std::string::npos);
   // the executed schedule: a box per action, its token and times in its title
   EXPECT_NE(html.find("Executed schedule, last step: 1f1b on 2 ranks"), std::string::npos);
   EXPECT_NE(html.find("<title>0B1 4.000-4.800 ms</title>"), std::string::npos);

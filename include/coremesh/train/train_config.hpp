@@ -74,7 +74,10 @@ parallel::PlanConfig plan_config(const TrainConfig& config);
 // parameters and optimizer state, the data): its micro-batches in flight at
 // their peak (a pipeline rank holds several; CP ranks their chunks), the
 // largest backward's workspace, bf16's weight copies, the expert exchange's
-// sends. The dry run prints it per rank; the trainer holds the host to it.
+// sends, a pipeline rank's messages (kept until the step ends); a parallel
+// rank twice that (its host runs ahead by a step: the exchanges are queued
+// ahead of the compute). The dry run prints it per rank; the trainer holds
+// the host to it.
 int64_t rank_step_bytes(const TrainConfig& config, int rank);
 
 // Host memory a parallel run's leader (rank 0) holds while it saves a
