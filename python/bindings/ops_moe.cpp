@@ -2,6 +2,7 @@
 // Notation: T tokens, E experts, k experts per token, C hidden size; indices
 // (T,k) i32 hold expert ids, -1 for a dropped assignment. Nothing here waits
 // for the host: counts and offsets stay tensors.
+#include <string>
 #include "common.hpp"
 #include "coremesh/ops/moe_routing.hpp"
 #include "coremesh/ops/optimizer.hpp"
@@ -64,8 +65,14 @@ scores (renormalized if asked) times route_scale; ties go to the lower id.)doc")
         py::arg("route_scale") = 1.0f, "dweights (T,k) -> dscores (T,E).");
   m.def("expert_counts", &ops::expert_counts, py::arg("indices"), py::arg("num_experts"),
         "-> counts (E) i64 of kept assignments.");
-  m.def("update_expert_bias", &ops::update_expert_bias, py::arg("bias"), py::arg("counts"), py::arg("rate"),
-        "In place: bias[e] += rate * sign(mean(counts) - counts[e]).");
+  m.def("update_expert_bias", [](const Tensor& bias, const Tensor& counts, float rate, const std::string& mode) {
+          if (mode != "sign" && mode != "proportional")
+            throw std::invalid_argument("update_expert_bias: mode '" + mode + "' is unknown; use 'sign' or 'proportional'");
+          ops::update_expert_bias(bias, counts, rate,
+                                  mode == "sign" ? ops::BiasUpdate::sign : ops::BiasUpdate::proportional);
+        }, py::arg("bias"), py::arg("counts"), py::arg("rate"), py::arg("mode") = "sign",
+        "In place: bias[e] += rate * sign(mean - counts[e]) ('sign') or rate * (mean - counts[e]) / mean "
+        "('proportional').");
   m.def("switch_aux_loss", [](const Tensor& scores, const Tensor& indices, int64_t E, float alpha) {
           auto r = ops::switch_aux_loss(scores, indices, E, alpha);
           return py::make_tuple(r.loss, r.dscores);

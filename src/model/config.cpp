@@ -128,6 +128,10 @@ const FieldTable<ModelConfig>& model_fields() {
           .add("bias_update_rate", [](C& c) -> auto& { return c.bias_update_rate; },
                "aux-loss-free balancing: router bias step per optimizer step (0: off)", non_negative<float>())
           .flag("bias-rate")
+          .add_enum("bias_update", [](C& c) -> auto& { return c.bias_update; },
+                    {{BiasUpdate::sign, "sign"}, {BiasUpdate::proportional, "proportional"}},
+                    "bias step per expert: rate x the sign of its load error (DeepSeek-V3), or rate x the "
+                    "error over the mean load")
           .add("aux_loss_alpha", [](C& c) -> auto& { return c.aux_loss_alpha; },
                "sequence-wise balance loss weight (0: off)", non_negative<float>())
           .flag("aux-alpha")

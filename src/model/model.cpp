@@ -513,7 +513,9 @@ void Model::update_router_bias() {
     if (p && p->moe >= 0)
       ops::update_expert_bias(router_bias_[size_t(p->part.layer)],
                               load_[size_t(p->moe)].slice(0, 0, config_.n_routed_experts),
-                              config_.bias_update_rate);
+                              config_.bias_update_rate,
+                              config_.bias_update == BiasUpdate::sign ? ops::BiasUpdate::sign
+                                                                      : ops::BiasUpdate::proportional);
 }
 
 // ---- memory

@@ -181,21 +181,23 @@ Tensor expert_counts(const Tensor& indices, int64_t E) {
   return counts;
 }
 
-void update_expert_bias(const Tensor& bias, const Tensor& counts, float rate) {
+void update_expert_bias(const Tensor& bias, const Tensor& counts, float rate, BiasUpdate mode) {
   detail::check_contiguous(bias, "bias");
   detail::check_dtype(bias, DType::f32, "bias");
   detail::check_dtype(counts, DType::i64, "counts");
   detail::check_shape(counts, bias.shape(), "counts");
   const int64_t E = bias.numel();
   detail::launch_rows("update_expert_bias", kVector, {bias.shape()}, {DType::f32}, "", {{bias, counts}, {bias}}, E, E,
-                      [bias, counts, rate, E](int64_t e0, int64_t e1) {
+                      [bias, counts, rate, mode, E](int64_t e0, int64_t e1) {
                         const int64_t* c = counts.data<int64_t>();
                         double mean = 0;
                         for (int64_t e = 0; e < E; ++e) mean += double(c[e]);
                         mean /= double(E);
                         for (int64_t e = e0; e < e1; ++e) {
                           const double err = mean - double(c[e]);  // > 0: underloaded, raise its bias
-                          bias.data<float>()[e] += rate * static_cast<float>((err > 0) - (err < 0));
+                          const double step = mode == BiasUpdate::sign ? double((err > 0) - (err < 0))
+                                                                      : mean > 0 ? err / mean : 0.0;
+                          bias.data<float>()[e] += rate * static_cast<float>(step);
                         }
                       });
 }

@@ -159,12 +159,12 @@ TEST(PyTorchCrossCheck, SigmoidMhaUntiedCapacityLowScore) {
   cross_check(xcheck::sigmoid_capacity_config(base()), "sigmoid");
 }
 
-TEST(PyTorchCrossCheck, TokenOrderDropsNoSharedExpert) {
+TEST(PyTorchCrossCheck, TokenOrderDropsNoSharedExpertProportionalBias) {
   ModelConfig c = base();
   c.n_shared_experts = 0;
   c.first_k_dense = 0;
   c.capacity_factor = 0.75f;
   c.drop_policy = DropPolicy::token_order;
-  c.bias_update_rate = 1e-3f;
+  c.bias_update = BiasUpdate::proportional, c.bias_update_rate = 3e-2f;
   cross_check(c, "token_order");
 }

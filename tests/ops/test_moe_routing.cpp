@@ -94,6 +94,8 @@ TEST(OpsMoE, CountsBiasUpdateAndAuxLoss) {
     Tensor counts = expert_counts(r.indices, E);
     Tensor bias = Tensor::zeros({E});
     update_expert_bias(bias, counts, 0.001f);
+    Tensor proportional = Tensor::zeros({E});
+    update_expert_bias(proportional, counts, 0.01f, BiasUpdate::proportional);
     AuxLoss aux = switch_aux_loss(scores, r.indices, E, 0.01f);
     test_stream().synchronize();
     double mean = 0;
@@ -101,8 +103,11 @@ TEST(OpsMoE, CountsBiasUpdateAndAuxLoss) {
       EXPECT_EQ(counts.data<int64_t>()[e], want[e]);
       mean += want[e] / double(E);
     }
-    for (int64_t e = 0; e < E; ++e)
+    for (int64_t e = 0; e < E; ++e) {
       EXPECT_EQ(bias.item({e}), want[e] < mean ? 0.001f : (want[e] > mean ? -0.001f : 0.0f));
+      // proportional: the step is the relative error, so twice the miss moves twice as far
+      EXPECT_NEAR(proportional.item({e}), 0.01 * (mean - want[e]) / mean, 1e-8);
+    }
     EXPECT_NMSE(aux.loss, ref.loss, 1e-12);
     EXPECT_NMSE(aux.dscores, ref.dscores, 1e-12);
   });

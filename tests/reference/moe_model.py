@@ -336,4 +336,8 @@ def update_bias(cfg, Bufs, stats):
         return
     for l, load in stats.items():
         b = Bufs[f"layers.{l}.router_bias"]
-        b += rate * torch.sign(load.mean() - load)
+        err = load.mean() - load
+        if cfg.get("bias_update", "sign") == "proportional":  # the miss relative to the mean
+            b += rate * (err / load.mean() if load.mean() > 0 else torch.zeros_like(err))
+        else:
+            b += rate * torch.sign(err)

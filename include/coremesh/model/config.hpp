@@ -22,6 +22,8 @@ enum class Gating { softmax, sigmoid };
 // token_order drops the latest tokens of the micro-batch; low_score drops the
 // assignments with the lowest gate weights.
 enum class DropPolicy { token_order, low_score };
+// The aux-loss-free router-bias step (ops::update_expert_bias).
+enum class BiasUpdate { sign, proportional };
 // Inputs of the transformer blocks' GEMMs (forward, dgrad and wgrad) and the
 // form their saved inputs take: f32, bf16, or fp8 e4m3 with DeepSeek-V3
 // fine-grained scales. Master weights, gradients, optimizer state, the
@@ -46,6 +48,7 @@ struct ModelConfig {
   int n_groups = 1;          // expert groups for group-limited routing
   int topk_groups = 1;       // groups kept per token
   float bias_update_rate = 0.0f;  // aux-loss-free balancing step (0: off)
+  BiasUpdate bias_update = BiasUpdate::sign;
   float aux_loss_alpha = 0.0f;    // sequence-wise balance loss weight (0: off)
   float capacity_factor = 0.0f;   // <= 0: no capacity limit (no drops)
   DropPolicy drop_policy = DropPolicy::token_order;

@@ -45,8 +45,14 @@ Tensor topk_route_backward(const Tensor& dweights, const Tensor& scores, const R
 
 // counts (E) i64: assignments per expert (dropped ones not counted).
 Tensor expert_counts(const Tensor& indices, int64_t num_experts);
-// Aux-loss-free bias update, in place: bias[e] += rate * sign(mean(counts) - counts[e]).
-void update_expert_bias(const Tensor& bias, const Tensor& counts, float rate);
+// Aux-loss-free bias update, in place, with m = mean(counts):
+//   sign          bias[e] += rate * sign(m - counts[e])          (DeepSeek-V3)
+//   proportional  bias[e] += rate * (m - counts[e]) / m
+// The sign step moves every expert by the full rate however small its error,
+// so a rate fast enough to undo an early collapse keeps flipping the balance
+// once it is reached; the proportional step shrinks with the error.
+enum class BiasUpdate { sign, proportional };
+void update_expert_bias(const Tensor& bias, const Tensor& counts, float rate, BiasUpdate mode = BiasUpdate::sign);
 
 // Switch-Transformer auxiliary loss: loss = alpha E sum_e f_e P_e, with
 // f_e = counts_e / (T k) (no gradient) and P_e = mean_t scores[t,e].
