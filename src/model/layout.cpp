@@ -433,9 +433,9 @@ parallel::ModelShape model_shape(const ModelConfig& c, int batch, int seq_len, i
   one.tp = tp;
   if (tp > 1 && tp_problems(c, tp).empty()) {
     const TpShape t = tp_shape(c, resolve_stage(c, one));
-    s.tp_heads = t.heads, s.tp_kv_heads = t.kv_heads;
+    s.tp_heads = t.heads, s.tp_kv_heads = t.kv_heads, s.tp_expert_hidden = t.expert_hidden;
   } else {
-    s.tp_heads = c.n_heads, s.tp_kv_heads = c.n_kv_heads;
+    s.tp_heads = c.n_heads, s.tp_kv_heads = c.n_kv_heads, s.tp_expert_hidden = c.expert_hidden;
   }
   s.batch = batch, s.seq_len = seq_len;
   s.expert_capacity = c.expert_capacity(int64_t(batch) * seq_len);

@@ -140,7 +140,8 @@ Tensor moe_forward(const Tensor& x_in, const MoeParams& w, const Tensor& bias, c
   a.idx = kept.indices, a.w = kept.weights;
   ops::accumulate_expert_load(sel.indices, kept.indices, load);
   if (cfg.aux_loss_alpha > 0) a.aux = ops::sequence_balance_loss(a.scores, sel.indices, B, cfg.aux_loss_alpha);
-  a.w13 = gemm_weight(w.w13, cfg.precision), a.w2 = gemm_weight(w.w2, cfg.precision);
+  // with shadowed experts, the weights of the dispatch's groups (below)
+  if (!experts.shadows()) a.w13 = gemm_weight(w.w13, cfg.precision), a.w2 = gemm_weight(w.w2, cfg.precision);
   // --- per token slice: permute rows by expert, send them to their experts'
   // PEs, grouped-GEMM SwiGLU experts (one GEMM for [w1_e; w3_e]), bring the
   // outputs back, weighted combine into the slice's rows of y. All slices
@@ -155,7 +156,11 @@ Tensor moe_forward(const Tensor& x_in, const MoeParams& w, const Tensor& bias, c
       perm = ops::permute(x.slice(0, s.begin, s.end), a.idx.slice(0, s.begin, s.end), E);
       s.offsets = perm.offsets, s.row_of = perm.row_of;
     });
-    run.on_comm(i, [&] { s.routed = experts.dispatch(perm.x, perm.offsets, {layer, int(i)}); });
+    run.on_comm(i, [&] { s.routed = experts.dispatch(perm.x, perm.offsets, {layer, int(i)}, {w.w13, w.w2}); });
+  }
+  if (experts.shadows()) {  // one slice (the plan refuses more): all on this stream
+    const MoeSlice& s = a.slices.front();
+    a.w13 = gemm_weight(s.routed.w13, cfg.precision), a.w2 = gemm_weight(s.routed.w2, cfg.precision);
   }
   for (size_t i = 0; i < a.slices.size(); ++i) {
     MoeSlice& s = a.slices[i];
@@ -227,9 +232,13 @@ Tensor moe_backward(const Tensor& dy, const Tensor& x_in, const MoeParams& w, co
   // are held, to run while dx's sum over the TP ranks is.
   const MoeSlice& s0 = a.slices.front();
   if (a.slices.size() == 1) {
-    const RowSources src{s0.routed.sources, s0.routed.source_offsets};
-    grouped_linear_wgrad(dye[0], s0.g, s0.routed.offsets, g.w2, held, src);
-    grouped_linear_wgrad(dgu[0], s0.xp, s0.routed.offsets, g.w13, held, src);
+    RowSources src13{s0.routed.sources, s0.routed.source_offsets, {}}, src2 = src13;
+    if (s0.routed.exchange_parts) {  // shadowed experts: the parts go home
+      src13.exchange = [d = s0.routed](const Tensor& parts) { d.exchange_parts(parts, 0); };
+      src2.exchange = [d = s0.routed](const Tensor& parts) { d.exchange_parts(parts, 1); };
+    }
+    grouped_linear_wgrad(dye[0], s0.g, s0.routed.offsets, g.w2, held, src2);
+    grouped_linear_wgrad(dgu[0], s0.xp, s0.routed.offsets, g.w13, held, src13);
   } else {
     std::vector<Tensor> groups;
     for (const MoeSlice& s : a.slices) groups.push_back(s.routed.source_offsets);

@@ -24,9 +24,10 @@ void grouped_wgrad(const Tensor& dy, const Tensor& x, const Tensor& offsets, con
                    const Tensor& dw, float beta) {
   const int S = src.sources;
   if (S == 1) return ops::grouped_matmul_dw(dy, x, offsets, dw, ops::WeightLayout::nk, beta);
-  const int64_t E = dw.size(0);
-  const Tensor parts = Tensor::empty({E * S, dw.size(1), dw.size(2)});
+  const int64_t E = dw.size(0), groups = src.source_offsets.numel() - 1;  // + shadow groups past E x S
+  const Tensor parts = Tensor::empty({groups, dw.size(1), dw.size(2)});
   ops::grouped_matmul_dw(dy, x, src.source_offsets, parts, ops::WeightLayout::nk, 0.0f);
+  if (src.exchange) src.exchange(parts);
   for (int64_t e = 0; e < E; ++e) {
     Tensor out = dw.select(0, e), sum = beta == 0.0f ? out : Tensor::empty(out.shape());
     ops::add_out(parts.select(0, e * S), parts.select(0, e * S + 1), sum);  // ((p0 + p1) + p2) ...

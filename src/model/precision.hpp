@@ -24,6 +24,8 @@
 // current stream; nothing here synchronizes with the host.
 #pragma once
 
+#include <functional>
+
 #include "coremesh/core/tensor.hpp"
 #include "coremesh/model/config.hpp"
 #include "coremesh/ops/quant.hpp"
@@ -70,7 +72,11 @@ Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& off
 // [source_offsets[e * sources + s], ...+1). One source: the whole group.
 struct RowSources {
   int sources = 1;
-  Tensor source_offsets;  // (E * sources + 1) i64
+  Tensor source_offsets;  // (E * sources [+ shadow slots] + 1) i64
+  // With shadow groups past the (expert, source) ones: trades their parts
+  // for the other sources' parts of this PE's shadowed experts
+  // (ExpertDispatcher::Dispatched::exchange_parts), before the sums.
+  std::function<void(const Tensor& parts)> exchange;
 };
 // The two halves of grouped_linear_backward: dx (into dx_out when given),
 // and the weight gradient's job (dy and x as the whole exchange saw them).

@@ -45,6 +45,16 @@ const FieldTable<ParallelConfig>& parallel_fields() {
           .add("comm_cores", [](P& p) -> auto& { return p.comm_cores; },
                "moe_replicas > 1: vector cores the MoE exchanges' comm stream may use (0: no limit)",
                in_range<int>(0, 4096))
+          .add_enum("expert_balance", [](P& p) -> auto& { return p.expert_balance; }, expert_balances(),
+                    "ep > 1: hot experts shadowed on every PE of the group, planned from each step's loads (shadow) "
+                    "or every balance_window steps from the window's (static); none: every expert on its owner")
+          .add("balance_window", [](P& p) -> auto& { return p.balance_window; },
+               "expert_balance static: steps between plans, each made from the loads of the steps before",
+               in_range<int>(1, 100000))
+          .add("shadow_cost", [](P& p) -> auto& { return p.shadow_cost; },
+               "expert_balance: what shadowing an expert costs a PE (its weights in, its gradient out), in rows of "
+               "expert work; a shadow is planned only where it lowers the busiest PE's work by more",
+               non_negative<double>())
           .add_enum("cp_comm", [](P& p) -> auto& { return p.cp_comm; }, cp_comms(),
                     "context parallel: ring (K/V around the ring) or ulysses (all-to-all to head sharding)")
           .add("cp_zigzag", [](P& p) -> auto& { return p.cp_zigzag; },

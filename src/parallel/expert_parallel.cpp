@@ -11,7 +11,11 @@
 namespace coremesh::parallel {
 namespace {
 
-enum Signal { kInFwd = 0, kBackFwd = 1, kInBwd = 2, kBackBwd = 3, kSignals = 4 };
+// kLoads: the counts for the plan; kGrads + w: weight w's shadow parts
+// arrived; kAck + w: an owner took my parts of weight w (starts at ep: the
+// round before the first is taken).
+enum Signal { kInFwd = 0, kBackFwd = 1, kInBwd = 2, kBackBwd = 3, kLoads = 4, kGrads = 5, kAck = 7, kSignals = 9 };
+
 
 // Rows [row, row + n) of an (rows, C) f32 tensor.
 float* rows_at(const Tensor& t, int64_t row) { return t.data<float>() + row * t.size(1); }
@@ -81,9 +85,10 @@ struct ShmemExperts::Plan {
   uint64_t fwd_round = 0;  // of this site's forward exchanges
   mutable uint64_t bwd_round = 0;
   Tensor xp_offsets;       // (E + 1) i64: the source's xp grouped by global expert
-  Tensor counts;           // (ep, E_local + 1) i64: per source, rows per local expert and its xp start
-  Tensor offsets;          // (E_local + 1) i64 of the received rows
-  Tensor source_offsets;   // (E_local * ep + 1) i64
+  Tensor counts;           // (ep, 2 E_local) i64: per source, rows per local expert, then their xp starts
+  Tensor offsets;          // (E_local + S + 1) i64 of the received rows (then this PE's shadow rows)
+  Tensor source_offsets;   // (E_local * ep + S + 1) i64
+  Tensor shadows;          // (max(S, 1)) i64: the expert of each shadow slot, -1 when unused
 };
 
 namespace {
@@ -91,12 +96,21 @@ namespace {
 int64_t slot_rows(int local, const ShmemExperts::Shape& s) {
   return std::max<int64_t>(1, s.capacity >= 0 ? std::min(s.max_rows, local * s.capacity) : s.max_rows);
 }
+
+// Shadow slot k of a plan: its expert, or -1.
+int64_t shadow_at(const Tensor& shadows, int k) { return shadows.data<int64_t>()[k]; }
+
 }  // namespace
 
+int ShmemExperts::shadow_slots(const Shape& s) {
+  return s.balance == ExpertBalance::none ? 0 : std::clamp(s.experts / 2, 1, 8);
+}
+
 int64_t ShmemExperts::symmetric_bytes(int ep, const Shape& s) {
-  const int local = s.experts / ep;
-  const int64_t recv = int64_t(ep) * slot_rows(local, s);
-  const int64_t per_site = 8 * int64_t(ep) * (local + 1) + 4 * s.width * (2 * recv + 2 * s.max_rows) + 8 * kSignals;
+  const int local = s.experts / ep, S = shadow_slots(s);
+  const int64_t recv = int64_t(ep) * slot_rows(local, s), params = 3 * s.hidden * s.width;
+  int64_t per_site = 8 * int64_t(ep) * 2 * local + 4 * s.width * (2 * recv + 2 * s.max_rows) + 8 * kSignals;
+  if (S > 0) per_site += 8 * int64_t(ep) * s.experts + 4 * int64_t(S) * params * (1 + ep) + 5 * 128;
   return int64_t(s.layers.size()) * s.slices * (per_site + 6 * 128);  // + the heap's alignment per block
 }
 
@@ -107,17 +121,30 @@ ShmemExperts::ShmemExperts(Group ep, const Shape& s) : ep_(std::move(ep)), shape
   CM_CHECK(s.width > 0 && s.max_rows > 0 && s.slices > 0, "give the buffers a width, a row count and a slice",
            "ShmemExperts shape");
   local_ = s.experts / g;
+  shadows_ = shadow_slots(s);
+  CM_CHECK(shadows_ == 0 || (s.slices == 1 && s.hidden > 0), "balance experts with moe_replicas 1 and give the hidden size",
+           "ShmemExperts shape for shadowed experts");
   slot_rows_ = slot_rows(local_, s);
-  recv_rows_ = int64_t(g) * slot_rows_;
+  recv_rows_ = int64_t(g) * slot_rows_ + (shadows_ > 0 ? s.max_rows : 0);  // + this PE's own shadow rows
+  const int64_t F = s.hidden, C = s.width;
   for (int l : s.layers)  // the same order on every PE: the allocations are collective
     for (int slice = 0; slice < s.slices; ++slice) {
       SiteBuffers& b = sites_[{l, slice}];
-      b.counts = symmetric_tensor({g, local_ + 1}, DType::i64);
-      b.in_fwd = symmetric_tensor({recv_rows_, s.width});
-      b.in_bwd = symmetric_tensor({recv_rows_, s.width});
+      b.counts = symmetric_tensor({g, 2 * local_}, DType::i64);
+      b.in_fwd = symmetric_tensor({int64_t(g) * slot_rows_, s.width});
+      b.in_bwd = symmetric_tensor({int64_t(g) * slot_rows_, s.width});
       b.back_fwd = symmetric_tensor({s.max_rows, s.width});
       b.back_bwd = symmetric_tensor({s.max_rows, s.width});
       b.signals = symmetric_tensor({kSignals}, DType::i64);
+      if (shadows_ > 0) {
+        b.loads = symmetric_tensor({g, s.experts}, DType::i64);
+        b.shadow_w = symmetric_tensor({shadows_, 3 * F * C});
+        b.grads = {symmetric_tensor({g, shadows_, 2 * F * C}), symmetric_tensor({g, shadows_, C * F})};
+        b.window = Tensor::zeros({int64_t(g) * s.experts + 1 + shadows_}, DType::i64);
+        int64_t* sig = b.signals.data<int64_t>();
+        sig[kAck] = sig[kAck + 1] = g;  // round 0's parts are taken
+        std::fill_n(b.window.data<int64_t>() + int64_t(g) * s.experts + 1, shadows_, -1);
+      }
       for (auto& sent : b.sent) sent = std::make_shared<std::vector<Tensor>>();
     }
 }
@@ -129,8 +156,9 @@ ShmemExperts::SiteBuffers& ShmemExperts::buffers(Site site) {
   return it->second;
 }
 
-ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tensor& offsets, Site site) {
-  const int g = ep_.size(), E = shape_.experts, El = local_;
+ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tensor& offsets, Site site,
+                                                    const Weights& weights) {
+  const int g = ep_.size(), E = shape_.experts, El = local_, S = shadows_;
   SiteBuffers& b = buffers(site);
   CM_CHECK(xp.dim() == 2 && xp.size(1) == shape_.width && xp.size(0) <= shape_.max_rows && offsets.numel() == E + 1,
            "size the expert-parallel buffers for the largest micro-batch slice (tokens / moe_replicas x top_k rows)",
@@ -141,48 +169,133 @@ ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tens
   b.awaiting_combine = true;
   auto plan = std::make_shared<Plan>();
   plan->site = site, plan->rows = xp.size(0), plan->xp_offsets = offsets;
-  plan->counts = Tensor::empty({g, El + 1}, DType::i64);
-  plan->offsets = Tensor::empty({El + 1}, DType::i64);
-  plan->source_offsets = Tensor::empty({int64_t(El) * g + 1}, DType::i64);
+  plan->counts = Tensor::empty({g, 2 * El}, DType::i64);
+  plan->offsets = Tensor::empty({El + S + 1}, DType::i64);
+  plan->source_offsets = Tensor::empty({int64_t(El) * g + S + 1}, DType::i64);
+  plan->shadows = Tensor::empty({std::max(S, 1)}, DType::i64);
+  std::fill_n(plan->shadows.data<int64_t>(), std::max(S, 1), -1);
   plan->fwd_round = ++b.fwd_round;
+  if (S > 0) plan_shadows_on_stream(offsets, *plan);
   Dispatched d;
   d.sources = g;
   d.offsets = plan->offsets;
   d.source_offsets = plan->source_offsets;
-  d.rows = to_owners(xp, *plan, /*forward=*/true);
+  d.rows = to_owners(xp, *plan, /*forward=*/true, weights);
+  if (S > 0) {
+    std::tie(d.w13, d.w2) = group_weights(weights, *plan);
+    d.exchange_parts = [this, plan](const Tensor& parts, int weight) { exchange_parts(parts, weight, *plan); };
+  }
   d.plan = plan;
   return d;
 }
 
-Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward) {
-  const int g = ep_.size(), El = local_;
+void ShmemExperts::plan_shadows_on_stream(const Tensor& xp_offsets, const Plan& p) {
+  const int g = ep_.size(), E = shape_.experts, S = shadows_;
+  SiteBuffers& b = buffers(p.site);
+  runtime::Stream stream = runtime::current_stream();
+  auto* sig = reinterpret_cast<uint64_t*>(b.signals.data<int64_t>()) + kLoads;
+  const Group ep = ep_;
+  const Tensor loads = b.loads, message = Tensor::empty({E}, DType::i64);
+  const std::shared_ptr<std::vector<Tensor>> sent = b.sent[kLoads];
+  stream.launch(launch_info("ep_send_loads", runtime::KernelKind::comm, comm_blocks(stream, g), {xp_offsets}, {message}),
+                [ep, loads, message, xp_offsets, sent, sig, E](const runtime::BlockContext& ctx) {
+                  const int64_t* off = xp_offsets.data<int64_t>();
+                  int64_t* m = message.data<int64_t>();
+                  for (int e = 0; e < E; ++e) m[e] = off[e + 1] - off[e];  // every block the same
+                  for_members(ep, ctx, [&](int d) {
+                    Sender send(sig, ep.pes[size_t(d)]);
+                    send.put(loads.data<int64_t>() + int64_t(ep.me) * E, m, size_t(E));
+                    send.finish();
+                  });
+                  if (ctx.block_idx == 0) *sent = {message};
+                });
+  wait_signal_on_stream(stream, sig, uint64_t(g) * kSent,
+                               fmt::format("waits for {} to send their expert loads (MoE layer {} slice {}, dispatch {})",
+                                           others(ep_), p.site.layer, p.site.slice, p.fwd_round));
+  // Every PE plans from the same loads, so every PE gets the same plan.
+  const Tensor window = b.window, shadows = p.shadows;
+  const bool periodic = shape_.balance == ExpertBalance::static_window;
+  const int period = shape_.balance_window;
+  const double cost = shape_.shadow_cost;
+  stream.launch(launch_info("ep_plan_shadows", runtime::KernelKind::vector, 1, {loads, window}, {window, shadows}),
+                [loads, window, shadows, g, E, S, periodic, period, cost](const runtime::BlockContext&) {
+                  std::vector<std::vector<int64_t>> counts(static_cast<size_t>(g), std::vector<int64_t>(static_cast<size_t>(E)));
+                  int64_t* w = window.data<int64_t>();  // sums, rounds, the plan
+                  for (int s = 0; s < g; ++s)
+                    for (int e = 0; e < E; ++e) {
+                      counts[size_t(s)][size_t(e)] = loads.data<int64_t>()[s * E + e];
+                      w[s * E + e] += counts[size_t(s)][size_t(e)];
+                    }
+                  int64_t* planned = w + int64_t(g) * E + 1;
+                  if (!periodic || ++w[int64_t(g) * E] == period) {
+                    double weight_rows = cost;
+                    if (periodic) {
+                      for (int s = 0; s < g; ++s)
+                        for (int e = 0; e < E; ++e) counts[size_t(s)][size_t(e)] = w[s * E + e];
+                      weight_rows *= period;
+                    }
+                    const std::vector<int> chosen = plan_shadows(counts, S, weight_rows).shadowed;
+                    std::fill_n(planned, S, -1);
+                    std::copy(chosen.begin(), chosen.end(), planned);
+                    std::fill_n(w, int64_t(g) * E + 1, 0);
+                  }
+                  std::copy_n(planned, S, shadows.data<int64_t>());
+                });
+}
+
+Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, const Weights& weights) {
+  const int g = ep_.size(), El = local_, S = shadows_;
   SiteBuffers& b = buffers(p.site);
   runtime::Stream stream = runtime::current_stream();
   auto* sig = reinterpret_cast<uint64_t*>(b.signals.data<int64_t>()) + (forward ? kInFwd : kInBwd);
   const Group ep = ep_;
-  const Tensor in = forward ? b.in_fwd : b.in_bwd, counts = b.counts, xp_off = p.xp_offsets;
+  const Tensor in = forward ? b.in_fwd : b.in_bwd, counts = b.counts, xp_off = p.xp_offsets, shadows = p.shadows;
+  const Tensor shadow_w = b.shadow_w, w13 = weights.w13, w2 = weights.w2;
   const int64_t slot = slot_rows_;
-  // To every owner (me included): forward, its experts' counts and where
-  // they start in my xp; the rows, one run of xp, into my slot.
-  const Tensor message = Tensor::empty({g, El + 1}, DType::i64);
+  // To every owner (me included): forward, per expert of its its count and
+  // where it starts in my xp; the rows of its experts that it computes (not
+  // those of its shadowed experts, which I compute), packed into my slot.
+  // Forward, as the owner of shadowed experts: their weights to every other PE.
+  const Tensor message = Tensor::empty({g, 2 * El}, DType::i64);
   const std::shared_ptr<std::vector<Tensor>> sent = b.sent[forward ? kInFwd : kInBwd];
-  stream.launch(launch_info("ep_send", runtime::KernelKind::comm, comm_blocks(stream, g), {rows, xp_off}, {message}),
-                [ep, rows, in, counts, xp_off, message, sent, sig, forward, slot, El](const runtime::BlockContext& ctx) {
+  std::vector<Tensor> reads{rows, xp_off, shadows};
+  if (forward && S > 0) reads.insert(reads.end(), {w13, w2});
+  stream.launch(launch_info("ep_send", runtime::KernelKind::comm, comm_blocks(stream, g), reads, {message}),
+                [ep, rows, in, counts, xp_off, shadows, shadow_w, w13, w2, message, sent, sig, forward, slot, El, S](
+                    const runtime::BlockContext& ctx) {
                   const int64_t* off = xp_off.data<int64_t>();
+                  const int64_t C = rows.size(1);
+                  auto shadowed = [&](int64_t e) {
+                    for (int k = 0; k < S; ++k)
+                      if (shadow_at(shadows, k) == e) return true;
+                    return false;
+                  };
                   for_members(ep, ctx, [&](int d) {
                     const int pe = ep.pes[size_t(d)];
-                    const int64_t from = off[d * El], n = off[(d + 1) * El] - from;
+                    int64_t* m = message.data<int64_t>() + int64_t(d) * 2 * El;
+                    int64_t n = 0;
+                    for (int e = 0; e < El; ++e) {
+                      const int64_t x = int64_t(d) * El + e;
+                      m[e] = d != ep.me && shadowed(x) ? 0 : off[x + 1] - off[x];
+                      m[El + e] = off[x];
+                      n += m[e];
+                    }
                     CM_CHECK(n <= slot, "raise the expert capacity the buffers were sized for, or lower the batch",
                              "PE {} sends {} rows to the experts of PE {}, who take {} per source", ep.pes[size_t(ep.me)],
                              n, pe, slot);
                     Sender send(sig, pe);
-                    if (forward) {
-                      int64_t* m = message.data<int64_t>() + int64_t(d) * (El + 1);
-                      for (int e = 0; e < El; ++e) m[e] = off[d * El + e + 1] - off[d * El + e];
-                      m[El] = from;
-                      send.put(counts.data<int64_t>() + int64_t(ep.me) * (El + 1), m, size_t(El) + 1);
-                    }
-                    send.put(rows_at(in, ep.me * slot), rows_at(rows, from), size_t(n * rows.size(1)));
+                    if (forward) send.put(counts.data<int64_t>() + int64_t(ep.me) * 2 * El, m, size_t(2 * El));
+                    for (int e = 0, at = 0; e < El; at += int(m[e++]))
+                      if (m[e] > 0) send.put(rows_at(in, ep.me * slot + at), rows_at(rows, m[El + e]), size_t(m[e] * C));
+                    if (forward && d != ep.me)
+                      for (int k = 0; k < S; ++k) {
+                        const int64_t e = shadow_at(shadows, k) - int64_t(ep.me) * El;  // my expert?
+                        if (e < 0 || e >= El) continue;
+                        float* to = shadow_w.data<float>() + k * shadow_w.size(1);
+                        const int64_t n13 = w13.numel() / El, n2 = w2.numel() / El;
+                        send.put(to, w13.data<float>() + e * n13, size_t(n13));
+                        send.put(to + n13, w2.data<float>() + e * n2, size_t(n2));
+                      }
                     send.finish();
                   });
                   if (ctx.block_idx == 0) *sent = {rows, message};
@@ -192,40 +305,57 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward) 
                                            others(ep_), p.site.layer, p.site.slice,
                                            forward ? "dispatch" : "combine backward", forward ? p.fwd_round : p.bwd_round),
                                "ep_wait");
-  // My slots regrouped by local expert, then source. Forward: the plan from
-  // the counts first (every block derives it; block 0 keeps it). It takes
-  // the signals it waited for.
+  // My slots regrouped by local expert, then source, then my own rows of
+  // the shadowed experts, one group per slot. Forward: the plan from the
+  // counts first (every block derives it; block 0 keeps it). It takes the
+  // signals it waited for.
   const Received received = free_received(b, forward);
   const Tensor out = received.rows, filled = received.filled;
   const Tensor plan_counts = p.counts, local_off = p.offsets, source_off = p.source_offsets;
   // Every source sent these after it had my rows of its previous round back:
-  // my sends of that round are applied, their sources free.
+  // my sends of that round are applied, their sources free (and every PE
+  // planned from my loads before it sent).
   const std::shared_ptr<std::vector<Tensor>> delivered = b.sent[forward ? kBackFwd : kBackBwd];
+  const std::shared_ptr<std::vector<Tensor>> loads_sent = b.sent[kLoads];
   std::vector<Tensor> writes{out, filled};
   if (forward) writes.insert(writes.end(), {plan_counts, local_off, source_off});
-  stream.launch(launch_info("ep_regroup", runtime::KernelKind::comm, comm_blocks(stream, int64_t(El) * g),
-                            {in, counts, plan_counts}, writes),
-                [ep, sig, in, counts, plan_counts, local_off, source_off, out, filled, delivered, forward, slot, g, El](
-                    const runtime::BlockContext& ctx) {
-                  const int64_t* M = (forward ? counts : plan_counts).data<int64_t>();  // (g, El + 1)
-                  std::vector<int64_t> so(size_t(El) * g + 1);
+  stream.launch(launch_info("ep_regroup", runtime::KernelKind::comm, comm_blocks(stream, int64_t(El) * g + S),
+                            {in, counts, plan_counts, rows, xp_off, shadows}, writes),
+                [ep, sig, in, counts, plan_counts, local_off, source_off, out, filled, delivered, loads_sent, rows,
+                 xp_off, shadows, forward, slot, g, El, S](const runtime::BlockContext& ctx) {
+                  const int64_t* M = (forward ? counts : plan_counts).data<int64_t>();  // (g, 2 El)
+                  const int64_t* off = xp_off.data<int64_t>();
+                  // rows of my shadow slot k: my rows of its expert, unless I own it
+                  auto shadow_rows = [&](int k) {
+                    const int64_t e = shadow_at(shadows, k);
+                    return e < 0 || e / El == ep.me ? 0 : off[e + 1] - off[e];
+                  };
+                  std::vector<int64_t> so(size_t(El) * g + S + 1);
                   int64_t at = 0;
                   for (int e = 0; e < El; ++e)
-                    for (int s = 0; s < g; ++s) so[size_t(e * g + s)] = at, at += M[s * (El + 1) + e];
+                    for (int s = 0; s < g; ++s) so[size_t(e * g + s)] = at, at += M[s * 2 * El + e];
+                  for (int k = 0; k < S; ++k) so[size_t(El * g + k)] = at, at += shadow_rows(k);
                   so.back() = at;
-                  for (int64_t i = ctx.block_idx; i < int64_t(El) * g; i += ctx.block_dim) {
+                  for (int64_t i = ctx.block_idx; i < int64_t(El) * g + S; i += ctx.block_dim) {
+                    if (i >= int64_t(El) * g) {
+                      const int k = int(i - int64_t(El) * g);
+                      if (shadow_rows(k) > 0) copy_rows(out, so[size_t(i)], rows, off[shadow_at(shadows, k)], shadow_rows(k));
+                      continue;
+                    }
                     const int e = int(i / g), s = int(i % g);
                     int64_t from = s * slot;
-                    for (int f = 0; f < e; ++f) from += M[s * (El + 1) + f];
-                    copy_rows(out, so[size_t(i)], in, from, M[s * (El + 1) + e]);
+                    for (int f = 0; f < e; ++f) from += M[s * 2 * El + f];
+                    copy_rows(out, so[size_t(i)], in, from, M[s * 2 * El + e]);
                   }
                   if (ctx.block_idx != 0) return;
                   shmem::atomic_add(sig, uint64_t(0) - uint64_t(g) * kSent, ep.pes[size_t(ep.me)]);
                   delivered->clear();
                   if (forward) {
-                    std::memcpy(plan_counts.data<int64_t>(), M, sizeof(int64_t) * size_t(g) * size_t(El + 1));
+                    loads_sent->clear();
+                    std::memcpy(plan_counts.data<int64_t>(), M, sizeof(int64_t) * size_t(g) * size_t(2 * El));
                     std::copy(so.begin(), so.end(), source_off.data<int64_t>());
                     for (int e = 0; e <= El; ++e) local_off.data<int64_t>()[e] = so[size_t(e * g)];
+                    for (int k = 1; k <= S; ++k) local_off.data<int64_t>()[El + k] = so[size_t(El * g + k)];
                   }
                   int64_t& rows_filled = *filled.data<int64_t>();  // the tail past it is zero
                   zero_rows(out, at, rows_filled);
@@ -234,24 +364,118 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward) 
   return out;
 }
 
+std::pair<Tensor, Tensor> ShmemExperts::group_weights(const Weights& own, const Plan& p) {
+  const int El = local_, S = shadows_;
+  SiteBuffers& b = buffers(p.site);
+  CM_CHECK(own.w13.defined() && own.w2.defined() && own.w13.size(0) == El && own.w2.size(0) == El &&
+               own.w13.numel() + own.w2.numel() == int64_t(El) * b.shadow_w.size(1),
+           "pass the layer's routed-expert weights of this PE to dispatch", "expert weights for shadowed experts");
+  runtime::Stream stream = runtime::current_stream();
+  // One pair per micro-batch in flight, reused (fresh memory faults in page by page).
+  std::pair<Tensor, Tensor>* pair = nullptr;
+  for (auto& w : b.group_weights)
+    if (w.first.storage().use_count() == 1 && w.second.storage().use_count() == 1) pair = &w;
+  if (!pair) {
+    coremesh::Shape s13 = own.w13.shape(), s2 = own.w2.shape();
+    s13[0] = s2[0] = El + S;
+    pair = &b.group_weights.emplace_back(Tensor::empty(s13), Tensor::empty(s2));
+  }
+  const Tensor w13 = pair->first, w2 = pair->second, shadow_w = b.shadow_w, shadows = p.shadows;
+  const Tensor a13 = own.w13, a2 = own.w2;
+  const int me = ep_.me;
+  // After the regroup (the weights arrived with the rows), before this PE
+  // returns the rows (after which their owners may send the next round's).
+  stream.launch(launch_info("ep_shadow_weights", runtime::KernelKind::vector, 1, {a13, a2, shadow_w, shadows}, {w13, w2}),
+                [a13, a2, w13, w2, shadow_w, shadows, me, El, S](const runtime::BlockContext&) {
+                  const int64_t n13 = a13.numel() / El, n2 = a2.numel() / El;
+                  std::memcpy(w13.data<float>(), a13.data<float>(), size_t(a13.numel()) * sizeof(float));
+                  std::memcpy(w2.data<float>(), a2.data<float>(), size_t(a2.numel()) * sizeof(float));
+                  for (int k = 0; k < S; ++k) {
+                    float* t13 = w13.data<float>() + (El + k) * n13;
+                    float* t2 = w2.data<float>() + (El + k) * n2;
+                    const int64_t e = shadow_at(shadows, k);
+                    if (e < 0 || e / El == me) {  // no rows: zeros, not stale memory
+                      std::fill_n(t13, n13, 0.0f), std::fill_n(t2, n2, 0.0f);
+                      continue;
+                    }
+                    const float* from = shadow_w.data<float>() + k * shadow_w.size(1);
+                    std::memcpy(t13, from, size_t(n13) * sizeof(float));
+                    std::memcpy(t2, from + n13, size_t(n2) * sizeof(float));
+                  }
+                });
+  return {w13, w2};
+}
+
+void ShmemExperts::exchange_parts(const Tensor& parts, int weight, const Plan& p) {
+  const int g = ep_.size(), El = local_, S = shadows_;
+  SiteBuffers& b = buffers(p.site);
+  const Tensor grads = b.grads[size_t(weight)];
+  const int64_t n = grads.size(2);
+  CM_CHECK(parts.dim() == 3 && parts.size(0) == int64_t(El) * g + S && parts.size(1) * parts.size(2) == n,
+           "pass one weight-gradient part per group of the dispatch", "shadow parts of {} dimensions, {} groups", parts.dim(), parts.size(0));
+  runtime::Stream stream = runtime::current_stream();
+  auto* sig = reinterpret_cast<uint64_t*>(b.signals.data<int64_t>()) + kGrads + weight;
+  auto* ack = reinterpret_cast<uint64_t*>(b.signals.data<int64_t>()) + kAck + weight;
+  const Group ep = ep_;
+  const Tensor shadows = p.shadows;
+  // Every owner took my parts of the round before (the slots are free).
+  wait_signal_on_stream(stream, ack, uint64_t(g),
+                               fmt::format("waits for {} to take its shadow weight gradients (MoE layer {}, round before {})",
+                                           others(ep_), p.site.layer, p.fwd_round));
+  const std::shared_ptr<std::vector<Tensor>> sent = b.sent[size_t(kGrads + weight)];
+  stream.launch(launch_info("ep_send_parts", runtime::KernelKind::comm, comm_blocks(stream, g), {parts, shadows}, {}),
+                [ep, parts, grads, shadows, sent, sig, n, g, El, S](const runtime::BlockContext& ctx) {
+                  for_members(ep, ctx, [&](int d) {
+                    Sender send(sig, ep.pes[size_t(d)]);
+                    for (int k = 0; k < S; ++k) {
+                      const int64_t e = shadow_at(shadows, k);
+                      if (d == ep.me || e < 0 || e / El != d) continue;
+                      send.put(grads.data<float>() + (int64_t(ep.me) * S + k) * n,
+                               parts.data<float>() + (int64_t(El) * g + k) * n, size_t(n));
+                    }
+                    send.finish();
+                  });
+                  if (ctx.block_idx == 0) *sent = {parts};
+                });
+  wait_signal_on_stream(stream, sig, uint64_t(g) * kSent,
+                               fmt::format("waits for {} to send their weight gradients of its shadowed experts (MoE layer {})",
+                                           others(ep_), p.site.layer));
+  // The parts of my shadowed experts from the other sources into their
+  // (expert, source) places (empty there: those rows never came), then
+  // every source may send its next round's.
+  stream.launch(launch_info("ep_take_parts", runtime::KernelKind::comm, 1, {grads, shadows}, {parts}),
+                [ep, parts, grads, shadows, ack, n, g, El, S](const runtime::BlockContext&) {
+                  for (int k = 0; k < S; ++k) {
+                    const int64_t e = shadow_at(shadows, k) - int64_t(ep.me) * El;
+                    if (e < 0 || e >= El) continue;
+                    for (int s = 0; s < g; ++s)
+                      if (s != ep.me)
+                        std::memcpy(parts.data<float>() + (e * g + s) * n, grads.data<float>() + (int64_t(s) * S + k) * n,
+                                    size_t(n) * sizeof(float));
+                  }
+                  for (int s = 0; s < g; ++s) shmem::atomic_add(ack, uint64_t{1}, ep.pes[size_t(s)]);
+                });
+}
+
 Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, bool forward) {
-  const int g = ep_.size(), E = shape_.experts, El = local_;
+  const int g = ep_.size(), E = shape_.experts, El = local_, S = shadows_;
   SiteBuffers& b = buffers(p.site);
   runtime::Stream stream = runtime::current_stream();
   auto* sig = reinterpret_cast<uint64_t*>(b.signals.data<int64_t>()) + (forward ? kBackFwd : kBackBwd);
   const Group ep = ep_;
   const Tensor back = forward ? b.back_fwd : b.back_bwd, counts = p.counts, source_off = p.source_offsets;
   // To every source (me included): each run of its rows, one per local
-  // expert, to where it goes in the source's xp.
+  // expert, to where it starts in the source's xp.
   const std::shared_ptr<std::vector<Tensor>> sent = b.sent[forward ? kBackFwd : kBackBwd];
   stream.launch(launch_info("ep_send", runtime::KernelKind::comm, comm_blocks(stream, g), {rows, counts, source_off}, {}),
                 [ep, rows, back, counts, source_off, sent, sig, g, El](const runtime::BlockContext& ctx) {
                   const int64_t* so = source_off.data<int64_t>();
                   for_members(ep, ctx, [&](int s) {
-                    const int64_t* row = counts.data<int64_t>() + int64_t(s) * (El + 1);
+                    const int64_t* row = counts.data<int64_t>() + int64_t(s) * 2 * El;
                     Sender send(sig, ep.pes[size_t(s)]);
-                    for (int64_t e = 0, at = row[El]; e < El; at += row[e++])
-                      send.put(rows_at(back, at), rows_at(rows, so[e * g + s]), size_t(row[e] * rows.size(1)));
+                    for (int64_t e = 0; e < El; ++e)
+                      if (row[e] > 0)
+                        send.put(rows_at(back, row[El + e]), rows_at(rows, so[e * g + s]), size_t(row[e] * rows.size(1)));
                     send.finish();
                   });
                   if (ctx.block_idx == 0) *sent = {rows};
@@ -261,21 +485,31 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, bool forward)
                                            others(ep_), p.site.layer, p.site.slice,
                                            forward ? "combine" : "dispatch backward", forward ? p.fwd_round : p.bwd_round),
                                "ep_wait");
-  // My rows out of the return buffer (the next exchange rewrites it), the
-  // dropped rows' tail zeroed. It takes the signals it waited for.
+  // My rows out of the return buffer (the next exchange rewrites it), my
+  // shadow groups' rows from `rows`, the dropped rows' tail zeroed. It takes
+  // the signals it waited for.
   Tensor out = Tensor::empty({p.rows, shape_.width});
-  const Tensor xp_off = p.xp_offsets;
+  const Tensor xp_off = p.xp_offsets, shadows = p.shadows;
   // Every owner sent these after it had regrouped my rows: my sends to it
   // are applied, their sources free.
   const std::shared_ptr<std::vector<Tensor>> delivered = b.sent[forward ? kInFwd : kInBwd];
   const int64_t n_rows = p.rows;
-  stream.launch(launch_info("ep_receive", runtime::KernelKind::comm, comm_blocks(stream, n_rows), {back, xp_off}, {out}),
-                [ep, sig, back, out, xp_off, delivered, n_rows, g, E](const runtime::BlockContext& ctx) {
-                  const int64_t routed = xp_off.data<int64_t>()[E];
+  stream.launch(launch_info("ep_receive", runtime::KernelKind::comm, comm_blocks(stream, n_rows),
+                            {back, xp_off, rows, source_off, shadows}, {out}),
+                [ep, sig, back, out, xp_off, rows, source_off, shadows, delivered, n_rows, g, E, El, S](
+                    const runtime::BlockContext& ctx) {
+                  const int64_t* off = xp_off.data<int64_t>();
+                  const int64_t routed = off[E];
                   const int64_t b = ctx.block_idx, n = ctx.block_dim;
                   const int64_t from = n_rows * b / n, to = n_rows * (b + 1) / n;
                   copy_rows(out, from, back, from, std::clamp(routed, from, to) - from);
                   zero_rows(out, std::clamp(routed, from, to), to);
+                  for (int k = 0; k < S; ++k) {  // my shadow rows of this block's range
+                    const int64_t e = shadow_at(shadows, k);
+                    if (e < 0 || e / El == ep.me) continue;
+                    const int64_t lo = std::clamp(off[e], from, to), hi = std::clamp(off[e + 1], from, to);
+                    copy_rows(out, lo, rows, source_off.data<int64_t>()[int64_t(El) * g + k] + lo - off[e], hi - lo);
+                  }
                   if (b != 0) return;
                   shmem::atomic_add(sig, uint64_t(0) - uint64_t(g) * kSent, ep.pes[size_t(ep.me)]);
                   delivered->clear();
@@ -304,7 +538,7 @@ Tensor ShmemExperts::combine(const Tensor& y, const Dispatched& d) {
 Tensor ShmemExperts::combine_backward(const Tensor& dy, const Dispatched& d) {
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
   p.bwd_round = ++buffers(p.site).bwd_round;
-  return to_owners(dy, p, /*forward=*/false);
+  return to_owners(dy, p, /*forward=*/false, {});
 }
 
 Tensor ShmemExperts::dispatch_backward(const Tensor& drows, const Dispatched& d) {

@@ -36,7 +36,11 @@ ShmemExperts::Shape expert_shape(const PlanConfig& c) {
   const ModelShape& s = c.shape;
   const int slices = c.parallel.moe_replicas;
   const int64_t slice_tokens = (s.tokens() + slices - 1) / slices;
-  return {s.experts, s.d_model, slice_tokens * s.top_k, s.expert_capacity, s.moe_layers, slices};
+  ShmemExperts::Shape shape{s.experts, s.d_model, slice_tokens * s.top_k, s.expert_capacity, s.moe_layers, slices};
+  shape.hidden = s.tp_expert_hidden;
+  shape.balance = c.parallel.expert_balance, shape.balance_window = c.parallel.balance_window;
+  shape.shadow_cost = c.parallel.shadow_cost;
+  return shape;
 }
 
 ShmemContext::Sizes context_shape(const PlanConfig& c) {
@@ -121,6 +125,12 @@ std::vector<std::string> layout_problems(const PlanConfig& c, int world) {
   refuse(p.comm_cores > 0 && p.moe_replicas == 1,
          fmt::format("comm_cores {} limits the comm stream of sliced MoE exchanges: set moe_replicas to 2 or more, "
                      "or comm_cores to 0", p.comm_cores));
+  const bool balance = p.expert_balance != ExpertBalance::none;
+  refuse(balance && p.ep == 1, "expert_balance spreads the hot experts over the expert-parallel group: set ep to 2 "
+                               "or more, or expert_balance to none");
+  refuse(balance && p.moe_replicas > 1,
+         fmt::format("expert_balance does not run with token slices yet (moe_replicas {}): set moe_replicas to 1 or "
+                     "expert_balance to none", p.moe_replicas));
   if (out.empty() && p.pp > 1) {
     try {
       stage_parts(c.shape.parts(), plan_schedule(p, c.micro_batches).num_stages());

@@ -8,8 +8,8 @@ namespace {
 
 class LocalExperts final : public ExpertDispatcher {
  public:
-  Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site) override {
-    return {xp, offsets, 1, offsets, nullptr};
+  Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site, const Weights&) override {
+    return {xp, offsets, 1, offsets, nullptr, {}, {}, {}};
   }
   Tensor combine(const Tensor& y, const Dispatched&) override { return y; }
   Tensor combine_backward(const Tensor& dy, const Dispatched&) override { return dy; }

@@ -5,9 +5,12 @@
 // no rows from anyone and the last PE sends none.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "coremesh/ops/elementwise.hpp"
+#include "coremesh/parallel/expert_balance.hpp"
 #include "coremesh/parallel/expert_parallel.hpp"
 #include "coremesh/runtime/stream.hpp"
 #include "coremesh/shmem/shmem.hpp"
@@ -64,7 +67,7 @@ TEST(ExpertParallel, DispatchCombineAndTheirBackward) {
       const Source mine = source(me, n, round * 2 + layer);
       const Tensor xp = rows_tensor(mine);
       const Tensor offsets = Tensor::from_vector(mine.offsets, {E + 1});
-      const auto d = experts.dispatch(xp, offsets, {layer});
+      const auto d = experts.dispatch(xp, offsets, {layer}, {});
       // identity experts, then double them on the way back in the backward
       const Tensor back = experts.combine(d.rows, d);
       const Tensor dy = ops::add(xp, xp);
@@ -109,7 +112,7 @@ TEST(ExpertParallel, ALargerMicroBatchIsRefusedWithTheFix) {
   ShmemExperts experts(Group::of(world, me), {E, C, R, -1, {0}});
   const Tensor big = Tensor::zeros({R + 1, C}), offsets = Tensor::zeros({E + 1}, DType::i64);
   try {
-    experts.dispatch(big, offsets, {0});
+    experts.dispatch(big, offsets, {0}, {});
     ADD_FAILURE() << "accepted more rows than the buffers hold";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("the buffers take 40 rows"), std::string::npos) << e.what();
@@ -125,17 +128,135 @@ TEST(ExpertParallel, DispatchingALayerTwiceWithoutCombineIsRefused) {
   for (int p = 0; p < n; ++p) world.push_back(p);
   ShmemExperts experts(Group::of(world, me), {E, C, R, -1, {0, 1}});
   const Tensor rows = Tensor::zeros({R, C}), offsets = Tensor::zeros({E + 1}, DType::i64);
-  const auto d = experts.dispatch(rows, offsets, {0});
+  const auto d = experts.dispatch(rows, offsets, {0}, {});
   try {
-    experts.dispatch(rows, offsets, {0});
+    experts.dispatch(rows, offsets, {0}, {});
     ADD_FAILURE() << "a second dispatch of layer 0 before its combine was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("previous dispatch was not combined"), std::string::npos) << e.what();
   }
-  const auto other = experts.dispatch(rows, offsets, {1});  // another layer is independent
+  const auto other = experts.dispatch(rows, offsets, {1}, {});  // another layer is independent
   experts.combine(other.rows, other);
   experts.combine(d.rows, d);
-  experts.dispatch(rows, offsets, {0});  // combined: accepted again
+  experts.dispatch(rows, offsets, {0}, {});  // combined: accepted again
   runtime::current_stream().synchronize();
+  shmem::barrier();
+}
+
+// Shadowed experts (expert_balance shadow): every source sends most of its
+// rows to expert 0; the plan (parallel::plan_shadows on everyone's counts,
+// here at no cost per shadow) shadows it and maybe more. Each source keeps
+// its rows of the shadowed experts it does not own as groups of its own,
+// after its experts' groups, with the owners' weights; the owners get the
+// rest; the round trip and the backward give every row back where it was;
+// the weight-gradient parts of the shadow groups land in their owners'
+// (expert, source) places. Three rounds reuse the buffers.
+TEST(ExpertParallel, ShadowedExpertsComputeTheirRowsAtTheSource) {
+  const int me = shmem::my_pe(), n = shmem::n_pes();
+  std::vector<int> world;
+  for (int p = 0; p < n; ++p) world.push_back(p);
+  constexpr int64_t F = 3;
+  ShmemExperts::Shape shape{E, C, R, -1, {0}};
+  shape.hidden = F, shape.balance = ExpertBalance::shadow, shape.shadow_cost = 0;
+  ShmemExperts experts(Group::of(world, me), shape);
+  const int El = E / n, S = experts.shadow_slots();
+  ASSERT_EQ(S, E / 2);
+  // expert e's weights: w13 (2F, C) then w2 (C, F), values e * 100 + i
+  auto weights_of = [&](int e) {
+    std::vector<float> w(size_t(3 * F * C));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float(e * 100) + float(i);
+    return w;
+  };
+  std::vector<float> w13v, w2v;
+  for (int e = 0; e < El; ++e) {
+    const std::vector<float> w = weights_of(me * El + e);
+    w13v.insert(w13v.end(), w.begin(), w.begin() + 2 * F * C);
+    w2v.insert(w2v.end(), w.begin() + 2 * F * C, w.end());
+  }
+  const Tensor w13 = Tensor::from_vector(w13v, {El, 2 * F, C}), w2 = Tensor::from_vector(w2v, {El, C, F});
+  runtime::Stream stream;
+  runtime::StreamGuard on(stream);
+  auto skewed = [&](int pe, int round) {  // 20 + pe + round rows of expert 0, one of every other expert
+    Source s;
+    s.counts.assign(E, 1);
+    s.counts[0] = 20 + pe + round;
+    s.offsets.assign(E + 1, 0);
+    for (int e = 0; e < E; ++e) s.offsets[size_t(e + 1)] = s.offsets[size_t(e)] + s.counts[size_t(e)];
+    for (int64_t i = 0; i < s.offsets[E] * C; ++i) s.rows.push_back(float(pe * 1000 + round * 100) + float(i) * 0.5f);
+    return s;
+  };
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(::testing::Message() << "round " << round);
+    std::vector<Source> all;
+    std::vector<std::vector<int64_t>> counts;
+    for (int p = 0; p < n; ++p) all.push_back(skewed(p, round)), counts.push_back(all.back().counts);
+    const std::vector<int> plan = plan_shadows(counts, S, 0.0).shadowed;
+    if (n > 1) {
+      ASSERT_FALSE(plan.empty()) << "nothing shadowed: the test would show nothing";
+    }
+    auto shadowed = [&](int e) { return std::find(plan.begin(), plan.end(), e) != plan.end(); };
+    const Source& mine = all[size_t(me)];
+    const Tensor xp = rows_tensor(mine), offsets = Tensor::from_vector(mine.offsets, {E + 1});
+    const auto d = experts.dispatch(xp, offsets, {0}, {w13, w2});
+    const Tensor back = experts.combine(d.rows, d);  // identity experts
+    const Tensor dy = ops::add(xp, xp);
+    const Tensor drows = experts.combine_backward(dy, d);
+    const Tensor dx = experts.dispatch_backward(drows, d);
+    // parts: group i of PE p holds p * 1000 + i
+    const int64_t groups = int64_t(El) * n + S, P13 = 2 * F * C;
+    Tensor parts = Tensor::empty({groups, 2 * F, C});
+    for (int64_t i = 0; i < groups; ++i) std::fill_n(parts.data<float>() + i * P13, P13, float(me * 1000 + i));
+    d.exchange_parts(parts, 0);
+    stream.synchronize();
+    // the groups: my experts' rows from every source but the shadowed
+    // experts' from others, then my rows of each slot's expert I do not own
+    std::vector<float> want;
+    std::vector<int64_t> want_off{0};
+    for (int e = 0; e < El; ++e) {
+      const int global = me * El + e;
+      for (int s = 0; s < n; ++s) {
+        const Source& x = all[size_t(s)];
+        if (s != me && shadowed(global)) continue;
+        want.insert(want.end(), x.rows.begin() + x.offsets[size_t(global)] * C,
+                    x.rows.begin() + x.offsets[size_t(global + 1)] * C);
+      }
+      want_off.push_back(int64_t(want.size()) / C);
+    }
+    for (int k = 0; k < S; ++k) {
+      if (k < int(plan.size()) && plan[size_t(k)] / El != me) {
+        const int e = plan[size_t(k)];
+        want.insert(want.end(), mine.rows.begin() + mine.offsets[size_t(e)] * C,
+                    mine.rows.begin() + mine.offsets[size_t(e + 1)] * C);
+      }
+      want_off.push_back(int64_t(want.size()) / C);
+    }
+    EXPECT_EQ(std::vector<int64_t>(d.offsets.data<int64_t>(), d.offsets.data<int64_t>() + El + S + 1), want_off);
+    ASSERT_GE(d.rows.size(0), int64_t(want.size()) / C);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), d.rows.data<float>())) << "received and own shadow rows";
+    EXPECT_EQ(0, std::memcmp(back.raw_data(), xp.raw_data(), xp.nbytes())) << "combine";
+    EXPECT_EQ(0, std::memcmp(dx.raw_data(), dy.raw_data(), dy.nbytes())) << "dispatch backward";
+    const std::vector<float> d2 = drows.to_float_vector();
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(d2[i], want[i] + want[i]) << "combine backward at " << i;
+    // the weights of every group: mine, then each slot's expert's (zeros where I compute none)
+    for (int k = 0; k < El + S; ++k) {
+      const int slot = k - El;
+      const int e = k < El ? me * El + k : slot < int(plan.size()) ? plan[size_t(slot)] : -1;
+      std::vector<float> w = k < El || (e >= 0 && e / El != me) ? weights_of(e) : std::vector<float>(size_t(3 * F * C), 0.0f);
+      EXPECT_TRUE(std::equal(w.begin(), w.begin() + P13, d.w13.data<float>() + k * P13)) << "w13 of group " << k;
+      EXPECT_TRUE(std::equal(w.begin() + P13, w.end(), d.w2.data<float>() + k * F * C)) << "w2 of group " << k;
+    }
+    // the parts: where another source computed one of my shadowed experts,
+    // its shadow group's part; everywhere else mine
+    for (int64_t i = 0; i < groups; ++i) {
+      float want_part = float(me * 1000 + i);
+      if (i < int64_t(El) * n) {
+        const int e = me * El + int(i / n), s = int(i % n);
+        const auto k = std::find(plan.begin(), plan.end(), e) - plan.begin();
+        if (s != me && shadowed(e)) want_part = float(s * 1000 + int64_t(El) * n + k);
+      }
+      EXPECT_EQ(parts.data<float>()[i * P13], want_part) << "part of group " << i;
+      EXPECT_EQ(parts.data<float>()[i * P13 + P13 - 1], want_part) << "part of group " << i;
+    }
+  }
   shmem::barrier();
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "coremesh/core/fields.hpp"
+#include "coremesh/parallel/expert_balance.hpp"
 
 namespace coremesh::parallel {
 
@@ -43,6 +44,12 @@ struct ParallelConfig {
   // that one slice's exchange runs while another's experts compute
   int moe_replicas = 1;
   int comm_cores = 0;
+  // ep > 1: hot experts computed by every source on its own rows with a
+  // copy of the owner's weights (expert_balance.hpp), planned every step
+  // (shadow) or every balance_window steps from the window's loads (static)
+  ExpertBalance expert_balance = ExpertBalance::none;
+  int balance_window = 10;
+  double shadow_cost = 16;  // the planner's price of a shadow on a PE, in rows of expert work
   CpComm cp_comm = CpComm::ring;  // cp > 1: ring attention or Ulysses all-to-all
   bool cp_zigzag = true;          // ring: chunks r and 2cp-1-r per rank (balanced causal work); false: chunk r
   int zero = 0;                   // 1: ZeRO-1, the optimizer state sharded over the data-parallel ranks

@@ -31,6 +31,18 @@
 // layer exchange independently: slice i's rows travel while slice i-1's
 // experts compute.
 //
+// Shadowed experts (Shape::balance, expert_balance.hpp). Before the rows,
+// every source sends its per-expert counts to every PE; each PE plans the
+// same shadows from them on the stream (plan_shadows; static: from the
+// counts summed over a window), so no host waits and graph capture keeps it.
+// A source leaves its rows of another PE's shadowed experts out of the send
+// (count 0) and keeps them as its own groups, after its experts' ones; the
+// owner of a shadowed expert sends its weights along with its rows to every
+// other PE. Every count travels with the row's start in the source's xp, so
+// a return lands where it belongs whatever was left out. The weight
+// gradients' parts of the shadow groups go back to the owners
+// (Dispatched::exchange_parts), who sum them in source order with theirs.
+//
 // Buffers are allocated once (collectively) per site: a source sends at most
 // max_rows rows; an owner receives at most one slot of rows per source:
 // max_rows, or, with an expert capacity, (E / ep) x capacity. More rows are
@@ -52,6 +64,7 @@
 #include <vector>
 
 #include "coremesh/parallel/comm.hpp"
+#include "coremesh/parallel/expert_balance.hpp"
 #include "coremesh/parallel/seams.hpp"
 
 namespace coremesh::parallel {
@@ -65,6 +78,10 @@ class ShmemExperts final : public ExpertDispatcher {
     int64_t capacity = -1;   // rows per (source, expert) at most; -1: no capacity
     std::vector<int> layers; // the model's MoE layers
     int slices = 1;          // exchange sites per layer (token-sliced replicas)
+    int64_t hidden = 0;      // F of one expert on this PE (its TP share): the weights a shadow moves
+    ExpertBalance balance = ExpertBalance::none;
+    int balance_window = 10; // static: forward rounds of a site between plans
+    double shadow_cost = 16; // the planner's price of a shadow on a PE, in rows
   };
   // Collective over the world (allocates the symmetric buffers).
   ShmemExperts(Group ep, const Shape& shape);
@@ -75,7 +92,12 @@ class ShmemExperts final : public ExpertDispatcher {
   // Bytes of symmetric memory the buffers of `shape` take on each PE.
   static int64_t symmetric_bytes(int ep, const Shape& shape);
 
-  Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site site) override;
+  // Shadow slots per site: experts a step may shadow (0: no balancing).
+  int shadow_slots() const { return shadows_; }
+  static int shadow_slots(const Shape& shape);
+
+  Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site site, const Weights& weights) override;
+  bool shadows() const override { return shadows_ > 0; }
   Tensor combine(const Tensor& y, const Dispatched& d) override;
   Tensor combine_backward(const Tensor& dy, const Dispatched& d) override;
   Tensor dispatch_backward(const Tensor& drows, const Dispatched& d) override;
@@ -86,24 +108,37 @@ class ShmemExperts final : public ExpertDispatcher {
     Tensor filled;  // (1) i64: rows from here on are zero (set on the stream)
   };
   struct SiteBuffers {
-    Tensor counts;               // (ep, E_local + 1) i64: per source, its rows per local expert and where they start in its xp
+    Tensor counts;               // (ep, 2 E_local) i64: per source, its rows per local expert, then where each starts in its xp
     Tensor in_fwd, in_bwd;       // (ep x slot, C): the sources' rows, slot s from source s
     Tensor back_fwd, back_bwd;   // (max_rows, C): this PE's rows back from the owners, in xp order
-    Tensor signals;              // u64: in_fwd, back_fwd, in_bwd, back_bwd arrived
+    Tensor signals;              // u64, one per Signal (expert_parallel.cpp)
+    // With shadow slots:
+    Tensor loads;                // (ep, E) i64: every source's rows per expert, this forward round
+    Tensor shadow_w;             // (S, 3 F C): the shadowed experts' [w13; w2] from their owners
+    std::array<Tensor, 2> grads; // (ep, S, 2 F C) / (ep, S, C F): the sources' parts of my shadowed experts
+    Tensor window;               // (ep x E + 1 + S) i64, static: the loads since the last plan, rounds, the plan
     // Per signal, the sources of the non-blocking sends in flight: kept
     // until a later arrival proves the receivers applied them (the way
     // back's, or the next round's).
-    std::array<std::shared_ptr<std::vector<Tensor>>, 4> sent;
+    std::array<std::shared_ptr<std::vector<Tensor>>, 9> sent;
     std::vector<Received> received_fwd, received_bwd;
+    std::vector<std::pair<Tensor, Tensor>> group_weights;  // Dispatched::w13, w2 per micro-batch in flight
     uint64_t fwd_round = 0, bwd_round = 0;
     bool awaiting_combine = false;  // dispatched, not yet combined
   };
   struct Plan;
   SiteBuffers& buffers(Site site);
   Received free_received(SiteBuffers& b, bool forward);
+  // Forward, with shadow slots: every source's counts to every PE, then the
+  // plan into p.shadows (the same on every PE).
+  void plan_shadows_on_stream(const Tensor& xp_offsets, const Plan& p);
+  // This PE's experts' weights, then the shadows' (from their owners).
+  std::pair<Tensor, Tensor> group_weights(const Weights& own, const Plan& p);
+  void exchange_parts(const Tensor& parts, int weight, const Plan& p);
   // Source side: rows (xp order) to every owner's slot, then the owners
   // regroup what they received; returns this PE's received rows.
-  Tensor to_owners(const Tensor& rows, const Plan& plan, bool forward);
+  // Forward: `weights` are this PE's experts' (a shadow's weights leave with the rows).
+  Tensor to_owners(const Tensor& rows, const Plan& plan, bool forward, const Weights& weights);
   // Owner side: rows of this PE's experts to their sources' return buffers;
   // returns this PE's rows back in xp order.
   Tensor to_sources(const Tensor& rows, const Plan& plan, bool forward);
@@ -111,6 +146,7 @@ class ShmemExperts final : public ExpertDispatcher {
   Group ep_;
   Shape shape_;
   int local_ = 0;
+  int shadows_ = 0;        // shadow slots per site
   int64_t slot_rows_ = 0;  // rows of one source's slot in a receive buffer
   int64_t recv_rows_ = 0;
   std::map<std::pair<int, int>, SiteBuffers> sites_;

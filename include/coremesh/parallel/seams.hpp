@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "coremesh/core/tensor.hpp"
@@ -40,6 +41,22 @@ class ExpertDispatcher {
     int sources = 1;
     Tensor source_offsets;
     std::shared_ptr<const void> plan;  // what combine and the backward reuse
+    // Shadowed experts (parallel::ExpertBalance): past its experts' groups,
+    // `rows` holds one group per shadow slot, this PE's own rows of a hot
+    // expert it computes in the owner's place (offsets and source_offsets
+    // list them last, one source each), and w13 / w2 hold the weights of
+    // every group: this PE's experts', then the shadows'. Undefined: no
+    // shadows, the groups are this PE's experts and use the layer's weights.
+    Tensor w13, w2;
+    // With shadows, the weight gradient's parts (E_local x sources + shadow
+    // slots, out, in), one per group: sends the shadow groups' parts to their
+    // owners and puts the parts the other sources computed of this PE's
+    // shadowed experts into their (expert, source) places, on the stream.
+    // `weight` 0: w13, 1: w2. Every PE of the group calls it in the same order.
+    std::function<void(const Tensor& parts, int weight)> exchange_parts;
+  };
+  struct Weights {  // the layer's routed experts on this PE
+    Tensor w13, w2;
   };
   // Where an exchange happens: a MoE layer's token slice (moe_replicas
   // slices per layer, each with its own buffers; slice 0 when unsliced).
@@ -50,7 +67,10 @@ class ExpertDispatcher {
   virtual ~ExpertDispatcher() = default;
   // xp (R, C) grouped by global expert: rows [offsets[e], offsets[e+1]) go to
   // expert e; offsets (E + 1) i64 (read on the stream).
-  virtual Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site site) = 0;
+  // `weights`: what a shadow of one of this PE's experts computes with.
+  virtual Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site site, const Weights& weights) = 0;
+  // Whether dispatch may return shadow groups (Dispatched::w13 defined).
+  virtual bool shadows() const { return false; }
   // y (R_local, C), the experts' outputs -> (R, C) in xp's row order.
   virtual Tensor combine(const Tensor& y, const Dispatched& d) = 0;
   // Mirrors: d(combine) is a dispatch of dy (R, C) -> (R_local, C); d(dispatch)

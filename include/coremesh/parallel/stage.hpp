@@ -46,6 +46,7 @@ struct ModelShape {
   int64_t d_model = 0;
   int heads = 0, kv_heads = 0, head_dim = 0;
   int64_t tp_heads = 0, tp_kv_heads = 0;  // one TP rank's (all of them without TP)
+  int64_t tp_expert_hidden = 0;           // a routed expert's hidden units on one TP rank
   int batch = 0, seq_len = 0;      // one micro-batch: batch sequences of seq_len tokens
   int64_t expert_capacity = 0;     // per expert, of one micro-batch's batch x seq_len tokens
   bool balance_loss = false;       // a sequence-wise balance loss (needs whole sequences)
