@@ -115,7 +115,7 @@ bench-ep-exchange: build
 bench-moe-replicas: build
 	@$(call perf_section,MoE replicas,bash bench/moe_replicas.sh 8 3)
 bench-expert-balance: build
-	@$(call perf_section,Expert balance,bash bench/expert_balance.sh 60)
+	@$(call perf_section,Expert balance,bash bench/expert_balance.sh 8 3)
 bench-pipeline: build
 	@$(call perf_section,Pipeline parallelism,bash bench/pipeline_bubble.sh 6 3)
 bench-tp: build

@@ -30,6 +30,7 @@ LAYOUTS = [
     ("dp 2, ZeRO-1", ["--dp", "2", "--zero", "1"]),
     ("ep 2", ["--ep", "2"]),
     ("ep 2, 2 slices", ["--ep", "2", "--moe-replicas", "2"]),
+    ("ep 2, shadowed experts", ["--ep", "2", "--expert-balance", "shadow"]),
     ("tp 2", ["--tp", "2"]),
     ("tp 2 + SP", ["--tp", "2", "--sequence-parallel", "true"]),
     ("cp 2 ring", ["--cp", "2", "--aux-alpha", "0"]),

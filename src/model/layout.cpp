@@ -352,8 +352,15 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
   // tensors follow that size. The exchange keeps each send's source until
   // the next round proves it delivered: per direction, the source's N*K rows
   // and the owner's received rows (f32).
+  // Shadowed experts (expert_balance): this PE's own rows of its experts and
+  // of the shadowed ones take at most its N*K, and the weights of its experts
+  // and the shadow slots, per micro-batch (kept for the backward; bf16 casts
+  // them too).
   const int64_t ep = El > 0 && El < E ? E / El : 1;
-  const int64_t routed_rows = ep == 1 ? N * K : ep * (capacity ? std::min(N * K, El * c.expert_capacity(N)) : N * K);
+  const int64_t shadows = stage.expert_shadows;
+  const int64_t slot = capacity ? std::min(N * K, El * c.expert_capacity(N)) : N * K;
+  const int64_t routed_rows = ep == 1 ? N * K : (ep - 1) * slot + (shadows > 0 ? N * K : slot);
+  const int64_t group_weights = shadows > 0 ? (El + shadows) * 3 * F * C * (c.precision == Precision::bf16 ? 6 : 4) : 0;
   const int64_t exchange_per_layer = ep == 1 ? 0 : 2 * 4 * C * (N * K + routed_rows);
   // What lives on the residual stream's rows (x, h and their rstd, the final
   // residual; the MoE's RMSNorm(h) under sequence parallelism, where the
@@ -376,7 +383,8 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
           bytes = dense * N + ffn * rows;
           break;
         }
-        bytes = moe * N + routed_row * routed_rows + (ffn + (sp ? 4 * C : 0)) * rows + 8 * (El + 1);  // + group offsets
+        bytes = moe * N + routed_row * routed_rows + (ffn + (sp ? 4 * C : 0)) * rows + 8 * (El + shadows + 1) +
+                group_weights;  // + group offsets
         m.exchange += exchange_per_layer;
         break;
       // the final residual and RMSNorm (C each) and rstd, logits and their

@@ -125,7 +125,9 @@ ShmemExperts::ShmemExperts(Group ep, const Shape& s) : ep_(std::move(ep)), shape
   CM_CHECK(shadows_ == 0 || (s.slices == 1 && s.hidden > 0), "balance experts with moe_replicas 1 and give the hidden size",
            "ShmemExperts shape for shadowed experts");
   slot_rows_ = slot_rows(local_, s);
-  recv_rows_ = int64_t(g) * slot_rows_ + (shadows_ > 0 ? s.max_rows : 0);  // + this PE's own shadow rows
+  // With shadows, a PE keeps its own rows of its experts and of the shadowed
+  // ones, at most all its rows: past the other sources' slots, max_rows.
+  recv_rows_ = int64_t(g - 1) * slot_rows_ + (shadows_ > 0 ? s.max_rows : slot_rows_);
   const int64_t F = s.hidden, C = s.width;
   for (int l : s.layers)  // the same order on every PE: the allocations are collective
     for (int slice = 0; slice < s.slices; ++slice) {

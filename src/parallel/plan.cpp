@@ -64,6 +64,7 @@ StageLayout layout_of(const PlanConfig& c, const Mesh& mesh, const Schedule& sch
   }
   s.tp = mesh.degree(Dim::tp), s.tp_rank = k[Dim::tp];
   s.sequence_parallel = c.parallel.sequence_parallel && s.tp > 1;
+  if (ep > 1) s.expert_shadows = ShmemExperts::shadow_slots(expert_shape(c));
   return s;
 }
 

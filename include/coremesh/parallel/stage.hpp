@@ -28,6 +28,7 @@ struct StageLayout {
   int expert_begin = 0, expert_end = -1;  // routed experts held: [begin, end); end -1: all
   int tp = 1, tp_rank = 0;         // tensor parallelism: this stage's share of the split matrices
   bool sequence_parallel = false;  // tp > 1: the norms and routers compute on 1/tp of the tokens
+  int expert_shadows = 0;          // shadow slots per MoE layer (expert_balance; 0: none)
   bool operator==(const StageLayout&) const = default;
 };
 

@@ -40,6 +40,7 @@ struct Layout {
   model::Precision precision = model::Precision::f32;
   bool graph = false;
   int pp = 1;  // with 4 micro-batches
+  float capacity = 0;  // 0: no drops, the loads stay uneven
 };
 
 std::vector<Layout> layouts(int n) {
@@ -49,7 +50,8 @@ std::vector<Layout> layouts(int n) {
     case 2:
       return {{1, 2, 1, 0, ExpertBalance::shadow},
               {1, 2, 1, 0, ExpertBalance::static_window, Precision::bf16},
-              {1, 2, 1, 0, ExpertBalance::shadow, Precision::f32, true}};
+              {1, 2, 1, 0, ExpertBalance::shadow, Precision::f32, true},
+              {1, 2, 1, 0, ExpertBalance::shadow, Precision::f32, false, 1, 1.0f}};
     case 4:
       return {{1, 4, 1, 0, ExpertBalance::shadow},
               {2, 2, 1, 1, ExpertBalance::shadow},
@@ -61,9 +63,10 @@ std::vector<Layout> layouts(int n) {
 }
 
 std::string name(const Layout& L) {
-  return fmt::format("dp {} ep {} tp {} pp {} zero {}, {}, {}{}", L.dp, L.ep, L.tp, L.pp, L.zero,
+  return fmt::format("dp {} ep {} tp {} pp {} zero {}, {}, {}{}{}", L.dp, L.ep, L.tp, L.pp, L.zero,
                      L.balance == parallel::ExpertBalance::shadow ? "shadow" : "static",
-                     model::precision_name(L.precision), L.graph ? ", graph" : "");
+                     model::precision_name(L.precision), L.graph ? ", graph" : "",
+                     L.capacity > 0 ? fmt::format(", capacity factor {}", L.capacity) : "");
 }
 
 }  // namespace
@@ -74,7 +77,7 @@ TEST(ExpertBalance, ReproducesTheUnbalancedRunBitForBit) {
     TrainConfig c = base_config();
     c.parallel.dp = L.dp, c.parallel.ep = L.ep, c.parallel.tp = L.tp, c.parallel.zero = L.zero;
     c.model.precision = L.precision;
-    c.model.capacity_factor = 0;  // no drops: the loads stay uneven
+    c.model.capacity_factor = L.capacity;
     if (L.pp > 1) c.parallel.pp = L.pp, c.grad_accum = 4;
     c.graph = L.graph;
     c.steps = 10;
