@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   for (int it = -warmup; it < iters; ++it) {
     shmem::barrier();
     const double t0 = seconds();
-    const auto d = experts.dispatch(xp, offsets, {0});
+    const auto d = experts.dispatch(xp, offsets, {0}, {});
     stream.synchronize();
     const double t1 = seconds();
     // the identity experts' outputs (untimed: expert work, not exchange)

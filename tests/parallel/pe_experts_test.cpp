@@ -260,3 +260,22 @@ TEST(ExpertParallel, ShadowedExpertsComputeTheirRowsAtTheSource) {
   }
   shmem::barrier();
 }
+
+// A dispatch with shadow slots needs the layer's weights (a shadow of one of
+// this PE's experts computes with them): without, a clear refusal.
+TEST(ExpertParallel, ShadowsWithoutTheWeightsAreRefused) {
+  const int me = shmem::my_pe(), n = shmem::n_pes();
+  std::vector<int> world;
+  for (int p = 0; p < n; ++p) world.push_back(p);
+  ShmemExperts::Shape shape{E, C, R, -1, {0}};
+  shape.hidden = 3, shape.balance = ExpertBalance::shadow;
+  ShmemExperts experts(Group::of(world, me), shape);
+  const Tensor rows = Tensor::zeros({R, C}), offsets = Tensor::zeros({E + 1}, DType::i64);
+  try {
+    experts.dispatch(rows, offsets, {0}, {});
+    ADD_FAILURE() << "a dispatch with shadow slots and no weights was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("pass the layer's routed-expert weights"), std::string::npos) << e.what();
+  }
+  shmem::barrier();
+}
