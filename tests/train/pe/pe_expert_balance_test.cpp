@@ -21,19 +21,6 @@ using namespace coremesh::test_support;
 
 namespace {
 
-// As in pe_moe_replicas_test.cpp: our AVX2 GEMM engine computes a row the
-// same whatever the number of rows; OpenBLAS (the sanitizer builds) may not.
-#if defined(__AVX2__) && defined(__FMA__)
-constexpr bool kRowExactGemm = true;
-#else
-constexpr bool kRowExactGemm = false;
-#endif
-
-void expect_same(double balanced, double none, const char* what, size_t step) {
-  if (kRowExactGemm) EXPECT_EQ(balanced, none) << what << ", step " << step;
-  else EXPECT_NEAR(balanced, none, 1e-6 * std::abs(none)) << what << ", step " << step;
-}
-
 struct Layout {
   int dp, ep, tp, zero;
   parallel::ExpertBalance balance;
@@ -90,19 +77,7 @@ TEST(ExpertBalance, ReproducesTheUnbalancedRunBitForBit) {
     Trainer balanced(c, one_core());
     balanced.run(-1, false);
 
-    ASSERT_EQ(balanced.records().size(), none.records().size());
-    for (size_t s = 0; s < none.records().size(); ++s) {
-      const StepRecord &a = balanced.records()[s], &b = none.records()[s];
-      expect_same(a.loss, b.loss, "loss", s);
-      expect_same(a.grad_norm, b.grad_norm, "gradient norm", s);
-      expect_same(a.expert_balance, b.expert_balance, "expert balance", s);
-    }
-    if (kRowExactGemm)
-      EXPECT_EQ(0, std::memcmp(balanced.model().param_data(), none.model().param_data(),
-                               sizeof(float) * size_t(none.model().num_params())))
-          << "the weights differ from the unbalanced run";
-    else
-      EXPECT_LE(relative_l2(balanced.model().param_arena(), none.model().param_arena()), 1e-6);
+    expect_same_run(balanced, none);
     if (shmem::my_pe() == 0)
       std::printf("[expert balance: %s] %zu steps %s none\n", name(L).c_str(), none.records().size(),
                   kRowExactGemm ? "bit-identical to" : "within 1e-6 of");

@@ -21,21 +21,6 @@ using namespace coremesh::test_support;
 
 namespace {
 
-// Our GEMM engine (builds with AVX2 and FMA) computes each row of a product
-// the same whatever the number of rows, so slicing the tokens changes no
-// bit. OpenBLAS, which builds without it use (the sanitizer builds), may
-// block a product by its row count: there the sliced run is held to 1e-6.
-#if defined(__AVX2__) && defined(__FMA__)
-constexpr bool kRowExactGemm = true;
-#else
-constexpr bool kRowExactGemm = false;
-#endif
-
-void expect_same(double sliced, double one, const char* what, size_t step) {
-  if (kRowExactGemm) EXPECT_EQ(sliced, one) << what << ", step " << step;
-  else EXPECT_NEAR(sliced, one, 1e-6 * std::abs(one)) << what << ", step " << step;
-}
-
 struct Layout {
   int dp, ep, tp, zero, replicas;
   model::Precision precision = model::Precision::f32;
@@ -90,19 +75,7 @@ TEST(MoeReplicas, ReproduceTheUnslicedRunBitForBit) {
     Trainer sliced(c, one_core());
     sliced.run(-1, false);
 
-    ASSERT_EQ(sliced.records().size(), one.records().size());
-    for (size_t s = 0; s < one.records().size(); ++s) {
-      const StepRecord &a = sliced.records()[s], &b = one.records()[s];
-      expect_same(a.loss, b.loss, "loss", s);
-      expect_same(a.grad_norm, b.grad_norm, "gradient norm", s);
-      expect_same(a.expert_balance, b.expert_balance, "expert balance", s);
-    }
-    if (kRowExactGemm)
-      EXPECT_EQ(0, std::memcmp(sliced.model().param_data(), one.model().param_data(),
-                               sizeof(float) * size_t(one.model().num_params())))
-          << "the weights differ from the unsliced run";
-    else
-      EXPECT_LE(relative_l2(sliced.model().param_arena(), one.model().param_arena()), 1e-6);
+    expect_same_run(sliced, one);
     if (shmem::my_pe() == 0)
       std::printf("[moe replicas: %s] %zu steps %s one slice\n", name(L).c_str(), one.records().size(),
                   kRowExactGemm ? "bit-identical to" : "within 1e-6 of");

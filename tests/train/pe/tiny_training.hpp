@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -95,6 +96,38 @@ inline double worst_loss_difference(const train::Trainer& run, const train::Trai
     worst = std::max(worst, r);
   }
   return worst;
+}
+
+// Our GEMM engine (builds with AVX2 and FMA) computes each row of a product
+// the same whatever the number of rows. OpenBLAS, which builds without it
+// use (the sanitizer builds), may block a product by its row count.
+#if defined(__AVX2__) && defined(__FMA__)
+constexpr bool kRowExactGemm = true;
+#else
+constexpr bool kRowExactGemm = false;
+#endif
+
+// `run` reproduces `ref` step by step (loss, gradient norm, expert balance)
+// and in its final weights: bit for bit where kRowExactGemm, else within
+// 1e-6 relative. For layouts that only regroup the rows of the experts' GEMMs.
+inline void expect_same_run(train::Trainer& run, train::Trainer& ref) {
+  auto same = [](double a, double b, const char* what, size_t step) {
+    if (kRowExactGemm) EXPECT_EQ(a, b) << what << ", step " << step;
+    else EXPECT_NEAR(a, b, 1e-6 * std::abs(b)) << what << ", step " << step;
+  };
+  ASSERT_EQ(run.records().size(), ref.records().size());
+  for (size_t s = 0; s < ref.records().size(); ++s) {
+    const train::StepRecord &a = run.records()[s], &b = ref.records()[s];
+    same(a.loss, b.loss, "loss", s);
+    same(a.grad_norm, b.grad_norm, "gradient norm", s);
+    same(a.expert_balance, b.expert_balance, "expert balance", s);
+  }
+  if (kRowExactGemm)
+    EXPECT_EQ(0, std::memcmp(run.model().param_data(), ref.model().param_data(),
+                             sizeof(float) * size_t(ref.model().num_params())))
+        << "the weights differ from the reference run";
+  else
+    EXPECT_LE(relative_l2(run.model().param_arena(), ref.model().param_arena()), 1e-6);
 }
 
 // The relative L2 error of every tensor of two checkpoints' states.
