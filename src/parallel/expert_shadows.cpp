@@ -17,21 +17,22 @@ void ShmemExperts::plan_shadows_on_stream(const Tensor& xp_offsets, const Plan& 
   const Group ep = ep_;
   const Tensor loads = b.loads, message = Tensor::empty({E}, DType::i64);
   const std::shared_ptr<std::vector<Tensor>> sent = b.sent[kLoads];
-  stream.launch(launch_info("ep_send_loads", runtime::KernelKind::comm, comm_blocks(stream, g), {xp_offsets}, {message}),
+  // One block: the message is E counts, and every send reads it.
+  stream.launch(launch_info("ep_send_loads", runtime::KernelKind::comm, 1, {xp_offsets}, {message}),
                 [ep, loads, message, xp_offsets, sent, sig, E](const runtime::BlockContext& ctx) {
                   const int64_t* off = xp_offsets.data<int64_t>();
                   int64_t* m = message.data<int64_t>();
-                  for (int e = 0; e < E; ++e) m[e] = off[e + 1] - off[e];  // every block the same
+                  for (int e = 0; e < E; ++e) m[e] = off[e + 1] - off[e];
                   for_members(ep, ctx, [&](int d) {
                     Sender send(sig, ep.pes[size_t(d)]);
                     send.put(loads.data<int64_t>() + int64_t(ep.me) * E, m, size_t(E));
                     send.finish();
                   });
-                  if (ctx.block_idx == 0) *sent = {message};
+                  *sent = {message};
                 });
   wait_signal_on_stream(stream, sig, uint64_t(g) * kSent,
-                               fmt::format("waits for {} to send their expert loads (MoE layer {} slice {}, dispatch {})",
-                                           others(ep_), p.site.layer, p.site.slice, p.fwd_round));
+                        fmt::format("waits for {} to send their expert loads (MoE layer {} slice {}, dispatch {})",
+                                    others(ep_), p.site.layer, p.site.slice, p.fwd_round));
   // Every PE plans from the same loads, so every PE gets the same plan.
   const Tensor window = b.window, shadows = p.shadows;
   const bool periodic = shape_.balance == ExpertBalance::static_window;
@@ -116,8 +117,8 @@ void ShmemExperts::exchange_parts(const Tensor& parts, int weight, const Plan& p
   const Tensor shadows = p.shadows;
   // Every owner took my parts of the round before (the slots are free).
   wait_signal_on_stream(stream, ack, uint64_t(g),
-                               fmt::format("waits for {} to take its shadow weight gradients (MoE layer {}, round before {})",
-                                           others(ep_), p.site.layer, p.fwd_round));
+                        fmt::format("waits for {} to take its shadow weight gradients (MoE layer {}, round before {})",
+                                    others(ep_), p.site.layer, p.fwd_round));
   const std::shared_ptr<std::vector<Tensor>> sent = b.sent[size_t(kGrads + weight)];
   stream.launch(launch_info("ep_send_parts", runtime::KernelKind::comm, comm_blocks(stream, g), {parts, shadows}, {}),
                 [ep, parts, grads, shadows, sent, sig, n, g, El, S](const runtime::BlockContext& ctx) {
@@ -134,8 +135,8 @@ void ShmemExperts::exchange_parts(const Tensor& parts, int weight, const Plan& p
                   if (ctx.block_idx == 0) *sent = {parts};
                 });
   wait_signal_on_stream(stream, sig, uint64_t(g) * kSent,
-                               fmt::format("waits for {} to send their weight gradients of its shadowed experts (MoE layer {})",
-                                           others(ep_), p.site.layer));
+                        fmt::format("waits for {} to send their weight gradients of its shadowed experts (MoE layer {})",
+                                    others(ep_), p.site.layer));
   // The parts of my shadowed experts from the other sources into their
   // (expert, source) places (empty there: those rows never came), then
   // every source may send its next round's.

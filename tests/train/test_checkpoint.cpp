@@ -203,10 +203,17 @@ TEST(Checkpoint, KillDuringWritesLeavesEveryCheckpointLoadable) {
   save_checkpoint(checkpoint_path(d.path, 0), s);  // the previous checkpoint of the first round
   std::mt19937 rng(29);
   int cut_mid_write = 0, rounds = 0;
-  // Until three kills have landed mid-write: the write is a small share of a
-  // save where hashing dominates (under ASan, about a twentieth), so a fixed
-  // number of rounds could miss it.
-  for (int round = 0; cut_mid_write < 3 && round < 300; ++round, ++rounds) {
+  // At least 20 rounds, and until three kills have landed mid-write: the
+  // write is a small share of a save where hashing dominates (under ASan,
+  // about a twentieth), so a fixed number of rounds could miss it. Odd rounds kill at a random moment of
+  // the stream; even ones once a temporary exists, a little later, so that
+  // kills land in writes however slow a save is on a loaded machine.
+  auto temporary_exists = [&] {
+    for (auto& e : fs::directory_iterator(d.path))
+      if (e.path().filename().string().find(".tmp.") != std::string::npos) return true;
+    return false;
+  };
+  for (int round = 0; (cut_mid_write < 3 || rounds < 20) && round < 300; ++round, ++rounds) {
     const pid_t child = fork();
     ASSERT_GE(child, 0);
     if (child == 0) {  // saves step after step until killed
@@ -215,7 +222,12 @@ TEST(Checkpoint, KillDuringWritesLeavesEveryCheckpointLoadable) {
         save_checkpoint(checkpoint_path(d.path, 100 * round + step), s);
       }
     }
-    usleep(useconds_t(std::uniform_int_distribution<int>(5'000, 60'000)(rng)));
+    if (round % 2 == 1) {
+      usleep(useconds_t(std::uniform_int_distribution<int>(5'000, 60'000)(rng)));
+    } else {
+      for (int polls = 0; polls < 50'000 && !temporary_exists(); ++polls) usleep(100);
+      usleep(useconds_t(std::uniform_int_distribution<int>(0, 2'000)(rng)));
+    }
     kill(child, SIGKILL);
     waitpid(child, nullptr, 0);
     bool temporary = false;

@@ -9,11 +9,12 @@
 //
 // Policies (`--expert-balance`):
 //   none    every expert on its owner
-//   shadow  re-planned every step from the last step's loads (FasterMoE)
-//   static  re-planned every `period` steps from the loads of the steps since
-//           the last plan (a window), as DeepSeek's EPLB places redundant experts
+//   shadow  planned every step from the step's own loads, exchanged before
+//           the rows (FasterMoE)
+//   static  re-planned every `balance_window` steps from the loads of the
+//           steps since the last plan, as DeepSeek's EPLB places redundant experts
 // Both plan with plan_shadows below: the same answer on every PE, since every
-// PE plans from the same all-gathered loads.
+// PE plans from the same all-gathered loads (ShmemExperts, on the stream).
 #pragma once
 
 #include <cstdint>
