@@ -11,7 +11,7 @@
 # location, the shared libraries each other through RPATH $ORIGIN, the CMake
 # package and coremesh.pc from their own directories (the executable and the
 # Python module link the static libraries).
-set(_cm_layers core runtime ops shmem shmem_c graph parallel model train)
+set(_cm_layers core runtime ops shmem shmem_c graph parallel model train sim)
 set(_cm_shared)
 set(_cm_static)
 foreach(layer IN LISTS _cm_layers)

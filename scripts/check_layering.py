@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Fails when a layer includes a header of a layer above it or of a sibling.
 
-    core < runtime < {ops, shmem, graph} < parallel < model < train < cli
+    core < runtime < {ops, shmem, graph} < parallel < model < train < sim < cli
 
 A file of src/<layer>/ or include/coremesh/<layer>/ (include/shmem.h belongs
 to shmem) may include the headers of its own layer and of the layers below
-it; ops, shmem and graph may not include one another; model and train reach
+it; ops, shmem and graph may not include one another; model, train and sim reach
 SHMEM only through parallel (no coremesh/shmem include). Every quoted or angled
 include is checked: "coremesh/<layer>/...", "shmem.h", and relative paths
 ("detail/launch.hpp", "../runtime/internal.hpp") resolved against the file.
@@ -17,8 +17,8 @@ import re
 import sys
 
 RANK = {"core": 0, "runtime": 1, "ops": 2, "shmem": 2, "graph": 2,
-        "parallel": 3, "model": 4, "train": 5, "cli": 6}
-ORDER = "core < runtime < {ops, shmem, graph} < parallel < model < train < cli"
+        "parallel": 3, "model": 4, "train": 5, "sim": 6, "cli": 7}
+ORDER = "core < runtime < {ops, shmem, graph} < parallel < model < train < sim < cli"
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')
 SOURCE_SUFFIXES = (".h", ".hpp", ".c", ".cc", ".cpp")
 
@@ -50,7 +50,7 @@ def layer_of_include(root, including_file, target):
 
 # Layers that reach other PEs only through the parallel layer (its plan,
 # seams and collectives), never SHMEM itself.
-NO_SHMEM = {"model", "train"}
+NO_SHMEM = {"model", "train", "sim"}
 
 
 def allowed(source, target):

@@ -19,6 +19,8 @@ void register_train_command(CLI::App& app); // train.cpp (MoE training)
 void register_generate_command(CLI::App& app);  // generate.cpp
 void register_eval_command(CLI::App& app);      // generate.cpp
 void register_schedule_command(CLI::App& app);
-void register_tokenizer_command(CLI::App& app);  // tokenizer.cpp (SentencePiece models)  // schedule.cpp (pipeline schedules, no training)
+void register_tokenizer_command(CLI::App& app);
+void register_simulate_commands(CLI::App& app);  // simulate.cpp (simulate, plan)
+void register_calibrate_command(CLI::App& app);  // calibrate.cpp  // tokenizer.cpp (SentencePiece models)  // schedule.cpp (pipeline schedules, no training)
 
 }  // namespace coremesh::cli

@@ -53,6 +53,8 @@ SEE ALSO
   coremesh::cli::register_eval_command(app);
   coremesh::cli::register_schedule_command(app);
   coremesh::cli::register_tokenizer_command(app);
+  coremesh::cli::register_simulate_commands(app);
+  coremesh::cli::register_calibrate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

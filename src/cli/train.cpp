@@ -28,7 +28,7 @@
 #include "coremesh/shmem/session.hpp"
 #include "coremesh/train/safetensors.hpp"
 #include "coremesh/train/trainer.hpp"
-#include "field_flags.hpp"
+#include "config_flags.hpp"
 #include "pe_setup.hpp"
 #include "coremesh/core/allocator.hpp"
 #include "stop_signals.hpp"
@@ -37,11 +37,9 @@ namespace coremesh::cli {
 namespace {
 
 struct TrainFlags {
-  std::string config, resume, profile_dir;
+  ConfigFlags flags;
+  std::string resume, profile_dir;
   bool dry_run = false, no_progress = false;
-  std::unique_ptr<FieldFlags<model::ModelConfig>> model;
-  std::unique_ptr<FieldFlags<train::TrainConfig>> train;
-  std::unique_ptr<FieldFlags<parallel::ParallelConfig>> parallel;
 };
 
 // What the process holds besides tensors: this executable and its libraries
@@ -90,28 +88,8 @@ void print_dry_run(const train::TrainConfig& c) {
 }
 
 train::TrainConfig read_config(const TrainFlags& f) {
-  train::TrainConfig cfg;
-  bool vocab_in_file = false;
-  if (!f.config.empty()) {
-    std::ifstream in(f.config);
-    CM_CHECK(in.good(), "check the --config path", "cannot open config '{}'", f.config);
-    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    cfg = train::train_config_from_text(text, f.config);
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);  // parsed above
-    vocab_in_file = j.is_object() && j.contains("model") && j.at("model").is_object() && j.at("model").contains("vocab_size");
-  }
-  // Flags override the file only when given.
-  f.model->apply(cfg.model);
-  f.train->apply(cfg);
-  f.parallel->apply(cfg.parallel);
-  // Without a config file, a longer --seq-len raises max_seq_len with it.
-  if (f.train->given("seq_len") && !f.model->given("max_seq_len") && f.config.empty())
-    cfg.model.max_seq_len = std::max(cfg.model.max_seq_len, cfg.seq_len);
+  train::TrainConfig cfg = f.flags.read();
   if (f.no_progress) cfg.progress = false;
-  // A tokenizer sets the vocabulary unless the config or a flag gives it
-  // (then the trainer refuses a mismatch).
-  if (!cfg.tokenizer.empty() && !vocab_in_file && !f.model->given("vocab_size"))
-    cfg.model.vocab_size = train::Tokenizer::from_file(cfg.tokenizer).vocab_size();
   return cfg;
 }
 
@@ -279,14 +257,11 @@ int run_train(const TrainFlags& f) {
 void register_train_command(CLI::App& app) {
   auto f = std::make_shared<TrainFlags>();
   auto* cmd = app.add_subcommand("train", "Train the MoE transformer on text (bytes, or --tokenizer)");
-  cmd->add_option("--config", f->config, "JSON config: {\"model\": {...}, \"train\": {...}, \"parallel\": {...}}");
   cmd->add_option("--resume", f->resume, "checkpoint file or run directory to continue from");
   cmd->add_flag("--dry-run", f->dry_run, "print parameter count, FLOPs per token and memory; do not train");
   cmd->add_option("--profile", f->profile_dir, "write kernel_details.csv and a Chrome trace here");
   cmd->add_flag("--no-progress", f->no_progress, "no progress output");
-  f->train = std::make_unique<FieldFlags<train::TrainConfig>>(*cmd, train::train_fields(), "Training");
-  f->model = std::make_unique<FieldFlags<model::ModelConfig>>(*cmd, model::model_fields(), "Model");
-  f->parallel = std::make_unique<FieldFlags<parallel::ParallelConfig>>(*cmd, parallel::parallel_fields(), "Parallel");
+  f->flags.add(*cmd);
   cmd->callback([f] {
     const int status = run_train(*f);  // every PE has left the job (collective teardown) by now
     if (status != 0) {

@@ -1,0 +1,364 @@
+// `coremesh calibrate`: measures this machine into a cluster file for
+// `coremesh simulate` and `coremesh plan` (docs/simulator.md).
+//
+//   coremesh calibrate --config run.json --output cluster.json [--cores 1] [--max-pes 8]
+//
+// It times every GEMM, grouped GEMM and attention shape that the config's
+// layouts of up to --max-pes PEs run (the kernels the trainer calls, on a
+// stream limited to --cores cores (default 1); median of repeats), element-wise work
+// by bytes, the GEMM peak, and then starts 2 PEs that time put and each
+// collective over sizes from 8 B to 16 MiB and fit latency and bandwidth.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "commands.hpp"
+#include "config_flags.hpp"
+#include "coremesh/ops/attention.hpp"
+#include "coremesh/ops/elementwise.hpp"
+#include "coremesh/ops/gemm.hpp"
+#include "coremesh/ops/grouped_gemm.hpp"
+#include "coremesh/runtime/device.hpp"
+#include "coremesh/runtime/stream.hpp"
+#include "coremesh/shmem/collectives.hpp"
+#include "coremesh/shmem/heap.hpp"
+#include "coremesh/shmem/rma.hpp"
+#include "coremesh/shmem/session.hpp"
+#include "coremesh/sim/planner.hpp"
+#include "coremesh/sim/workload.hpp"
+#include "coremesh/train/metrics.hpp"
+#include "pe_setup.hpp"
+
+namespace coremesh::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct CalibrateFlags {
+  ConfigFlags flags;
+  std::string out = "cluster.json";
+  int max_pes = 8;
+  double budget = 0.05;  // seconds of repeats per shape
+};
+
+// Median seconds of `fn` (which waits for its work), repeated for `budget`
+// seconds, or exactly `times` times (a collective: every PE the same count).
+double median_seconds(const std::function<void()>& fn, double budget, int times = 0) {
+  fn();  // warm: tiling cache, allocator, pages
+  std::vector<double> t;
+  double total = 0;
+  while (times > 0 ? int(t.size()) < times : t.size() < 3 || (total < budget && t.size() < 200)) {
+    const auto a = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - a).count());
+    total += t.back();
+  }
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
+
+Tensor random(const Shape& shape, DType dtype = DType::f32) {
+  static std::mt19937 rng(7);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  Tensor x = Tensor::empty(shape);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = d(rng);
+  return dtype == DType::f32 ? x : x.to(dtype);
+}
+
+// Runs one kernel of `op`'s shape as the model calls it.
+std::function<void()> kernel(const sim::Op& op, runtime::Stream& stream) {
+  const DType dt = op.dtype == "bf16" ? DType::bf16 : DType::f32;  // fp8 is priced from f32 (docs/simulator.md)
+  switch (op.kind) {
+    case sim::OpKind::gemm: {
+      const Tensor a = op.trans_a ? random({op.k, op.m}, dt) : random({op.m, op.k}, dt);
+      const Tensor b = op.trans_b ? random({op.n, op.k}, dt) : random({op.k, op.n}, dt);
+      Tensor c = Tensor::zeros({op.m, op.n});
+      return [=, &stream]() mutable {
+        ops::matmul_out(a, b, c, op.trans_a, op.trans_b);
+        stream.synchronize();
+      };
+    }
+    case sim::OpKind::grouped_gemm:
+    case sim::OpKind::grouped_gemm_dw: {
+      std::vector<int64_t> offsets;
+      for (int64_t g = 0; g <= op.groups; ++g) offsets.push_back(op.m * g / op.groups);
+      const Tensor off = Tensor::from_vector(offsets, {op.groups + 1});
+      const Tensor x = random({op.m, op.k}), w = random({op.groups, op.n, op.k}), dy = random({op.m, op.n});
+      if (op.kind == sim::OpKind::grouped_gemm)
+        return [=, &stream] {
+          ops::grouped_matmul(x, w, off);
+          stream.synchronize();
+        };
+      Tensor dw = Tensor::zeros({op.groups, op.n, op.k});
+      return [=, &stream] {
+        ops::grouped_matmul_dw(dy, x, off, dw);
+        stream.synchronize();
+      };
+    }
+    case sim::OpKind::attention:
+    case sim::OpKind::attention_backward: {
+      const Tensor q = random({op.batch, op.q_rows, op.heads, op.head_dim}),
+                   k = random({op.batch, op.kv_rows, op.kv_heads, op.head_dim}),
+                   v = random({op.batch, op.kv_rows, op.kv_heads, op.head_dim});
+      if (op.kind == sim::OpKind::attention)
+        return [=, &stream] {
+          ops::flash_attention(q, k, v, op.causal);
+          stream.synchronize();
+        };
+      const ops::AttentionOut fwd = ops::flash_attention(q, k, v, op.causal);
+      const Tensor dout = random({op.batch, op.q_rows, op.heads, op.head_dim});
+      return [=, &stream] {
+        ops::flash_attention_backward(dout, q, k, v, fwd.out, fwd.lse, op.causal);
+        stream.synchronize();
+      };
+    }
+    case sim::OpKind::elementwise: break;
+  }
+  return [] {};
+}
+
+// The kernels of every layout the planner would consider on 1..max_pes PEs
+// (powers of two), by shape; fp8 shapes measured as f32.
+std::map<std::string, sim::Op> shapes_to_measure(const train::TrainConfig& cfg, int max_pes) {
+  std::map<std::string, sim::Op> out;
+  for (int pes = 1; pes <= max_pes; pes *= 2) {
+    sim::PlanRequest req;
+    req.config = cfg;
+    req.pes = pes;
+    req.global_batch = cfg.batch_size * cfg.grad_accum * pes;  // a batch every layout can split
+    for (const train::TrainConfig& c : sim::valid_layouts(req))
+      for (sim::Op op : sim::kernels_of({c, 1.0})) {
+        if (op.dtype == "fp8") continue;
+        out.emplace(op.key(), op);
+      }
+  }
+  return out;
+}
+
+// Least squares of seconds = steps x latency + volume / bandwidth, each
+// sample's error relative to its time (small and large sizes count alike).
+sim::Fit fit(const std::vector<std::array<double, 3>>& samples) {  // steps, volume, seconds
+  double a11 = 0, a12 = 0, a22 = 0, b1 = 0, b2 = 0;
+  for (auto [s, v, t] : samples) {
+    s /= t, v /= t;
+    a11 += s * s, a12 += s * v, a22 += v * v, b1 += s, b2 += v;
+  }
+  const double det = a11 * a22 - a12 * a12;
+  double latency = (b1 * a22 - b2 * a12) / det, per_byte = (a11 * b2 - a12 * b1) / det;
+  if (latency < 0) {  // bandwidth alone
+    latency = 0;
+    per_byte = b2 / a22;
+  }
+  return {latency, per_byte > 0 ? 1.0 / per_byte : 1e30};
+}
+
+// Under the launcher (2 PEs): put and every collective, fitted, and the busy
+// host's slowdown; PE 0 writes them.
+void measure_links(const std::string& path) {
+  shmem::Session session;
+  const int pes = shmem::n_pes(), me = shmem::my_pe();
+  const bool oversubscribed = pes > runtime::Device::default_device().num_cores();
+  constexpr size_t kMost = 16 << 20;
+  auto* src = static_cast<char*>(shmem::sym_malloc(kMost));
+  auto* dst = static_cast<char*>(shmem::sym_malloc(kMost * size_t(pes)));
+  std::fill(src, src + kMost, 1);
+  const shmem::Team& world = shmem::Team::world();
+  nlohmann::json out = nlohmann::json::object();
+  for (sim::Collective c : sim::all_collectives()) {
+    if (oversubscribed) break;  // the links at a core per PE; here only what sharing costs
+    std::vector<std::array<double, 3>> samples;
+    for (size_t bytes = 8; bytes <= kMost; bytes *= 8) {
+      const size_t per_pe = std::max<size_t>(bytes / size_t(pes), 4) / 4 * 4;
+      const double seconds = median_seconds(
+          [&] {
+            switch (c) {
+              case sim::Collective::put:
+                if (me == 0) shmem::put(dst, src, bytes, 1), shmem::quiet();
+                break;
+              case sim::Collective::all_reduce:
+                shmem::allreduce(world, reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(src),
+                                 std::max<size_t>(bytes / 4, 1), shmem::ReduceOp::sum);
+                break;
+              case sim::Collective::all_gather: shmem::allgather(world, dst, src, per_pe); break;
+              case sim::Collective::reduce_scatter:
+                shmem::reduce_scatter(world, reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(src),
+                                      per_pe / 4, shmem::ReduceOp::sum);
+                break;
+              case sim::Collective::all_to_all: shmem::alltoall(world, dst, src, per_pe); break;
+            }
+            shmem::barrier(world);
+          },
+          0, bytes < (1 << 20) ? 50 : 10);
+      // a sample includes the barrier that completes it, as the trainer's exchanges wait for theirs
+      samples.push_back({sim::collective_steps(c, pes), sim::collective_volume(c, pes, double(bytes)), seconds});
+    }
+    const sim::Fit f = fit(samples);
+    out[sim::collective_name(c)] = {{"latency_seconds", f.latency}, {"bandwidth", f.bandwidth}};
+  }
+  // a busy host: PE 0 computes alone (PE 1 waits, asleep), then both at once, each on its core
+  take_core_share();
+  runtime::Device device(runtime::DeviceOptions{.cores = 1});
+  runtime::Stream stream = device.default_stream();
+  runtime::StreamGuard on(stream);
+  const sim::Op gemm{.kind = sim::OpKind::gemm, .m = 1024, .n = 1024, .k = 256};
+  const std::function<void()> gemm_kernel = kernel(gemm, stream);
+  const Tensor a = random({int64_t(4) << 20}), b = random({int64_t(4) << 20});
+  Tensor sum = Tensor::empty({int64_t(4) << 20});
+  const std::function<void()> add_kernel = [&] {
+    ops::add_out(a, b, sum);
+    stream.synchronize();
+  };
+  for (const auto& [name, fn] : {std::pair{"busy_gemm_slowdown", &gemm_kernel}, std::pair{"busy_memory_slowdown", &add_kernel}}) {
+    // alone and busy in turn, three times: the median ratio (a shared machine's neighbours come and go)
+    std::vector<double> ratios;
+    for (int round = 0; round < 3; ++round) {
+      double alone = 0;
+      if (me == 0) alone = median_seconds(*fn, 0.2);
+      shmem::barrier(world);
+      const double busy = median_seconds(*fn, 0.2);
+      shmem::barrier(world);
+      ratios.push_back(busy / std::max(alone, 1e-12));
+    }
+    std::sort(ratios.begin(), ratios.end());
+    out[name] = std::max(1.0, ratios[1]);
+  }
+  // partners' pace: a GEMM between all-reduces against the two alone (a PE
+  // waits for the slowest partner; that wait grows with the compute between)
+  auto* small = static_cast<float*>(shmem::sym_malloc(2 * sizeof(float)));
+  small[1] = 1;
+  const float* one = small + 1;
+  const std::function<void()> tiny_sum = [&] { shmem::allreduce(world, small, one, 1, shmem::ReduceOp::sum); };
+  std::vector<double> waits;
+  for (int round = 0; round < 3; ++round) {
+    const double compute = median_seconds(gemm_kernel, 0, 40), exchange = median_seconds(tiny_sum, 0, 100);
+    const double pair = median_seconds(
+        [&] {
+          gemm_kernel();
+          tiny_sum();
+        },
+        0, 40);
+    waits.push_back(std::max(0.0, (pair - compute - exchange) / compute));
+  }
+  std::sort(waits.begin(), waits.end());
+  out[oversubscribed ? "crowded_partner_wait" : "partner_wait"] = waits[1];
+  if (me == 0) std::ofstream(path) << out.dump(2) << "\n";  // the session's end frees the heap
+}
+
+void run_calibrate(const CalibrateFlags& f) {
+  const std::string links_path = f.out + ".links.json";
+  if (under_launcher()) {
+    measure_links(links_path);
+    return;
+  }
+  const train::TrainConfig cfg = f.flags.read();
+  cfg.model.validate();
+  const int threads = cfg.cores > 0 ? cfg.cores : 1;  // --cores: per PE
+  runtime::Stream stream = runtime::Device::default_device().default_stream();
+  runtime::StreamLimitGuard guard(stream, threads, threads);
+  sim::Cluster c;
+  c.name = fmt::format("this machine, {} core(s) per PE (coremesh calibrate)", threads);
+  c.threads = threads;
+  const auto shapes = shapes_to_measure(cfg, f.max_pes);
+  fmt::print("calibrate: {} kernel shapes of the config's layouts on 1-{} PEs, {} thread(s) each\n", shapes.size(),
+             f.max_pes, threads);
+  size_t done = 0;
+  for (const auto& [key, op] : shapes) {
+    c.measured[key] = {op.flops, median_seconds(kernel(op, stream), f.budget)};
+    if (++done % 20 == 0 || done == shapes.size()) fmt::print("  {}/{} shapes\n", done, shapes.size());
+    std::fflush(stdout);
+  }
+  // element-wise: c = a + b (reads 2, writes 1) from 48 KiB to 192 MiB
+  for (int64_t n = 4096; n <= (int64_t(16) << 20); n *= 4) {
+    const Tensor a = random({n}), b = random({n});
+    Tensor out = Tensor::empty({n});
+    const double seconds = median_seconds(
+        [&] {
+          ops::add_out(a, b, out);
+          stream.synchronize();
+        },
+        f.budget);
+    c.elementwise_curve.emplace_back(12.0 * double(n), seconds);
+  }
+  const double peak = train::measured_peak_flops(threads);
+  c.device.name = fmt::format("CPU PE, {} core(s)", threads);
+  // the CPU computes bf16 and fp8 GEMMs in f32 (their inputs converted): one peak
+  c.device.peak_flops = {{"f32", peak}, {"bf16", peak}, {"fp8", peak}};
+  c.device.memory_bandwidth = c.elementwise_curve.back().first / c.elementwise_curve.back().second;
+  c.device.cube_cores = c.device.vector_cores = threads;
+  c.cpu_cores = runtime::Device::default_device().num_cores();
+  c.host_devices = f.max_pes;
+  c.devices = f.max_pes;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string label;
+  double kib = 0;
+  meminfo >> label >> kib;
+  c.device.memory_bytes = kib * 1024 / f.max_pes;  // the host's memory over its PEs
+  // the links: 2 PEs on this host
+  fmt::print("calibrate: put and collectives at 2 PEs (shm transport)\n");
+  std::fflush(stdout);
+  CM_CHECK(launch_self(2, 64 << 20) == 0, "see the PEs' errors above", "the link measurement failed");
+  nlohmann::json links;
+  std::ifstream(links_path) >> links;
+  std::filesystem::remove(links_path);
+  // and with twice as many PEs as cores, what an exchange costs when PEs take turns on them
+  const int crowded = 2 * c.cpu_cores;
+  if (crowded <= f.max_pes) {
+    fmt::print("calibrate: an exchange between computes at {} PEs on {} cores\n", crowded, c.cpu_cores);
+    std::fflush(stdout);
+    CM_CHECK(launch_self(crowded, 64 << 20) == 0, "see the PEs' errors above", "the shared-core measurement failed");
+    nlohmann::json more;
+    std::ifstream(links_path) >> more;
+    std::filesystem::remove(links_path);
+    c.crowded_partner_wait = more.at("crowded_partner_wait").get<double>();
+  }
+  c.intra_host.name = "shared memory (coremesh shm transport)";
+  c.busy_gemm_slowdown = links.at("busy_gemm_slowdown").get<double>();
+  c.busy_memory_slowdown = links.at("busy_memory_slowdown").get<double>();
+  c.partner_wait = links.at("partner_wait").get<double>();
+  if (c.crowded_partner_wait == 0) c.crowded_partner_wait = c.partner_wait;
+  for (const auto& [name, fj] : links.items()) {
+    if (!fj.is_object()) continue;
+    const sim::Fit fitted{fj.at("latency_seconds").get<double>(), fj.at("bandwidth").get<double>()};
+    for (sim::Collective col : sim::all_collectives())
+      if (sim::collective_name(col) == name) c.intra_host.fitted[col] = fitted;
+  }
+  c.intra_host.latency = c.intra_host.fitted.at(sim::Collective::put).latency;
+  c.intra_host.bandwidth = c.intra_host.fitted.at(sim::Collective::put).bandwidth;
+  c.inter_host = c.intra_host;  // one host: no link between hosts was measured
+  c.inter_host.name = "not measured (one host): the intra-host figures";
+  c.sources = {fmt::format("measured by coremesh calibrate on {} (config {})", "this machine",
+                           f.flags.config.empty() ? "defaults" : f.flags.config)};
+  sim::save_cluster(c, f.out);
+  fmt::print("wrote {}: GEMM peak {:.3g} GFLOP/s per PE, memory bandwidth {:.3g} GB/s, put latency {:.3g} us, "
+             "bandwidth {:.3g} GB/s; partners wait {:.1f}% of their compute ({:.1f}% with 2 PEs a core); with every core busy GEMMs run {:.2f}x, element-wise {:.2f}x the time\n",
+             f.out, peak / 1e9, c.device.memory_bandwidth / 1e9, c.intra_host.latency * 1e6,
+             c.intra_host.bandwidth / 1e9, 100 * c.partner_wait, 100 * c.crowded_partner_wait, c.busy_gemm_slowdown, c.busy_memory_slowdown);
+}
+
+}  // namespace
+
+void register_calibrate_command(CLI::App& app) {
+  auto f = std::make_shared<CalibrateFlags>();
+  auto* cmd = app.add_subcommand("calibrate", "Measure this machine into a cluster file for simulate and plan");
+  cmd->add_option("--output", f->out, "the cluster file to write")->capture_default_str();
+  cmd->add_option("--max-pes", f->max_pes, "measure the shapes of the layouts of up to this many PEs")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--seconds", f->budget, "repeats per shape, in seconds (the median is kept)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 10.0));
+  f->flags.add(*cmd);
+  cmd->callback([f] { run_calibrate(*f); });
+}
+
+}  // namespace coremesh::cli

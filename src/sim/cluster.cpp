@@ -1,0 +1,337 @@
+#include "coremesh/sim/cluster.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "coremesh/core/error.hpp"
+
+namespace coremesh::sim {
+
+namespace {
+
+const std::vector<std::pair<OpKind, std::string>> kOpKinds = {
+    {OpKind::gemm, "gemm"},
+    {OpKind::grouped_gemm, "grouped_gemm"},
+    {OpKind::grouped_gemm_dw, "grouped_gemm_dw"},
+    {OpKind::attention, "attention"},
+    {OpKind::attention_backward, "attention_backward"},
+    {OpKind::elementwise, "elementwise"}};
+
+const std::vector<std::pair<Collective, std::string>> kCollectives = {
+    {Collective::put, "put"},
+    {Collective::all_reduce, "all_reduce"},
+    {Collective::all_gather, "all_gather"},
+    {Collective::reduce_scatter, "reduce_scatter"},
+    {Collective::all_to_all, "all_to_all"}};
+
+template <class E>
+E parse_name(const std::vector<std::pair<E, std::string>>& names, const std::string& text, const char* what) {
+  std::string known;
+  for (const auto& [value, name] : names) {
+    if (name == text) return value;
+    known += (known.empty() ? "" : ", ") + name;
+  }
+  CM_THROW(InvalidArgument, fmt::format("use one of {}", known), "cluster file: unknown {} '{}'", what, text);
+}
+
+// The log-log interpolation of a measured (work, seconds) curve; beyond its
+// ends, time proportional to work from the nearest point.
+double interpolate(const std::vector<std::pair<double, double>>& curve, double work) {
+  if (work <= 0) return 0;
+  if (work <= curve.front().first) return curve.front().second * work / curve.front().first;
+  if (work >= curve.back().first) return curve.back().second * work / curve.back().first;
+  const auto hi = std::lower_bound(curve.begin(), curve.end(), std::make_pair(work, 0.0));
+  const auto lo = hi - 1;
+  const double t = std::log(work / lo->first) / std::log(hi->first / lo->first);
+  return std::exp(std::log(lo->second) + t * (std::log(hi->second) - std::log(lo->second)));
+}
+
+Link link_from_json(const nlohmann::json& j) {
+  Link l;
+  l.name = j.value("name", "");
+  l.latency = j.at("latency_seconds").get<double>();
+  l.bandwidth = j.at("bandwidth").get<double>();
+  if (j.contains("collectives"))
+    for (const auto& [name, f] : j.at("collectives").items())
+      l.fitted[parse_name(kCollectives, name, "collective")] = {f.at("latency_seconds").get<double>(),
+                                                                 f.at("bandwidth").get<double>()};
+  return l;
+}
+
+nlohmann::json link_to_json(const Link& l) {
+  nlohmann::json j = {{"name", l.name}, {"latency_seconds", l.latency}, {"bandwidth", l.bandwidth}};
+  for (const auto& [c, f] : l.fitted)
+    j["collectives"][collective_name(c)] = {{"latency_seconds", f.latency}, {"bandwidth", f.bandwidth}};
+  return j;
+}
+
+}  // namespace
+
+std::string op_kind_name(OpKind kind) {
+  for (const auto& [k, name] : kOpKinds)
+    if (k == kind) return name;
+  return "?";
+}
+
+std::string collective_name(Collective c) {
+  for (const auto& [k, name] : kCollectives)
+    if (k == c) return name;
+  return "?";
+}
+
+const std::vector<Collective>& all_collectives() {
+  static const std::vector<Collective> all = [] {
+    std::vector<Collective> v;
+    for (const auto& [c, name] : kCollectives) v.push_back(c);
+    return v;
+  }();
+  return all;
+}
+
+std::string Op::key() const {
+  switch (kind) {
+    case OpKind::gemm:
+      return fmt::format("gemm {} {}x{}x{}{}{}", dtype, m, n, k, trans_a ? " ta" : "", trans_b ? " tb" : "");
+    case OpKind::grouped_gemm:
+    case OpKind::grouped_gemm_dw:
+      return fmt::format("{} {} {}x{}x{} groups {}", op_kind_name(kind), dtype, m, n, k, groups);
+    case OpKind::attention:
+    case OpKind::attention_backward:
+      return fmt::format("{} b{} h{} kv{} q{} k{} d{}{}", op_kind_name(kind), batch, heads, kv_heads, q_rows,
+                         kv_rows, head_dim, causal ? " causal" : "");
+    case OpKind::elementwise: return fmt::format("elementwise {}", bytes);
+  }
+  return {};
+}
+
+// Ring algorithms: an all-reduce is a reduce-scatter and an all-gather.
+double collective_steps(Collective c, int pes) {
+  if (pes <= 1) return 0;
+  switch (c) {
+    case Collective::put: return 1;
+    case Collective::all_reduce: return 2.0 * (pes - 1);
+    default: return pes - 1;
+  }
+}
+
+double collective_volume(Collective c, int pes, double bytes) {
+  if (pes <= 1) return 0;
+  const double share = double(pes - 1) / pes;
+  switch (c) {
+    case Collective::put: return bytes;
+    case Collective::all_reduce: return 2 * share * bytes;
+    default: return share * bytes;
+  }
+}
+
+Fit Link::fit(Collective c) const {
+  const auto it = fitted.find(c);
+  return it != fitted.end() ? it->second : Fit{latency, bandwidth};
+}
+
+double Cluster::peak(const std::string& dtype) const {
+  const auto it = device.peak_flops.find(dtype);
+  if (it != device.peak_flops.end()) return it->second;
+  return device.peak_flops.at("f32");  // a dtype without its own peak runs at f32's (validated present)
+}
+
+double Cluster::op_seconds(const Op& op) const {
+  if (op.kind == OpKind::elementwise && !elementwise_curve.empty()) return interpolate(elementwise_curve, op.bytes);
+  const std::string key = op.key();
+  if (const auto it = measured.find(key); it != measured.end()) return it->second.seconds;
+  // the measured shape of the same kind and dtype nearest in work, scaled (within 4x)
+  if (op.flops > 0) {
+    const std::string prefix = key.substr(0, key.find(' ', key.find(' ') + 1) + 1);
+    const Measurement* best = nullptr;
+    double best_distance = std::log(4.0);
+    for (const auto& [other, m] : measured)
+      if (other.compare(0, prefix.size(), prefix) == 0 && m.flops > 0) {
+        const double d = std::abs(std::log(m.flops / op.flops));
+        if (d < best_distance) best_distance = d, best = &m;
+      }
+    if (best) return best->seconds * op.flops / best->flops;
+  }
+  const auto eff = [&](OpKind k) {
+    const auto it = device.efficiency.find(k);
+    return it != device.efficiency.end() ? it->second : 1.0;
+  };
+  if (op.kind == OpKind::elementwise)
+    return device.launch_seconds + op.bytes / (device.memory_bandwidth * eff(OpKind::elementwise));
+  return device.launch_seconds +
+         std::max(op.flops / (peak(op.dtype) * eff(op.kind)), op.bytes / device.memory_bandwidth);
+}
+
+double Cluster::exchange_seconds(Collective c, int pes, double bytes, bool spans_hosts) const {
+  if (pes <= 1 || bytes <= 0) return 0;
+  const Link& link = spans_hosts ? inter_host : intra_host;
+  const Fit f = link.fit(c);
+  return collective_steps(c, pes) * f.latency + collective_volume(c, pes, bytes) / f.bandwidth;
+}
+
+double Cluster::sharing(int pes_on_host, int threads_per_pe, OpKind kind) const {
+  if (cpu_cores <= 0) return 1;
+  const double busy_cores = double(pes_on_host) * std::max(1, threads_per_pe);
+  // the busy slowdown grows from none with one core busy to all of it with every core busy
+  const double busy = cpu_cores > 1 ? std::min(1.0, (busy_cores - 1) / (cpu_cores - 1)) : 0.0;
+  const double slowdown = kind == OpKind::elementwise ? busy_memory_slowdown : busy_gemm_slowdown;
+  return std::max(1.0, busy_cores / cpu_cores) * (1 + busy * (slowdown - 1));
+}
+
+std::vector<std::string> Cluster::problems() const {
+  std::vector<std::string> out;
+  auto positive = [&](double v, const char* field) {
+    if (!(v > 0) || !std::isfinite(v)) out.push_back(fmt::format("{} is {}: give a number > 0", field, v));
+  };
+  if (devices < 1) out.push_back(fmt::format("devices is {}: give the cluster's device count (>= 1)", devices));
+  if (host_devices < 1)
+    out.push_back(fmt::format("host.devices is {}: give the devices per host (>= 1)", host_devices));
+  if (cpu_cores < 0) out.push_back("host.cpu_cores is negative: give 0 (devices do not share) or the host's cores");
+  if (!(busy_gemm_slowdown >= 1 && busy_memory_slowdown >= 1))
+    out.push_back("host.busy_gemm_slowdown and busy_memory_slowdown are factors >= 1 (1: a busy host is not slower)");
+  if (!(partner_wait >= 0 && crowded_partner_wait >= 0))
+    out.push_back("host.partner_wait and crowded_partner_wait are fractions >= 0 (0: partners never wait)");
+  if (!device.peak_flops.count("f32"))
+    out.push_back("device.peak_flops has no \"f32\": give at least the f32 peak (FLOP/s)");
+  for (const auto& [dtype, v] : device.peak_flops) positive(v, fmt::format("device.peak_flops.{}", dtype).c_str());
+  positive(device.memory_bandwidth, "device.memory_bandwidth");
+  for (const auto& [k, v] : device.efficiency)
+    if (!(v > 0 && v <= 1))
+      out.push_back(fmt::format("device.efficiency.{} is {}: give a fraction in (0, 1]", op_kind_name(k), v));
+  if (device.launch_seconds < 0) out.push_back("device.launch_seconds is negative: give a time >= 0");
+  for (const auto* l : {&intra_host, &inter_host}) {
+    const char* name = l == &intra_host ? "links.intra_host" : "links.inter_host";
+    positive(l->bandwidth, fmt::format("{}.bandwidth", name).c_str());
+    if (l->latency < 0) out.push_back(fmt::format("{}.latency_seconds is negative: give a time >= 0", name));
+    for (const auto& [c, f] : l->fitted) {
+      positive(f.bandwidth, fmt::format("{}.collectives.{}.bandwidth", name, collective_name(c)).c_str());
+      if (f.latency < 0)
+        out.push_back(fmt::format("{}.collectives.{}.latency_seconds is negative", name, collective_name(c)));
+    }
+  }
+  for (size_t i = 1; i < elementwise_curve.size(); ++i)
+    if (!(elementwise_curve[i].first > elementwise_curve[i - 1].first))
+      out.push_back("measured.elementwise: give the (bytes, seconds) points in ascending bytes");
+  for (const auto& [bytes, seconds] : elementwise_curve)
+    if (!(bytes > 0 && seconds > 0)) out.push_back("measured.elementwise: bytes and seconds must be > 0");
+  for (const auto& [key, m] : measured)
+    if (!(m.seconds > 0 && m.flops >= 0))
+      out.push_back(fmt::format("measured op '{}' takes {} s for {} FLOPs: give a time > 0", key, m.seconds, m.flops));
+  return out;
+}
+
+Cluster cluster_from_json(const nlohmann::json& j) {
+  Cluster c;
+  try {
+    const std::string schema = j.value("schema", "");
+    CM_CHECK(schema == kClusterSchema, fmt::format("start the file with \"schema\": \"{}\"", kClusterSchema),
+             "cluster file: schema '{}' is not {}", schema, kClusterSchema);
+    c.name = j.value("name", "");
+    c.sources = j.value("sources", std::vector<std::string>{});
+    c.devices = j.value("devices", 1);
+    const auto& d = j.at("device");
+    c.device.name = d.value("name", "");
+    c.device.peak_flops = d.at("peak_flops").get<std::map<std::string, double>>();
+    c.device.memory_bytes = d.value("memory_bytes", 0.0);
+    c.device.memory_bandwidth = d.at("memory_bandwidth").get<double>();
+    c.device.cube_cores = d.value("cube_cores", 0);
+    c.device.vector_cores = d.value("vector_cores", 0);
+    if (d.contains("efficiency"))
+      for (const auto& [name, v] : d.at("efficiency").items())
+        c.device.efficiency[parse_name(kOpKinds, name, "op kind")] = v.get<double>();
+    c.device.launch_seconds = d.value("launch_seconds", 0.0);
+    if (j.contains("host")) {
+      c.host_devices = j.at("host").value("devices", 1);
+      c.cpu_cores = j.at("host").value("cpu_cores", 0);
+      c.busy_gemm_slowdown = j.at("host").value("busy_gemm_slowdown", 1.0);
+      c.busy_memory_slowdown = j.at("host").value("busy_memory_slowdown", 1.0);
+      c.partner_wait = j.at("host").value("partner_wait", 0.0);
+      c.crowded_partner_wait = j.at("host").value("crowded_partner_wait", c.partner_wait);
+    }
+    c.intra_host = link_from_json(j.at("links").at("intra_host"));
+    c.inter_host = link_from_json(j.at("links").at("inter_host"));
+    if (j.contains("measured")) {
+      const auto& m = j.at("measured");
+      c.threads = m.value("threads", 0);
+      if (m.contains("ops"))
+        for (const auto& op : m.at("ops"))
+          c.measured[op.at("key").get<std::string>()] = {op.value("flops", 0.0), op.at("seconds").get<double>()};
+      if (m.contains("elementwise"))
+        for (const auto& p : m.at("elementwise")) c.elementwise_curve.emplace_back(p.at(0).get<double>(), p.at(1).get<double>());
+    }
+  } catch (const nlohmann::json::exception& e) {
+    CM_THROW(InvalidArgument, "see docs/simulator.md for the cluster file's fields", "cluster file: {}", e.what());
+  }
+  const auto problems = c.problems();
+  if (!problems.empty()) {
+    std::string all;
+    for (const auto& p : problems) all += "\n  " + p;
+    CM_THROW(InvalidArgument, "fix these fields (docs/simulator.md)", "cluster file '{}':{}", c.name, all);
+  }
+  return c;
+}
+
+nlohmann::json to_json(const Cluster& c) {
+  nlohmann::json eff = nlohmann::json::object();
+  for (const auto& [k, v] : c.device.efficiency) eff[op_kind_name(k)] = v;
+  nlohmann::json j = {
+      {"schema", kClusterSchema},
+      {"name", c.name},
+      {"sources", c.sources},
+      {"devices", c.devices},
+      {"device",
+       {{"name", c.device.name},
+        {"peak_flops", c.device.peak_flops},
+        {"memory_bytes", c.device.memory_bytes},
+        {"memory_bandwidth", c.device.memory_bandwidth},
+        {"cube_cores", c.device.cube_cores},
+        {"vector_cores", c.device.vector_cores},
+        {"efficiency", eff},
+        {"launch_seconds", c.device.launch_seconds}}},
+      {"host",
+       {{"devices", c.host_devices},
+        {"cpu_cores", c.cpu_cores},
+        {"busy_gemm_slowdown", c.busy_gemm_slowdown},
+        {"busy_memory_slowdown", c.busy_memory_slowdown},
+        {"partner_wait", c.partner_wait},
+        {"crowded_partner_wait", c.crowded_partner_wait}}},
+      {"links", {{"intra_host", link_to_json(c.intra_host)}, {"inter_host", link_to_json(c.inter_host)}}}};
+  if (c.threads > 0 || !c.measured.empty() || !c.elementwise_curve.empty()) {
+    nlohmann::json curve = nlohmann::json::array();
+    for (const auto& [bytes, seconds] : c.elementwise_curve) curve.push_back({bytes, seconds});
+    nlohmann::json ops = nlohmann::json::array();
+    for (const auto& [key, m] : c.measured) ops.push_back({{"key", key}, {"flops", m.flops}, {"seconds", m.seconds}});
+    j["measured"] = {{"threads", c.threads}, {"ops", ops}, {"elementwise", curve}};
+  }
+  return j;
+}
+
+Cluster load_cluster(const std::string& path) {
+  std::ifstream in(path);
+  CM_CHECK(in.good(), "check the path (clusters/ holds examples; `coremesh calibrate` writes one)",
+           "cannot open cluster file '{}'", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    CM_THROW(InvalidArgument, "fix the JSON syntax", "cannot parse cluster file '{}': {}", path, e.what());
+  }
+  return cluster_from_json(j);
+}
+
+void save_cluster(const Cluster& c, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    CM_CHECK(out.good(), "check that the directory exists and is writable", "cannot write '{}'", tmp);
+    out << to_json(c).dump(2) << "\n";
+    CM_CHECK(out.good(), "check the free disk space", "writing '{}' failed", tmp);
+  }
+  CM_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "check the directory's permissions", "cannot rename '{}' to '{}'",
+           tmp, path);
+}
+
+}  // namespace coremesh::sim
