@@ -2,9 +2,9 @@
 """Simulated against measured step time, every layout that fits this machine
 (issue 28: each within 10%, the median within 5%).
 
-`coremesh calibrate` measures this machine into a cluster file (the demo
-model's kernel shapes at 1 core per PE, element-wise bytes, the shm
-transport's collectives at 2 PEs); then, for each layout, `coremesh
+`coremesh calibrate --network` measures this machine into a cluster file (the
+demo model's kernel shapes at 1 core per PE, element-wise bytes, the shm
+transport's collectives at 2 PEs, the network path's under mpirun); then, for each layout, `coremesh
 simulate --json` predicts the step and `coremesh train` runs it: the
 measured step is the median of the trainer's step_seconds (metrics.jsonl)
 over the steps after the first two, the median over --rounds runs; an EP
@@ -12,7 +12,9 @@ layout is simulated with the routing skew its runs measured (the issue's
 "routing skew as input"). Every
 run uses the demo's model and micro-batch (bench/train_demo_config.json),
 1 core per PE (4 PEs share the 2 cores, as the simulator's host sharing
-says), no validation, checkpoint or sample inside the timed steps.
+says), no validation, checkpoint or sample inside the timed steps. The
+"network" layouts run under mpirun with each PE its own host
+(tests/shmem/mpirun_net.sh) and are simulated with --pes-per-host 1.
 Prints a markdown table for docs/performance.md ("Step simulator").
 With --check it exits 1 when a layout is off by more than --tolerance.
   usage: simulator_validation.py [--coremesh EXE] [--steps N] [--rounds R] [--only NAME ...]
@@ -49,10 +51,16 @@ LAYOUTS = [
     ("dp 2 x ep 2", ["--dp", "2", "--ep", "2"]),
     ("pp 2 x tp 2", PP + ["--tp", "2"]),
 ]
+# Under mpirun, each PE its own host: the network path (ucx over loopback TCP)
+NETWORK = [
+    ("dp 2, network", ["--dp", "2"]),
+    ("ep 2, network", ["--ep", "2"]),
+    ("tp 2, network", ["--tp", "2"]),
+]
 
 
-def run(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+def run(cmd, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
     return r.stdout
@@ -62,15 +70,23 @@ def ep_of(flags):
     return int(flags[flags.index("--ep") + 1]) if "--ep" in flags else 1
 
 
-def measured(exe, config, flags, steps, work):
+def measured(exe, config, flags, steps, work, network=False):
     """The median step after the first two, and the EP skew the run routed:
     per step, the mean over MoE layers of the busiest EP rank's share of the
     routed rows over the mean share (experts in contiguous blocks per rank);
     its median over the same steps."""
     out = os.path.join(work, "run")
-    run([exe, "train", "--config", config, "--steps", str(steps), "--no-progress", "--report", "false",
+    launch = []
+    if network:  # each PE its own host under mpirun (tests/shmem/mpirun_net.sh)
+        world = 1
+        for dim in ("--dp", "--ep", "--tp", "--cp", "--pp"):
+            if dim in flags:
+                world *= int(flags[flags.index(dim) + 1])
+        launch = ["sh", os.path.join(ROOT, "tests", "shmem", "mpirun_net.sh"), str(world)]
+    env = dict(os.environ, SHMEM_SYMMETRIC_SIZE="512M") if network else None
+    run(launch + [exe, "train", "--config", config, "--steps", str(steps), "--no-progress", "--report", "false",
          "--sample-tokens", "0", "--val-every", "0", "--val-batches", "1", "--ckpt-every", "0",
-         "--out", out] + flags)
+         "--out", out] + flags, env=env)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         lines = [json.loads(line) for line in f if line.strip()][2:]
     ep = ep_of(flags)
@@ -102,16 +118,17 @@ def main():
         cluster = a.cluster
         if not cluster:
             cluster = os.path.join(work, "cluster.json")
-            run([a.coremesh, "calibrate", "--config", a.config, "--output", cluster, "--max-pes", "4"])
+            run([a.coremesh, "calibrate", "--config", a.config, "--output", cluster, "--max-pes", "4", "--network"])
         rows = []
-        for name, flags in LAYOUTS:
+        for name, flags in LAYOUTS + NETWORK:
             if a.only and name not in a.only:
                 continue
-            runs = [measured(a.coremesh, a.config, flags, a.steps, work) for _ in range(a.rounds)]
+            network = (name, flags) in NETWORK
+            runs = [measured(a.coremesh, a.config, flags, a.steps, work, network) for _ in range(a.rounds)]
             times = [t for t, _ in runs]
             meas, skew = statistics.median(times), statistics.median(s for _, s in runs)
             sim = json.loads(run([a.coremesh, "simulate", "--config", a.config, "--cluster", cluster, "--json",
-                                  "--skew", f"{skew:.4f}"] + flags))
+                                  "--skew", f"{skew:.4f}"] + (["--pes-per-host", "1"] if network else []) + flags))
             sim["skew"] = skew
             err = sim["step_seconds"] / meas - 1
             rows.append((name, sim, meas, err, times))
@@ -120,7 +137,7 @@ def main():
     print("| layout | PEs | EP skew | simulated step (s) | measured step (s) | error | simulated bubble | exposed exchange |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, sim, meas, err, _ in rows:
-        skew = f"{sim['skew']:.2f}" if ep_of(dict(LAYOUTS)[name]) > 1 else ""
+        skew = f"{sim['skew']:.2f}" if ep_of(dict(LAYOUTS + NETWORK)[name]) > 1 else ""
         print(f"| {name} | {sim['pes']} | {skew} | {sim['step_seconds']:.4f} | {meas:.4f} | {100 * err:+.1f}% | "
               f"{100 * sim['bubble_fraction']:.0f}% | {100 * sim['exposed_comm_seconds'] / sim['step_seconds']:.1f}% |")
     errors = [abs(r[3]) for r in rows]

@@ -47,6 +47,7 @@ using Clock = std::chrono::steady_clock;
 struct CalibrateFlags {
   ConfigFlags flags;
   std::string out = "cluster.json";
+  bool network = false;  // also the network path: 2 PEs under mpirun, one per "host", over loopback TCP
   int max_pes = 8;
   double budget = 0.05;  // seconds of repeats per shape
 };
@@ -128,7 +129,7 @@ std::function<void()> kernel(const sim::Op& op, runtime::Stream& stream) {
 }
 
 // The kernels of every layout the planner would consider on 1..max_pes PEs
-// (powers of two), by shape; fp8 shapes measured as f32.
+// (powers of two), by shape; fp8 shapes take their f32 twins' times.
 std::map<std::string, sim::Op> shapes_to_measure(const train::TrainConfig& cfg, int max_pes) {
   std::map<std::string, sim::Op> out;
   for (int pes = 1; pes <= max_pes; pes *= 2) {
@@ -139,6 +140,9 @@ std::map<std::string, sim::Op> shapes_to_measure(const train::TrainConfig& cfg, 
     for (const train::TrainConfig& c : sim::valid_layouts(req))
       for (sim::Op op : sim::kernels_of({c, 1.0})) {
         if (op.dtype == "fp8") continue;
+        // a ring rank's queries against the whole sequence run as blocks of its chunks: priced
+        // from the measured attention nearest in FLOPs
+        if (op.q_rows != op.kv_rows) continue;
         out.emplace(op.key(), op);
       }
   }
@@ -167,7 +171,9 @@ sim::Fit fit(const std::vector<std::array<double, 3>>& samples) {  // steps, vol
 void measure_links(const std::string& path) {
   shmem::Session session;
   const int pes = shmem::n_pes(), me = shmem::my_pe();
-  const bool oversubscribed = pes > runtime::Device::default_device().num_cores();
+  // the parent says what to measure: the links at a core per PE, or what PEs taking turns on a core cost
+  const char* mode = std::getenv("COREMESH_CALIBRATE_MODE");
+  const bool oversubscribed = mode != nullptr && std::string(mode) == "crowded";
   constexpr size_t kMost = 16 << 20;
   auto* src = static_cast<char*>(shmem::sym_malloc(kMost));
   auto* dst = static_cast<char*>(shmem::sym_malloc(kMost * size_t(pes)));
@@ -254,6 +260,45 @@ void measure_links(const std::string& path) {
   if (me == 0) std::ofstream(path) << out.dump(2) << "\n";  // the session's end frees the heap
 }
 
+// The fitted collectives of a links file into `link` (latency and bandwidth: the put's).
+void read_links(const nlohmann::json& links, sim::Link& link) {
+  for (const auto& [name, fj] : links.items()) {
+    if (!fj.is_object()) continue;
+    const sim::Fit fitted{fj.at("latency_seconds").get<double>(), fj.at("bandwidth").get<double>()};
+    for (sim::Collective col : sim::all_collectives())
+      if (sim::collective_name(col) == name) link.fitted[col] = fitted;
+  }
+  link.latency = link.fitted.at(sim::Collective::put).latency;
+  link.bandwidth = link.fitted.at(sim::Collective::put).bandwidth;
+}
+
+nlohmann::json take_links(const std::string& path) {
+  nlohmann::json links;
+  std::ifstream(path) >> links;
+  std::filesystem::remove(path);
+  return links;
+}
+
+// This command again under mpirun, 2 PEs each its own host (COREMESH_PES_PER_HOST=1), the
+// network engine (ucx) over TCP on the loopback device: the network path as one machine has it.
+int launch_network_pair() {
+  std::string cmd =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+      "COREMESH_PES_PER_HOST=1 COREMESH_TRANSPORT=ucx UCX_TLS=tcp UCX_NET_DEVICES=lo SHMEM_SYMMETRIC_SIZE=160M "
+      "COREMESH_CALIBRATE_MODE=links "
+      "mpirun -n 2 --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca osc pt2pt "
+      "-x COREMESH_PES_PER_HOST -x COREMESH_TRANSPORT -x UCX_TLS -x UCX_NET_DEVICES -x SHMEM_SYMMETRIC_SIZE "
+      "-x OPENBLAS_NUM_THREADS -x COREMESH_CALIBRATE_MODE";
+  std::vector<std::string> argv = command_line();
+  argv[0] = std::filesystem::read_symlink("/proc/self/exe").string();
+  for (const std::string& a : argv) {  // single-quoted for the shell
+    std::string quoted = " '";
+    for (char ch : a) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    cmd += quoted + "'";
+  }
+  return std::system(cmd.c_str());
+}
+
 void run_calibrate(const CalibrateFlags& f) {
   const std::string links_path = f.out + ".links.json";
   if (under_launcher()) {
@@ -306,19 +351,17 @@ void run_calibrate(const CalibrateFlags& f) {
   // the links: 2 PEs on this host
   fmt::print("calibrate: put and collectives at 2 PEs (shm transport)\n");
   std::fflush(stdout);
+  ::setenv("COREMESH_CALIBRATE_MODE", "links", 1);
   CM_CHECK(launch_self(2, 64 << 20) == 0, "see the PEs' errors above", "the link measurement failed");
-  nlohmann::json links;
-  std::ifstream(links_path) >> links;
-  std::filesystem::remove(links_path);
+  const nlohmann::json links = take_links(links_path);
   // and with twice as many PEs as cores, what an exchange costs when PEs take turns on them
   const int crowded = 2 * c.cpu_cores;
   if (crowded <= f.max_pes) {
     fmt::print("calibrate: an exchange between computes at {} PEs on {} cores\n", crowded, c.cpu_cores);
     std::fflush(stdout);
+    ::setenv("COREMESH_CALIBRATE_MODE", "crowded", 1);
     CM_CHECK(launch_self(crowded, 64 << 20) == 0, "see the PEs' errors above", "the shared-core measurement failed");
-    nlohmann::json more;
-    std::ifstream(links_path) >> more;
-    std::filesystem::remove(links_path);
+    const nlohmann::json more = take_links(links_path);
     c.crowded_partner_wait = more.at("crowded_partner_wait").get<double>();
   }
   c.intra_host.name = "shared memory (coremesh shm transport)";
@@ -326,16 +369,18 @@ void run_calibrate(const CalibrateFlags& f) {
   c.busy_memory_slowdown = links.at("busy_memory_slowdown").get<double>();
   c.partner_wait = links.at("partner_wait").get<double>();
   if (c.crowded_partner_wait == 0) c.crowded_partner_wait = c.partner_wait;
-  for (const auto& [name, fj] : links.items()) {
-    if (!fj.is_object()) continue;
-    const sim::Fit fitted{fj.at("latency_seconds").get<double>(), fj.at("bandwidth").get<double>()};
-    for (sim::Collective col : sim::all_collectives())
-      if (sim::collective_name(col) == name) c.intra_host.fitted[col] = fitted;
+  read_links(links, c.intra_host);
+  if (f.network) {
+    fmt::print("calibrate: put and collectives on the network path (mpirun, ucx over loopback TCP)\n");
+    std::fflush(stdout);
+    CM_CHECK(launch_network_pair() == 0, "see the errors above (mpirun and OpenMPI are installed by make test)",
+             "the network path's measurement failed");
+    read_links(take_links(links_path), c.inter_host);
+    c.inter_host.name = "network path: ucx over TCP on the loopback device (one machine)";
+  } else {
+    c.inter_host = c.intra_host;  // one host: no link between hosts was measured
+    c.inter_host.name = "not measured (one host, no --network): the intra-host figures";
   }
-  c.intra_host.latency = c.intra_host.fitted.at(sim::Collective::put).latency;
-  c.intra_host.bandwidth = c.intra_host.fitted.at(sim::Collective::put).bandwidth;
-  c.inter_host = c.intra_host;  // one host: no link between hosts was measured
-  c.inter_host.name = "not measured (one host): the intra-host figures";
   c.sources = {fmt::format("measured by coremesh calibrate on {} (config {})", "this machine",
                            f.flags.config.empty() ? "defaults" : f.flags.config)};
   sim::save_cluster(c, f.out);
@@ -351,6 +396,8 @@ void register_calibrate_command(CLI::App& app) {
   auto f = std::make_shared<CalibrateFlags>();
   auto* cmd = app.add_subcommand("calibrate", "Measure this machine into a cluster file for simulate and plan");
   cmd->add_option("--output", f->out, "the cluster file to write")->capture_default_str();
+  cmd->add_flag("--network", f->network,
+                "also measure the network path: 2 PEs under mpirun, each its own host, ucx over loopback TCP");
   cmd->add_option("--max-pes", f->max_pes, "measure the shapes of the layouts of up to this many PEs")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));

@@ -21,6 +21,7 @@ namespace {
 struct SimulateFlags {
   ConfigFlags flags;
   std::string cluster, trace;
+  int pes_per_host = 0;
   double skew = 1.0;
   bool json = false;
 };
@@ -28,9 +29,23 @@ struct SimulateFlags {
 struct PlanFlags {
   ConfigFlags flags;
   std::string cluster;
-  int pes = 0, top = 10, global_batch = 0;
+  int pes = 0, top = 10, global_batch = 0, pes_per_host = 0;
   double memory_gb = 0, skew = 1.0;
 };
+
+// The cluster file, with --pes-per-host in place of its host.devices.
+sim::Cluster cluster_of(const std::string& path, int pes_per_host) {
+  sim::Cluster c = sim::load_cluster(path);
+  if (pes_per_host > 0) c.host_devices = pes_per_host;
+  return c;
+}
+
+void add_pes_per_host(CLI::App& cmd, int& value) {
+  cmd.add_option("--pes-per-host", value,
+                 "devices per host instead of the file's host.devices (1: every PE on its own host, as "
+                 "COREMESH_PES_PER_HOST=1 under mpirun)")
+      ->check(CLI::Range(1, 1 << 20));
+}
 
 std::string gb(int64_t bytes) { return fmt::format("{:.3g} GB", double(bytes) / 1e9); }
 
@@ -48,7 +63,7 @@ nlohmann::json result_json(const sim::SimResult& r) {
 }
 
 void run_simulate(const SimulateFlags& f) {
-  const sim::Cluster cluster = sim::load_cluster(f.cluster);
+  const sim::Cluster cluster = cluster_of(f.cluster, f.pes_per_host);
   const sim::SimResult r = sim::simulate_step({f.flags.read(), f.skew}, cluster);
   if (!f.trace.empty()) {
     std::ofstream out(f.trace);
@@ -74,7 +89,7 @@ void run_simulate(const SimulateFlags& f) {
 }
 
 void run_plan(const PlanFlags& f) {
-  const sim::Cluster cluster = sim::load_cluster(f.cluster);
+  const sim::Cluster cluster = cluster_of(f.cluster, f.pes_per_host);
   sim::PlanRequest req;
   req.config = f.flags.read();
   req.pes = f.pes > 0 ? f.pes : cluster.devices;
@@ -116,6 +131,7 @@ void register_simulate_commands(CLI::App& app) {
         ->check(CLI::Range(1.0, 1e6));
     cmd->add_option("--trace", f->trace, "write the simulated timeline here (Chrome/Perfetto JSON)");
     cmd->add_flag("--json", f->json, "print the result as JSON");
+    add_pes_per_host(*cmd, f->pes_per_host);
     f->flags.add(*cmd);
     cmd->callback([f] { run_simulate(*f); });
   }
@@ -132,6 +148,7 @@ void register_simulate_commands(CLI::App& app) {
     cmd->add_option("--skew", f->skew, "EP: the busiest rank's routed rows over the mean (1: balanced)")
         ->capture_default_str()
         ->check(CLI::Range(1.0, 1e6));
+    add_pes_per_host(*cmd, f->pes_per_host);
     cmd->add_option("--top", f->top, "layouts to print")->capture_default_str()->check(CLI::Range(1, 1 << 20));
     f->flags.add(*cmd);
     cmd->callback([f] { run_plan(*f); });

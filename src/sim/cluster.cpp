@@ -143,6 +143,11 @@ double Cluster::op_seconds(const Op& op) const {
   if (op.kind == OpKind::elementwise && !elementwise_curve.empty()) return interpolate(elementwise_curve, op.bytes);
   const std::string key = op.key();
   if (const auto it = measured.find(key); it != measured.end()) return it->second.seconds;
+  if (op.dtype != "f32" && !measured.empty()) {  // a calibrated CPU times low precision as its f32 twin
+    Op twin = op;
+    twin.dtype = "f32";
+    if (const auto it = measured.find(twin.key()); it != measured.end()) return it->second.seconds;
+  }
   // the measured shape of the same kind and dtype nearest in work, scaled (within 4x)
   if (op.flops > 0) {
     const std::string prefix = key.substr(0, key.find(' ', key.find(' ') + 1) + 1);

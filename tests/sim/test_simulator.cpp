@@ -122,6 +122,9 @@ TEST(Cluster, OpPricesMeasuredNearestAndRoofline) {
   EXPECT_NEAR(c.op_seconds(gemm), 4e-3, 1e-12);
   c.measured[gemm.key()] = {2e9, 1e-3};
   EXPECT_EQ(c.op_seconds(gemm), 1e-3);  // the measured shape
+  sim::Op low = gemm;
+  low.dtype = "fp8";
+  EXPECT_EQ(c.op_seconds(low), 1e-3);  // its f32 twin's
   sim::Op bigger = gemm;
   bigger.m = 2000, bigger.flops = 4e9;
   EXPECT_NEAR(c.op_seconds(bigger), 2e-3, 1e-12);  // the nearest measured, scaled by FLOPs
