@@ -125,6 +125,23 @@ void swiglu(PartWork& w, int64_t rows, int64_t hidden) {
   w.input_grad.push_back(elementwise(5 * kF32 * double(rows * hidden)));
 }
 
+// x W13^T -> SwiGLU -> W2^T over the micro-batch's rows (dense FFN, shared expert)
+void swiglu_mlp(PartWork& w, const Dims& d, int64_t hidden) {
+  linear(w, d.dtype, d.N, 2 * hidden, d.C);
+  swiglu(w, d.N, hidden);
+  linear(w, d.dtype, d.N, d.C, hidden);
+}
+
+// A block's end: the TP exit and its backward, the input-gradient sum that
+// hides behind the weight gradients, dx = dr + the norm's gradient.
+void block_exit(PartWork& w, const Dims& d) {
+  const Seams tp{d};
+  tp.exit(w.forward_exchanges);
+  tp.exit_backward(w.backward_exchanges);
+  tp.enter_backward(w.backward_exchanges);
+  w.input_grad.push_back(elementwise(3 * kF32 * double(d.rows * d.C)));
+}
+
 void attention_part(PartWork& w, const train::TrainConfig& c, const Dims& d) {
   const Seams tp{d};
   add_norm(w, d);
@@ -159,30 +176,22 @@ void attention_part(PartWork& w, const train::TrainConfig& c, const Dims& d) {
     }
   }
   linear(w, d.dtype, d.N, d.C, d.H * d.D);  // wo
-  tp.exit(w.forward_exchanges);
-  tp.exit_backward(w.backward_exchanges);
-  tp.enter_backward(w.backward_exchanges);
-  w.input_grad.push_back(elementwise(3 * kF32 * double(d.rows * d.C)));  // dx = dr + the norm's
+  block_exit(w, d);
 }
 
 void dense_ffn(PartWork& w, const Dims& d) {
   const Seams tp{d};
   add_norm(w, d);
   tp.enter(w.forward_exchanges);
-  linear(w, d.dtype, d.N, 2 * d.Fd, d.C);
-  swiglu(w, d.N, d.Fd);
-  linear(w, d.dtype, d.N, d.C, d.Fd);
-  tp.exit(w.forward_exchanges);
-  tp.exit_backward(w.backward_exchanges);
-  tp.enter_backward(w.backward_exchanges);
-  w.input_grad.push_back(elementwise(3 * kF32 * double(d.rows * d.C)));
+  swiglu_mlp(w, d, d.Fd);
+  block_exit(w, d);
 }
 
 void moe_ffn(PartWork& w, const WorkloadShape& s, const Dims& d) {
   const model::ModelConfig& m = s.config.model;
   const Seams tp{d};
   add_norm(w, d);
-  // router (f32): scores, top-k, the balance statistics
+  // router: scores, top-k, the balance statistics
   linear(w, d.other_dtype, d.rows, d.E, d.C);
   w.forward.push_back(elementwise(4 * kF32 * double(d.rows * d.E)));
   w.input_grad.push_back(elementwise(4 * kF32 * double(d.rows * d.E)));
@@ -212,14 +221,9 @@ void moe_ffn(PartWork& w, const WorkloadShape& s, const Dims& d) {
   w.forward.push_back(elementwise(2 * moved));     // the weighted sum back to tokens
   w.input_grad.push_back(elementwise(4 * moved));  // permute and unpermute backward
   if (d.Fs > 0) {  // the shared expert
-    linear(w, d.dtype, d.N, 2 * d.Fs, d.C);
-    swiglu(w, d.N, d.Fs);
-    linear(w, d.dtype, d.N, d.C, d.Fs);
+    swiglu_mlp(w, d, d.Fs);
   }
-  tp.exit(w.forward_exchanges);
-  tp.exit_backward(w.backward_exchanges);
-  tp.enter_backward(w.backward_exchanges);
-  w.input_grad.push_back(elementwise(3 * kF32 * double(d.rows * d.C)));
+  block_exit(w, d);
 }
 
 void head(PartWork& w, const Dims& d) {
