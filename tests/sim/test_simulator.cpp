@@ -1,6 +1,6 @@
 // The step simulator against independent references: the trainer's FLOP
-// count, the ring formulas by hand, the roofline by hand, the textbook
-// pipeline bubble, the layout rules; the cluster file's round trip and its
+// count, the ring formulas by hand, the roofline by hand, the pipeline's
+// fill-and-drain bounds, the layout rules; the cluster file's round trip and its
 // refusals.
 #include <gtest/gtest.h>
 
@@ -187,9 +187,8 @@ TEST(Simulator, OnePeIsTheSumOfItsKernels) {
   EXPECT_NEAR(r.mfu, r.model_flops / (r.step_seconds * 1e12), 1e-12);
 }
 
-TEST(Simulator, PipelineBubbleIsTheTextbooks) {
-  // 2 ranks of equal halves (the embedding and head priced at nothing, like
-  // a layer's worth each side): GPipe's bubble is (p-1)/(m+p-1)
+TEST(Simulator, PipelineFillsAndDrainsWithinOneMicroBatchPerRank) {
+  // 2 ranks of near-equal halves (the embedding and the head make them differ)
   sim::Cluster c = roofline();
   train::TrainConfig cfg = demo();
   cfg.parallel.pp = 2, cfg.parallel.schedule = parallel::PipelineSchedule::gpipe, cfg.grad_accum = 4;
