@@ -78,13 +78,14 @@ void print_dry_run(const train::TrainConfig& c) {
   const std::string copies = mem.weight_copies > 0
       ? fmt::format(", {} weight copies", train::format_bytes(double(mem.weight_copies))) : "";
   const int64_t process = process_bytes(c);
+  const int64_t host = train::rank_host_bytes(c, 0);  // the tensors above and the allocator's cache
   fmt::print("memory: weights {}, gradients {}, AdamW {}, activations {} (micro-batch {}x{}, {}){}, "
-             "workspace {}, process {}, total {}\n",
+             "workspace {}, run-ahead and cache {}, process {}, total {}\n",
              train::format_bytes(double(mem.weights)), train::format_bytes(double(mem.gradients)),
              train::format_bytes(double(mem.optimizer)), train::format_bytes(double(mem.activations)),
              c.batch_size, c.seq_len, model::precision_name(m.precision), copies,
-             train::format_bytes(double(mem.workspace)), train::format_bytes(double(process)),
-             train::format_bytes(double(mem.total() + process)));
+             train::format_bytes(double(mem.workspace)), train::format_bytes(double(host - mem.total())),
+             train::format_bytes(double(process)), train::format_bytes(double(host + process)));
 }
 
 train::TrainConfig read_config(const TrainFlags& f) {
@@ -128,7 +129,8 @@ void print_layout(const train::TrainConfig& c) {
     const double adam = c.parallel.zero ? 8.0 * (dense / double(mesh.dense_grad_group(r).size()) +
                                                  expert / double(mesh.expert_grad_group(r).size()))
                                         : double(mem.optimizer);
-    const int64_t step = train::rank_step_bytes(c, r), checkpoint = train::rank_checkpoint_bytes(c, r);
+    const int64_t step = train::rank_step_bytes(c, r), checkpoint = train::rank_checkpoint_bytes(c, r),
+                  host = train::rank_host_bytes(c, r);
     fmt::print("{:>5}  {:<20} {:>8} {:>10} {:>10} {:>10} {:>10} {:>14} {:>10}\n", r,
                pipeline ? fmt::format("dp {} pp {}", k[parallel::Dim::dp], k[parallel::Dim::pp])
                         : c.parallel.tp > 1
@@ -137,11 +139,12 @@ void print_layout(const train::TrainConfig& c) {
                fmt::format("{}-{}", stage.expert_begin, (stage.expert_end < 0 ? E : stage.expert_end) - 1),
                train::format_bytes(double(mem.weights)), train::format_bytes(double(mem.gradients)),
                train::format_bytes(adam), train::format_bytes(double(step)), train::format_bytes(double(heap)),
-               train::format_bytes(double(heap + std::max(step, checkpoint) + process)));
+               train::format_bytes(double(heap + std::max(host, checkpoint) + process)));
   }
   fmt::print("(per rank: weights, gradients and AdamW live in the symmetric heap with the exchanges' buffers; step: the "
              "host memory of a step's micro-batches in flight, their backward's workspace and the sends kept; total: "
-             "heap + step + process {}; rank 0 saves checkpoints between steps, assembling the whole model: {})\n",
+             "heap + step with the run-ahead and the allocator's cache ({}x step) + process {}; rank 0 saves checkpoints between steps, assembling the whole model: {})\n",
+             fmt::format("{:.2f}", double(train::rank_host_bytes(c, 0)) / double(train::rank_step_bytes(c, 0))),
              train::format_bytes(double(process)), train::format_bytes(double(train::rank_checkpoint_bytes(c, 0))));
 }
 

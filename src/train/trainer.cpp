@@ -66,9 +66,10 @@ void Trainer::limit_run_ahead() {
   if (std::getenv("COREMESH_HOST_SOFT_LIMIT_MB") != nullptr) return;
   const int64_t built = int64_t(host_allocator_stats().allocated_bytes);
   const int64_t step = rank_step_bytes(cfg_, plan_->pe());
-  set_host_soft_limit(size_t(1.05 * double(built + step)));
+  const int64_t limit = run_ahead_limit(built, step);
+  set_host_soft_limit(size_t(limit));
   set_soft_limit_ = true;
-  CM_LOG_DEBUG("host soft limit {}: built {}, step {}", format_bytes(1.05 * double(built + step)),
+  CM_LOG_DEBUG("host soft limit {}: built {}, step {}", format_bytes(double(limit)),
                format_bytes(double(built)), format_bytes(double(step)));
 }
 

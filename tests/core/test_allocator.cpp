@@ -344,13 +344,15 @@ TEST_F(HostAllocator, SoftLimitAsksThePressureHookThenAllocatesAnyway) {
 // so that live and cached bytes together stay within it.
 TEST_F(HostAllocator, SoftLimitBoundsLivePlusCachedBytes) {
   const size_t base = host_allocator_stats().allocated_bytes;
-  void* a = alloc_host(8 * kMiB);
-  free_host(a, 8 * kMiB);
-  EXPECT_EQ(host_allocator_stats().cached_bytes, 8 * kMiB);
-  set_host_soft_limit(base + 10 * kMiB);
-  void* b = alloc_host(3 * kMiB);  // another class: a miss
+  void* a = alloc_host(16 * kMiB);
+  free_host(a, 16 * kMiB);
+  EXPECT_EQ(host_allocator_stats().cached_bytes, 16 * kMiB);
+  const size_t limit = base + 10 * kMiB;
+  EXPECT_EQ(host_footprint_limit(limit), limit + limit / 8);
+  set_host_soft_limit(limit);
+  void* b = alloc_host(3 * kMiB);  // another class: a miss; 3 + 16 cached would pass the footprint limit
   const HostAllocatorStats s = host_allocator_stats();
-  EXPECT_LE(s.allocated_bytes + s.cached_bytes, base + 10 * kMiB);
+  EXPECT_LE(s.allocated_bytes + s.cached_bytes, host_footprint_limit(limit));
   EXPECT_EQ(s.cached_bytes, 0u);
   free_host(b, 3 * kMiB);
   set_host_soft_limit(0);

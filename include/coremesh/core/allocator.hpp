@@ -68,6 +68,10 @@ void set_host_pressure_hook(HostPressureHook hook);
 // The trainer sets one from its memory estimate (Trainer::limit_run_ahead).
 void set_host_soft_limit(size_t bytes);
 size_t host_soft_limit();
+// Live plus cached bytes the allocator keeps under a soft limit: the limit
+// and an eighth, so that a step's mix of sizes stays cached (the memory
+// estimate counts it: model::estimate_memory's callers add it).
+size_t host_footprint_limit(size_t soft_limit);
 
 // Starts peak_allocated_bytes again from the bytes allocated now.
 void reset_host_peak();

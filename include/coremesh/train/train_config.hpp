@@ -80,6 +80,16 @@ parallel::PlanConfig plan_config(const TrainConfig& config);
 // the host to it.
 int64_t rank_step_bytes(const TrainConfig& config, int rank);
 
+// The host allocator's soft limit for a rank holding `built` bytes once
+// built (Trainer::limit_run_ahead): that and its step, plus 5%.
+int64_t run_ahead_limit(int64_t built, int64_t step);
+
+// Host memory one rank's tensors reach in a step, the allocator's cache
+// included: host_footprint_limit of its run-ahead limit, built counted as
+// its parameters, gradients and AdamW state on one PE (a parallel rank's
+// live in the symmetric heap, apart).
+int64_t rank_host_bytes(const TrainConfig& config, int rank);
+
 // Host memory a parallel run's leader (rank 0) holds while it saves a
 // checkpoint, between steps: the whole model's weights, AdamW m and v
 // assembled (f32), and the pages of the other PEs' symmetric heaps it reads
