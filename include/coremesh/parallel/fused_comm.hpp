@@ -1,0 +1,119 @@
+// Fused communication-computation operators of tensor parallelism (the
+// seed's MC2 family; FLUX's and TransformerEngine's split forms): the GEMM
+// runs in one chunk per member, each chunk starting as soon as its rows have
+// landed or leaving as soon as it is done, ordered by signals only.
+//
+//   allgather_matmul(x, w)       = all_gather(x) w^T         (SP: enter + column-parallel)
+//   matmul_reduce_scatter(h, w)  = reduce_scatter(h w^T)     (SP: row-parallel + exit)
+//   matmul_allreduce(h, w)       = all_reduce(h w^T)         (no SP: row-parallel + exit)
+//   add_rmsnorm_allreduce(x,y,w) = rmsnorm_residual(x, all_reduce(y), w)
+//
+// Each equals its unfused sequence over ShmemTensor (reference:: below) bit
+// for bit: a GEMM's rows do not depend on the rows beside them, and every sum
+// adds the members' parts in member order, as ShardedSum does.
+//
+// The split form. allgather_matmul puts this member's rows into every
+// member's inbox on the comm stream and multiplies its own rows meanwhile,
+// then each member's rows as their signal arrives (the member after this one
+// first, as in a ring). matmul_reduce_scatter computes the rows each member
+// owns, the next member's first, and hands each chunk to the comm stream as
+// it is done; its own chunk is last, then the copies are summed in member
+// order. matmul_allreduce cuts the rows into `chunks`; the comm stream
+// reduce-scatters and all-gathers chunk c while the compute stream multiplies
+// chunk c + 1. add_rmsnorm_allreduce sums only this member's rows, adds the
+// residual and normalizes them (1/tp of the norm's work), then all-gathers
+// h, y and rstd. Why split rather than ring: on shared memory a put is a copy
+// the sender makes, so a ring's tp - 1 hops cost the same bytes as direct
+// puts but serialize them; direct puts let every member's copies run at once.
+//
+// Buffers are reused call after call. Before a member puts into a peer's
+// inbox again it waits for that peer's credit (a signal the peer sends once
+// it has read the previous call's data there), so any sequence of calls is
+// safe, not only the alternation of a forward and a backward.
+//
+// The comm stream runs its copies and sums on `comm_cores` vector cores (the
+// GEMMs keep the cube cores). Inputs f32 (allgather_matmul: f32 or bf16, the
+// weight's dtype free as in ops::matmul); outputs f32.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "coremesh/ops/norm.hpp"
+#include "coremesh/parallel/comm.hpp"
+#include "coremesh/runtime/stream.hpp"
+
+namespace coremesh::parallel {
+
+class ShmemTensor;
+
+struct FusedCommOptions {
+  int chunks = 2;      // matmul_allreduce's row chunks
+  int comm_cores = 1;  // vector cores of the comm stream's copies and sums
+};
+
+class FusedTensorComm {
+ public:
+  // Collective over the job (symmetric allocation). `capacity`: elements of
+  // the largest whole tensor a call moves (N x K of a gathered input, N x C
+  // of a partial output); `max_rows` the most rows N of one.
+  FusedTensorComm(Group group, int64_t capacity, int64_t max_rows, FusedCommOptions options = {});
+  ~FusedTensorComm();
+  FusedTensorComm(const FusedTensorComm&) = delete;
+  FusedTensorComm& operator=(const FusedTensorComm&) = delete;
+
+  struct Gathered {
+    Tensor y;         // (tp n, O) f32
+    Tensor gathered;  // (tp n, K) in x's dtype, every member's rows in member order (keep_input)
+  };
+  // x (n, K) this member's rows, w (O, K): y = gather(x) w^T.
+  Gathered allgather_matmul(const Tensor& x, const Tensor& w, bool keep_input = true);
+  // h (N, F), w (C, F): this member's rows [me N / tp, (me + 1) N / tp) of
+  // the members' h w^T summed in member order (N % tp == 0).
+  Tensor matmul_reduce_scatter(const Tensor& h, const Tensor& w);
+  // h (N, F), w (C, F): the members' h w^T summed in member order, on every member.
+  Tensor matmul_allreduce(const Tensor& h, const Tensor& w);
+  // x (N, C) the residual stream (the same on every member), y (N, C) this
+  // member's part of its update, w (C): h = x + sum(y), y' = rmsnorm(h) w.
+  ops::RMSNormResidualOut add_rmsnorm_allreduce(const Tensor& x, const Tensor& y, const Tensor& w, float eps);
+
+  const Group& group() const { return group_; }
+  const FusedCommOptions& options() const { return options_; }
+  // Bytes this PE has put (data, not signals), counted as the puts are enqueued.
+  int64_t bytes_put() const { return bytes_put_; }
+
+ private:
+  enum Word : int;  // the signal words (fused_comm.cpp)
+  uint64_t* word(Word w, int index) const;
+  // `bytes` from src into member's `dst` (symmetric) at byte `at`, then 1
+  // added to its signal word (signal, index).
+  void put(runtime::Stream& s, const Tensor& dst, int64_t at, const void* src, int64_t bytes, int member, Word signal,
+           int index);
+  void wait(runtime::Stream& s, Word w, int index, uint64_t count, const char* what);
+  void await_credit(runtime::Stream& s, Word credit, bool& first);
+  void give_credit(runtime::Stream& s, Word credit);
+  Tensor slot(const Tensor& buffer, int member, int64_t at, Shape shape, DType dtype = DType::f32) const;
+  std::pair<int64_t, int64_t> rows_of(int64_t n, int member) const;
+  runtime::Stream& comm(const runtime::Stream& after);
+  void check_rows(const Tensor& t, const char* call) const;
+
+  Group group_;
+  FusedCommOptions options_;
+  int64_t slot_bytes_ = 0, max_rows_ = 0;
+  Tensor inbox_, staging_, arena_, signals_;  // symmetric
+  std::optional<runtime::Stream> comm_;
+  bool first_inbox_ = true, first_staging_ = true;  // no credit to wait for yet
+  int64_t bytes_put_ = 0;
+};
+
+// The unfused sequences the fused operators equal, over a ShmemTensor of the same group.
+namespace reference {
+FusedTensorComm::Gathered allgather_matmul(ShmemTensor& tp, const Tensor& x, const Tensor& w);
+Tensor matmul_reduce_scatter(ShmemTensor& tp, const Tensor& h, const Tensor& w);
+Tensor matmul_allreduce(ShmemTensor& tp, const Tensor& h, const Tensor& w);
+ops::RMSNormResidualOut add_rmsnorm_allreduce(ShmemTensor& tp, const Tensor& x, const Tensor& y, const Tensor& w,
+                                              float eps);
+}  // namespace reference
+
+}  // namespace coremesh::parallel

@@ -1,0 +1,320 @@
+#include "coremesh/parallel/fused_comm.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "coremesh/core/error.hpp"
+#include "coremesh/ops/gemm.hpp"
+#include "coremesh/parallel/tensor_parallel.hpp"
+#include "coremesh/shmem/shmem.hpp"
+
+namespace coremesh::parallel {
+
+// Signal words, kWords kinds of `width_` words each (one per member, or per
+// chunk): data puts into this PE's inbox / staging from member m, credits
+// from member m (it has read what this PE put into it last), and the
+// all-reduce's per-chunk reduce-scatter and all-gather arrivals.
+enum FusedTensorComm::Word : int { gathered, scattered, inbox_free, staging_free, chunk_summed, chunk_gathered, kWords };
+
+namespace {
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+Tensor rows(const Tensor& t, std::pair<int64_t, int64_t> r) { return t.slice(0, r.first, r.second); }
+
+}  // namespace
+
+FusedTensorComm::FusedTensorComm(Group group, int64_t capacity, int64_t max_rows, FusedCommOptions options)
+    : group_(std::move(group)), options_(options), max_rows_(max_rows) {
+  CM_CHECK(capacity > 0 && max_rows > 0 && options_.chunks >= 1 && options_.comm_cores >= 1,
+           "give a positive capacity and row count, chunks >= 1 and comm_cores >= 1",
+           "fused comm over {} elements, {} rows, {} chunks, {} comm cores", capacity, max_rows, options_.chunks,
+           options_.comm_cores);
+  const int tp = group_.size();
+  // a slot holds one member's share: its rows of a gathered input, or of h | y
+  // | rstd (add_rmsnorm_allreduce), or its copies of every chunk's shard
+  const int64_t share = (capacity + tp - 1) / tp;
+  slot_bytes_ = 4 * round_up(2 * share + (max_rows + tp - 1) / tp + 16 * (options_.chunks + 1), 16);
+  inbox_ = symmetric_tensor({int64_t(tp) * slot_bytes_ / 4});
+  staging_ = symmetric_tensor({int64_t(tp) * slot_bytes_ / 4});
+  arena_ = symmetric_tensor({round_up(capacity, 16)});
+  signals_ = symmetric_tensor({int64_t(kWords) * std::max(tp, options_.chunks)}, DType::i64);
+}
+
+FusedTensorComm::~FusedTensorComm() = default;
+
+uint64_t* FusedTensorComm::word(Word w, int index) const {
+  return static_cast<uint64_t*>(signals_.raw_data()) + int64_t(w) * std::max(group_.size(), options_.chunks) + index;
+}
+
+void FusedTensorComm::put(runtime::Stream& s, const Tensor& dst, int64_t at, const void* src, int64_t bytes,
+                          int member, Word signal, int index) {
+  shmem::put_signal_on_stream(s, static_cast<std::byte*>(dst.raw_data()) + at, static_cast<const std::byte*>(src),
+                              size_t(bytes), word(signal, index), 1, shmem::SignalOp::add,
+                              group_.pes[size_t(member)]);
+  bytes_put_ += bytes;
+}
+
+void FusedTensorComm::wait(runtime::Stream& s, Word w, int index, uint64_t count, const char* what) {
+  wait_signal_on_stream(s, word(w, index), count,
+                        fmt::format("waits for {} ({}) of the fused TP group {}", what,
+                                    w == chunk_summed || w == chunk_gathered ? fmt::format("chunk {}", index)
+                                                                            : fmt::format("PE {}", group_.pes[size_t(index)]),
+                                    others(group_)));
+}
+
+void FusedTensorComm::await_credit(runtime::Stream& s, Word credit, bool& first) {
+  if (first) {  // nothing was put there yet
+    first = false;
+    return;
+  }
+  for (int m = 0; m < group_.size(); ++m)
+    if (m != group_.me) wait(s, credit, m, 1, "a credit (the previous call's data read)");
+}
+
+void FusedTensorComm::give_credit(runtime::Stream& s, Word credit) {
+  for (int m = 0; m < group_.size(); ++m)
+    if (m != group_.me)
+      shmem::put_signal_on_stream(s, static_cast<std::byte*>(inbox_.raw_data()), static_cast<const std::byte*>(nullptr),
+                                  0, word(credit, group_.me), 1, shmem::SignalOp::add, group_.pes[size_t(m)]);
+}
+
+Tensor FusedTensorComm::slot(const Tensor& buffer, int member, int64_t at, Shape shape, DType dtype) const {
+  CM_CHECK(at + shape_numel(shape) * int64_t(dtype_size(dtype)) <= slot_bytes_,
+           "size the fused comm's capacity for the largest tensor it moves",
+           "{} of {} at byte {} of a {}-byte slot", shape_str(shape), dtype_name(dtype), at, slot_bytes_);
+  auto* p = static_cast<std::byte*>(buffer.raw_data()) + int64_t(member) * slot_bytes_ + at;
+  return Tensor::wrap(p, shape, dtype, buffer.storage());
+}
+
+std::pair<int64_t, int64_t> FusedTensorComm::rows_of(int64_t n, int member) const {
+  return shard_bounds(0, n, group_.size(), member, 1);
+}
+
+runtime::Stream& FusedTensorComm::comm(const runtime::Stream& after) {
+  if (!comm_) {
+    comm_.emplace(after.device());
+    comm_->set_limit(-1, options_.comm_cores);
+  }
+  comm_->wait_event(runtime::Stream(after).record_event());
+  return *comm_;
+}
+
+void FusedTensorComm::check_rows(const Tensor& t, const char* call) const {
+  CM_CHECK(t.dim() == 2 && t.is_contiguous() && t.size(0) <= max_rows_ && t.numel() <= arena_.numel(),
+           "size the fused comm for the largest (rows, columns) it moves", "{} of {} (set up for {} rows, {} elements)",
+           call, t.describe(), max_rows_, arena_.numel());
+}
+
+namespace {
+
+// Keeps `tensors` alive until `s` gets here (a put reads them by address).
+void hold_on(runtime::Stream& s, std::vector<Tensor> tensors) {
+  s.launch(launch_info("hold", runtime::KernelKind::comm, 1, tensors), [tensors](const runtime::BlockContext&) {});
+}
+
+}  // namespace
+
+FusedTensorComm::Gathered FusedTensorComm::allgather_matmul(const Tensor& x, const Tensor& w, bool keep_input) {
+  const int tp = group_.size(), me = group_.me;
+  CM_CHECK(x.dim() == 2 && x.is_contiguous() && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
+               w.dim() == 2 && w.size(1) == x.size(1),
+           "pass x (n, K) contiguous f32 or bf16 and w (O, K)", "allgather_matmul of {} and {}", x.describe(),
+           w.describe());
+  const int64_t n = x.size(0), K = x.size(1);
+  runtime::Stream s = runtime::current_stream();
+  Gathered out{Tensor::empty({tp * n, w.size(0)}), keep_input ? Tensor::empty({tp * n, K}, x.dtype()) : Tensor()};
+  auto block = [&](int m) { return std::pair<int64_t, int64_t>{m * n, (m + 1) * n}; };
+  slot(inbox_, me, 0, x.shape(), x.dtype());  // checks the size
+  if (tp > 1) {
+    runtime::Stream& c = comm(s);
+    await_credit(c, inbox_free, first_inbox_);
+    for (int i = 1; i < tp; ++i)  // the member that reads this one's rows next first
+      put(c, inbox_, int64_t(me) * slot_bytes_, x.raw_data(), int64_t(x.nbytes()), (me - i + tp) % tp, gathered, me);
+    hold_on(c, {x});
+  }
+  for (int i = 0; i < tp; ++i) {
+    const int m = (me + i) % tp;
+    Tensor xm = x;
+    if (m != me) {
+      wait(s, gathered, m, 1, "rows to multiply");
+      xm = slot(inbox_, m, 0, x.shape(), x.dtype());
+    }
+    Tensor y = rows(out.y, block(m));
+    ops::matmul_out(xm, w, y, false, true);
+    if (keep_input) copy_on_stream(xm, rows(out.gathered, block(m)));
+  }
+  if (tp > 1) {
+    give_credit(s, inbox_free);
+    s.wait_event(comm_->record_event());
+  }
+  return out;
+}
+
+Tensor FusedTensorComm::matmul_reduce_scatter(const Tensor& h, const Tensor& w) {
+  const int tp = group_.size(), me = group_.me;
+  check_rows(h, "matmul_reduce_scatter");
+  CM_CHECK(h.size(0) % tp == 0 && w.dim() == 2 && w.size(1) == h.size(1) && w.size(0) * h.size(0) <= arena_.numel(),
+           "choose rows divisible by tp and w (C, F) matching h (N, F)", "matmul_reduce_scatter of {} and {} over tp {}",
+           h.describe(), w.describe(), tp);
+  const int64_t N = h.size(0), n = N / tp, C = w.size(0);
+  runtime::Stream s = runtime::current_stream();
+  Tensor part = arena_.slice(0, 0, N * C).view({N, C});
+  auto block = [&](int m) { return std::pair<int64_t, int64_t>{m * n, (m + 1) * n}; };
+  runtime::Stream* c = tp > 1 ? &comm(s) : nullptr;
+  if (c) await_credit(*c, staging_free, first_staging_);
+  for (int i = 1; i <= tp; ++i) {  // the next member's rows first, this one's last
+    const int o = (me + i) % tp;
+    Tensor y = rows(part, block(o));
+    ops::matmul_out(rows(h, block(o)), w, y, false, true);
+    if (o == me) break;
+    c->wait_event(s.record_event());
+    put(*c, staging_, int64_t(me) * slot_bytes_, y.raw_data(), int64_t(y.nbytes()), o, scattered, me);
+  }
+  Tensor out = Tensor::empty({n, C});
+  if (tp == 1) {
+    copy_on_stream(part, out);
+    return out;
+  }
+  std::vector<Tensor> copies;
+  for (int m = 0; m < tp; ++m) {
+    if (m != me) wait(s, scattered, m, 1, "partial sums of this member's rows");
+    copies.push_back(m == me ? rows(part, block(me)) : slot(staging_, m, 0, {n, C}));
+  }
+  sum_in_order(copies, out);
+  give_credit(s, staging_free);
+  s.wait_event(c->record_event());
+  return out;
+}
+
+Tensor FusedTensorComm::matmul_allreduce(const Tensor& h, const Tensor& w) {
+  const int tp = group_.size(), me = group_.me;
+  check_rows(h, "matmul_allreduce");
+  CM_CHECK(w.dim() == 2 && w.size(1) == h.size(1) && w.size(0) * h.size(0) <= arena_.numel(),
+           "pass w (C, F) matching h (N, F) within the capacity", "matmul_allreduce of {} and {}", h.describe(),
+           w.describe());
+  const int64_t N = h.size(0), C = w.size(0);
+  const int chunks = int(std::min<int64_t>(options_.chunks, N));
+  runtime::Stream s = runtime::current_stream();
+  const Tensor flat = arena_.slice(0, 0, N * C);
+  runtime::Stream* c = tp > 1 ? &comm(s) : nullptr;
+  if (c) await_credit(*c, staging_free, first_staging_);
+  int64_t staged = 0;  // floats into each staging slot: the chunks' largest shards one after the other
+  for (int k = 0; k < chunks; ++k) {
+    const int64_t r0 = N * k / chunks, r1 = N * (k + 1) / chunks, b = r0 * C, e = r1 * C;
+    Tensor y = flat.slice(0, b, e).view({r1 - r0, C});
+    ops::matmul_out(h.slice(0, r0, r1), w, y, false, true);
+    if (!c) continue;
+    c->wait_event(s.record_event());
+    int64_t largest = 0;
+    for (int m = 0; m < tp; ++m) {
+      const auto [sb, se] = shard_bounds(b, e, tp, m, 16);
+      largest = std::max(largest, se - sb);
+      if (m != me)
+        put(*c, staging_, int64_t(me) * slot_bytes_ + 4 * staged, flat.data<float>() + sb, 4 * (se - sb), m,
+            chunk_summed, k);
+    }
+    wait(*c, chunk_summed, k, uint64_t(tp - 1), "copies of this member's shard");
+    const auto [sb, se] = shard_bounds(b, e, tp, me, 16);
+    std::vector<Tensor> copies;
+    for (int m = 0; m < tp; ++m)
+      copies.push_back(m == me ? flat.slice(0, sb, se) : slot(staging_, m, 4 * staged, {se - sb}));
+    {
+      runtime::StreamGuard on(*c);
+      sum_in_order(copies, flat.slice(0, sb, se));
+    }
+    for (int m = 0; m < tp; ++m)
+      if (m != me) put(*c, arena_, 4 * sb, flat.data<float>() + sb, 4 * (se - sb), m, chunk_gathered, k);
+    wait(*c, chunk_gathered, k, uint64_t(tp - 1), "summed shards");
+    staged += round_up(largest, 16);
+  }
+  if (c) {
+    give_credit(*c, staging_free);
+    s.wait_event(c->record_event());
+  }
+  Tensor out = Tensor::empty({N, C});
+  copy_on_stream(flat, out);
+  return out;
+}
+
+ops::RMSNormResidualOut FusedTensorComm::add_rmsnorm_allreduce(const Tensor& x, const Tensor& y, const Tensor& w,
+                                                               float eps) {
+  const int tp = group_.size(), me = group_.me;
+  check_rows(y, "add_rmsnorm_allreduce");
+  CM_CHECK(x.shape() == y.shape() && x.is_contiguous() && x.dtype() == DType::f32 && y.dtype() == DType::f32,
+           "pass the residual x and the update y of the same (N, C), f32", "add_rmsnorm_allreduce of {} and {}",
+           x.describe(), y.describe());
+  const int64_t N = y.size(0), C = y.size(1);
+  if (tp == 1) return ops::rmsnorm_residual(x, y, w, eps);
+  runtime::Stream s = runtime::current_stream();
+  runtime::Stream& c = comm(s);
+  // reduce-scatter by rows: each member sums, adds and normalizes its own rows
+  await_credit(c, staging_free, first_staging_);
+  for (int i = 1; i < tp; ++i) {
+    const int o = (me + i) % tp;
+    const Tensor part = rows(y, rows_of(N, o));
+    slot(staging_, me, 0, part.shape());  // checks the size
+    put(c, staging_, int64_t(me) * slot_bytes_, part.raw_data(), int64_t(part.nbytes()), o, scattered, me);
+  }
+  hold_on(c, {y});
+  const auto mine = rows_of(N, me);
+  const int64_t n = mine.second - mine.first;
+  std::vector<Tensor> copies;
+  for (int m = 0; m < tp; ++m) {
+    if (m != me) wait(s, scattered, m, 1, "updates of this member's rows");
+    copies.push_back(m == me ? rows(y, mine) : slot(staging_, m, 0, {n, C}));
+  }
+  Tensor sum = Tensor::empty({n, C});
+  sum_in_order(copies, sum);
+  give_credit(s, staging_free);
+  const ops::RMSNormResidualOut own = ops::rmsnorm_residual(rows(x, mine), sum, w, eps);
+  // all-gather h | y | rstd
+  c.wait_event(s.record_event());
+  await_credit(c, inbox_free, first_inbox_);
+  const int64_t at = int64_t(me) * slot_bytes_;
+  for (int i = 1; i < tp; ++i) {
+    const int o = (me - i + tp) % tp;
+    put(c, inbox_, at, own.h.raw_data(), 4 * n * C, o, gathered, me);
+    put(c, inbox_, at + 4 * n * C, own.y.raw_data(), 4 * n * C, o, gathered, me);
+    put(c, inbox_, at + 8 * n * C, own.rstd.raw_data(), 4 * n, o, gathered, me);
+  }
+  hold_on(c, {own.h, own.y, own.rstd});
+  ops::RMSNormResidualOut out{Tensor::empty({N, C}), Tensor::empty({N, C}), Tensor::empty({N})};
+  for (int i = 0; i < tp; ++i) {
+    const int m = (me + i) % tp;
+    const auto r = rows_of(N, m);
+    const int64_t k = r.second - r.first;
+    if (m != me) wait(s, gathered, m, 3, "normalized rows");
+    copy_on_stream(m == me ? own.h : slot(inbox_, m, 0, {k, C}), rows(out.h, r));
+    copy_on_stream(m == me ? own.y : slot(inbox_, m, 4 * k * C, {k, C}), rows(out.y, r));
+    copy_on_stream(m == me ? own.rstd : slot(inbox_, m, 8 * k * C, {k}), out.rstd.slice(0, r.first, r.second));
+  }
+  give_credit(s, inbox_free);
+  s.wait_event(c.record_event());
+  return out;
+}
+
+namespace reference {
+
+FusedTensorComm::Gathered allgather_matmul(ShmemTensor& tp, const Tensor& x, const Tensor& w) {
+  Tensor g = tp.all_gather(x);
+  return {ops::matmul(g, w, false, true), g};
+}
+
+Tensor matmul_reduce_scatter(ShmemTensor& tp, const Tensor& h, const Tensor& w) {
+  return tp.reduce_scatter(ops::matmul(h, w, false, true));
+}
+
+Tensor matmul_allreduce(ShmemTensor& tp, const Tensor& h, const Tensor& w) {
+  return tp.all_reduce(ops::matmul(h, w, false, true));
+}
+
+ops::RMSNormResidualOut add_rmsnorm_allreduce(ShmemTensor& tp, const Tensor& x, const Tensor& y, const Tensor& w,
+                                              float eps) {
+  return ops::rmsnorm_residual(x, tp.all_reduce(y), w, eps);
+}
+
+}  // namespace reference
+
+}  // namespace coremesh::parallel

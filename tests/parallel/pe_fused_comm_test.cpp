@@ -1,0 +1,173 @@
+// The fused communication-computation operators (fused_comm.hpp) at every PE
+// count, the world one TP group:
+//   - each equals its unfused sequence over ShmemTensor bit for bit, and the
+//     host's own product of every member's inputs summed in member order (an
+//     independent reference: the members' inputs are a function of the PE);
+//   - calls in any order, the same operator back to back included, reuse the
+//     buffers safely (the credits), over rounds with new values;
+//   - bf16 inputs for allgather_matmul; sizes past the capacity are refused.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "coremesh/ops/gemm.hpp"
+#include "coremesh/parallel/fused_comm.hpp"
+#include "coremesh/parallel/tensor_parallel.hpp"
+#include "coremesh/runtime/stream.hpp"
+#include "coremesh/shmem/shmem.hpp"
+
+using namespace coremesh;
+using namespace coremesh::parallel;
+
+namespace {
+
+// PE `pe`'s tensor `what` at round `step`: the same on every PE that asks.
+Tensor values(int pe, int what, int step, Shape shape) {
+  Tensor t = Tensor::empty(shape);
+  std::mt19937 rng(uint32_t(pe * 1000003 + what * 7919 + step * 31));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng) * float(1 + i % 5);
+  return t;
+}
+
+Group world() {
+  std::vector<int> pes;
+  for (int p = 0; p < shmem::n_pes(); ++p) pes.push_back(p);
+  return Group::of(pes, shmem::my_pe());
+}
+
+int64_t mismatches(const Tensor& got, const Tensor& want) {
+  EXPECT_EQ(got.shape(), want.shape());
+  if (got.nbytes() != want.nbytes()) return -1;
+  const Tensor a = got.contiguous(), b = want.contiguous();
+  int64_t bad = 0;
+  const int64_t elem = int64_t(dtype_size(a.dtype()));
+  for (int64_t i = 0; i < a.numel(); ++i)
+    bad += std::memcmp(static_cast<const char*>(a.raw_data()) + i * elem,
+                       static_cast<const char*>(b.raw_data()) + i * elem, size_t(elem)) != 0;
+  return bad;
+}
+
+// The members' parts of `make(pe)`'s product with w, summed on the host in member order.
+Tensor summed_products(int tp, const std::function<Tensor(int)>& make, const Tensor& w) {
+  Tensor sum;
+  for (int p = 0; p < tp; ++p) {
+    Tensor part = ops::matmul(make(p), w, false, true);
+    runtime::current_stream().synchronize();
+    if (!sum.defined()) {
+      sum = part;
+      continue;
+    }
+    for (int64_t i = 0; i < sum.numel(); ++i) sum.data<float>()[i] = sum.data<float>()[i] + part.data<float>()[i];
+  }
+  return sum;
+}
+
+constexpr int64_t kRowsPerPe = 6, K = 24, F = 20, C = 18;  // widths not multiples of 16
+
+}  // namespace
+
+TEST(FusedComm, EachOperatorEqualsItsUnfusedSequenceBitForBit) {
+  const int tp = shmem::n_pes(), me = shmem::my_pe();
+  const int64_t N = kRowsPerPe * tp;
+  ShmemTensor unfused(world(), {N * C, N * K}, /*sequence_parallel=*/true);
+  ShmemTensor unfused_ar(world(), {N * C}, /*sequence_parallel=*/false);
+  FusedTensorComm fused(world(), N * std::max(K, C), N, {3, 1});
+  runtime::Stream stream;
+  runtime::StreamGuard on(stream);
+  const Tensor wk = values(99, 1, 0, {C, K}), wf = values(99, 2, 0, {C, F}), norm = values(99, 3, 0, {C});
+  // the order of calls varies by round; the same operator runs back to back
+  const std::vector<std::vector<int>> rounds = {{0, 1, 2, 3}, {2, 2, 0, 0, 3, 1}, {3, 3, 1, 1, 2, 0}};
+  bool gathered = false, scattered = false;
+  for (size_t round = 0; round < rounds.size(); ++round) {
+    int call = 0;
+    for (int op : rounds[round]) {
+      const int step = int(round) * 10 + call++;
+      SCOPED_TRACE(fmt::format("round {} call {} op {}", round, call, op));
+      auto rows_of = [&](int pe) { return values(pe, 10, step, {kRowsPerPe, K}); };
+      auto part_of = [&](int pe) { return values(pe, 11, step, {N, F}); };
+      const Tensor x = rows_of(me), h = part_of(me);
+      const Tensor residual = values(77, 12, step, {N, C}), update = values(me, 13, step, {N, C});
+      // the unfused sequence-parallel halves of one size must alternate: the
+      // gathers (N x K) and scatters (N x C) here get a half of the other kind between them
+      if (op == 0 && std::exchange(gathered, true)) unfused.reduce_scatter(Tensor::zeros({N, K}));
+      if (op == 1 && std::exchange(scattered, true)) unfused.all_gather(Tensor::zeros({kRowsPerPe, C}));
+      if (op == 0) {
+        const auto got = fused.allgather_matmul(x, wk);
+        const auto want = reference::allgather_matmul(unfused, x, wk);
+        // host: every member's rows in member order, one product
+        Tensor all = Tensor::empty({N, K});
+        for (int p = 0; p < tp; ++p)
+          std::memcpy(all.data<float>() + p * kRowsPerPe * K, rows_of(p).data<float>(), size_t(kRowsPerPe * K) * 4);
+        const Tensor host = ops::matmul(all, wk, false, true);
+        stream.synchronize();
+        EXPECT_EQ(mismatches(got.y, want.y), 0);
+        EXPECT_EQ(mismatches(got.gathered, want.gathered), 0);
+        EXPECT_EQ(mismatches(got.y, host), 0);
+        EXPECT_EQ(mismatches(got.gathered, all), 0);
+      } else if (op == 1) {
+        const Tensor got = fused.matmul_reduce_scatter(h, wf);
+        const Tensor want = reference::matmul_reduce_scatter(unfused, h, wf);
+        const Tensor host = summed_products(tp, part_of, wf).slice(0, me * kRowsPerPe, (me + 1) * kRowsPerPe);
+        stream.synchronize();
+        EXPECT_EQ(mismatches(got, want), 0);
+        EXPECT_EQ(mismatches(got, host), 0);
+      } else if (op == 2) {
+        const Tensor got = fused.matmul_allreduce(h, wf);
+        const Tensor want = reference::matmul_allreduce(unfused_ar, h, wf);
+        const Tensor host = summed_products(tp, part_of, wf);
+        stream.synchronize();
+        EXPECT_EQ(mismatches(got, want), 0);
+        EXPECT_EQ(mismatches(got, host), 0);
+      } else {
+        const auto got = fused.add_rmsnorm_allreduce(residual, update, norm, 1e-6f);
+        const auto want = reference::add_rmsnorm_allreduce(unfused_ar, residual, update, norm, 1e-6f);
+        stream.synchronize();
+        EXPECT_EQ(mismatches(got.h, want.h), 0);
+        EXPECT_EQ(mismatches(got.y, want.y), 0);
+        EXPECT_EQ(mismatches(got.rstd, want.rstd), 0);
+      }
+    }
+  }
+}
+
+TEST(FusedComm, AllgatherMatmulTakesBf16Rows) {
+  const int tp = shmem::n_pes(), me = shmem::my_pe();
+  const int64_t N = kRowsPerPe * tp;
+  FusedTensorComm fused(world(), N * K, N);
+  runtime::Stream stream;
+  runtime::StreamGuard on(stream);
+  const Tensor w = values(99, 1, 0, {C, K}).to(DType::bf16);
+  for (int step = 0; step < 2; ++step) {
+    const auto got = fused.allgather_matmul(values(me, 20, step, {kRowsPerPe, K}).to(DType::bf16), w);
+    Tensor all = Tensor::empty({N, K});
+    for (int p = 0; p < tp; ++p)
+      std::memcpy(all.data<float>() + p * kRowsPerPe * K, values(p, 20, step, {kRowsPerPe, K}).data<float>(),
+                  size_t(kRowsPerPe * K) * 4);
+    const Tensor all16 = all.to(DType::bf16);
+    const Tensor host = ops::matmul(all16, w, false, true);
+    stream.synchronize();
+    EXPECT_EQ(got.gathered.dtype(), DType::bf16);
+    EXPECT_EQ(mismatches(got.gathered, all16), 0);
+    EXPECT_EQ(mismatches(got.y, host), 0);
+  }
+}
+
+TEST(FusedComm, RefusesWhatItWasNotSizedFor) {
+  const int tp = shmem::n_pes();
+  const int64_t N = kRowsPerPe * tp;
+  FusedTensorComm fused(world(), N * C, N);
+  runtime::Stream stream;
+  runtime::StreamGuard on(stream);
+  // more rows than set up for, checked before anything is put: every PE throws
+  EXPECT_THROW(fused.matmul_allreduce(Tensor::zeros({2 * N, F}), Tensor::zeros({C, F})), InvalidArgument);
+  EXPECT_THROW(fused.allgather_matmul(Tensor::zeros({kRowsPerPe, 8 * C}), Tensor::zeros({C, 8 * C})),
+               InvalidArgument);
+  EXPECT_THROW(fused.matmul_reduce_scatter(Tensor::zeros({N, F}), Tensor::zeros({C, F + 1})), InvalidArgument);
+  EXPECT_THROW(FusedTensorComm(world(), 0, N), InvalidArgument);
+  stream.synchronize();
+}
