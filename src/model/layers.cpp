@@ -20,12 +20,51 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const
   return dx;
 }
 
+namespace {
+
+bool fuses(const parallel::TensorParallel& tp, Precision p) { return tp.fuses() && p != Precision::fp8; }
+const Tensor& operand(const GemmWeight& w) { return w.precision == Precision::bf16 ? w.bf16 : w.master; }
+
+}  // namespace
+
+Tensor enter_linear(parallel::TensorParallel& tp, const Tensor& x, const GemmWeight& w, GemmInput& entered) {
+  if (!fuses(tp, w.precision)) {
+    entered = gemm_input(tp.enter(x), w.precision);
+    return linear(entered, w);
+  }
+  const parallel::TensorParallel::Entered e = tp.enter_matmul(gemm_input(x, w.precision).x, operand(w));
+  entered = GemmInput{w.precision, e.x, {}};
+  return e.y;
+}
+
+Tensor linear_exit(parallel::TensorParallel& tp, const GemmInput& x, const GemmWeight& w) {
+  if (!fuses(tp, w.precision)) return tp.exit(linear(x, w));
+  return tp.matmul_exit(x.x, operand(w));
+}
+
+namespace {
+
+// The MLP past its first GEMM: g = silu(a1) * a3 (N,F), then exit(g W2^T) (N,C).
+Tensor mlp_rest(parallel::TensorParallel& tp, Precision precision, MlpActs& a) {
+  a.g = gemm_input(ops::swiglu(a.gu), precision);
+  return linear_exit(tp, a.g, a.w2);
+}
+
+}  // namespace
+
 Tensor mlp_forward(const GemmInput& x, const Tensor& w13, const Tensor& w2, MlpActs& a) {
   a.w13 = gemm_weight(w13, x.precision);
   a.w2 = gemm_weight(w2, x.precision);
-  a.gu = linear(x, a.w13);                                // [a1 | a3] (N,2F)
-  a.g = gemm_input(ops::swiglu(a.gu), x.precision);       // silu(a1) * a3 (N,F)
-  return linear(a.g, a.w2);                               // (N,C)
+  a.gu = linear(x, a.w13);  // [a1 | a3] (N,2F)
+  return mlp_rest(parallel::TensorParallel::local(), x.precision, a);
+}
+
+Tensor mlp_forward(parallel::TensorParallel& tp, const Tensor& x, Precision precision, const Tensor& w13,
+                   const Tensor& w2, MlpActs& a, GemmInput& entered) {
+  a.w13 = gemm_weight(w13, precision);
+  a.w2 = gemm_weight(w2, precision);
+  a.gu = enter_linear(tp, x, a.w13, entered);
+  return mlp_rest(tp, precision, a);
 }
 
 Tensor mlp_backward(const Tensor& dy, const GemmInput& x, const MlpActs& a, const GradRef& dw13,

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "coremesh/core/tensor.hpp"
+#include "coremesh/parallel/seams.hpp"
 #include "precision.hpp"
 #include "wgrad.hpp"
 
@@ -24,6 +25,14 @@ Tensor linear(const Tensor& x, const Tensor& w);
 Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const GradRef& dw,
                        WgradSink& sink, const Tensor* dx_acc = nullptr);
 
+// The GEMMs at a tensor-parallel region's edges, fused with its exchanges
+// where the seam fuses() and the precision is f32 or bf16 (the same bits):
+//   enter_linear: y = enter(x) W^T; `entered` gets enter(x) as the GEMM read it
+//                 (bf16: cast before the gather, half the bytes moved)
+//   linear_exit:  exit(x W^T)
+Tensor enter_linear(parallel::TensorParallel& tp, const Tensor& x, const GemmWeight& w, GemmInput& entered);
+Tensor linear_exit(parallel::TensorParallel& tp, const GemmInput& x, const GemmWeight& w);
+
 // SwiGLU MLP on a fused gate/up weight W13 (2F,C) = [W1; W3] (the model
 // keeps w1 and w3 adjacent in the arena, so this is a view), in the
 // precision of its input x:
@@ -34,6 +43,9 @@ struct MlpActs {
   GemmInput g;         // (N,F) as the W2 GEMM read it
 };
 Tensor mlp_forward(const GemmInput& x, const Tensor& w13, const Tensor& w2, MlpActs& a);
+// exit(MLP(enter(x))) of a tensor-parallel region; `entered` as in enter_linear.
+Tensor mlp_forward(parallel::TensorParallel& tp, const Tensor& x, Precision precision, const Tensor& w13,
+                   const Tensor& w2, MlpActs& a, GemmInput& entered);
 // dy (N,C) -> dx (N,C); x as in the forward; dW13 and dW2 go to the sink.
 Tensor mlp_backward(const Tensor& dy, const GemmInput& x, const MlpActs& a, const GradRef& dw13,
                     const GradRef& dw2, WgradSink& sink);

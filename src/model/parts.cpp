@@ -76,15 +76,15 @@ Residual Parts::attention_forward(Model& m, Model::Slot& s, const Model::PartPar
   // x = x + delta; an = RMSNorm(x); q, k, v projections (N,H*D) = (B,T,H,D); RoPE on q, k
   const auto an = add_norm(in, m.wview(p.norm), c.norm_eps);
   a.x = an.h, a.arstd = an.rstd;
-  a.an = gemm_input(tp.enter(an.y), c.precision);
   // [wq; wk; wv] is one (QKV, C) view: one GEMM, then RoPE and the head split in one pass
   a.wqkv = gemm_weight(m.wview(p.qkv, {QKV, C}), c.precision);
-  const auto heads = ops::rope_qkv(linear(a.an, a.wqkv).view({B, T, QKV}), H, Hkv, s.positions, rope_config(c));
+  const Tensor qkv = enter_linear(tp, an.y, a.wqkv, a.an);
+  const auto heads = ops::rope_qkv(qkv.view({B, T, QKV}), H, Hkv, s.positions, rope_config(c));
   a.q = heads.q, a.k = heads.k, a.v = heads.v;
   // ao = softmax(q k^T / sqrt(D)) v (causal, GQA: head h reads kv head h/(H/Hkv));  h = x + ao Wo^T
   a.at = m.seams_.context->attention(a.q, a.k, a.v);
   a.wo = gemm_weight(m.wview(p.wo), c.precision);
-  return {a.x, tp.exit(linear(gemm_input(a.at.out.view({N, H * D}), c.precision), a.wo))};
+  return {a.x, linear_exit(tp, gemm_input(a.at.out.view({N, H * D}), c.precision), a.wo)};
 }
 
 Residual Parts::ffn_forward(Model& m, Model::Slot& s, const Model::PartParams& p, const Residual& in) {
@@ -96,8 +96,7 @@ Residual Parts::ffn_forward(Model& m, Model::Slot& s, const Model::PartParams& p
   if (p.router < 0) {  // dense: [w1; w3] is one (2Fd, C) view (w3 follows w1 in the arena)
     parallel::TensorParallel& tp = *m.seams_.tensor;
     const int64_t C = c.d_model, Fd = m.tp_.dense_hidden;
-    a.ffn_in = gemm_input(tp.enter(fn.y), c.precision);
-    return {a.h, tp.exit(mlp_forward(a.ffn_in, m.wview(p.w13, {2 * Fd, C}), m.wview(p.w2), a.mlp))};
+    return {a.h, mlp_forward(tp, fn.y, c.precision, m.wview(p.w13, {2 * Fd, C}), m.wview(p.w2), a.mlp, a.ffn_in)};
   }
   a.fn = fn.y;
   const Tensor y = moe_forward(a.fn, m.moe_params(p), m.router_bias_[size_t(p.part.layer)], c, s.B,
@@ -113,8 +112,9 @@ void Parts::head_forward(Model& m, Model::Slot& s, const Model::PartParams& p, c
   const auto xf = add_norm(in, m.wview(p.norm), c.norm_eps);
   a.xL = xf.h, a.frstd = xf.rstd;
   parallel::TensorParallel& tp = *m.seams_.tensor;
-  a.xf = tp.enter(xf.y);
-  a.logits = linear(a.xf, m.wview(p.table));  // under TP this rank's vocabulary columns (N, V/tp)
+  // a.logits = enter(xf) head^T: under TP this rank's vocabulary columns (N, V/tp)
+  const parallel::TensorParallel::Entered head = tp.enter_matmul(xf.y, m.wview(p.table));
+  a.xf = head.x, a.logits = head.y;
   const ops::VocabSlice slice = vocab_slice(c, m.tp_);
   auto ce = m.tp_.vocab == c.vocab_size
                 ? ops::cross_entropy(a.logits, s.targets)

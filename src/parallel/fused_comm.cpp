@@ -21,6 +21,13 @@ namespace {
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+// A slot holds one member's share: its rows of a gathered input, or of h | y |
+// rstd (add_rmsnorm_allreduce), or its copies of every chunk's shard.
+int64_t slot_bytes(int tp, int64_t capacity, int64_t max_rows, const FusedCommOptions& o) {
+  const int64_t share = (capacity + tp - 1) / tp;
+  return 4 * round_up(2 * share + (max_rows + tp - 1) / tp + 16 * (o.chunks + 1), 16);
+}
+
 Tensor rows(const Tensor& t, std::pair<int64_t, int64_t> r) { return t.slice(0, r.first, r.second); }
 
 }  // namespace
@@ -32,14 +39,16 @@ FusedTensorComm::FusedTensorComm(Group group, int64_t capacity, int64_t max_rows
            "fused comm over {} elements, {} rows, {} chunks, {} comm cores", capacity, max_rows, options_.chunks,
            options_.comm_cores);
   const int tp = group_.size();
-  // a slot holds one member's share: its rows of a gathered input, or of h | y
-  // | rstd (add_rmsnorm_allreduce), or its copies of every chunk's shard
-  const int64_t share = (capacity + tp - 1) / tp;
-  slot_bytes_ = 4 * round_up(2 * share + (max_rows + tp - 1) / tp + 16 * (options_.chunks + 1), 16);
+  slot_bytes_ = slot_bytes(tp, capacity, max_rows, options_);
   inbox_ = symmetric_tensor({int64_t(tp) * slot_bytes_ / 4});
   staging_ = symmetric_tensor({int64_t(tp) * slot_bytes_ / 4});
   arena_ = symmetric_tensor({round_up(capacity, 16)});
   signals_ = symmetric_tensor({int64_t(kWords) * std::max(tp, options_.chunks)}, DType::i64);
+}
+
+int64_t FusedTensorComm::symmetric_bytes(int tp, int64_t capacity, int64_t max_rows, FusedCommOptions options) {
+  return 2 * int64_t(tp) * slot_bytes(tp, capacity, max_rows, options) + 4 * round_up(capacity, 16) +
+         8 * int64_t(kWords) * std::max(tp, options.chunks) + 4 * 64;
 }
 
 FusedTensorComm::~FusedTensorComm() = default;

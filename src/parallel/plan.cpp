@@ -189,7 +189,8 @@ ParallelPlan::ParallelPlan(const PlanConfig& config, runtime::Device& device)
   auto group = [&](Dim d) { return Group::of(mesh_.group(d, pe_), pe_); };
   if (p.ep > 1) experts_ = std::make_unique<ShmemExperts>(group(Dim::ep), expert_shape(cfg_));
   if (p.tp > 1)
-    tensor_ = std::make_unique<ShmemTensor>(group(Dim::tp), tp_sizes(cfg_), p.sequence_parallel, p.tp_comm_overlap);
+    tensor_ = std::make_unique<ShmemTensor>(group(Dim::tp), tp_sizes(cfg_), p.sequence_parallel, p.tp_comm_overlap,
+                                            p.fused_comm ? cp_tokens(cfg_) : 0);
   if (p.cp > 1) context_ = std::make_unique<ShmemContext>(group(Dim::cp), p.cp_comm, zigzag(p), context_shape(cfg_));
   if (mesh_.world() > 1) {
     // the report's executed schedule: asked for on any PE (the leader writes it)
@@ -359,7 +360,7 @@ int64_t ParallelPlan::symmetric_bytes(const PlanConfig& c, int world) {
   int64_t bytes = 4 * 4 * arena;
   bytes += GradientSync::symmetric_bytes_bound(arena, c.shape.layers * (c.shape.experts + 1));
   bytes += PipelineExecutor::symmetric_layout(executor_setup(c, mesh, schedule, 0)).bytes();
-  if (p.tp > 1) bytes += ShmemTensor::symmetric_bytes(p.tp, tp_sizes(c));
+  if (p.tp > 1) bytes += ShmemTensor::symmetric_bytes(p.tp, tp_sizes(c), p.fused_comm ? cp_tokens(c) : 0);
   if (p.cp > 1) bytes += ShmemContext::symmetric_bytes(p.cp_comm, p.cp, context_shape(c));
   if (p.ep > 1) bytes += ShmemExperts::symmetric_bytes(p.ep, expert_shape(c));
   return bytes + kHeapSlack;

@@ -1,6 +1,7 @@
 // The one-PE implementations of the model's seams: nothing crosses a PE.
 #include "coremesh/parallel/seams.hpp"
 
+#include "coremesh/ops/gemm.hpp"
 #include "coremesh/ops/rope.hpp"
 
 namespace coremesh::parallel {
@@ -39,6 +40,13 @@ class LocalTensor final : public TensorParallel {
 };
 
 }  // namespace
+
+TensorParallel::Entered TensorParallel::enter_matmul(const Tensor& x, const Tensor& w) {
+  Tensor entered = enter(x);
+  return {ops::matmul(entered, w, false, true), entered};
+}
+
+Tensor TensorParallel::matmul_exit(const Tensor& h, const Tensor& w) { return exit(ops::matmul(h, w, false, true)); }
 
 ExpertDispatcher& ExpertDispatcher::local() {
   static LocalExperts local;

@@ -9,8 +9,12 @@
 
 namespace coremesh::parallel {
 
-ShmemTensor::ShmemTensor(Group group, std::vector<int64_t> sizes, bool sequence_parallel, bool overlap)
+ShmemTensor::ShmemTensor(Group group, std::vector<int64_t> sizes, bool sequence_parallel, bool overlap,
+                         int64_t fused_rows)
     : group_(std::move(group)), sequence_parallel_(sequence_parallel), overlap_(overlap) {
+  CM_CHECK(!sizes.empty() && fused_rows >= 0, "give the sizes of the tensors reduced, the residual stream's first",
+           "tensor parallelism over {} sizes, {} fused rows", sizes.size(), fused_rows);
+  if (fused_rows > 0 && group_.size() > 1) fused_ = std::make_unique<FusedTensorComm>(group_, sizes[0], fused_rows);
   std::vector<ShardedSum::Range> ranges;
   int64_t at = 0;
   for (int64_t n : sizes) {
@@ -31,10 +35,33 @@ ShmemTensor::~ShmemTensor() = default;
 
 int64_t ShmemTensor::bytes_put() const { return sum_->bytes_put(); }
 
-int64_t ShmemTensor::symmetric_bytes(int tp, const std::vector<int64_t>& sizes) {
+int64_t ShmemTensor::symmetric_bytes(int tp, const std::vector<int64_t>& sizes, int64_t fused_rows) {
   int64_t floats = 0;  // the arena and the staging slots (one per member, rounded up), signals
   for (int64_t n : sizes) floats += (n + 15) / 16 * 16 + int64_t(tp) * ((n / tp + 16 + 15) / 16 * 16);
-  return 4 * floats + 4096;
+  const int64_t fused = fused_rows > 0 && !sizes.empty() ? FusedTensorComm::symmetric_bytes(tp, sizes[0], fused_rows) : 0;
+  return 4 * floats + 4096 + fused;
+}
+
+ShmemTensor::Entered ShmemTensor::enter_matmul(const Tensor& x, const Tensor& w) {
+  if (!fused_ || !sequence_parallel_) return TensorParallel::enter_matmul(x, w);
+  FusedTensorComm::Gathered g = fused_->allgather_matmul(x, w);
+  fused_called();
+  return {g.y, g.gathered};
+}
+
+void ShmemTensor::fused_called() {
+  // A fused operator waits for data every peer put after it had finished
+  // what came before on its stream (a previous half's sums included): a
+  // handshake, after which a half of either kind may follow.
+  std::fill(last_half_.begin(), last_half_.end(), Half::none);
+  ++calls_;
+}
+
+Tensor ShmemTensor::matmul_exit(const Tensor& h, const Tensor& w) {
+  if (!fused_) return TensorParallel::matmul_exit(h, w);
+  Tensor y = sequence_parallel_ ? fused_->matmul_reduce_scatter(h, w) : fused_->matmul_allreduce(h, w);
+  fused_called();
+  return y;
 }
 
 int ShmemTensor::range_of(int64_t whole, const Tensor& x, const char* call) const {

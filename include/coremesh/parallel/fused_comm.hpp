@@ -78,6 +78,9 @@ class FusedTensorComm {
   // member's part of its update, w (C): h = x + sum(y), y' = rmsnorm(h) w.
   ops::RMSNormResidualOut add_rmsnorm_allreduce(const Tensor& x, const Tensor& y, const Tensor& w, float eps);
 
+  // Symmetric bytes one PE allocates for these arguments (to size the heap).
+  static int64_t symmetric_bytes(int tp, int64_t capacity, int64_t max_rows, FusedCommOptions options = {});
+
   const Group& group() const { return group_; }
   const FusedCommOptions& options() const { return options_; }
   // Bytes this PE has put (data, not signals), counted as the puts are enqueued.

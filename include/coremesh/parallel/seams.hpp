@@ -118,6 +118,16 @@ class TensorParallel {
   virtual Tensor enter_backward_async(const Tensor& dx) { return enter_backward(dx); }
   // The current stream waits for the communication started so far.
   virtual void join() {}
+  // The GEMMs at a region's edges fused with its exchanges (fused_comm.hpp,
+  // ParallelConfig::fused_comm): where fuses() the model calls these instead
+  // of enter / exit around its own GEMMs. The same bits either way.
+  virtual bool fuses() const { return false; }
+  struct Entered {
+    Tensor y;  // enter(x) w^T (N, out) f32
+    Tensor x;  // enter(x) (N, in), in x's dtype
+  };
+  virtual Entered enter_matmul(const Tensor& x, const Tensor& w);  // w (out, in)
+  virtual Tensor matmul_exit(const Tensor& h, const Tensor& w);     // exit(h w^T)
 
   static TensorParallel& local();  // one PE: every call returns its argument
 };

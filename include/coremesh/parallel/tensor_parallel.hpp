@@ -35,6 +35,11 @@
 // a core) after the current stream's work so far; join() makes the current
 // stream wait for it. The arithmetic is the same; only the timing changes.
 //
+// With `fused_rows` > 0 the GEMMs at the regions' edges fuse with these
+// exchanges (enter_matmul, matmul_exit over a FusedTensorComm sized for the
+// residual stream, sizes[0] = fused_rows x C): allgather_matmul and
+// matmul_reduce_scatter under sequence parallelism, matmul_allreduce without.
+//
 // A gather or scatter reuses the buffers of the previous one without a
 // handshake: the peers' signals of one order the other (a scatter's puts
 // land after every peer finished the previous gather, and vice versa), so
@@ -49,6 +54,7 @@
 #include <vector>
 
 #include "coremesh/parallel/comm.hpp"
+#include "coremesh/parallel/fused_comm.hpp"
 #include "coremesh/parallel/seams.hpp"
 
 namespace coremesh::parallel {
@@ -61,7 +67,8 @@ class ShmemTensor final : public TensorParallel {
   // `sequence_parallel`: the ranks share the residual stream's rows;
   // `overlap`: enter_backward_async runs on the comm stream (else it is
   // enter_backward).
-  ShmemTensor(Group group, std::vector<int64_t> sizes, bool sequence_parallel = false, bool overlap = true);
+  ShmemTensor(Group group, std::vector<int64_t> sizes, bool sequence_parallel = false, bool overlap = true,
+              int64_t fused_rows = 0);
   ~ShmemTensor() override;
 
   Tensor enter(const Tensor& x) override { return sequence_parallel_ ? all_gather(x) : x; }
@@ -74,6 +81,9 @@ class ShmemTensor final : public TensorParallel {
   Tensor sequence_shard(const Tensor& x) override;
   Tensor enter_backward_async(const Tensor& dx) override;
   void join() override;
+  bool fuses() const override { return fused_ != nullptr; }
+  Entered enter_matmul(const Tensor& x, const Tensor& w) override;
+  Tensor matmul_exit(const Tensor& h, const Tensor& w) override;
 
   // x (N/tp, ...) this rank's rows -> (N, ...) every rank's, in rank order.
   Tensor all_gather(const Tensor& x);
@@ -90,17 +100,19 @@ class ShmemTensor final : public TensorParallel {
   static int64_t bytes_per_all_reduce(int tp, int64_t elements) { return 8 * elements * (tp - 1) / tp; }
   static int64_t bytes_per_half(int tp, int64_t elements) { return 4 * elements * (tp - 1) / tp; }
   // Symmetric bytes one PE allocates (to size the heap).
-  static int64_t symmetric_bytes(int tp, const std::vector<int64_t>& sizes);
+  static int64_t symmetric_bytes(int tp, const std::vector<int64_t>& sizes, int64_t fused_rows = 0);
 
  private:
   enum class Half { none, gather, scatter };
   int range_of(int64_t whole, const Tensor& x, const char* call) const;
+  void fused_called();
   Group group_;
   bool sequence_parallel_ = false, overlap_ = true;
   std::vector<int64_t> sizes_;  // per range of the arena
   std::vector<Half> last_half_;  // per range: the sequence-parallel half it ran last
   Tensor arena_;
   std::unique_ptr<ShardedSum> sum_;
+  std::unique_ptr<FusedTensorComm> fused_;
   int64_t calls_ = 0;
   std::optional<runtime::Stream> comm_;  // enter_backward_async's
   runtime::Event sent_;
