@@ -2,6 +2,8 @@
 // Notation: R rows, C channels; blocks own contiguous row ranges.
 #include "coremesh/ops/norm.hpp"
 
+#include <utility>
+
 #include <cmath>
 
 #include "detail/checks.hpp"
@@ -83,14 +85,24 @@ RMSNormOut rmsnorm(const Tensor& x, const Tensor& w, float eps) {
   return out;
 }
 
-RMSNormResidualOut rmsnorm_residual(const Tensor& x, const Tensor& residual, const Tensor& w,
-                                    float eps) {
+void rmsnorm_residual_out(const Tensor& x, const Tensor& residual, const Tensor& w, float eps,
+                          const RMSNormResidualOut& out) {
   check_norm_inputs(x, w);
   detail::check_contiguous(residual, "residual");
   detail::check_shape(residual, x.shape(), "residual");
+  for (const auto& [t, name] : {std::pair{out.h, "h"}, std::pair{out.y, "y"}}) {
+    detail::check_shape(t, x.shape(), name);
+    detail::check_contiguous(t, name);
+  }
+  detail::check_shape(out.rstd, {detail::rows_of(x)}, "rstd");
+  run_forward("rmsnorm_residual", Forward{x, residual, w, out.h, out.y, out.rstd, {}, {}, eps});
+}
+
+RMSNormResidualOut rmsnorm_residual(const Tensor& x, const Tensor& residual, const Tensor& w,
+                                    float eps) {
   RMSNormResidualOut out{Tensor::empty(x.shape()), Tensor::empty(x.shape()),
                          Tensor::empty({detail::rows_of(x)})};
-  run_forward("rmsnorm_residual", Forward{x, residual, w, out.h, out.y, out.rstd, {}, {}, eps});
+  rmsnorm_residual_out(x, residual, w, eps, out);
   return out;
 }
 

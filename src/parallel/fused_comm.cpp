@@ -5,17 +5,17 @@
 #include <algorithm>
 
 #include "coremesh/core/error.hpp"
+#include "coremesh/core/log.hpp"
 #include "coremesh/ops/gemm.hpp"
 #include "coremesh/parallel/tensor_parallel.hpp"
 #include "coremesh/shmem/shmem.hpp"
 
 namespace coremesh::parallel {
 
-// Signal words, kWords kinds of `width_` words each (one per member, or per
-// chunk): data puts into this PE's inbox / staging from member m, credits
-// from member m (it has read what this PE put into it last), and the
-// all-reduce's per-chunk reduce-scatter and all-gather arrivals.
-enum FusedTensorComm::Word : int { gathered, scattered, inbox_free, staging_free, chunk_summed, chunk_gathered, kWords };
+// Signal words, kWords kinds of max(tp, chunks) words each (one per member,
+// or per chunk): data puts into this PE's inbox / staging from member m, and
+// the all-reduce's per-chunk reduce-scatter and all-gather arrivals.
+enum FusedTensorComm::Word : int { gathered, scattered, chunk_summed, chunk_gathered, kWords };
 
 namespace {
 
@@ -40,18 +40,28 @@ FusedTensorComm::FusedTensorComm(Group group, int64_t capacity, int64_t max_rows
            options_.comm_cores);
   const int tp = group_.size();
   slot_bytes_ = slot_bytes(tp, capacity, max_rows, options_);
-  inbox_ = symmetric_tensor({int64_t(tp) * slot_bytes_ / 4});
-  staging_ = symmetric_tensor({int64_t(tp) * slot_bytes_ / 4});
+  inbox_ = symmetric_tensor({2 * int64_t(tp) * slot_bytes_ / 4});  // two halves of tp slots
+  staging_ = symmetric_tensor({2 * int64_t(tp) * slot_bytes_ / 4});
   arena_ = symmetric_tensor({round_up(capacity, 16)});
   signals_ = symmetric_tensor({int64_t(kWords) * std::max(tp, options_.chunks)}, DType::i64);
 }
 
 int64_t FusedTensorComm::symmetric_bytes(int tp, int64_t capacity, int64_t max_rows, FusedCommOptions options) {
-  return 2 * int64_t(tp) * slot_bytes(tp, capacity, max_rows, options) + 4 * round_up(capacity, 16) +
+  return 4 * int64_t(tp) * slot_bytes(tp, capacity, max_rows, options) + 4 * round_up(capacity, 16) +
          8 * int64_t(kWords) * std::max(tp, options.chunks) + 4 * 64;
 }
 
-FusedTensorComm::~FusedTensorComm() = default;
+FusedTensorComm::~FusedTensorComm() {
+  // The slots are views that do not own the buffers (a view held longer on one
+  // PE would free the buffers in another order there: symmetric frees are
+  // collective): nothing may still read them when the buffers go.
+  if (!comm_) return;
+  try {
+    comm_->device().synchronize();
+  } catch (const std::exception& e) {
+    CM_LOG_WARN("fused comm: work still queued failed at teardown: {}", e.what());
+  }
+}
 
 uint64_t* FusedTensorComm::word(Word w, int index) const {
   return static_cast<uint64_t*>(signals_.raw_data()) + int64_t(w) * std::max(group_.size(), options_.chunks) + index;
@@ -73,28 +83,15 @@ void FusedTensorComm::wait(runtime::Stream& s, Word w, int index, uint64_t count
                                     others(group_)));
 }
 
-void FusedTensorComm::await_credit(runtime::Stream& s, Word credit, bool& first) {
-  if (first) {  // nothing was put there yet
-    first = false;
-    return;
-  }
-  for (int m = 0; m < group_.size(); ++m)
-    if (m != group_.me) wait(s, credit, m, 1, "a credit (the previous call's data read)");
-}
+int64_t FusedTensorComm::next_half(int64_t& uses) const { return (uses++ % 2) * group_.size() * slot_bytes_; }
 
-void FusedTensorComm::give_credit(runtime::Stream& s, Word credit) {
-  for (int m = 0; m < group_.size(); ++m)
-    if (m != group_.me)
-      shmem::put_signal_on_stream(s, static_cast<std::byte*>(inbox_.raw_data()), static_cast<const std::byte*>(nullptr),
-                                  0, word(credit, group_.me), 1, shmem::SignalOp::add, group_.pes[size_t(m)]);
-}
-
-Tensor FusedTensorComm::slot(const Tensor& buffer, int member, int64_t at, Shape shape, DType dtype) const {
+Tensor FusedTensorComm::slot(const Tensor& buffer, int64_t half, int member, int64_t at, Shape shape,
+                             DType dtype) const {
   CM_CHECK(at + shape_numel(shape) * int64_t(dtype_size(dtype)) <= slot_bytes_,
            "size the fused comm's capacity for the largest tensor it moves",
            "{} of {} at byte {} of a {}-byte slot", shape_str(shape), dtype_name(dtype), at, slot_bytes_);
-  auto* p = static_cast<std::byte*>(buffer.raw_data()) + int64_t(member) * slot_bytes_ + at;
-  return Tensor::wrap(p, shape, dtype, buffer.storage());
+  auto* p = static_cast<std::byte*>(buffer.raw_data()) + half + int64_t(member) * slot_bytes_ + at;
+  return Tensor::wrap(p, shape, dtype);
 }
 
 std::pair<int64_t, int64_t> FusedTensorComm::rows_of(int64_t n, int member) const {
@@ -111,9 +108,10 @@ runtime::Stream& FusedTensorComm::comm(const runtime::Stream& after) {
 }
 
 void FusedTensorComm::check_rows(const Tensor& t, const char* call) const {
-  CM_CHECK(t.dim() == 2 && t.is_contiguous() && t.size(0) <= max_rows_ && t.numel() <= arena_.numel(),
-           "size the fused comm for the largest (rows, columns) it moves", "{} of {} (set up for {} rows, {} elements)",
-           call, t.describe(), max_rows_, arena_.numel());
+  CM_CHECK(t.dim() == 2 && t.is_contiguous() && (t.dtype() == DType::f32 || t.dtype() == DType::bf16) &&
+               t.size(0) <= max_rows_,
+           "pass a contiguous f32 or bf16 (rows, columns) within the rows the fused comm was sized for",
+           "{} of {} (set up for {} rows)", call, t.describe(), max_rows_);
 }
 
 namespace {
@@ -135,12 +133,13 @@ FusedTensorComm::Gathered FusedTensorComm::allgather_matmul(const Tensor& x, con
   runtime::Stream s = runtime::current_stream();
   Gathered out{Tensor::empty({tp * n, w.size(0)}), keep_input ? Tensor::empty({tp * n, K}, x.dtype()) : Tensor()};
   auto block = [&](int m) { return std::pair<int64_t, int64_t>{m * n, (m + 1) * n}; };
-  slot(inbox_, me, 0, x.shape(), x.dtype());  // checks the size
+  const int64_t half = next_half(inbox_uses_);
+  slot(inbox_, half, me, 0, x.shape(), x.dtype());  // checks the size
   if (tp > 1) {
     runtime::Stream& c = comm(s);
-    await_credit(c, inbox_free, first_inbox_);
     for (int i = 1; i < tp; ++i)  // the member that reads this one's rows next first
-      put(c, inbox_, int64_t(me) * slot_bytes_, x.raw_data(), int64_t(x.nbytes()), (me - i + tp) % tp, gathered, me);
+      put(c, inbox_, half + int64_t(me) * slot_bytes_, x.raw_data(), int64_t(x.nbytes()), (me - i + tp) % tp,
+          gathered, me);
     hold_on(c, {x});
   }
   for (int i = 0; i < tp; ++i) {
@@ -148,16 +147,13 @@ FusedTensorComm::Gathered FusedTensorComm::allgather_matmul(const Tensor& x, con
     Tensor xm = x;
     if (m != me) {
       wait(s, gathered, m, 1, "rows to multiply");
-      xm = slot(inbox_, m, 0, x.shape(), x.dtype());
+      xm = slot(inbox_, half, m, 0, x.shape(), x.dtype());
     }
     Tensor y = rows(out.y, block(m));
     ops::matmul_out(xm, w, y, false, true);
     if (keep_input) copy_on_stream(xm, rows(out.gathered, block(m)));
   }
-  if (tp > 1) {
-    give_credit(s, inbox_free);
-    s.wait_event(comm_->record_event());
-  }
+  if (tp > 1) s.wait_event(comm_->record_event());
   return out;
 }
 
@@ -172,14 +168,15 @@ Tensor FusedTensorComm::matmul_reduce_scatter(const Tensor& h, const Tensor& w) 
   Tensor part = arena_.slice(0, 0, N * C).view({N, C});
   auto block = [&](int m) { return std::pair<int64_t, int64_t>{m * n, (m + 1) * n}; };
   runtime::Stream* c = tp > 1 ? &comm(s) : nullptr;
-  if (c) await_credit(*c, staging_free, first_staging_);
+  const int64_t half = next_half(staging_uses_);
+  slot(staging_, half, me, 0, {n, C});  // checks the size
   for (int i = 1; i <= tp; ++i) {  // the next member's rows first, this one's last
     const int o = (me + i) % tp;
     Tensor y = rows(part, block(o));
     ops::matmul_out(rows(h, block(o)), w, y, false, true);
     if (o == me) break;
     c->wait_event(s.record_event());
-    put(*c, staging_, int64_t(me) * slot_bytes_, y.raw_data(), int64_t(y.nbytes()), o, scattered, me);
+    put(*c, staging_, half + int64_t(me) * slot_bytes_, y.raw_data(), int64_t(y.nbytes()), o, scattered, me);
   }
   Tensor out = Tensor::empty({n, C});
   if (tp == 1) {
@@ -189,10 +186,9 @@ Tensor FusedTensorComm::matmul_reduce_scatter(const Tensor& h, const Tensor& w) 
   std::vector<Tensor> copies;
   for (int m = 0; m < tp; ++m) {
     if (m != me) wait(s, scattered, m, 1, "partial sums of this member's rows");
-    copies.push_back(m == me ? rows(part, block(me)) : slot(staging_, m, 0, {n, C}));
+    copies.push_back(m == me ? rows(part, block(me)) : slot(staging_, half, m, 0, {n, C}));
   }
   sum_in_order(copies, out);
-  give_credit(s, staging_free);
   s.wait_event(c->record_event());
   return out;
 }
@@ -208,7 +204,7 @@ Tensor FusedTensorComm::matmul_allreduce(const Tensor& h, const Tensor& w) {
   runtime::Stream s = runtime::current_stream();
   const Tensor flat = arena_.slice(0, 0, N * C);
   runtime::Stream* c = tp > 1 ? &comm(s) : nullptr;
-  if (c) await_credit(*c, staging_free, first_staging_);
+  const int64_t half = next_half(staging_uses_);
   int64_t staged = 0;  // floats into each staging slot: the chunks' largest shards one after the other
   for (int k = 0; k < chunks; ++k) {
     const int64_t r0 = N * k / chunks, r1 = N * (k + 1) / chunks, b = r0 * C, e = r1 * C;
@@ -221,14 +217,14 @@ Tensor FusedTensorComm::matmul_allreduce(const Tensor& h, const Tensor& w) {
       const auto [sb, se] = shard_bounds(b, e, tp, m, 16);
       largest = std::max(largest, se - sb);
       if (m != me)
-        put(*c, staging_, int64_t(me) * slot_bytes_ + 4 * staged, flat.data<float>() + sb, 4 * (se - sb), m,
+        put(*c, staging_, half + int64_t(me) * slot_bytes_ + 4 * staged, flat.data<float>() + sb, 4 * (se - sb), m,
             chunk_summed, k);
     }
     wait(*c, chunk_summed, k, uint64_t(tp - 1), "copies of this member's shard");
     const auto [sb, se] = shard_bounds(b, e, tp, me, 16);
     std::vector<Tensor> copies;
     for (int m = 0; m < tp; ++m)
-      copies.push_back(m == me ? flat.slice(0, sb, se) : slot(staging_, m, 4 * staged, {se - sb}));
+      copies.push_back(m == me ? flat.slice(0, sb, se) : slot(staging_, half, m, 4 * staged, {se - sb}));
     {
       runtime::StreamGuard on(*c);
       sum_in_order(copies, flat.slice(0, sb, se));
@@ -238,10 +234,7 @@ Tensor FusedTensorComm::matmul_allreduce(const Tensor& h, const Tensor& w) {
     wait(*c, chunk_gathered, k, uint64_t(tp - 1), "summed shards");
     staged += round_up(largest, 16);
   }
-  if (c) {
-    give_credit(*c, staging_free);
-    s.wait_event(c->record_event());
-  }
+  if (c) s.wait_event(c->record_event());
   Tensor out = Tensor::empty({N, C});
   copy_on_stream(flat, out);
   return out;
@@ -251,20 +244,22 @@ ops::RMSNormResidualOut FusedTensorComm::add_rmsnorm_allreduce(const Tensor& x, 
                                                                float eps) {
   const int tp = group_.size(), me = group_.me;
   check_rows(y, "add_rmsnorm_allreduce");
-  CM_CHECK(x.shape() == y.shape() && x.is_contiguous() && x.dtype() == DType::f32 && y.dtype() == DType::f32,
-           "pass the residual x and the update y of the same (N, C), f32", "add_rmsnorm_allreduce of {} and {}",
+  CM_CHECK(x.shape() == y.shape() && x.is_contiguous() && x.dtype() == DType::f32 && y.dtype() == DType::f32 &&
+               y.numel() <= arena_.numel(),
+           "pass the residual x and the update y of the same (N, C) f32, within the capacity",
+           "add_rmsnorm_allreduce of {} and {}",
            x.describe(), y.describe());
   const int64_t N = y.size(0), C = y.size(1);
   if (tp == 1) return ops::rmsnorm_residual(x, y, w, eps);
   runtime::Stream s = runtime::current_stream();
   runtime::Stream& c = comm(s);
   // reduce-scatter by rows: each member sums, adds and normalizes its own rows
-  await_credit(c, staging_free, first_staging_);
+  const int64_t staging = next_half(staging_uses_), inbox = next_half(inbox_uses_);
   for (int i = 1; i < tp; ++i) {
     const int o = (me + i) % tp;
     const Tensor part = rows(y, rows_of(N, o));
-    slot(staging_, me, 0, part.shape());  // checks the size
-    put(c, staging_, int64_t(me) * slot_bytes_, part.raw_data(), int64_t(part.nbytes()), o, scattered, me);
+    slot(staging_, staging, me, 0, part.shape());  // checks the size
+    put(c, staging_, staging + int64_t(me) * slot_bytes_, part.raw_data(), int64_t(part.nbytes()), o, scattered, me);
   }
   hold_on(c, {y});
   const auto mine = rows_of(N, me);
@@ -272,34 +267,31 @@ ops::RMSNormResidualOut FusedTensorComm::add_rmsnorm_allreduce(const Tensor& x, 
   std::vector<Tensor> copies;
   for (int m = 0; m < tp; ++m) {
     if (m != me) wait(s, scattered, m, 1, "updates of this member's rows");
-    copies.push_back(m == me ? rows(y, mine) : slot(staging_, m, 0, {n, C}));
+    copies.push_back(m == me ? rows(y, mine) : slot(staging_, staging, m, 0, {n, C}));
   }
   Tensor sum = Tensor::empty({n, C});
   sum_in_order(copies, sum);
-  give_credit(s, staging_free);
-  const ops::RMSNormResidualOut own = ops::rmsnorm_residual(rows(x, mine), sum, w, eps);
-  // all-gather h | y | rstd
+  // this member's h | y | rstd, packed as they land in the peers' inboxes: one put each
+  const Tensor pack = Tensor::empty({n * (2 * C + 1)});
+  const ops::RMSNormResidualOut own{pack.slice(0, 0, n * C).view({n, C}), pack.slice(0, n * C, 2 * n * C).view({n, C}),
+                                    pack.slice(0, 2 * n * C, pack.numel())};
+  ops::rmsnorm_residual_out(rows(x, mine), sum, w, eps, own);
   c.wait_event(s.record_event());
-  await_credit(c, inbox_free, first_inbox_);
-  const int64_t at = int64_t(me) * slot_bytes_;
-  for (int i = 1; i < tp; ++i) {
-    const int o = (me - i + tp) % tp;
-    put(c, inbox_, at, own.h.raw_data(), 4 * n * C, o, gathered, me);
-    put(c, inbox_, at + 4 * n * C, own.y.raw_data(), 4 * n * C, o, gathered, me);
-    put(c, inbox_, at + 8 * n * C, own.rstd.raw_data(), 4 * n, o, gathered, me);
-  }
-  hold_on(c, {own.h, own.y, own.rstd});
+  slot(inbox_, inbox, me, 0, pack.shape());  // checks the size
+  for (int i = 1; i < tp; ++i)
+    put(c, inbox_, inbox + int64_t(me) * slot_bytes_, pack.raw_data(), int64_t(pack.nbytes()), (me - i + tp) % tp, gathered,
+        me);
+  hold_on(c, {pack});
   ops::RMSNormResidualOut out{Tensor::empty({N, C}), Tensor::empty({N, C}), Tensor::empty({N})};
   for (int i = 0; i < tp; ++i) {
     const int m = (me + i) % tp;
     const auto r = rows_of(N, m);
     const int64_t k = r.second - r.first;
-    if (m != me) wait(s, gathered, m, 3, "normalized rows");
-    copy_on_stream(m == me ? own.h : slot(inbox_, m, 0, {k, C}), rows(out.h, r));
-    copy_on_stream(m == me ? own.y : slot(inbox_, m, 4 * k * C, {k, C}), rows(out.y, r));
-    copy_on_stream(m == me ? own.rstd : slot(inbox_, m, 8 * k * C, {k}), out.rstd.slice(0, r.first, r.second));
+    if (m != me) wait(s, gathered, m, 1, "normalized rows");
+    copy_on_stream(m == me ? own.h : slot(inbox_, inbox, m, 0, {k, C}), rows(out.h, r));
+    copy_on_stream(m == me ? own.y : slot(inbox_, inbox, m, 4 * k * C, {k, C}), rows(out.y, r));
+    copy_on_stream(m == me ? own.rstd : slot(inbox_, inbox, m, 8 * k * C, {k}), out.rstd.slice(0, r.first, r.second));
   }
-  give_credit(s, inbox_free);
   s.wait_event(c.record_event());
   return out;
 }

@@ -4,7 +4,7 @@
 //     host's own product of every member's inputs summed in member order (an
 //     independent reference: the members' inputs are a function of the PE);
 //   - calls in any order, the same operator back to back included, reuse the
-//     buffers safely (the credits), over rounds with new values;
+//     buffers safely (the alternating halves), over rounds with new values;
 //   - bf16 inputs for allgather_matmul; sizes past the capacity are refused.
 // Bit for bit where the GEMM engine is row-exact (kRowExactGemm), else within 1e-6.
 #include <gtest/gtest.h>

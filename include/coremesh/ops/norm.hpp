@@ -24,6 +24,9 @@ struct RMSNormResidualOut {
 };
 RMSNormResidualOut rmsnorm_residual(const Tensor& x, const Tensor& residual, const Tensor& w,
                                     float eps = 1e-6f);
+// The same into given tensors (contiguous, e.g. views of one buffer).
+void rmsnorm_residual_out(const Tensor& x, const Tensor& residual, const Tensor& w, float eps,
+                          const RMSNormResidualOut& out);
 
 // y = rmsnorm(x) quantized to FP8 with 1x128 tiles (scale (R, ceil(C/128))).
 struct RMSNormFP8Out {

@@ -22,14 +22,18 @@
 // reduce-scatters and all-gathers chunk c while the compute stream multiplies
 // chunk c + 1. add_rmsnorm_allreduce sums only this member's rows, adds the
 // residual and normalizes them (1/tp of the norm's work), then all-gathers
-// h, y and rstd. Why split rather than ring: on shared memory a put is a copy
+// h, y and rstd (packed: one put per peer). Why split rather than ring: on shared memory a put is a copy
 // the sender makes, so a ring's tp - 1 hops cost the same bytes as direct
 // puts but serialize them; direct puts let every member's copies run at once.
 //
-// Buffers are reused call after call. Before a member puts into a peer's
-// inbox again it waits for that peer's credit (a signal the peer sends once
-// it has read the previous call's data there), so any sequence of calls is
-// safe, not only the alternation of a forward and a backward.
+// Buffers are reused without a handshake: the inbox and the staging have two
+// halves, and consecutive calls that put into one use alternate halves. A
+// member's puts of a call leave after everything its stream did before (the
+// comm stream waits for it), so a peer's call k + 2 -- which waited for this
+// member's data of call k + 1 -- cannot overwrite a half this member is still
+// reading for call k. Any sequence of calls is safe, not only the
+// alternation of a forward and a backward, and no credit message is sent
+// (each one a network round trip).
 //
 // The comm stream runs its copies and sums on `comm_cores` vector cores (the
 // GEMMs keep the cube cores). Inputs f32 (allgather_matmul: f32 or bf16, the
@@ -94,9 +98,11 @@ class FusedTensorComm {
   void put(runtime::Stream& s, const Tensor& dst, int64_t at, const void* src, int64_t bytes, int member, Word signal,
            int index);
   void wait(runtime::Stream& s, Word w, int index, uint64_t count, const char* what);
-  void await_credit(runtime::Stream& s, Word credit, bool& first);
-  void give_credit(runtime::Stream& s, Word credit);
-  Tensor slot(const Tensor& buffer, int member, int64_t at, Shape shape, DType dtype = DType::f32) const;
+  // The byte offset of the half of the inbox or staging a call uses (they alternate).
+  int64_t next_half(int64_t& uses) const;
+  // Member's slot of `buffer` in `half`, from byte `at`, as a tensor.
+  Tensor slot(const Tensor& buffer, int64_t half, int member, int64_t at, Shape shape,
+              DType dtype = DType::f32) const;
   std::pair<int64_t, int64_t> rows_of(int64_t n, int member) const;
   runtime::Stream& comm(const runtime::Stream& after);
   void check_rows(const Tensor& t, const char* call) const;
@@ -106,7 +112,7 @@ class FusedTensorComm {
   int64_t slot_bytes_ = 0, max_rows_ = 0;
   Tensor inbox_, staging_, arena_, signals_;  // symmetric
   std::optional<runtime::Stream> comm_;
-  bool first_inbox_ = true, first_staging_ = true;  // no credit to wait for yet
+  int64_t inbox_uses_ = 0, staging_uses_ = 0;  // calls that put into them so far
   int64_t bytes_put_ = 0;
 };
 
