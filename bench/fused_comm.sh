@@ -30,8 +30,8 @@ for _ in $(seq "$ROUNDS"); do
   ARGS="1024 4096 1024 5 2" ops "shm_2_d1024" "$COREMESH" run -n 2 >>"$RAW"
   for sp in "" "--sequence-parallel"; do
     name=tp2${sp:+_sp}
-    echo "train $name unfused $(train_tokens two --tp 2 $sp)" >>"$RAW"
-    echo "train $name fused $(train_tokens two --tp 2 $sp --fused-comm)" >>"$RAW"
+    echo "train $name unfused $(train_tokens two --tp 2 $sp --fused-comm false)" >>"$RAW"
+    echo "train $name fused $(train_tokens two --tp 2 $sp --fused-comm true)" >>"$RAW"
   done
 done
 /usr/bin/python3 - "$RAW" <<'PY'
@@ -53,7 +53,7 @@ for (where, op), runs in ops.items():
     print(f"| {label} | {op} | {u:.0f} | {f:.0f} | {u / f:.2f}x | {c:.0f} | {x:.0f} | {x / u * 100:.0f}% | "
           f"{hidden * 100:.0f}% |")
 print()
-print("| training (demo model, 2 PEs x 1 core) | unfused (tokens/s) | --fused-comm (tokens/s) | ratio |")
+print("| training (demo model, 2 PEs x 1 core) | --fused-comm false (tokens/s) | --fused-comm true (tokens/s) | ratio |")
 print("|---|---:|---:|---:|")
 for name, label in (("tp2", "tp 2"), ("tp2_sp", "tp 2 + SP")):
     u, f = statistics.median(train[(name, "unfused")]), statistics.median(train[(name, "fused")])

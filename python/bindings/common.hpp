@@ -81,5 +81,6 @@ void bind_shmem(py::module_& m);
 void bind_shmem_collectives(py::module_& m);
 void bind_train(py::module_& m);
 void bind_graph(py::module_& m);
+void bind_parallel(py::module_& m);
 
 }  // namespace coremesh::python

@@ -7,6 +7,7 @@
 //   coremesh.shmem      OpenSHMEM from Python                   shmem.cpp, shmem_collectives.cpp
 //   coremesh.train      the trainer through its JSON config     train.cpp
 //   coremesh.graph      capture, instantiate, replay             graph.cpp
+//   coremesh.parallel   fused TP comm+GEMM operators             parallel.cpp
 //
 // Errors: coremesh::Error and its kinds become Python exceptions that keep
 // their message and HINT:
@@ -103,5 +104,7 @@ PYBIND11_MODULE(_C, m) {
   bind_train(train);
   auto graph = m.def_submodule("graph", "Graph mode: capture stream work, instantiate it once, replay it.");
   bind_graph(graph);
+  auto parallel = m.def_submodule("parallel", "Fused TP comm+GEMM operators over SHMEM (under `coremesh run -n N`).");
+  bind_parallel(parallel);
   install_python_hooks(m);
 }

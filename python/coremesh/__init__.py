@@ -23,7 +23,7 @@ The RFC's (MindSpore's) spellings work as written after `import coremesh as ms`:
 
 tests/python/test_rfc_snippets.py runs every Python snippet of the RFC.
 
-Submodules: runtime, ops, profiler, shmem, train, graph. Errors: Error (a
+Submodules: runtime, ops, profiler, shmem, train, graph, parallel. Errors: Error (a
 RuntimeError) and its kinds InvalidArgument (also a ValueError),
 TimeoutError and KernelError. See docs/python.md.
 """
@@ -37,7 +37,7 @@ from ._C import (Error, InvalidArgument, KernelError, Tensor, TimeoutError, empt
 
 # The extension's submodules under their public names: `import coremesh.runtime`
 # and `from coremesh.ops import matmul` work like for plain modules.
-for _name in ("runtime", "ops", "profiler", "shmem", "train", "graph"):
+for _name in ("runtime", "ops", "profiler", "shmem", "train", "graph", "parallel"):
     _module = getattr(_C, _name)
     _module.__name__ = f"{__name__}.{_name}"
     _sys.modules[_module.__name__] = _module

@@ -40,7 +40,8 @@ const FieldTable<ParallelConfig>& parallel_fields() {
                "compute (false: one after the other; the same results)")
           .add("fused_comm", [](P& p) -> auto& { return p.fused_comm; },
                "tensor parallel: fuse the forward's GEMMs at the TP regions' edges with their exchanges "
-               "(all-gather + GEMM, GEMM + reduce-scatter / all-reduce, chunk by chunk; the same results)")
+               "(all-gather + GEMM, GEMM + reduce-scatter / all-reduce, chunk by chunk; the same results; false: "
+               "the exchanges on their own)")
           .add("moe_replicas", [](P& p) -> auto& { return p.moe_replicas; },
                "MoE layers: split each micro-batch's tokens into this many slices whose expert exchanges overlap "
                "each other's expert GEMMs (RFC 2.1; 1: one block)",

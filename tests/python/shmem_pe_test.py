@@ -228,3 +228,33 @@ def test_bad_calls_raise_with_a_hint(me):
     shmem.free(dest)
     with pytest.raises(cm.InvalidArgument, match="already freed"):
         shmem.free(dest)
+
+
+def test_fused_tp_operators_equal_their_unfused_sequences(me):
+    from coremesh import parallel
+    pe, n = me
+    rows, K, F, C = 4, 24, 20, 18
+    N = rows * n
+    rng = np.random.default_rng(7)
+    w = cm.from_numpy(rng.standard_normal((C, K), dtype=np.float32))
+    w2 = cm.from_numpy(rng.standard_normal((C, F), dtype=np.float32))
+    norm = cm.from_numpy(rng.standard_normal(C, dtype=np.float32))
+    mine = np.random.default_rng(100 + pe)
+    x = cm.from_numpy(mine.standard_normal((rows, K), dtype=np.float32))
+    h = cm.from_numpy(mine.standard_normal((N, F), dtype=np.float32))
+    resid = cm.from_numpy(rng.standard_normal((N, C), dtype=np.float32))
+    upd = cm.from_numpy(mine.standard_normal((N, C), dtype=np.float32))
+    fused = parallel.FusedTensorComm(capacity=N * K, max_rows=N)
+    sp = parallel.TensorParallelGroup([N * K, N * C], sequence_parallel=True)
+    ar = parallel.TensorParallelGroup([N * C])
+    got = [*fused.allgather_matmul(x, w), fused.matmul_reduce_scatter(h, w2), fused.matmul_allreduce(h, w2),
+           *fused.add_rmsnorm_allreduce(resid, upd, norm)]
+    want = [*parallel.reference_allgather_matmul(sp, x, w), parallel.reference_matmul_reduce_scatter(sp, h, w2),
+            parallel.reference_matmul_allreduce(ar, h, w2),
+            *parallel.reference_add_rmsnorm_allreduce(ar, resid, upd, norm, 1e-6)]
+    runtime.synchronize()
+    shmem.barrier()
+    assert [tuple(a.shape) for a in got] == [(N, C), (N, K), (rows, C), (N, C), (N, C), (N, C), (N,)]
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert fused.bytes_put > 0 or n == 1

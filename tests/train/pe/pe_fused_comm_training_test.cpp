@@ -51,6 +51,7 @@ TEST(TensorParallelTraining, FusedCommReproducesTheUnfusedRun) {
     c.parallel.sequence_parallel = L.sp;
     c.model.precision = L.precision;
     c.steps = 4;
+    c.parallel.fused_comm = false;
     c.out_dir = job_dir("fused_comm_off");
     Trainer unfused(c, one_core());
     unfused.run(-1, false);

@@ -1,0 +1,83 @@
+// coremesh.parallel: the fused TP comm+GEMM operators (parallel/fused_comm.hpp)
+// and the unfused sequences they equal, over a group of PEs (default: every
+// PE of the job). Collective: every PE of the group constructs and calls the
+// same objects in the same order. Results are valid once the stream gets
+// there (runtime.synchronize() before reading them on the host).
+#include "common.hpp"
+#include "coremesh/parallel/fused_comm.hpp"
+#include "coremesh/parallel/tensor_parallel.hpp"
+#include "coremesh/shmem/shmem.hpp"
+
+namespace coremesh::python {
+namespace {
+
+parallel::Group group_of(std::optional<std::vector<int>> pes) {
+  if (!pes) {
+    pes.emplace();
+    for (int p = 0; p < shmem::n_pes(); ++p) pes->push_back(p);
+  }
+  return parallel::Group::of(*pes, shmem::my_pe());
+}
+
+py::tuple norm_out(const ops::RMSNormResidualOut& o) { return py::make_tuple(o.h, o.y, o.rstd); }
+
+}  // namespace
+
+void bind_parallel(py::module_& m) {
+  py::class_<parallel::FusedTensorComm>(m, "FusedTensorComm", R"doc(
+Fused TP operators over a group of PEs (pes: world PE numbers in member order;
+None: the whole job). capacity: elements of the largest whole tensor a call
+moves (N x K gathered, N x C summed); max_rows: the most rows N.
+  allgather_matmul(x, w) -> (y, gathered)   y = all_gather(x) w^T
+  matmul_reduce_scatter(h, w) -> y           this member's rows of sum(h w^T)
+  matmul_allreduce(h, w) -> y                sum(h w^T) on every member
+  add_rmsnorm_allreduce(x, y, w, eps) -> (h, y, rstd)  rmsnorm_residual(x, sum(y), w)
+Each equals its unfused sequence (reference_* with a TensorParallelGroup) bit for bit.)doc")
+      .def(py::init([](int64_t capacity, int64_t max_rows, std::optional<std::vector<int>> pes, int chunks,
+                       int comm_cores) {
+             return std::make_unique<parallel::FusedTensorComm>(group_of(std::move(pes)), capacity, max_rows,
+                                                                parallel::FusedCommOptions{chunks, comm_cores});
+           }),
+           py::arg("capacity"), py::arg("max_rows"), py::arg("pes") = py::none(), py::arg("chunks") = 2,
+           py::arg("comm_cores") = 1)
+      .def("allgather_matmul",
+           [](parallel::FusedTensorComm& f, const Tensor& x, const Tensor& w, bool keep_input) {
+             auto g = f.allgather_matmul(x, w, keep_input);
+             return py::make_tuple(g.y, g.gathered.defined() ? py::cast(g.gathered) : py::none());
+           },
+           py::arg("x"), py::arg("w"), py::arg("keep_input") = true)
+      .def("matmul_reduce_scatter", &parallel::FusedTensorComm::matmul_reduce_scatter, py::arg("h"), py::arg("w"))
+      .def("matmul_allreduce", &parallel::FusedTensorComm::matmul_allreduce, py::arg("h"), py::arg("w"))
+      .def("add_rmsnorm_allreduce",
+           [](parallel::FusedTensorComm& f, const Tensor& x, const Tensor& y, const Tensor& w, float eps) {
+             return norm_out(f.add_rmsnorm_allreduce(x, y, w, eps));
+           },
+           py::arg("x"), py::arg("y"), py::arg("w"), py::arg("eps") = 1e-6f)
+      .def_property_readonly("bytes_put", &parallel::FusedTensorComm::bytes_put);
+
+  py::class_<parallel::ShmemTensor>(m, "TensorParallelGroup", R"doc(
+The unfused TP exchanges over a group (parallel::ShmemTensor): sizes, the
+element counts of the tensors it sums (an all-gather's whole result counts);
+sequence_parallel: all_gather / reduce_scatter of rows, else all_reduce.)doc")
+      .def(py::init([](std::vector<int64_t> sizes, bool sequence_parallel, std::optional<std::vector<int>> pes) {
+             return std::make_unique<parallel::ShmemTensor>(group_of(std::move(pes)), std::move(sizes),
+                                                            sequence_parallel, /*overlap=*/false);
+           }),
+           py::arg("sizes"), py::arg("sequence_parallel") = false, py::arg("pes") = py::none())
+      .def("all_gather", &parallel::ShmemTensor::all_gather, py::arg("x"))
+      .def("reduce_scatter", &parallel::ShmemTensor::reduce_scatter, py::arg("y"))
+      .def("all_reduce", &parallel::ShmemTensor::all_reduce, py::arg("x"));
+
+  m.def("reference_allgather_matmul", [](parallel::ShmemTensor& tp, const Tensor& x, const Tensor& w) {
+    auto g = parallel::reference::allgather_matmul(tp, x, w);
+    return py::make_tuple(g.y, g.gathered);
+  });
+  m.def("reference_matmul_reduce_scatter", &parallel::reference::matmul_reduce_scatter);
+  m.def("reference_matmul_allreduce", &parallel::reference::matmul_allreduce);
+  m.def("reference_add_rmsnorm_allreduce",
+        [](parallel::ShmemTensor& tp, const Tensor& x, const Tensor& y, const Tensor& w, float eps) {
+          return norm_out(parallel::reference::add_rmsnorm_allreduce(tp, x, y, w, eps));
+        });
+}
+
+}  // namespace coremesh::python
