@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 
 #include "coremesh/core/allocator.hpp"
 #include "coremesh/core/env.hpp"
@@ -26,6 +28,31 @@ thread_local bool t_runtime_thread = false;
 std::atomic<uint64_t>& work_progress() {
   static std::atomic<uint64_t> blocks{0};
   return blocks;
+}
+
+namespace {
+
+// Wakes a host thread held for memory (relieve_host_memory) as soon as a block
+// finishes: polling added up to a millisecond to each of a step's hundreds of
+// holds (a pipeline rank runs at its soft limit).
+struct ProgressWake {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::atomic<int> waiters{0};
+};
+ProgressWake& progress_wake() {
+  static ProgressWake* wake = new ProgressWake;  // never destroyed: workers may note progress at exit
+  return *wake;
+}
+
+}  // namespace
+
+void note_work_progress() {
+  work_progress().fetch_add(1, std::memory_order_seq_cst);
+  ProgressWake& w = progress_wake();
+  if (w.waiters.load(std::memory_order_seq_cst) == 0) return;
+  std::lock_guard lock(w.mutex);
+  w.cv.notify_all();
 }
 
 std::atomic<int64_t>& queued_items() {
@@ -59,13 +86,19 @@ bool relieve_host_memory() {
   const uint64_t seen = work_progress().load(std::memory_order_relaxed);
   if (seen == stalled_at.load(std::memory_order_relaxed)) return false;
   const auto start = std::chrono::steady_clock::now();
-  // Polls with a backoff (50 us doubling to 1 ms): on a machine whose cores the workers
-  // share with this thread, each wake takes time from them.
-  auto pause = std::chrono::microseconds(50);
+  // Sleeps until a block finishes (note_work_progress wakes it); wakes every
+  // millisecond regardless to check the conditions for giving up.
+  ProgressWake& w = progress_wake();
+  std::unique_lock lock(w.mutex);
+  w.waiters.fetch_add(1, std::memory_order_seq_cst);
+  struct Leave {
+    ProgressWake& w;
+    ~Leave() { w.waiters.fetch_sub(1, std::memory_order_seq_cst); }
+  } leave{w};
   for (;;) {
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-    if (work_progress().load(std::memory_order_relaxed) != seen) return true;
+    if (w.cv.wait_for(lock, std::chrono::milliseconds(1),
+                      [&] { return work_progress().load(std::memory_order_seq_cst) != seen; }))
+      return true;
     // Everything queued is done: what the host holds is its own, nothing to
     // wait for (and no reason not to wait next time, once it has queued more).
     if (queued_items().load(std::memory_order_relaxed) == 0) return false;
@@ -341,7 +374,7 @@ void Device::Impl::run_block(KernelRun& run, int block, int core) {
     if (!run.error) run.error = std::current_exception();
   }
   const int64_t end = profiler_now_ns();
-  work_progress().fetch_add(1, std::memory_order_relaxed);
+  note_work_progress();
   if (run.profiled) run.blocks[static_cast<size_t>(block)] = BlockRecord{block, core, start, end};
   expected = run.end_ns.load();
   while (end > expected && !run.end_ns.compare_exchange_weak(expected, end)) {

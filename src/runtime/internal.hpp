@@ -264,6 +264,8 @@ HostWaitHook host_wait_hook();
 // measures time without progress, so a slow queue on a starved machine is
 // not taken for a stuck one.
 std::atomic<uint64_t>& work_progress();
+// Counts a finished block (or wait) and wakes a host thread held for memory.
+void note_work_progress();
 
 // Stream items enqueued and not yet finished, over every stream of the process.
 std::atomic<int64_t>& queued_items();

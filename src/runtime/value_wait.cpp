@@ -71,7 +71,7 @@ void finish(ParkedWait& w, int device_id, std::exception_ptr error) {
                               w.start_ns, profiler_now_ns(), 0, CoreLimits{0, 0}, 0, {},
                               fmt::format("wait_value(word {} {})", wait_cmp_name(w.wait.cmp),
                                           w.wait.value)});
-  work_progress().fetch_add(1, std::memory_order_relaxed);
+  note_work_progress();
   waits_parked().fetch_sub(1, std::memory_order_relaxed);
   auto stream = std::move(w.stream);
   stream->item_done(error ? stream_error(w, error) : nullptr);
