@@ -46,7 +46,9 @@ Tensor random(Shape shape, uint32_t seed) {
   return t;
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) { return a.nbytes() == b.nbytes() && !std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()); }
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && !std::memcmp(a.raw_data(), b.raw_data(), a.nbytes());
+}
 
 struct Timer {
   runtime::Stream& stream;
@@ -103,7 +105,8 @@ int main(int argc, char** argv) {
       {"matmul_allreduce", [&] { return parallel::reference::matmul_allreduce(ar, h, w2); },
        [&] { return fused.matmul_allreduce(h, w2); }, [&] { return ops::matmul(h, w2, false, true); },
        [&] { return ar.all_reduce(whole); }},
-      {"add_rmsnorm_allreduce", [&] { return parallel::reference::add_rmsnorm_allreduce(ar, resid, upd, norm, 1e-6f).y; },
+      {"add_rmsnorm_allreduce",
+       [&] { return parallel::reference::add_rmsnorm_allreduce(ar, resid, upd, norm, 1e-6f).y; },
        [&] { return fused.add_rmsnorm_allreduce(resid, upd, norm, 1e-6f).y; },
        [&] { return ops::rmsnorm_residual(resid, upd, norm, 1e-6f).y; }, [&] { return ar.all_reduce(whole); }},
   };

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/core/log.hpp"
@@ -76,11 +77,10 @@ void FusedTensorComm::put(runtime::Stream& s, const Tensor& dst, int64_t at, con
 }
 
 void FusedTensorComm::wait(runtime::Stream& s, Word w, int index, uint64_t count, const char* what) {
+  const bool per_chunk = w == chunk_summed || w == chunk_gathered;
+  const std::string from = per_chunk ? fmt::format("chunk {}", index) : fmt::format("PE {}", group_.pes[size_t(index)]);
   wait_signal_on_stream(s, word(w, index), count,
-                        fmt::format("waits for {} ({}) of the fused TP group {}", what,
-                                    w == chunk_summed || w == chunk_gathered ? fmt::format("chunk {}", index)
-                                                                            : fmt::format("PE {}", group_.pes[size_t(index)]),
-                                    others(group_)));
+                        fmt::format("waits for {} ({}) of the fused TP group {}", what, from, others(group_)));
 }
 
 int64_t FusedTensorComm::next_half(int64_t& uses) const { return (uses++ % 2) * group_.size() * slot_bytes_; }
@@ -161,8 +161,8 @@ Tensor FusedTensorComm::matmul_reduce_scatter(const Tensor& h, const Tensor& w) 
   const int tp = group_.size(), me = group_.me;
   check_rows(h, "matmul_reduce_scatter");
   CM_CHECK(h.size(0) % tp == 0 && w.dim() == 2 && w.size(1) == h.size(1) && w.size(0) * h.size(0) <= arena_.numel(),
-           "choose rows divisible by tp and w (C, F) matching h (N, F)", "matmul_reduce_scatter of {} and {} over tp {}",
-           h.describe(), w.describe(), tp);
+           "choose rows divisible by tp and w (C, F) matching h (N, F)",
+           "matmul_reduce_scatter of {} and {} over tp {}", h.describe(), w.describe(), tp);
   const int64_t N = h.size(0), n = N / tp, C = w.size(0);
   runtime::Stream s = runtime::current_stream();
   Tensor part = arena_.slice(0, 0, N * C).view({N, C});
@@ -247,8 +247,7 @@ ops::RMSNormResidualOut FusedTensorComm::add_rmsnorm_allreduce(const Tensor& x, 
   CM_CHECK(x.shape() == y.shape() && x.is_contiguous() && x.dtype() == DType::f32 && y.dtype() == DType::f32 &&
                y.numel() <= arena_.numel(),
            "pass the residual x and the update y of the same (N, C) f32, within the capacity",
-           "add_rmsnorm_allreduce of {} and {}",
-           x.describe(), y.describe());
+           "add_rmsnorm_allreduce of {} and {}", x.describe(), y.describe());
   const int64_t N = y.size(0), C = y.size(1);
   if (tp == 1) return ops::rmsnorm_residual(x, y, w, eps);
   runtime::Stream s = runtime::current_stream();
@@ -279,8 +278,8 @@ ops::RMSNormResidualOut FusedTensorComm::add_rmsnorm_allreduce(const Tensor& x, 
   c.wait_event(s.record_event());
   slot(inbox_, inbox, me, 0, pack.shape());  // checks the size
   for (int i = 1; i < tp; ++i)
-    put(c, inbox_, inbox + int64_t(me) * slot_bytes_, pack.raw_data(), int64_t(pack.nbytes()), (me - i + tp) % tp, gathered,
-        me);
+    put(c, inbox_, inbox + int64_t(me) * slot_bytes_, pack.raw_data(), int64_t(pack.nbytes()), (me - i + tp) % tp,
+        gathered, me);
   hold_on(c, {pack});
   ops::RMSNormResidualOut out{Tensor::empty({N, C}), Tensor::empty({N, C}), Tensor::empty({N})};
   for (int i = 0; i < tp; ++i) {

@@ -38,7 +38,8 @@ int64_t ShmemTensor::bytes_put() const { return sum_->bytes_put(); }
 int64_t ShmemTensor::symmetric_bytes(int tp, const std::vector<int64_t>& sizes, int64_t fused_rows) {
   int64_t floats = 0;  // the arena and the staging slots (one per member, rounded up), signals
   for (int64_t n : sizes) floats += (n + 15) / 16 * 16 + int64_t(tp) * ((n / tp + 16 + 15) / 16 * 16);
-  const int64_t fused = fused_rows > 0 && !sizes.empty() ? FusedTensorComm::symmetric_bytes(tp, sizes[0], fused_rows) : 0;
+  const int64_t fused =
+      fused_rows > 0 && !sizes.empty() ? FusedTensorComm::symmetric_bytes(tp, sizes[0], fused_rows) : 0;
   return 4 * floats + 4096 + fused;
 }
 

@@ -22,9 +22,10 @@
 // reduce-scatters and all-gathers chunk c while the compute stream multiplies
 // chunk c + 1. add_rmsnorm_allreduce sums only this member's rows, adds the
 // residual and normalizes them (1/tp of the norm's work), then all-gathers
-// h, y and rstd (packed: one put per peer). Why split rather than ring: on shared memory a put is a copy
-// the sender makes, so a ring's tp - 1 hops cost the same bytes as direct
-// puts but serialize them; direct puts let every member's copies run at once.
+// h, y and rstd (packed: one put per peer). Why split rather than ring: on
+// shared memory a put is a copy the sender makes, so a ring's tp - 1 hops
+// cost the same bytes as direct puts but serialize them; direct puts let
+// every member's copies run at once.
 //
 // Buffers are reused without a handshake: the inbox and the staging have two
 // halves, and consecutive calls that put into one use alternate halves. A
