@@ -1,5 +1,6 @@
 // Streams: ordering, asynchrony, errors, watchdog.
 #include <atomic>
+#include <memory>
 #include <chrono>
 #include <cstdlib>
 #include <latch>
@@ -339,15 +340,21 @@ TEST(Stream, HostSubmitWakesAWorkerOffItsOwnCpu) {
 // The host allocator's soft limit holds the host back while queued kernels
 // keep their tensors alive: the peak stays near the limit instead of the sum
 // of everything queued.
-size_t peak_of_held_tensors(Stream& s) {
+// `gated`: the first kernel waits until the host has queued all 40 (without
+// a limit the count does not then depend on how fast a loaded machine's host
+// thread runs against the workers).
+size_t peak_of_held_tensors(Stream& s, bool gated = false) {
   reset_host_peak();
   const size_t base = host_allocator_stats().allocated_bytes;
+  auto open = std::make_shared<std::atomic<bool>>(!gated);
   for (int i = 0; i < 40; ++i) {
     Tensor t = Tensor::empty({int64_t{1} << 18});  // 1 MiB
-    s.launch({"hold", KernelKind::vector, 1, 0}, [t](const BlockContext&) {
+    s.launch({"hold", KernelKind::vector, 1, 0}, [t, open](const BlockContext&) {
+      while (!open->load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     });
   }
+  open->store(true);
   s.synchronize();
   return host_allocator_stats().peak_allocated_bytes - base;
 }
@@ -356,7 +363,7 @@ TEST(Stream, SoftLimitHoldsTheHostBackWhileKernelsKeepTheirTensors) {
   constexpr size_t kMiB = size_t{1} << 20;
   Device device(two_cores());
   Stream s(device);
-  EXPECT_GE(peak_of_held_tensors(s), 30 * kMiB);  // unlimited: the host queues all 40 at once
+  EXPECT_GE(peak_of_held_tensors(s, /*gated=*/true), 30 * kMiB);  // unlimited: the host queues all 40 at once
   set_host_soft_limit(host_allocator_stats().allocated_bytes + 8 * kMiB);
   const size_t limited = peak_of_held_tensors(s);
   set_host_soft_limit(0);
