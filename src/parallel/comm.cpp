@@ -52,7 +52,11 @@ Tensor symmetric_tensor(const Shape& shape, DType dtype) {
   const size_t bytes = std::max<size_t>(size_t(shape_numel(shape)) * dtype_size(dtype), 64);
   // zeroed everywhere before any PE returns: a peer may signal into it at once
   void* p = shmem::sym_calloc(1, bytes);
-  std::shared_ptr<void> owner(p, [](void* q) { shmem::sym_free(q); });
+  // after shmem finalize the heap is gone with everything in it (a Python
+  // object that outlives shmem.finalize(), say): nothing left to free
+  std::shared_ptr<void> owner(p, [](void* q) {
+    if (shmem::initialized()) shmem::sym_free(q);
+  });
   return Tensor::wrap(p, shape, dtype, owner);
 }
 
