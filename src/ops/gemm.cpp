@@ -205,9 +205,31 @@ runtime::Kernel build_fused_matmul(const runtime::OpDesc& desc, Epilogue::Kind k
                              [m = std::move(m)](const detail::BlockContext& ctx) { run_matmul_block(m, ctx); });
 }
 
+// The tuner's space: every output grid up to 8 x 8 tiles (of >= 16 rows and
+// columns) with at most 4 tiles per block, each on as many blocks as it has tiles.
+std::vector<detail::Tiling> matmul_tilings(const runtime::OpKey& key, const detail::Tiling&, int max_blocks) {
+  const Shape &a = key.shapes.at(0), &b = key.shapes.at(1);
+  const bool ta = key.attr("ta").value_or("") == "true", tb = key.attr("tb").value_or("") == "true";
+  const int64_t m = ta ? a.back() : a[a.size() - 2], n = tb ? b[b.size() - 2] : b.back();
+  const int64_t batch = std::max(a.size() == 3 ? a[0] : 1, b.size() == 3 ? b[0] : 1);
+  std::vector<detail::Tiling> out;
+  for (int64_t gm = 1; gm <= 8; ++gm)
+    for (int64_t gn = 1; gn <= 8; ++gn) {
+      if ((gm > 1 && ceil_div(m, gm) < 16) || (gn > 1 && ceil_div(n, gn) < 16) || gm * gn > 4 * max_blocks) continue;
+      detail::Tiling t;
+      t.tile_m = ceil_div(std::max<int64_t>(m, 1), gm), t.tile_n = ceil_div(std::max<int64_t>(n, 1), gn);
+      t.block_dim = static_cast<int>(std::min<int64_t>(max_blocks, batch * gm * gn));
+      out.push_back(t);
+    }
+  return out;
+}
+
 [[maybe_unused]] const bool registered =
-    runtime::register_op("matmul_add", {0, [](const runtime::OpDesc& d) { return build_fused_matmul(d, Epilogue::Kind::add); }}) &&
-    runtime::register_op("matmul_bias", {0, [](const runtime::OpDesc& d) { return build_fused_matmul(d, Epilogue::Kind::bias); }});
+    runtime::register_op("matmul", {0, nullptr, matmul_tilings}) &&
+    runtime::register_op("matmul_add", {0, [](const runtime::OpDesc& d) { return build_fused_matmul(d, Epilogue::Kind::add); },
+                                        matmul_tilings}) &&
+    runtime::register_op("matmul_bias", {0, [](const runtime::OpDesc& d) { return build_fused_matmul(d, Epilogue::Kind::bias); },
+                                         matmul_tilings});
 
 }  // namespace
 

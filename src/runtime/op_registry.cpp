@@ -1,5 +1,6 @@
 #include "coremesh/runtime/op_registry.hpp"
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
@@ -32,6 +33,22 @@ OpTraits op_traits(const std::string& op) {
   std::lock_guard lock(r.mutex);
   auto it = r.ops.find(op);
   return it == r.ops.end() ? OpTraits{} : it->second;
+}
+
+std::vector<Tiling> candidate_tilings(const OpKey& key, const Tiling& heuristic, int max_blocks) {
+  std::vector<Tiling> all;
+  if (const OpTraits traits = op_traits(key.op); traits.tilings) {
+    all = traits.tilings(key, heuristic, max_blocks);
+  } else {
+    for (int b = 1; b <= heuristic.block_dim; ++b) all.push_back({b, heuristic.align, heuristic.tile_m, heuristic.tile_n});
+  }
+  std::vector<Tiling> out{heuristic};
+  for (Tiling t : all) {
+    t.block_dim = std::clamp(t.block_dim, 1, std::max(1, max_blocks));
+    t.align = std::max<int64_t>(t.align, 1);
+    if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+  }
+  return out;
 }
 
 Kernel build_kernel(const OpDesc& desc) {

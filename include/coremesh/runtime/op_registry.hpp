@@ -9,7 +9,9 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "coremesh/runtime/op_cache.hpp"
 #include "coremesh/runtime/op_desc.hpp"
 #include "coremesh/runtime/stream.hpp"
 
@@ -22,7 +24,14 @@ struct OpTraits {
   // Builds the kernel of a descriptor of this op under desc.key.limits
   // (tiling through the op cache); empty if the op cannot be rebuilt.
   std::function<Kernel(const OpDesc& desc)> build;
+  // The tilings worth measuring for `key` (the tuner's search space; any
+  // order, duplicates and the heuristic allowed). Unset: block_dim from 1 to
+  // the heuristic's, the rest kept (fewer blocks never breaks a kernel whose
+  // blocks split their work by ctx.block_dim).
+  std::function<std::vector<Tiling>(const OpKey& key, const Tiling& heuristic, int max_blocks)> tilings;
 };
+// The search space of `key` under traits (deduplicated, valid, heuristic first).
+std::vector<Tiling> candidate_tilings(const OpKey& key, const Tiling& heuristic, int max_blocks);
 
 // Registers (or replaces) the traits of `op`; returns true (for static init).
 bool register_op(const std::string& op, OpTraits traits);

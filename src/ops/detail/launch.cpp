@@ -12,14 +12,8 @@
 namespace coremesh::ops::detail {
 
 Plan plan_for(runtime::OpKey key, KernelKind kind, const std::function<Tiling(int max_blocks)>& make) {
-  const int max_blocks = std::max(1, runtime::max_blocks(key.limits, kind));
-  auto [id, tiling] = runtime::OpCache::global().get<Tiling>(key, [&] {
-    Tiling t = make(max_blocks);
-    t.block_dim = std::clamp(t.block_dim, 1, max_blocks);
-    t.align = std::max<int64_t>(t.align, 1);
-    return t;
-  });
-  return Plan{id, *tiling, kind, std::move(key)};
+  auto [id, tiling] = runtime::OpCache::global().get(key, kind, make);
+  return Plan{id, tiling, kind, std::move(key)};
 }
 
 Plan plan(std::string op, KernelKind kind, std::vector<Shape> shapes, std::vector<DType> dtypes,

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "coremesh/core/tensor.hpp"
+#include "coremesh/runtime/op_cache.hpp"
 #include "coremesh/runtime/op_registry.hpp"
 #include "coremesh/runtime/stream.hpp"
 #include "split.hpp"
@@ -35,11 +36,7 @@ using runtime::KernelKind;
 
 // Tiling of a kernel whose work is `items` independent units (rows, tiles,
 // heads): block_dim blocks, each gets a range aligned to `align` units.
-struct Tiling {
-  int block_dim = 1;
-  int64_t align = 1;
-  int64_t tile_m = 0, tile_n = 0;  // GEMM-like kernels: tile sizes (0 = unused)
-};
+using runtime::Tiling;
 
 struct Plan {
   uint64_t cache_id = 0;

@@ -1,0 +1,63 @@
+// The tiling auto-tuner: measures the tilings of every op a workload runs
+// instead of trusting the ops' heuristics.
+//
+// The workload is real work (a training step's forward and backward, one op
+// on its shapes): tune() runs it, finds its op keys in OpCache, and asks each
+// op for its search space (OpTraits::tilings: block sizes, tile grids). Every
+// run then tries one candidate per key at once (OpCache::force) and the
+// profiler times each launch, so all keys are searched in parallel, each in
+// its real context. The search per key is successive halving on a budget:
+// the candidates (all, or a seeded sample when the budget is short) are timed
+// once, the faster half timed again, and so on; fitness is the median of a
+// candidate's timings. A run whose result differs from the heuristic run's
+// (bit for bit, or beyond `tolerance`) is bisected over the keys it tried
+// until the candidates that changed it are found; those are discarded.
+//
+// tune_exhaustive() times every candidate `repeats` times: the reference the
+// budgeted search is measured against (bench/tuner.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "coremesh/runtime/op_cache.hpp"
+#include "coremesh/runtime/tuning_cache.hpp"
+
+namespace coremesh::runtime {
+
+struct TuneWorkload {
+  std::function<void()> run;                   // launches the work and waits for it
+  std::function<std::vector<float>()> result;  // what no tiling may change (read after run)
+};
+
+struct TuneOptions {
+  double budget = 0.25;       // timed evaluations per key, as a fraction of the exhaustive search's
+  int repeats = 5;            // timings per candidate in the exhaustive search (its median)
+  double time_limit_s = 300;  // then the best so far is taken
+  double tolerance = 0;       // max |result - reference| / max |reference|; 0: bit-identical
+  uint64_t seed = 1;
+  std::vector<std::string> ops;                        // tune only these ops (empty: every op)
+  std::function<void(int runs, int planned)> progress;  // after each run
+};
+
+struct TunedKey {
+  OpCache::Entry entry;  // key, kind, max_blocks, heuristic
+  Tiling best;
+  double best_s = 0, heuristic_s = 0;  // median seconds per launch
+  int candidates = 0, evaluations = 0, rejected = 0;
+};
+
+struct TuneReport {
+  std::vector<TunedKey> keys;
+  int runs = 0;  // workload runs, the bisections' included
+  double seconds = 0;
+  bool time_limited = false;
+  TuningCacheFile cache() const;  // this machine's and this version's
+};
+
+TuneReport tune(const TuneWorkload& workload, const TuneOptions& options = {});
+TuneReport tune_exhaustive(const TuneWorkload& workload, const TuneOptions& options = {});
+
+}  // namespace coremesh::runtime

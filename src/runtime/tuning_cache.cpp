@@ -1,0 +1,155 @@
+#include "coremesh/runtime/tuning_cache.hpp"
+
+#include <fmt/format.h>
+#include <sched.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "coremesh/core/error.hpp"
+#include "coremesh/core/log.hpp"
+
+#ifndef COREMESH_VERSION
+#define COREMESH_VERSION "unknown"
+#endif
+
+namespace coremesh::runtime {
+namespace {
+
+constexpr const char* kFormat = "coremesh-tuning-cache";
+constexpr int kVersion = 1;
+
+nlohmann::json to_json(const Tiling& t) {
+  return {{"block_dim", t.block_dim}, {"align", t.align}, {"tile_m", t.tile_m}, {"tile_n", t.tile_n}};
+}
+
+Tiling tiling_from(const nlohmann::json& j) {
+  Tiling t;
+  t.block_dim = j.at("block_dim").get<int>();
+  t.align = j.at("align").get<int64_t>();
+  t.tile_m = j.value("tile_m", int64_t{0});
+  t.tile_n = j.value("tile_n", int64_t{0});
+  CM_CHECK(t.block_dim >= 1 && t.align >= 1 && t.tile_m >= 0 && t.tile_n >= 0,
+           "block_dim and align are >= 1, tiles >= 0", "invalid tiling {}", j.dump());
+  return t;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0)
+      if (auto colon = line.find(':'); colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+  return "unknown cpu";
+}
+
+}  // namespace
+
+std::string coremesh_version() { return COREMESH_VERSION; }
+
+std::string machine_fingerprint() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+  return fmt::format("{} | {} cpus", cpu_model(), cpus);
+}
+
+void write_tuning_cache(const std::string& path, const TuningCacheFile& file) {
+  nlohmann::json entries = nlohmann::json::array();
+  for (const TunedEntry& e : file.entries)
+    entries.push_back({{"key", e.key},
+                       {"op", e.op},
+                       {"tiling", to_json(e.tiling)},
+                       {"heuristic", to_json(e.heuristic)},
+                       {"seconds", e.seconds},
+                       {"heuristic_seconds", e.heuristic_seconds},
+                       {"candidates", e.candidates},
+                       {"evaluations", e.evaluations},
+                       {"rejected", e.rejected}});
+  const nlohmann::json j{{"format", kFormat},
+                         {"version", kVersion},
+                         {"coremesh_version", file.coremesh_version},
+                         {"machine", file.machine},
+                         {"entries", std::move(entries)}};
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    CM_CHECK(out.good(), "pass a writable path to --tune-cache", "cannot write the tuning cache '{}': {}", tmp,
+             std::strerror(errno));
+    out << j.dump(1) << "\n";
+    CM_CHECK(out.good(), "free space on the disk or pass another path", "writing the tuning cache '{}' failed", tmp);
+  }
+  CM_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "pass a writable path to --tune-cache",
+           "renaming '{}' to '{}' failed: {}", tmp, path, std::strerror(errno));
+}
+
+TuningCacheFile read_tuning_cache(const std::string& path) {
+  std::ifstream in(path);
+  CM_CHECK(in.good(), "run `coremesh tune` to make one, or fix the path", "cannot read the tuning cache '{}'", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text.str());
+    CM_CHECK(j.value("format", "") == kFormat, "pass a file written by `coremesh tune`",
+             "'{}' is not a coremesh tuning cache (format '{}')", path, j.value("format", ""));
+    CM_CHECK(j.value("version", 0) == kVersion, "run `coremesh tune` again to rewrite it",
+             "the tuning cache '{}' has format version {}; this coremesh reads version {}", path, j.value("version", 0),
+             kVersion);
+    TuningCacheFile f;
+    f.coremesh_version = j.at("coremesh_version").get<std::string>();
+    f.machine = j.at("machine").get<std::string>();
+    for (const auto& e : j.at("entries")) {
+      TunedEntry t;
+      t.key = e.at("key").get<std::string>();
+      t.op = e.value("op", "");
+      t.tiling = tiling_from(e.at("tiling"));
+      if (e.contains("heuristic")) t.heuristic = tiling_from(e.at("heuristic"));
+      t.seconds = e.value("seconds", 0.0);
+      t.heuristic_seconds = e.value("heuristic_seconds", 0.0);
+      t.candidates = e.value("candidates", 0);
+      t.evaluations = e.value("evaluations", 0);
+      t.rejected = e.value("rejected", 0);
+      f.entries.push_back(std::move(t));
+    }
+    return f;
+  } catch (const nlohmann::json::exception& e) {
+    CM_THROW(InvalidArgument, "run `coremesh tune` again to rewrite it", "the tuning cache '{}' is malformed: {}", path,
+             e.what());
+  }
+}
+
+TuningCacheFile merge(TuningCacheFile base, const TuningCacheFile& updated) {
+  std::map<std::string, TunedEntry> by_key;
+  if (base.coremesh_version == updated.coremesh_version && base.machine == updated.machine)
+    for (TunedEntry& e : base.entries) by_key[e.key] = std::move(e);
+  for (const TunedEntry& e : updated.entries) by_key[e.key] = e;
+  TuningCacheFile out{updated.coremesh_version, updated.machine, {}};
+  for (auto& [key, e] : by_key) out.entries.push_back(std::move(e));
+  return out;
+}
+
+size_t load_tuning_cache(const std::string& path) {
+  const TuningCacheFile f = read_tuning_cache(path);
+  std::string stale;
+  if (f.coremesh_version != coremesh_version())
+    stale = fmt::format("it was made by coremesh {}, this is {}", f.coremesh_version, coremesh_version());
+  else if (f.machine != machine_fingerprint())
+    stale = fmt::format("it was made on '{}', this is '{}'", f.machine, machine_fingerprint());
+  if (!stale.empty()) {
+    CM_LOG_WARN("ignoring the stale tuning cache '{}' ({}): heuristic tilings are used; run `coremesh tune` here",
+                path, stale);
+    return 0;
+  }
+  std::map<std::string, Tiling> tuned;
+  for (const TunedEntry& e : f.entries) tuned[e.key] = e.tiling;
+  OpCache::global().set_tuned(std::move(tuned));
+  CM_LOG_INFO("tuning cache '{}': {} tuned tilings", path, f.entries.size());
+  return f.entries.size();
+}
+
+}  // namespace coremesh::runtime

@@ -1,0 +1,193 @@
+// The tiling tuner and its cache: a budgeted search that keeps results exact
+// (a tiling that changes them is found by bisection and discarded), a cache
+// that round-trips and that a stale fingerprint or version makes ignored.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "coremesh/core/error.hpp"
+#include "coremesh/core/log.hpp"
+#include "coremesh/ops/gemm.hpp"
+#include "coremesh/runtime/op_registry.hpp"
+#include "coremesh/runtime/tuner.hpp"
+
+namespace coremesh::runtime {
+namespace {
+
+// A test op whose output is its block_dim (wrong for any tiling but its own)
+// and one whose output is independent of it; both offer block_dim 1..4.
+std::vector<Tiling> up_to_four(const OpKey&, const Tiling& h, int) {
+  std::vector<Tiling> out;
+  for (int b = 1; b <= 4; ++b) out.push_back({b, h.align, 0, 0});
+  return out;
+}
+[[maybe_unused]] const bool registered = register_op("tuner_test_sensitive", {0, nullptr, up_to_four}) &&
+                                         register_op("tuner_test_exact", {0, nullptr, up_to_four});
+
+void launch_test_op(Stream& s, const std::string& op, float* out) {
+  const OpKey key{op, {{4}}, {DType::f32}, s.effective_limits(), ""};
+  auto [id, t] = OpCache::global().get(key, KernelKind::vector, [](int) { return Tiling{2, 1, 0, 0}; });
+  const bool sensitive = op == "tuner_test_sensitive";
+  s.launch({op, KernelKind::vector, t.block_dim, id}, [out, sensitive](const BlockContext& ctx) {
+    if (ctx.block_idx == 0) *out = sensitive ? float(ctx.block_dim) : 7.0f;
+  });
+}
+
+class Tuner : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OpCache::global().clear();
+    OpCache::global().set_tuned({});
+    set_current_stream(stream_);
+  }
+  void TearDown() override {
+    OpCache::global().clear();
+    OpCache::global().set_tuned({});
+    set_current_stream(device_.default_stream());
+  }
+  Device device_{DeviceOptions{4, 4, 4, false, 0}};
+  Stream stream_{device_};
+};
+
+TEST_F(Tuner, DiscardsTheTilingsThatChangeTheResultAndKeepsTheRest) {
+  float a = 0, b = 0;
+  const TuneWorkload w{[&] {
+                         launch_test_op(stream_, "tuner_test_sensitive", &a);
+                         launch_test_op(stream_, "tuner_test_exact", &b);
+                         stream_.synchronize();
+                       },
+                       [&] { return std::vector<float>{a, b}; }};
+  TuneOptions o;
+  o.budget = 1.0;
+  o.repeats = 2;
+  const TuneReport r = tune(w, o);
+  ASSERT_EQ(r.keys.size(), 2u);
+  const TunedKey& exact = r.keys[0].entry.key.op == "tuner_test_exact" ? r.keys[0] : r.keys[1];
+  const TunedKey& sensitive = r.keys[0].entry.key.op == "tuner_test_exact" ? r.keys[1] : r.keys[0];
+  EXPECT_EQ(sensitive.candidates, 4);
+  EXPECT_EQ(sensitive.rejected, 3) << "block_dim 1, 3 and 4 change its output";
+  EXPECT_EQ(sensitive.best.block_dim, 2) << "only the heuristic is exact";
+  EXPECT_EQ(exact.rejected, 0) << "bisection blames only the op that changed the result";
+  EXPECT_GT(exact.evaluations, 0);
+  // Afterwards every key runs its heuristic again (nothing left forced).
+  launch_test_op(stream_, "tuner_test_sensitive", &a);
+  stream_.synchronize();
+  EXPECT_EQ(a, 2.0f);
+}
+
+TEST_F(Tuner, MatmulPicksAnExactTilingWithinTheBudget) {
+  std::vector<float> xs(192 * 160), ys(160 * 224);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = float(i % 17) * 0.25f - 2.0f;
+  for (size_t i = 0; i < ys.size(); ++i) ys[i] = float(i % 13) * 0.125f - 0.75f;
+  const Tensor x = Tensor::from_vector(xs, {192, 160}), y = Tensor::from_vector(ys, {160, 224});
+  Tensor out;
+  const TuneWorkload w{[&] {
+                         out = ops::matmul(x, y);
+                         stream_.synchronize();
+                       },
+                       [&] { return out.to_float_vector(); }};
+  TuneOptions o;  // a quarter of the exhaustive search's evaluations
+  const TuneReport r = tune(w, o);
+  ASSERT_EQ(r.keys.size(), 1u);
+  const TunedKey& k = r.keys[0];
+  EXPECT_EQ(k.entry.key.op, "matmul");
+  EXPECT_GT(k.candidates, 8) << "grids up to 8 x 8 tiles on 4 blocks";
+  EXPECT_LE(k.evaluations, int(std::ceil(o.budget * k.candidates * o.repeats)));
+  EXPECT_GT(k.best_s, 0);
+  EXPECT_LE(k.best_s, k.heuristic_s) << "the heuristic is a candidate: the pick is never slower on its own timings";
+  // The pick, loaded as a tuned tiling, is what the next run uses.
+  OpCache::global().clear();
+  OpCache::global().set_tuned({{k.entry.key.text(), k.best}});
+  const Tensor again = ops::matmul(x, y);
+  stream_.synchronize();
+  ASSERT_EQ(OpCache::global().entries().size(), 1u);
+  EXPECT_EQ(OpCache::global().entries()[0].tiling, k.best);
+  EXPECT_EQ(again.to_float_vector(), out.to_float_vector());
+}
+
+TEST_F(Tuner, ExhaustiveSearchTimesEveryCandidateRepeatsTimes) {
+  float a = 0;
+  const TuneWorkload w{[&] {
+                         launch_test_op(stream_, "tuner_test_exact", &a);
+                         stream_.synchronize();
+                       },
+                       [&] { return std::vector<float>{a}; }};
+  TuneOptions o;
+  o.repeats = 3;
+  const TuneReport r = tune_exhaustive(w, o);
+  ASSERT_EQ(r.keys.size(), 1u);
+  EXPECT_EQ(r.keys[0].evaluations, 4 * 3);
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("coremesh_tuner_" + name)).string();
+}
+
+TEST_F(Tuner, CacheRoundTripsAndLoadsIntoTheOpCache) {
+  TuningCacheFile f{coremesh_version(), machine_fingerprint(), {}};
+  const OpKey key{"tuner_test_exact", {{4}}, {DType::f32}, stream_.effective_limits(), ""};
+  f.entries.push_back({key.text(), key.op, {3, 1, 0, 0}, {2, 1, 0, 0}, 1e-5, 2e-5, 4, 8, 1});
+  const std::string path = temp_path("roundtrip.json");
+  write_tuning_cache(path, f);
+  const TuningCacheFile back = read_tuning_cache(path);
+  ASSERT_EQ(back.entries.size(), 1u);
+  EXPECT_EQ(back.entries[0].tiling, (Tiling{3, 1, 0, 0}));
+  EXPECT_EQ(back.entries[0].rejected, 1);
+  EXPECT_EQ(load_tuning_cache(path), 1u);
+  float a = 0;
+  launch_test_op(stream_, "tuner_test_exact", &a);
+  stream_.synchronize();
+  EXPECT_EQ(OpCache::global().entries().at(0).tiling.block_dim, 3);
+  EXPECT_EQ(OpCache::global().entries().at(0).heuristic.block_dim, 2);
+  std::remove(path.c_str());
+}
+
+TEST_F(Tuner, StaleCachesAreIgnoredWithAWarning) {
+  const std::string path = temp_path("stale.json");
+  for (const TuningCacheFile& f : {TuningCacheFile{coremesh_version(), "another machine | 64 cpus", {}},
+                                   TuningCacheFile{"0.0.0-old", machine_fingerprint(), {}}}) {
+    TuningCacheFile g = f;
+    g.entries.push_back({"k", "tuner_test_exact", {3, 1, 0, 0}, {2, 1, 0, 0}, 0, 0, 0, 0, 0});
+    write_tuning_cache(path, g);
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(load_tuning_cache(path), 0u);
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(log.find("stale tuning cache"), std::string::npos) << log;
+    EXPECT_EQ(OpCache::global().tuned_count(), 0u);
+  }
+  std::remove(path.c_str());
+}
+
+TEST_F(Tuner, BadCacheFilesSayWhatToDo) {
+  EXPECT_THROW(read_tuning_cache(temp_path("missing.json")), InvalidArgument);
+  const std::string path = temp_path("bad.json");
+  for (const char* text : {"{not json", R"({"format": "other"})",
+                           R"({"format": "coremesh-tuning-cache", "version": 99})",
+                           R"({"format": "coremesh-tuning-cache", "version": 1, "coremesh_version": "x", "machine": "m",
+                               "entries": [{"key": "k", "tiling": {"block_dim": 0, "align": 1}}]})"}) {
+    std::ofstream(path) << text;
+    EXPECT_THROW(read_tuning_cache(path), InvalidArgument) << text;
+  }
+  std::remove(path.c_str());
+}
+
+TEST_F(Tuner, AnUntunedKeyIsReportedOnce) {
+  OpCache::global().set_tuned({{"some other key", Tiling{1, 1, 0, 0}}});
+  float a = 0, b = 0;
+  ::testing::internal::CaptureStderr();
+  launch_test_op(stream_, "tuner_test_exact", &a);
+  launch_test_op(stream_, "tuner_test_sensitive", &b);
+  stream_.synchronize();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const size_t first = log.find("has no tiling for");
+  ASSERT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find("has no tiling for", first + 1), std::string::npos) << log;
+  EXPECT_EQ(b, 2.0f) << "the untuned key runs its heuristic";
+}
+
+}  // namespace
+}  // namespace coremesh::runtime
