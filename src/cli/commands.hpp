@@ -16,6 +16,7 @@ void register_info_command(CLI::App& app);  // info.cpp
 void register_demo_command(CLI::App& app);  // demo.cpp
 void register_run_command(CLI::App& app);   // run.cpp (SHMEM launcher)
 void register_train_command(CLI::App& app); // train.cpp (MoE training)
+void register_tune_command(CLI::App& app);  // train.cpp (the tiling tuner)
 void register_generate_command(CLI::App& app);  // generate.cpp
 void register_eval_command(CLI::App& app);      // generate.cpp
 void register_schedule_command(CLI::App& app);

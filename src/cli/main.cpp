@@ -49,6 +49,7 @@ SEE ALSO
   coremesh::cli::register_demo_command(app);
   coremesh::cli::register_run_command(app);
   coremesh::cli::register_train_command(app);
+  coremesh::cli::register_tune_command(app);
   coremesh::cli::register_generate_command(app);
   coremesh::cli::register_eval_command(app);
   coremesh::cli::register_schedule_command(app);

@@ -4,6 +4,8 @@
 //   coremesh train --config run.json --data data/bible.txt --steps 500
 //   coremesh train --config run.json --dry-run      # sizes, FLOPs, memory; no training
 //   coremesh train --config run.json --resume runs/x  # continue from the latest checkpoint
+//   coremesh tune --config run.json --tune-cache tuning.json  # measure the tilings; no training
+//   coremesh train --config run.json --tune-cache tuning.json  # train with them
 //
 // Precedence: built-in defaults < config file (JSON: {"model": {...},
 // "train": {...}, "parallel": {...}}) < flags. The flags are generated from
@@ -27,6 +29,7 @@
 #include "coremesh/shmem/heap.hpp"
 #include "coremesh/shmem/session.hpp"
 #include "coremesh/train/safetensors.hpp"
+#include "coremesh/train/progress_bar.hpp"
 #include "coremesh/train/trainer.hpp"
 #include "config_flags.hpp"
 #include "pe_setup.hpp"
@@ -38,9 +41,61 @@ namespace {
 
 struct TrainFlags {
   ConfigFlags flags;
-  std::string resume, profile_dir;
+  std::string resume, profile_dir, tune_cache;
   bool dry_run = false, no_progress = false;
+  bool tune = false, tune_only = false;  // --tune; the `tune` command
+  runtime::TuneOptions tuning;
 };
+
+// The tiling tuner on this run's own step (a trainer of its own, dropped
+// after: the run trains from its initial weights). Each PE tunes its keys;
+// they add them to the cache one after another.
+int my_pe_or_0() { return shmem::initialized() ? shmem::my_pe() : 0; }
+
+void tune_tilings(const TrainFlags& f, const train::TrainConfig& cfg, runtime::Device& device, bool leader) {
+  train::TrainConfig quiet = cfg;
+  quiet.progress = quiet.report = false;
+  auto trainer = std::make_unique<train::Trainer>(quiet, device);
+  runtime::TuneOptions o = f.tuning;
+  std::unique_ptr<train::ProgressBar> bar;
+  if (leader && cfg.progress)
+    o.progress = [&bar](int runs, int planned) {
+      if (!bar) bar = std::make_unique<train::ProgressBar>(planned, train::ProgressBar::Options{"tune", "runs"});
+      bar->set(std::min(runs, planned));
+    };
+  runtime::TuneWorkload w = trainer->tuning_workload();
+  const runtime::TuneReport r = runtime::tune(w, o);
+  bar.reset();
+  int tuned = 0, faster = 0, rejected = 0;
+  double heuristic_s = 0, best_s = 0;
+  for (const runtime::TunedKey& k : r.keys) {
+    tuned += k.candidates > 1;
+    faster += !(k.best == k.entry.heuristic);
+    rejected += k.rejected;
+    heuristic_s += k.heuristic_s, best_s += k.best_s;
+  }
+  const int pes = w.sum_over_pes ? int(w.sum_over_pes(1)) : 1;
+  for (int pe = 0; pe < pes; ++pe) {  // one writer at a time
+    if (pe == my_pe_or_0()) {
+      runtime::TuningCacheFile file = r.cache();
+      if (std::filesystem::exists(f.tune_cache)) {
+        try {
+          file = runtime::merge(runtime::read_tuning_cache(f.tune_cache), file);
+        } catch (const Error&) {  // an unreadable old cache is replaced
+        }
+      }
+      runtime::write_tuning_cache(f.tune_cache, file);
+    }
+    if (w.sum_over_pes) w.sum_over_pes(0);
+  }
+  fmt::print("{}tuned {} op keys ({} with a choice) in {} runs, {:.1f} s{}: {} tilings replace the heuristic's, {} "
+             "candidates changed the result and were discarded; the tuned keys' median launch times, summed, {:.3f} -> {:.3f} ms "
+             "({:.3f}x)\ntuning cache: {}\n",
+             pes > 1 ? fmt::format("PE {}: ", my_pe_or_0()) : "", r.keys.size(), tuned, r.runs, r.seconds,
+             r.time_limited ? " (stopped at the time limit)" : "", faster, rejected, 1e3 * heuristic_s, 1e3 * best_s,
+             best_s > 0 ? heuristic_s / best_s : 1.0, std::filesystem::absolute(f.tune_cache).string());
+  std::fflush(stdout);
+}
 
 // What the process holds besides tensors: this executable and its libraries
 // as loaded now, and the data files (read through a mapping).
@@ -197,12 +252,20 @@ int run_train(const TrainFlags& f) {
                  fmt::join(cpus, ","));
       std::fflush(stdout);
     }
-    if (leader) {
+    if (leader && !f.tune_only) {
       train::write_file_atomic((std::filesystem::path(cfg.out_dir) / "config.json").string(),
                                train::to_json(cfg).dump(2) + "\n");
       print_dry_run(cfg);
     }
-    trainer = std::make_unique<train::Trainer>(cfg, device ? *device : runtime::Device::default_device());
+    runtime::Device& dev = device ? *device : runtime::Device::default_device();
+    if (f.tune || f.tune_only) tune_tilings(f, cfg, dev, leader);
+    if (f.tune_only) return 0;
+    trainer = std::make_unique<train::Trainer>(cfg, dev);
+    if (!f.tune_cache.empty() && (f.tune || std::filesystem::exists(f.tune_cache)))
+      runtime::load_tuning_cache(f.tune_cache);  // after the trainer's own probes (the GEMM peak)
+    else if (!f.tune_cache.empty() && leader)
+      fmt::print("tuning cache '{}' does not exist yet: heuristic tilings (make it with `coremesh tune` or --tune)\n",
+                 f.tune_cache);
     if (leader) fmt::print("compute cores: {}{}\n", trainer->cores(),
                            world > 1 ? fmt::format(" per PE, {} PEs ({})", world, layout_name(cfg, world)) : "");
     if (!f.resume.empty()) {
@@ -257,6 +320,19 @@ int run_train(const TrainFlags& f) {
 
 }  // namespace
 
+void add_tuning_flags(CLI::App& cmd, TrainFlags& f) {
+  cmd.add_option("--tune-budget", f.tuning.budget,
+                 "timed evaluations per op key, as a fraction of an exhaustive search's")
+      ->check(CLI::Range(1e-3, 1.0));
+  cmd.add_option("--tune-repeats", f.tuning.repeats, "timings per candidate of the exhaustive search")
+      ->check(CLI::Range(1, 100));
+  cmd.add_option("--tune-time-limit", f.tuning.time_limit_s, "seconds; then the best tilings so far are kept")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--tune-tolerance", f.tuning.tolerance,
+                 "relative change of the gradients a tiling may cause (0: bit-identical)")
+      ->check(CLI::NonNegativeNumber);
+}
+
 void register_train_command(CLI::App& app) {
   auto f = std::make_shared<TrainFlags>();
   auto* cmd = app.add_subcommand("train", "Train the MoE transformer on text (bytes, or --tokenizer)");
@@ -264,6 +340,10 @@ void register_train_command(CLI::App& app) {
   cmd->add_flag("--dry-run", f->dry_run, "print parameter count, FLOPs per token and memory; do not train");
   cmd->add_option("--profile", f->profile_dir, "write kernel_details.csv and a Chrome trace here");
   cmd->add_flag("--no-progress", f->no_progress, "no progress output");
+  cmd->add_option("--tune-cache", f->tune_cache, "tuned tilings to use (written by `coremesh tune` or --tune)");
+  cmd->add_flag("--tune", f->tune, "measure the tilings of this run's ops first, into --tune-cache")
+      ->needs(cmd->get_option("--tune-cache"));
+  add_tuning_flags(*cmd, *f);
   f->flags.add(*cmd);
   cmd->callback([f] {
     const int status = run_train(*f);  // every PE has left the job (collective teardown) by now
@@ -272,6 +352,18 @@ void register_train_command(CLI::App& app) {
       std::exit(status);
     }
   });
+}
+
+void register_tune_command(CLI::App& app) {
+  auto f = std::make_shared<TrainFlags>();
+  f->tune_only = true;
+  f->tune_cache = "tuning_cache.json";
+  auto* cmd = app.add_subcommand("tune", "Measure the tilings of a training run's ops into a tuning cache (no training)");
+  cmd->add_option("--tune-cache", f->tune_cache, "the cache to write (entries of other keys are kept)")->capture_default_str();
+  cmd->add_flag("--no-progress", f->no_progress, "no progress output");
+  add_tuning_flags(*cmd, *f);
+  f->flags.add(*cmd);
+  cmd->callback([f] { run_train(*f); });
 }
 
 }  // namespace coremesh::cli

@@ -70,8 +70,8 @@ class Search {
     was_profiling_ = profiler_enabled();
     try {
       discover();
-      while (!all_done()) {
-        if (elapsed() > o_.time_limit_s) {
+      while (!all(all_done())) {
+        if (!all(elapsed() <= o_.time_limit_s)) {
           report_.time_limited = true;
           CM_LOG_WARN("tuning stopped at its time limit ({:.0f} s): the best tilings timed so far are kept",
                       o_.time_limit_s);
@@ -90,6 +90,9 @@ class Search {
   }
 
  private:
+  double sum(double mine) const { return w_.sum_over_pes ? w_.sum_over_pes(mine) : mine; }
+  bool all(bool mine) const { return sum(mine ? 0 : 1) == 0; }  // on every PE
+
   double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
   bool all_done() const {
     return std::all_of(keys_.begin(), keys_.end(), [](const KeySearch& k) { return k.done(); });
@@ -114,6 +117,12 @@ class Search {
 
   bool matches(const std::vector<float>& got) const {
     if (got.size() != reference_.size()) return false;
+    if (log_level() <= LogLevel::debug) {
+      size_t differ = 0, first = got.size();
+      for (size_t i = 0; i < got.size(); ++i)
+        if (std::memcmp(&got[i], &reference_[i], sizeof(float)) != 0) differ++, first = std::min(first, i);
+      if (differ) CM_LOG_DEBUG("tuner: {} of {} result values differ, the first at {}: {} vs {}", differ, got.size(), first, got[first], reference_[first]);
+    }
     if (o_.tolerance == 0) return std::memcmp(got.data(), reference_.data(), got.size() * sizeof(float)) == 0;
     double scale = 0, diff = 0;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -178,7 +187,7 @@ class Search {
       trying.push_back(&k);
     }
     std::map<uint64_t, std::vector<double>> times;
-    if (!run_with(forced, &times)) {
+    if (!all(run_with(forced, &times))) {
       reject_culprits(trying);  // this run's timings are dropped; the innocent are timed again
     } else {
       for (KeySearch* k : trying) {
@@ -192,25 +201,26 @@ class Search {
     if (o_.progress) o_.progress(report_.runs, std::max(planned_, report_.runs));
   }
 
-  // The keys of `suspects` whose candidates alone change the result.
+  // The keys of `suspects` whose candidates alone change the result. Every
+  // PE halves its own list; the decisions are agreed, so all run in lockstep.
   std::vector<KeySearch*> bisect(const std::vector<KeySearch*>& suspects, bool known_bad) {
     if (!known_bad) {
       std::map<std::string, Tiling> forced;
       for (KeySearch* k : suspects) forced[k->text] = k->candidates[size_t(k->trying)];
-      if (run_with(forced, nullptr)) return {};
+      if (all(run_with(forced, nullptr))) return {};
     }
-    if (suspects.size() == 1) return suspects;
+    if (all(suspects.size() <= 1)) return suspects;
     const auto mid = suspects.begin() + std::ptrdiff_t(suspects.size() / 2);
     std::vector<KeySearch*> bad = bisect({suspects.begin(), mid}, false), right = bisect({mid, suspects.end()}, false);
     bad.insert(bad.end(), right.begin(), right.end());
-    return bad.empty() ? suspects : bad;  // wrong only together: none of them is trusted
+    return all(bad.empty()) ? suspects : bad;  // wrong only together: none of them is trusted
   }
 
   void reject_culprits(const std::vector<KeySearch*>& trying) {
     std::vector<KeySearch*> suspects;
     for (KeySearch* k : trying)
       if (!(k->candidates[size_t(k->trying)] == k->entry.heuristic)) suspects.push_back(k);
-    CM_CHECK(!suspects.empty(), "make the workload deterministic (its result must repeat run after run)",
+    CM_CHECK(!all(suspects.empty()), "make the workload deterministic (its result must repeat run after run)",
              "the tuning workload's result changed with every key at its heuristic tiling");
     for (KeySearch* k : bisect(suspects, true)) {
       CM_LOG_INFO("tuner: {} changes the result of {}: discarded", describe(k->candidates[size_t(k->trying)]), k->text);

@@ -148,6 +148,7 @@ size_t load_tuning_cache(const std::string& path) {
   std::map<std::string, Tiling> tuned;
   for (const TunedEntry& e : f.entries) tuned[e.key] = e.tiling;
   OpCache::global().set_tuned(std::move(tuned));
+  OpCache::global().clear();  // the tilings chosen so far give way to the tuned ones
   CM_LOG_INFO("tuning cache '{}': {} tuned tilings", path, f.entries.size());
   return f.entries.size();
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -374,15 +375,58 @@ std::vector<model::MicroBatch> Trainer::read_step_batches(float scale) {
   return batches;
 }
 
-void Trainer::launch_step() {
+float Trainer::loss_scale() const {
+  // every micro-batch's loss weighs 1 / (their number); CP ranks hold 1/cp of each sequence: their losses add up
+  return 1.0f / float(cfg_.grad_accum * plan_->data_ranks() * plan_->cp());
+}
+
+void Trainer::launch_gradients(std::vector<model::MicroBatch> batches) {
   model_->reset_stats();
   model_->zero_grad();
-  // every micro-batch's loss weighs 1 / (their number); CP ranks hold 1/cp of each sequence: their losses add up
-  const float scale = 1.0f / float(cfg_.grad_accum * plan_->data_ranks() * plan_->cp());
-  model_->set_step_batches(read_step_batches(scale));
+  model_->set_step_batches(std::move(batches));
   plan_->run_step(*model_);  // the schedule's actions; each part's sum starts once its backwards are done
   model_->seal_gradients();
   plan_->finish_gradients();
+}
+
+runtime::TuneWorkload Trainer::tuning_workload() {
+  auto batches = std::make_shared<std::vector<model::MicroBatch>>(read_step_batches(loss_scale()));
+  // Each run is a whole step from the same state: the weights, AdamW's
+  // moments and step count and the router biases are put back before it.
+  std::vector<Tensor> state{model_->param_arena(), opt_->m(), opt_->v()};
+  for (const auto& [name, t] : model_->named_buffers()) state.push_back(t);
+  auto saved = std::make_shared<std::vector<std::vector<char>>>();
+  for (const Tensor& t : state) {
+    const char* p = static_cast<const char*>(t.raw_data());
+    saved->emplace_back(p, p + t.nbytes());
+  }
+  const int64_t t0 = opt_->steps();
+  runtime::TuneWorkload w;
+  w.run = [this, batches, state, saved, t0] {
+    for (size_t i = 0; i < state.size(); ++i) std::memcpy(state[i].raw_data(), (*saved)[i].data(), (*saved)[i].size());
+    opt_->set_steps(t0);
+    runtime::StreamGuard on(stream_);
+    launch_gradients(*batches);
+    grad_sq_ = plan_->grad_sq_sum();
+    opt_->clip_gradients(grad_sq_);
+    opt_->step(cfg_.lr);  // the peak rate: a zero warmup rate would hide what the gradients became
+    plan_->after_optimizer(*model_);
+    model_->update_router_bias();
+    stream_.synchronize();
+  };
+  w.result = [this] {
+    const Tensor &g = model_->grad_arena(), &p = model_->param_arena();
+    std::vector<float> out(g.data<float>(), g.data<float>() + g.numel());
+    out.insert(out.end(), p.data<float>(), p.data<float>() + p.numel());
+    out.push_back(float(model_->read_stats().loss));
+    return out;
+  };
+  if (plan_->world() > 1) w.sum_over_pes = [this](double mine) { return plan_->sum_over_world({mine})[0]; };
+  return w;
+}
+
+void Trainer::launch_step() {
+  launch_gradients(read_step_batches(loss_scale()));
   grad_sq_ = plan_->grad_sq_sum();
   opt_->clip_gradients(grad_sq_);
   opt_->step(lr_.at(step_));

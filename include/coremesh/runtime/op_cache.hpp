@@ -62,6 +62,17 @@ class OpCache {
   void force(const std::string& key_text, const Tiling& tiling);
   void unforce_all();
 
+  // While one lives, this thread's misses take the op's heuristic, neither
+  // tuned nor reported: instruments (the trainer's GEMM peak) measure the
+  // ops as they come.
+  class HeuristicOnly {
+   public:
+    HeuristicOnly();
+    ~HeuristicOnly();
+    HeuristicOnly(const HeuristicOnly&) = delete;
+    HeuristicOnly& operator=(const HeuristicOnly&) = delete;
+  };
+
   uint64_t hits() const { return hits_.load(); }
   uint64_t misses() const { return misses_.load(); }
   size_t size() const;

@@ -13,6 +13,9 @@
 // (bit for bit, or beyond `tolerance`) is bisected over the keys it tried
 // until the candidates that changed it are found; those are discarded.
 //
+// Under several PEs each tunes its own keys; the runs, the stop and the
+// bisection's decisions are agreed (TuneWorkload::sum_over_pes).
+//
 // tune_exhaustive() times every candidate `repeats` times: the reference the
 // budgeted search is measured against (bench/tuner.cpp).
 #pragma once
@@ -30,6 +33,10 @@ namespace coremesh::runtime {
 struct TuneWorkload {
   std::function<void()> run;                   // launches the work and waits for it
   std::function<std::vector<float>()> result;  // what no tiling may change (read after run)
+  // A workload run by several PEs in lockstep (its runs are collective): the
+  // sum of `mine` over them, so that they agree on every decision that sets
+  // how many runs follow. Unset: one process.
+  std::function<double(double mine)> sum_over_pes;
 };
 
 struct TuneOptions {

@@ -48,9 +48,10 @@ TuningCacheFile read_tuning_cache(const std::string& path);
 // Entries of `updated` replace those of `base` with the same key; the rest stay.
 TuningCacheFile merge(TuningCacheFile base, const TuningCacheFile& updated);
 
-// Reads `path` and loads its tilings into OpCache::global(). A stale cache
-// (other version or machine) loads nothing and warns; returns the number of
-// tilings loaded.
+// Reads `path` and loads its tilings into OpCache::global() (its entries
+// made so far are dropped: the next lookups take the tuned tilings). A stale
+// cache (other version or machine) loads nothing and warns; returns the
+// number of tilings loaded.
 size_t load_tuning_cache(const std::string& path);
 
 }  // namespace coremesh::runtime

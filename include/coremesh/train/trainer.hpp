@@ -38,6 +38,7 @@
 #include "coremesh/parallel/plan.hpp"
 #include "coremesh/runtime/device.hpp"
 #include "coremesh/runtime/stream.hpp"
+#include "coremesh/runtime/tuner.hpp"
 #include "coremesh/train/checkpoint.hpp"
 #include "coremesh/train/data.hpp"
 #include "coremesh/train/metrics.hpp"
@@ -107,6 +108,12 @@ class Trainer {
   std::string sample();
   std::string save_checkpoint_now();
 
+  // The tiling tuner's workload (runtime/tuner.hpp): the whole step on the
+  // next step's batches, read once, each run from the state it starts in
+  // (put back before every run); its result is this PE's gradients, updated
+  // weights and loss. Collective. The trainer is the tuner's: drop it after.
+  runtime::TuneWorkload tuning_workload();
+
   int64_t step() const { return step_; }
   // Tokens of one optimizer step over every data-parallel rank.
   int64_t tokens_per_step() const;
@@ -130,6 +137,8 @@ class Trainer {
  private:
   void limit_run_ahead();
   CheckpointState checkpoint_state();
+  float loss_scale() const;
+  void launch_gradients(std::vector<model::MicroBatch> batches);  // up to the summed gradients
   void launch_step();    // the whole step, on the stream
   void capture_step();   // launch_step() captured into step_graph_, and replayed
   std::vector<model::MicroBatch> read_step_batches(float scale);  // this PE's of the next step
