@@ -214,6 +214,33 @@ std::pair<int64_t, int64_t> weight_nk(const Tensor& w, WeightLayout layout) {
   return layout == WeightLayout::nk ? std::pair{w.size(1), w.size(2)} : std::pair{w.size(2), w.size(1)};
 }
 
+// The tuner's spaces (any tile sizes are valid: units clip at the edges).
+// grouped_matmul: row tiles of 16..1024 rows x the heuristic's column tile,
+// its half and its quarter; grouped_matmul_dw: row tiles of dw of 16..1024
+// rows. Every block in use.
+constexpr int64_t kTileRows[] = {16, 32, 64, 128, 256, 512, 1024};
+
+std::vector<detail::Tiling> grouped_tilings(const runtime::OpKey&, const detail::Tiling& h, int max_blocks) {
+  std::vector<detail::Tiling> out;
+  for (int64_t tm : kTileRows)
+    for (int64_t div : {1, 2, 4}) {
+      const int64_t tn = div == 1 ? h.tile_n : ceil_div(ceil_div(h.tile_n, div), 16) * 16;
+      if (tn >= 16 || div == 1) out.push_back({max_blocks, h.align, tm, tn});
+    }
+  return out;
+}
+
+std::vector<detail::Tiling> grouped_dw_tilings(const runtime::OpKey& key, const detail::Tiling& h, int max_blocks) {
+  const int64_t R = key.shapes.at(1).at(1);  // dw (G,R,C)
+  std::vector<detail::Tiling> out;
+  for (int64_t tm : kTileRows)
+    if (tm < R * 2) out.push_back({max_blocks, h.align, std::min(tm, std::max<int64_t>(R, 1)), 0});
+  return out;
+}
+
+[[maybe_unused]] const bool registered = runtime::register_op("grouped_matmul", {0, nullptr, grouped_tilings}) &&
+                                         runtime::register_op("grouped_matmul_dw", {0, nullptr, grouped_dw_tilings});
+
 }  // namespace
 
 void grouped_matmul_out(const Tensor& x, const Tensor& w, const Tensor& offsets, const Tensor& y,
