@@ -125,7 +125,7 @@ bench-tp-traffic: build
 bench-fused-comm: build
 	@$(call perf_section,Fused communication,bash bench/fused_comm.sh 12 3)
 bench-tuner: build
-	@$(call perf_section,Tiling auto-tuner,bash bench/tuner.sh 20 5)
+	@$(call perf_section,Tiling auto-tuner,bash bench/tuner.sh 12 3)
 bench-cp: build
 	@$(call perf_section,Context parallel,bash bench/cp_attention.sh 4096 3)
 bench-memory: build

@@ -11,6 +11,7 @@
 #include "common.hpp"
 #include "coremesh/runtime/profiler.hpp"
 #include "coremesh/runtime/stream.hpp"
+#include "coremesh/runtime/tuning_cache.hpp"
 
 namespace coremesh::python {
 namespace {
@@ -156,6 +157,13 @@ current and has these core limits; both are restored on exit.)doc");
         "Back to the device's limits.");
   m.def("get_stream_limit", [](const Stream& s) { return limits_dict(runtime::get_stream_limit(s)); },
         py::arg("stream"), "Limits in force for kernels launched on `stream` now.");
+  m.def("load_tuning_cache", &runtime::load_tuning_cache, py::arg("path"),
+        "Loads a tuning cache (coremesh.train.tune, `coremesh tune`): its tilings replace the ops' heuristics; "
+        "a stale one (another coremesh or machine) is ignored with a warning. Returns the tilings loaded.");
+  m.def("drop_tuned_tilings", [] {
+          runtime::OpCache::global().set_tuned({});
+          runtime::OpCache::global().clear();
+        }, "Back to the ops' heuristic tilings (undoes load_tuning_cache).");
   m.def("set_wait_timeout", [](double seconds) {
           runtime::set_wait_timeout(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1e3)));
         }, py::arg("seconds"), "Watchdog of host waits (default COREMESH_WAIT_TIMEOUT_S, 300).");

@@ -10,6 +10,7 @@
 
 #include "common.hpp"
 #include "coremesh/train/trainer.hpp"
+#include "coremesh/train/tuning.hpp"
 
 namespace coremesh::python {
 namespace {
@@ -92,6 +93,24 @@ void bind_train(py::module_& m) {
           return to_python(train::to_json(cfg));
         }, py::arg("config"),
         "The full, validated config (every field, defaults filled in) as a dict.");
+
+  m.def("tune", [](const py::object& config, const std::string& cache, double budget, int repeats,
+                   double time_limit, double tolerance) {
+          const train::TrainConfig cfg = config_arg(config);
+          cfg.validate();
+          runtime::TuneOptions o;
+          o.budget = budget, o.repeats = repeats, o.time_limit_s = time_limit, o.tolerance = tolerance;
+          const train::StepTuning t = without_gil(
+              [&] { return train::tune_step_tilings(cfg, runtime::Device::default_device(), o, cache); });
+          py::dict d;
+          d["keys"] = t.keys, d["with_choice"] = t.with_choice, d["replaced"] = t.replaced, d["rejected"] = t.rejected;
+          d["runs"] = t.report.runs, d["seconds"] = t.report.seconds, d["time_limited"] = t.report.time_limited;
+          d["heuristic_ms"] = 1e3 * t.heuristic_s, d["tuned_ms"] = 1e3 * t.tuned_s, d["summary"] = t.summary();
+          return d;
+        }, py::arg("config"), py::arg("cache"), py::arg("budget") = 0.25, py::arg("repeats") = 5,
+        py::arg("time_limit") = 300.0, py::arg("tolerance") = 0.0,
+        R"doc(Measures the tilings of the config's training step (as `coremesh tune`) and adds them to the
+tuning cache file `cache`; returns a summary dict. Load it with coremesh.runtime.load_tuning_cache.)doc");
 
   py::class_<train::Trainer>(m, "Trainer", R"doc(
 Trainer(config, progress=False): the MoE trainer on the default device.

@@ -31,6 +31,7 @@
 #include "coremesh/train/safetensors.hpp"
 #include "coremesh/train/progress_bar.hpp"
 #include "coremesh/train/trainer.hpp"
+#include "coremesh/train/tuning.hpp"
 #include "config_flags.hpp"
 #include "pe_setup.hpp"
 #include "coremesh/core/allocator.hpp"
@@ -50,12 +51,8 @@ struct TrainFlags {
 // The tiling tuner on this run's own step (a trainer of its own, dropped
 // after: the run trains from its initial weights). Each PE tunes its keys;
 // they add them to the cache one after another.
-int my_pe_or_0() { return shmem::initialized() ? shmem::my_pe() : 0; }
-
+// The tiling tuner on this run's own step, a progress bar on the leader.
 void tune_tilings(const TrainFlags& f, const train::TrainConfig& cfg, runtime::Device& device, bool leader) {
-  train::TrainConfig quiet = cfg;
-  quiet.progress = quiet.report = false;
-  auto trainer = std::make_unique<train::Trainer>(quiet, device);
   runtime::TuneOptions o = f.tuning;
   std::unique_ptr<train::ProgressBar> bar;
   if (leader && cfg.progress)
@@ -63,37 +60,9 @@ void tune_tilings(const TrainFlags& f, const train::TrainConfig& cfg, runtime::D
       if (!bar) bar = std::make_unique<train::ProgressBar>(planned, train::ProgressBar::Options{"tune", "runs"});
       bar->set(std::min(runs, planned));
     };
-  runtime::TuneWorkload w = trainer->tuning_workload();
-  const runtime::TuneReport r = runtime::tune(w, o);
+  const train::StepTuning t = train::tune_step_tilings(cfg, device, o, f.tune_cache);
   bar.reset();
-  int tuned = 0, faster = 0, rejected = 0;
-  double heuristic_s = 0, best_s = 0;
-  for (const runtime::TunedKey& k : r.keys) {
-    tuned += k.candidates > 1;
-    faster += !(k.best == k.entry.heuristic);
-    rejected += k.rejected;
-    heuristic_s += k.heuristic_s, best_s += k.best_s;
-  }
-  const int pes = w.sum_over_pes ? int(w.sum_over_pes(1)) : 1;
-  for (int pe = 0; pe < pes; ++pe) {  // one writer at a time
-    if (pe == my_pe_or_0()) {
-      runtime::TuningCacheFile file = r.cache();
-      if (std::filesystem::exists(f.tune_cache)) {
-        try {
-          file = runtime::merge(runtime::read_tuning_cache(f.tune_cache), file);
-        } catch (const Error&) {  // an unreadable old cache is replaced
-        }
-      }
-      runtime::write_tuning_cache(f.tune_cache, file);
-    }
-    if (w.sum_over_pes) w.sum_over_pes(0);
-  }
-  fmt::print("{}tuned {} op keys ({} with a choice) in {} runs, {:.1f} s{}: {} tilings replace the heuristic's, {} "
-             "candidates changed the result and were discarded; the tuned keys' median launch times, summed, {:.3f} -> {:.3f} ms "
-             "({:.3f}x)\ntuning cache: {}\n",
-             pes > 1 ? fmt::format("PE {}: ", my_pe_or_0()) : "", r.keys.size(), tuned, r.runs, r.seconds,
-             r.time_limited ? " (stopped at the time limit)" : "", faster, rejected, 1e3 * heuristic_s, 1e3 * best_s,
-             best_s > 0 ? heuristic_s / best_s : 1.0, std::filesystem::absolute(f.tune_cache).string());
+  fmt::print("{}\ntuning cache: {}\n", t.summary(), std::filesystem::absolute(f.tune_cache).string());
   std::fflush(stdout);
 }
 

@@ -91,3 +91,23 @@ def _write(config, tmp_path):
     path = tmp_path / "trainer.json"
     path.write_text(json.dumps(config))
     return path
+
+
+def test_tune_writes_a_cache_that_trains_to_the_same_losses(config, tmp_path):
+    config["train"]["steps"] = 4
+    config["train"]["val_every"] = 0
+    cache = tmp_path / "tuning.json"
+    summary = train.tune(config, str(cache), budget=0.5)
+    assert summary["keys"] > 10 and summary["with_choice"] > 0 and summary["runs"] > 2
+    assert summary["tuned_ms"] > 0 and "op keys" in summary["summary"]
+    entries = json.loads(cache.read_text())["entries"]
+    assert len(entries) == summary["keys"]
+    heuristic = train.run(config)["records"]
+    try:
+        assert cm.runtime.load_tuning_cache(str(cache)) == len(entries)
+        tuned = train.run(config)["records"]
+    finally:
+        cm.runtime.drop_tuned_tilings()
+    assert [r["loss"] for r in tuned] == [r["loss"] for r in heuristic]
+    with pytest.raises(cm.InvalidArgument):
+        cm.runtime.load_tuning_cache(str(tmp_path / "missing.json"))

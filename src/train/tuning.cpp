@@ -1,0 +1,57 @@
+#include "coremesh/train/tuning.hpp"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "coremesh/core/error.hpp"
+#include "coremesh/runtime/tuning_cache.hpp"
+#include "coremesh/train/trainer.hpp"
+
+namespace coremesh::train {
+
+std::string StepTuning::summary() const {
+  return fmt::format("{}tuned {} op keys ({} with a choice) in {} runs, {:.1f} s{}: {} tilings replace the heuristic's, "
+                     "{} candidates changed the result and were discarded; the tuned keys' median launch times, "
+                     "summed, {:.3f} -> {:.3f} ms ({:.3f}x)",
+                     pes > 1 ? fmt::format("PE {}: ", pe) : "", keys, with_choice, report.runs,
+                     report.seconds, report.time_limited ? " (stopped at the time limit)" : "", replaced, rejected,
+                     1e3 * heuristic_s, 1e3 * tuned_s, tuned_s > 0 ? heuristic_s / tuned_s : 1.0);
+}
+
+StepTuning tune_step_tilings(const TrainConfig& config, runtime::Device& device, const runtime::TuneOptions& options,
+                             const std::string& cache_path) {
+  CM_CHECK(!cache_path.empty(), "name the tuning cache to write", "no tuning cache path");
+  TrainConfig quiet = config;
+  quiet.progress = quiet.report = false;
+  auto trainer = std::make_unique<Trainer>(quiet, device);
+  const runtime::TuneWorkload w = trainer->tuning_workload();
+  StepTuning t;
+  t.report = runtime::tune(w, options);
+  for (const runtime::TunedKey& k : t.report.keys) {
+    ++t.keys;
+    t.with_choice += k.candidates > 1;
+    t.replaced += !(k.best == k.entry.heuristic);
+    t.rejected += k.rejected;
+    t.heuristic_s += k.heuristic_s, t.tuned_s += k.best_s;
+  }
+  t.pes = w.sum_over_pes ? int(w.sum_over_pes(1)) : 1;
+  const int me = t.pe = trainer->plan().pe();
+  for (int pe = 0; pe < t.pes; ++pe) {  // one writer at a time
+    if (pe == me) {
+      runtime::TuningCacheFile file = t.report.cache();
+      if (std::filesystem::exists(cache_path)) {
+        try {
+          file = runtime::merge(runtime::read_tuning_cache(cache_path), file);
+        } catch (const Error&) {  // an unreadable old cache is replaced
+        }
+      }
+      runtime::write_tuning_cache(cache_path, file);
+    }
+    if (w.sum_over_pes) w.sum_over_pes(0);  // the trainer's plan: alive until here
+  }
+  return t;
+}
+
+}  // namespace coremesh::train
