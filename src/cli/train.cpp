@@ -49,9 +49,7 @@ struct TrainFlags {
 };
 
 // The tiling tuner on this run's own step (a trainer of its own, dropped
-// after: the run trains from its initial weights). Each PE tunes its keys;
-// they add them to the cache one after another.
-// The tiling tuner on this run's own step, a progress bar on the leader.
+// after: the run trains from its initial weights), a progress bar on the leader.
 void tune_tilings(const TrainFlags& f, const train::TrainConfig& cfg, runtime::Device& device, bool leader) {
   runtime::TuneOptions o = f.tuning;
   std::unique_ptr<train::ProgressBar> bar;
@@ -287,8 +285,6 @@ int run_train(const TrainFlags& f) {
   return status;
 }
 
-}  // namespace
-
 void add_tuning_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--tune-budget", f.tuning.budget,
                  "timed evaluations per op key, as a fraction of an exhaustive search's")
@@ -301,6 +297,8 @@ void add_tuning_flags(CLI::App& cmd, TrainFlags& f) {
                  "relative change of the gradients a tiling may cause (0: bit-identical)")
       ->check(CLI::NonNegativeNumber);
 }
+
+}  // namespace
 
 void register_train_command(CLI::App& app) {
   auto f = std::make_shared<TrainFlags>();
