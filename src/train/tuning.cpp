@@ -23,6 +23,16 @@ std::string StepTuning::summary() const {
 StepTuning tune_step_tilings(const TrainConfig& config, runtime::Device& device, const runtime::TuneOptions& options,
                              const std::string& cache_path) {
   CM_CHECK(!cache_path.empty(), "name the tuning cache to write", "no tuning cache path");
+  // A file there is added to only if it is a tuning cache: never overwrite what the user saved.
+  if (std::filesystem::exists(cache_path)) {
+    try {
+      runtime::read_tuning_cache(cache_path);
+    } catch (const Error& e) {
+      CM_THROW(InvalidArgument, "pass the path of a tuning cache, or of a file that does not exist yet",
+               "'{}' exists and is not a tuning cache this coremesh can add to ({}); it was left as it is",
+               cache_path, e.message());
+    }
+  }
   TrainConfig quiet = config;
   quiet.progress = quiet.report = false;
   auto trainer = std::make_unique<Trainer>(quiet, device);
@@ -41,12 +51,8 @@ StepTuning tune_step_tilings(const TrainConfig& config, runtime::Device& device,
   for (int pe = 0; pe < t.pes; ++pe) {  // one writer at a time
     if (pe == me) {
       runtime::TuningCacheFile file = t.report.cache();
-      if (std::filesystem::exists(cache_path)) {
-        try {
-          file = runtime::merge(runtime::read_tuning_cache(cache_path), file);
-        } catch (const Error&) {  // an unreadable old cache is replaced
-        }
-      }
+      // the other PEs' keys, written since, and the older entries (a stale cache's are dropped)
+      if (std::filesystem::exists(cache_path)) file = runtime::merge(runtime::read_tuning_cache(cache_path), file);
       runtime::write_tuning_cache(cache_path, file);
     }
     if (w.sum_over_pes) w.sum_over_pes(0);  // the trainer's plan: alive until here

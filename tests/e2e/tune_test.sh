@@ -44,6 +44,14 @@ train "$work/tune_and_train.log" --tune --tune-cache "$work/one.json"
 grep -q "tuned [0-9]* op keys" "$work/tune_and_train.log" || fail "--tune printed no summary"
 [ "$(loss "$work/tune_and_train.log")" = "$(loss "$work/heuristic_one.log")" ] || fail "--tune changed the loss"
 
+# a file that is not a tuning cache is refused, not overwritten
+cp "$work/cfg.json" "$work/not_a_cache.json"
+if "$exe" tune --config "$work/cfg.json" --tune-cache "$work/not_a_cache.json" --no-progress >"$work/refused.log" 2>&1; then
+  fail "tune overwrote a file that is not a tuning cache"
+fi
+grep -q "is not a tuning cache" "$work/refused.log" || { cat "$work/refused.log"; fail "no clear refusal"; }
+cmp -s "$work/cfg.json" "$work/not_a_cache.json" || fail "the refused file changed"
+
 # a cache from another machine is ignored, with a warning that says why
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['machine']='another machine | 64 cpus'; json.dump(j, open(sys.argv[1],'w'))" \
   "$work/one.json"
