@@ -65,14 +65,28 @@ scores (renormalized if asked) times route_scale; ties go to the lower id.)doc")
         py::arg("route_scale") = 1.0f, "dweights (T,k) -> dscores (T,E).");
   m.def("expert_counts", &ops::expert_counts, py::arg("indices"), py::arg("num_experts"),
         "-> counts (E) i64 of kept assignments.");
-  m.def("update_expert_bias", [](const Tensor& bias, const Tensor& counts, float rate, const std::string& mode) {
-          if (mode != "sign" && mode != "proportional")
-            throw std::invalid_argument("update_expert_bias: mode '" + mode + "' is unknown; use 'sign' or 'proportional'");
+  m.def("update_expert_bias", [](const Tensor& bias, const Tensor& counts, float rate, const std::string& mode,
+                                 const std::optional<Tensor>& margins) {
+          if (mode != "sign" && mode != "proportional" && mode != "margin")
+            throw std::invalid_argument("update_expert_bias: mode '" + mode +
+                                        "' is unknown; use 'sign', 'proportional' or 'margin'");
           ops::update_expert_bias(bias, counts, rate,
-                                  mode == "sign" ? ops::BiasUpdate::sign : ops::BiasUpdate::proportional);
-        }, py::arg("bias"), py::arg("counts"), py::arg("rate"), py::arg("mode") = "sign",
-        "In place: bias[e] += rate * sign(mean - counts[e]) ('sign') or rate * (mean - counts[e]) / mean "
-        "('proportional').");
+                                  mode == "sign"           ? ops::BiasUpdate::sign
+                                  : mode == "proportional" ? ops::BiasUpdate::proportional
+                                                           : ops::BiasUpdate::margin,
+                                  optional_tensor(margins));
+        }, py::arg("bias"), py::arg("counts"), py::arg("rate"), py::arg("mode") = "sign", py::arg("margins") = py::none(),
+        "In place: bias[e] += rate * sign(mean - counts[e]) ('sign'), rate * (mean - counts[e]) / mean "
+        "('proportional'), or rate * the shift that balances expert e read off margins (E, 2, MARGIN_BINS) "
+        "('margin', from accumulate_selection_margins).");
+  m.def("accumulate_selection_margins", [](const Tensor& scores, const std::optional<Tensor>& bias,
+                                           const Tensor& selected, const Tensor& margins) {
+          ops::accumulate_selection_margins(scores, optional_tensor(bias), selected, margins);
+        }, py::arg("scores"), py::arg("bias"), py::arg("selected"), py::arg("margins"),
+        "Adds each (token, expert)'s distance to its selection edge to margins (E, 2, MARGIN_BINS) i64: "
+        "[e][0] how far e's bias must fall to leave, [e][1] rise to enter (bins: margin_bin_edge).");
+  m.def("margin_bin_edge", &ops::margin_bin_edge, py::arg("bin"), "The lower edge of a selection-margin bin.");
+  m.attr("MARGIN_BINS") = ops::kMarginBins;
   m.def("switch_aux_loss", [](const Tensor& scores, const Tensor& indices, int64_t E, float alpha) {
           auto r = ops::switch_aux_loss(scores, indices, E, alpha);
           return py::make_tuple(r.loss, r.dscores);

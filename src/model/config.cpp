@@ -82,6 +82,10 @@ std::vector<std::string> ModelConfig::problems() const {
                                 topk_groups, n_routed_experts / n_groups, top_k));
     }
   }
+  if (bias_update == BiasUpdate::margin && bias_update_rate > 1.0f)
+    p.push_back(fmt::format("bias_update_rate = {} is above 1; with bias_update = margin the rate is the fraction "
+                            "of the balancing shift taken per step: use (0, 1], e.g. 0.5",
+                            bias_update_rate));
   if (!(rope_theta > 0.0f)) p.push_back(fmt::format("rope_theta = {} must be > 0", rope_theta));
   if (!(norm_eps > 0.0f)) p.push_back(fmt::format("norm_eps = {} must be > 0", norm_eps));
   if (!(init_std > 0.0f)) p.push_back(fmt::format("init_std = {} must be > 0", init_std));
@@ -129,9 +133,11 @@ const FieldTable<ModelConfig>& model_fields() {
                "aux-loss-free balancing: router bias step per optimizer step (0: off)", non_negative<float>())
           .flag("bias-rate")
           .add_enum("bias_update", [](C& c) -> auto& { return c.bias_update; },
-                    {{BiasUpdate::sign, "sign"}, {BiasUpdate::proportional, "proportional"}},
-                    "bias step per expert: rate x the sign of its load error (DeepSeek-V3), or rate x the "
-                    "error over the mean load")
+                    {{BiasUpdate::sign, "sign"}, {BiasUpdate::proportional, "proportional"},
+                     {BiasUpdate::margin, "margin"}},
+                    "bias step per expert: rate x the sign of its load error (DeepSeek-V3), rate x the "
+                    "error over the mean load, or rate (0..1] x the shift that would have balanced the step "
+                    "(from its selection margins)")
           .add("aux_loss_alpha", [](C& c) -> auto& { return c.aux_loss_alpha; },
                "sequence-wise balance loss weight (0: off)", non_negative<float>())
           .flag("aux-alpha")

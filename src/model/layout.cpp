@@ -448,6 +448,7 @@ parallel::ModelShape model_shape(const ModelConfig& c, int batch, int seq_len, i
   s.batch = batch, s.seq_len = seq_len;
   s.expert_capacity = c.expert_capacity(int64_t(batch) * seq_len);
   s.balance_loss = c.aux_loss_alpha != 0.0f;
+  s.selection_margins = c.keeps_selection_margins();
   return s;
 }
 

@@ -478,7 +478,7 @@ void Model::reset_stats() {
   aux_losses_.clear();
   load_.clear();
   for (const auto& p : parts_)
-    if (p && p->moe >= 0) load_.push_back(Tensor::zeros({config_.n_routed_experts + 1}, DType::i64));
+    if (p && p->moe >= 0) load_.push_back(Tensor::zeros({routing_stats_size()}, DType::i64));
 }
 
 void Model::keep_stats() { kept_ = {losses_, aux_losses_, load_}; }
@@ -507,15 +507,24 @@ StepStats Model::read_stats() const {
   return st;
 }
 
+int64_t Model::routing_stats_size() const {
+  const int64_t E = config_.n_routed_experts;
+  return E + 1 + (config_.keeps_selection_margins() ? E * 2 * ops::kMarginBins : 0);
+}
+
 void Model::update_router_bias() {
   if (config_.bias_update_rate <= 0) return;
-  for (const auto& p : parts_)
-    if (p && p->moe >= 0)
-      ops::update_expert_bias(router_bias_[size_t(p->part.layer)],
-                              load_[size_t(p->moe)].slice(0, 0, config_.n_routed_experts),
-                              config_.bias_update_rate,
-                              config_.bias_update == BiasUpdate::sign ? ops::BiasUpdate::sign
-                                                                      : ops::BiasUpdate::proportional);
+  const int64_t E = config_.n_routed_experts;
+  const ops::BiasUpdate mode = config_.bias_update == BiasUpdate::sign           ? ops::BiasUpdate::sign
+                               : config_.bias_update == BiasUpdate::proportional ? ops::BiasUpdate::proportional
+                                                                                 : ops::BiasUpdate::margin;
+  for (const auto& p : parts_) {
+    if (!p || p->moe < 0) continue;
+    const Tensor& stats = load_[size_t(p->moe)];
+    const Tensor margins = mode == ops::BiasUpdate::margin ? stats.slice(0, E + 1, stats.numel()).view({E, 2, ops::kMarginBins}) : Tensor();
+    ops::update_expert_bias(router_bias_[size_t(p->part.layer)], stats.slice(0, 0, E), config_.bias_update_rate, mode,
+                            margins);
+  }
 }
 
 // ---- memory

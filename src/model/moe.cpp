@@ -138,7 +138,10 @@ Tensor moe_forward(const Tensor& x_in, const MoeParams& w, const Tensor& bias, c
                                cfg.drop_policy == DropPolicy::low_score ? ops::DropPolicy::probability
                                                                         : ops::DropPolicy::position);
   a.idx = kept.indices, a.w = kept.weights;
-  ops::accumulate_expert_load(sel.indices, kept.indices, load);
+  ops::accumulate_expert_load(sel.indices, kept.indices, load.slice(0, 0, E + 1));
+  if (cfg.keeps_selection_margins())
+    ops::accumulate_selection_margins(a.scores, bias, sel.indices,
+                                      load.slice(0, E + 1, load.numel()).view({E, 2, ops::kMarginBins}));
   if (cfg.aux_loss_alpha > 0) a.aux = ops::sequence_balance_loss(a.scores, sel.indices, B, cfg.aux_loss_alpha);
   // with shadowed experts, the weights of the dispatch's groups (below)
   if (!experts.shadows()) a.w13 = gemm_weight(w.w13, cfg.precision), a.w2 = gemm_weight(w.w2, cfg.precision);

@@ -2,6 +2,8 @@
 // loss and its backward, and the per-expert load the router-bias update and
 // the metrics read after the step. Notation: B sequences of T tokens, N = B*T,
 // E experts, k selections per token.
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "coremesh/ops/moe_routing.hpp"
@@ -96,6 +98,52 @@ Tensor sequence_balance_loss_backward(const Tensor& scores, const Tensor& select
                         }
                       });
   return dp;
+}
+
+double margin_bin_edge(int bin) {
+  CM_CHECK(bin >= 0 && bin < kMarginBins, "margin bins are 0..kMarginBins-1", "bin {}", bin);
+  return bin == 0 ? 0.0 : 1e-6 * std::exp2(double(bin - 1) / 2);
+}
+
+void accumulate_selection_margins(const Tensor& scores, const Tensor& bias, const Tensor& selected,
+                                  const Tensor& margins) {
+  check_balance_args(scores, selected, 1);
+  const int64_t T = scores.size(0), E = scores.size(1), k = selected.size(1);
+  if (bias.defined()) {
+    detail::check_shape(bias, {E}, "bias");
+    detail::check_dtype(bias, DType::f32, "bias");
+  }
+  detail::check_contiguous(margins, "margins");
+  detail::check_dtype(margins, DType::i64, "margins");
+  detail::check_shape(margins, {E, 2, kMarginBins}, "margins");
+  std::vector<Tensor> inputs{scores, selected, margins};
+  if (bias.defined()) inputs.push_back(bias);
+  detail::Plan plan = detail::plan("accumulate_selection_margins", kVector, {scores.shape()}, {DType::f32},
+                                   fmt::format("k={};bias={}", k, bias.defined()), [](int) { return detail::Tiling{}; });
+  detail::launch(std::move(plan), {inputs, {margins}}, [scores, bias, selected, margins, T, E, k](const detail::BlockContext&) {
+    std::vector<double> edges(kMarginBins);
+    for (int b = 0; b < kMarginBins; ++b) edges[size_t(b)] = margin_bin_edge(b);
+    std::vector<float> a(static_cast<size_t>(E));
+    std::vector<char> in(static_cast<size_t>(E));
+    int64_t* hist = margins.data<int64_t>();
+    for (int64_t t = 0; t < T; ++t) {
+      const float* s = scores.data<float>() + t * E;
+      for (int64_t e = 0; e < E; ++e) a[e] = s[e] + (bias.defined() ? bias.data<float>()[e] : 0.0f), in[e] = 0;
+      float lowest_in = INFINITY, highest_out = -INFINITY;
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = selected.data<int32_t>()[t * k + j];
+        CM_CHECK(e >= 0 && e < E, "selected experts must be in [0, E)", "expert id {} for E={}", e, E);
+        in[e] = 1, lowest_in = std::min(lowest_in, a[e]);
+      }
+      for (int64_t e = 0; e < E; ++e)
+        if (!in[e]) highest_out = std::max(highest_out, a[e]);
+      for (int64_t e = 0; e < E; ++e) {
+        const double d = in[e] ? double(a[e] - highest_out) : double(lowest_in - a[e]);
+        const int bin = int(std::upper_bound(edges.begin(), edges.end(), d) - edges.begin()) - 1;
+        ++hist[(e * 2 + (in[e] ? 0 : 1)) * kMarginBins + std::max(bin, 0)];
+      }
+    }
+  });
 }
 
 void accumulate_expert_load(const Tensor& selected, const Tensor& kept, const Tensor& load) {

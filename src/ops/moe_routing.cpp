@@ -181,22 +181,58 @@ Tensor expert_counts(const Tensor& indices, int64_t E) {
   return counts;
 }
 
-void update_expert_bias(const Tensor& bias, const Tensor& counts, float rate, BiasUpdate mode) {
+namespace {
+
+// The bias shift that moves |mean - count| of expert e's selections across
+// its selection edge: its margin bins walked outward from the edge (linear
+// within a bin). `hist` is e's (2, kMarginBins) block.
+double balancing_shift(double count, double mean, const int64_t* hist) {
+  const double need = std::abs(mean - count);
+  const bool raise = mean > count;
+  const int64_t* side = hist + (raise ? kMarginBins : 0);
+  double seen = 0, far = 0;
+  for (int b = 0; b < kMarginBins && need > 0; ++b) {
+    const double lo = margin_bin_edge(b), hi = b + 1 < kMarginBins ? margin_bin_edge(b + 1) : lo * std::sqrt(2.0);
+    if (side[b] == 0) continue;
+    far = hi;
+    if (seen + double(side[b]) >= need) {
+      far = lo + (hi - lo) * (need - seen) / double(side[b]);
+      break;
+    }
+    seen += double(side[b]);
+  }
+  return raise ? far : -far;
+}
+
+}  // namespace
+
+void update_expert_bias(const Tensor& bias, const Tensor& counts, float rate, BiasUpdate mode, const Tensor& margins) {
   detail::check_contiguous(bias, "bias");
   detail::check_dtype(bias, DType::f32, "bias");
   detail::check_dtype(counts, DType::i64, "counts");
   detail::check_shape(counts, bias.shape(), "counts");
   const int64_t E = bias.numel();
-  detail::launch_rows("update_expert_bias", kVector, {bias.shape()}, {DType::f32}, "", {{bias, counts}, {bias}}, E, E,
-                      [bias, counts, rate, mode, E](int64_t e0, int64_t e1) {
+  std::vector<Tensor> inputs{bias, counts};
+  if (mode == BiasUpdate::margin) {
+    CM_CHECK(margins.defined(), "pass the step's selection margins (accumulate_selection_margins) to the margin update",
+             "update_expert_bias(margin) without margins");
+    detail::check_contiguous(margins, "margins");
+    detail::check_dtype(margins, DType::i64, "margins");
+    detail::check_shape(margins, {E, 2, kMarginBins}, "margins");
+    inputs.push_back(margins);
+  }
+  detail::launch_rows("update_expert_bias", kVector, {bias.shape()}, {DType::f32}, "", {inputs, {bias}}, E, E,
+                      [bias, counts, margins, rate, mode, E](int64_t e0, int64_t e1) {
                         const int64_t* c = counts.data<int64_t>();
                         double mean = 0;
                         for (int64_t e = 0; e < E; ++e) mean += double(c[e]);
                         mean /= double(E);
                         for (int64_t e = e0; e < e1; ++e) {
                           const double err = mean - double(c[e]);  // > 0: underloaded, raise its bias
-                          const double step = mode == BiasUpdate::sign ? double((err > 0) - (err < 0))
-                                                                      : mean > 0 ? err / mean : 0.0;
+                          double step = 0;
+                          if (mode == BiasUpdate::sign) step = double((err > 0) - (err < 0));
+                          else if (mode == BiasUpdate::proportional) step = mean > 0 ? err / mean : 0.0;
+                          else step = balancing_shift(double(c[e]), mean, margins.data<int64_t>() + e * 2 * kMarginBins);
                           bias.data<float>()[e] += rate * static_cast<float>(step);
                         }
                       });

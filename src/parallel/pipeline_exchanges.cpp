@@ -129,7 +129,7 @@ void PipelineExecutor::send_sums(StageModel& m, int chunk) {
   put_on_stream(stream, buf_[kCopyGrads], b, m.grad_arena().slice(0, b, e), signal(sum_signal(1 - chunk)), partner);
   const auto layers = chunk_layers(chunk);
   if (layers.empty()) return;
-  const int64_t E = s_.shape.experts + 1, lb = layers.front().second * E, le = (layers.back().second + 1) * E;
+  const int64_t E = s_.shape.routing_stats(), lb = layers.front().second * E, le = (layers.back().second + 1) * E;
   for (const auto& [i, l] : layers) copy_on_stream(m.expert_load()[size_t(i)], buf_[kLoads].slice(0, l * E, (l + 1) * E));
   put_on_stream(stream, buf_[kCopyLoads], lb, buf_[kLoads].slice(0, lb, le), signal(sum_signal(1 - chunk) + 1),
                 partner);
@@ -147,7 +147,7 @@ void PipelineExecutor::receive_sums(StageModel& m, int chunk) {
   const auto layers = chunk_layers(chunk);
   if (layers.empty()) return;
   wait(sum_signal(chunk) + 1, fmt::format("waits for PE {}'s expert loads of the other model copy", partner));
-  const int64_t E = s_.shape.experts + 1;
+  const int64_t E = s_.shape.routing_stats();
   for (const auto& [i, l] : layers) {  // copy 1: both copies' loads; copy 0: the partner's are the total
     const Tensor& load = m.expert_load()[size_t(i)];
     const Tensor theirs = buf_[kCopyLoads].slice(0, l * E, (l + 1) * E);

@@ -76,7 +76,7 @@ SymmetricLayout PipelineExecutor::symmetric_layout(const Setup& s) {
     arena = std::max(arena, p.arena_size);
     if (const ParamSpan* replica = detail::replica_of(p); replica && s.tied_embeddings) tied = replica->numel;
   }
-  const int64_t loads = dualpipe ? int64_t(s.shape.layers) * (s.shape.experts + 1) : 0;
+  const int64_t loads = dualpipe ? int64_t(s.shape.layers) * s.shape.routing_stats() : 0;
   l.add("pipeline receive buffers", {messages * s.shape.tokens() * s.shape.d_model});
   l.add("pipeline signals", {several ? messages + q.micro_batches + 1 + 4 : 0}, DType::i64);
   l.add("tied table gradients", {tied > 0 ? q.micro_batches * tied : 0});

@@ -358,7 +358,7 @@ int64_t ParallelPlan::symmetric_bytes(const PlanConfig& c, int world) {
   int64_t arena = 0;
   for (int pe = 0; pe < world; ++pe) arena = std::max(arena, c.params_of(layout_of(c, mesh, schedule, pe)).arena_size);
   int64_t bytes = 4 * 4 * arena;
-  bytes += GradientSync::symmetric_bytes_bound(arena, c.shape.layers * (c.shape.experts + 1));
+  bytes += GradientSync::symmetric_bytes_bound(arena, c.shape.layers * c.shape.routing_stats());
   bytes += PipelineExecutor::symmetric_layout(executor_setup(c, mesh, schedule, 0)).bytes();
   if (p.tp > 1) bytes += ShmemTensor::symmetric_bytes(p.tp, tp_sizes(c), p.fused_comm ? cp_tokens(c) : 0);
   if (p.cp > 1) bytes += ShmemContext::symmetric_bytes(p.cp_comm, p.cp, context_shape(c));

@@ -60,6 +60,12 @@ TEST(ModelConfig, InvalidConfigsAreRejectedWithWhatToChange) {
   c.first_k_dense = 7;
   EXPECT_NE(problems_of(c).find("first_k_dense = 7 must be in [0, n_layers = 4]"), std::string::npos);
 
+  c = ModelConfig{};
+  c.bias_update = BiasUpdate::margin, c.bias_update_rate = 2.0f;  // a fraction of the balancing shift
+  EXPECT_NE(problems_of(c).find("bias_update_rate = 2 is above 1"), std::string::npos);
+  c.bias_update_rate = 1.0f;
+  EXPECT_EQ(problems_of(c), "(valid)");
+
   // Several problems are reported together.
   c = ModelConfig{};
   c.d_model = 0;

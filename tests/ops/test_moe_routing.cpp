@@ -1,6 +1,8 @@
 // MoE routing vs the references; group-limited selection; capacity drops;
 // permute -> grouped GEMM -> combine without a host synchronization, checked
 // against a per-token dense computation; gradients by finite differences.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -156,6 +158,82 @@ TEST(OpsMoE, SequenceBalanceLossAndLoad) {
               return double(l.item({0}));
             }, 1e-3f), 1e-2);
   EXPECT_THROW(sequence_balance_loss(scores, r.indices, 4, 0.03f), InvalidArgument);  // 51 % 4
+}
+
+// Selection margins against their definition: moving an expert's bias a
+// little past its distance flips the token's choice, a little short of it
+// does not; binned as margin_bin_edge says, added per micro-batch. Then the
+// margin bias step: one step at rate 1 balances a skewed young router (sigmoid
+// scores close together), each expert's shift within a bin of the exact one.
+TEST(OpsMoE, SelectionMarginsAndTheMarginBiasStep) {
+  const int64_t T = 600, E = 8, k = 2, NB = kMarginBins;
+  const Tensor scores = uniform({T, E}, 31, 0.45f, 0.55f);
+  Tensor bias = Tensor::zeros({E});
+  for (int64_t e = 0; e < E; ++e) bias.data<float>()[e] = 0.004f * float(E / 2 - e);  // expert 0 hot
+  const TopKConfig cfg{int(k), 1, 1, false, 1.0f};
+  const Routing r = reference::topk_route(scores, bias, cfg);
+  auto selects = [&](const Routing& route, int64_t t, int64_t e) {
+    for (int64_t j = 0; j < k; ++j)
+      if (route.indices.data<int32_t>()[t * k + j] == e) return true;
+    return false;
+  };
+  auto bin_of = [&](double d) {
+    int b = 0;
+    while (b + 1 < NB && margin_bin_edge(b + 1) <= d) ++b;
+    return b;
+  };
+  std::vector<int64_t> want(size_t(E * 2 * NB), 0), counts(E, 0);
+  std::vector<std::vector<double>> enter(E), leave(E);  // per expert, the distances by side
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> a(E);
+    double lowest_in = 1e30, highest_out = -1e30;
+    for (int64_t e = 0; e < E; ++e) {
+      a[e] = double(scores.item({t, e}) + bias.item({e}));
+      if (selects(r, t, e)) lowest_in = std::min(lowest_in, a[e]), ++counts[e];
+      else highest_out = std::max(highest_out, a[e]);
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      const bool in = selects(r, t, e);
+      const double d = in ? a[e] - highest_out : lowest_in - a[e];
+      (in ? leave : enter)[e].push_back(d);
+      ++want[size_t((e * 2 + (in ? 0 : 1)) * NB + bin_of(d))];
+      if (t >= 40) continue;
+      for (double f : {0.99, 1.01}) {  // the definition, on this token alone
+        Tensor moved = bias.clone();
+        moved.data<float>()[e] += float((in ? -1 : 1) * (d * f + (f > 1 ? 1e-6 : -1e-6)));
+        const Routing one = reference::topk_route(scores.slice(0, t, t + 1).clone(), moved, cfg);
+        EXPECT_EQ(selects(one, 0, e), f > 1 ? !in : in) << "token " << t << " expert " << e << " distance " << d;
+      }
+    }
+  }
+  for (int64_t e = 1; e < E; ++e) ASSERT_GT(counts[0], counts[e]);
+  const double mean = double(T * k) / double(E);
+  ASSERT_GT(double(counts[0]) / mean, 1.5) << "the skew this test balances";
+  for_each_limit([&](const LimitCase&) {
+    Tensor margins = Tensor::zeros({E, 2, NB}, DType::i64);
+    accumulate_selection_margins(scores, bias, r.indices, margins);
+    accumulate_selection_margins(scores, bias, r.indices, margins);  // adds: two micro-batches
+    Tensor once = Tensor::zeros({E, 2, NB}, DType::i64);
+    accumulate_selection_margins(scores, bias, r.indices, once);
+    Tensor stepped = bias.clone();
+    update_expert_bias(stepped, expert_counts(r.indices, E), 1.0f, BiasUpdate::margin, once);
+    test_stream().synchronize();
+    for (int64_t i = 0; i < E * 2 * NB; ++i) ASSERT_EQ(margins.data<int64_t>()[i], 2 * want[size_t(i)]) << i;
+    const Routing after = reference::topk_route(scores, stepped, cfg);
+    std::vector<int64_t> now(E, 0);
+    for (int64_t i = 0; i < T * k; ++i) ++now[size_t(after.indices.data<int32_t>()[i])];
+    EXPECT_LT(double(*std::max_element(now.begin(), now.end())) / mean, 1.15);
+    for (int64_t e = 0; e < E; ++e) {  // alone, e needs its |mean - count|-th nearest token across the edge
+      std::vector<double>& side = double(counts[e]) < mean ? enter[e] : leave[e];
+      std::sort(side.begin(), side.end());
+      const double need = std::abs(mean - double(counts[e]));
+      const double exact = need == 0 ? 0.0 : side[size_t(std::ceil(need)) - 1];
+      const double shift = double(stepped.item({e}) - bias.item({e}));
+      EXPECT_NEAR(std::abs(shift), exact, exact * (std::sqrt(2.0) - 1) + 1e-6) << "expert " << e;
+      EXPECT_EQ(shift > 0, double(counts[e]) < mean) << "expert " << e;
+    }
+  });
+  EXPECT_THROW(update_expert_bias(bias, expert_counts(r.indices, E), 0.5f, BiasUpdate::margin), InvalidArgument);
 }
 
 TEST(OpsMoE, CapacityDropPolicies) {

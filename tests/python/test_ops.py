@@ -293,6 +293,37 @@ def test_moe_routing_permute_and_combine(rng):
     np.testing.assert_array_equal(np.asarray(load), list(np.bincount(order.ravel(), minlength=E)) + [1])
 
 
+def test_selection_margins_and_the_margin_bias_step(rng):
+    """Each (token, expert)'s distance to its selection edge binned as margin_bin_edge
+    says (NumPy), and one margin step at rate 1 evening out a skewed young router."""
+    T, E, k, NB = 400, 8, 2, ops.MARGIN_BINS
+    s = rng.uniform(0.45, 0.55, (T, E)).astype(np.float32)
+    bias = (0.004 * (E // 2 - np.arange(E))).astype(np.float32)
+    routing = ops.topk_route(cm_array(s), cm_array(bias), k=k)
+    chosen = np.zeros((T, E), bool)
+    np.put_along_axis(chosen, np.asarray(routing.indices), True, 1)
+    a = s + bias
+    lowest_in = np.where(chosen, a, np.inf).min(1, keepdims=True)
+    highest_out = np.where(chosen, -np.inf, a).max(1, keepdims=True)
+    dist = np.where(chosen, a - highest_out, lowest_in - a).astype(np.float64)
+    edges = np.array([ops.margin_bin_edge(b) for b in range(NB)])
+    bins = np.searchsorted(edges, dist, side="right") - 1
+    expected = np.zeros((E, 2, NB), np.int64)
+    np.add.at(expected, (np.broadcast_to(np.arange(E), (T, E)), np.where(chosen, 0, 1), bins), 1)
+    margins = cm.zeros([E, 2, NB], "i64")
+    ops.accumulate_selection_margins(cm_array(s), cm_array(bias), routing.indices, margins)
+    np.testing.assert_array_equal(np.asarray(margins), expected)
+    counts = np.bincount(np.asarray(routing.indices).ravel(), minlength=E)
+    assert counts.max() / counts.mean() > 1.5
+    stepped = cm_array(bias)
+    ops.update_expert_bias(stepped, cm.from_numpy(counts.astype(np.int64)), 1.0, "margin", margins)
+    after = ops.topk_route(cm_array(s), stepped, k=k)
+    now = np.bincount(np.asarray(after.indices).ravel(), minlength=E)
+    assert now.max() / now.mean() < 1.15
+    with pytest.raises(Exception, match="margins"):
+        ops.update_expert_bias(cm_array(bias), cm.from_numpy(counts.astype(np.int64)), 1.0, "margin")
+
+
 def test_adamw_matches_torch(rng):
     p, g1, g2 = rand(rng, 50), rand(rng, 50), rand(rng, 50)
     tp = torch.tensor(p, requires_grad=True)

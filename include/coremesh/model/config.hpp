@@ -23,7 +23,7 @@ enum class Gating { softmax, sigmoid };
 // assignments with the lowest gate weights.
 enum class DropPolicy { token_order, low_score };
 // The aux-loss-free router-bias step (ops::update_expert_bias).
-enum class BiasUpdate { sign, proportional };
+enum class BiasUpdate { sign, proportional, margin };
 // Inputs of the transformer blocks' GEMMs (forward, dgrad and wgrad) and the
 // form their saved inputs take: f32, bf16, or fp8 e4m3 with DeepSeek-V3
 // fine-grained scales. Master weights, gradients, optimizer state, the
@@ -60,6 +60,8 @@ struct ModelConfig {
 
   int head_dim() const { return d_model / n_heads; }
   bool is_moe_layer(int layer) const { return n_routed_experts > 0 && layer >= first_k_dense; }
+  // The margin bias update reads the selection margins the forward counts.
+  bool keeps_selection_margins() const { return bias_update == BiasUpdate::margin && bias_update_rate > 0; }
   int n_moe_layers() const;
   // Tokens one expert may take in a micro-batch of `tokens` tokens
   // (ceil(capacity_factor * tokens * K / E)); -1 when unlimited.

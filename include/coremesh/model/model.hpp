@@ -182,12 +182,14 @@ class Model final : public parallel::StageModel {
   // the step adds into. The stream must not be running.
   void keep_stats();
   void reuse_stats();
-  // Per MoE layer held: (E+1) i64 on the stream, selections per expert and
-  // dropped assignments since reset_stats(); a parallel layout sums them
-  // over the ranks that share the router before update_router_bias().
+  // Per MoE layer held: i64 on the stream, selections per expert (E) and
+  // dropped assignments (1) since reset_stats(), then with bias_update =
+  // margin the selection margins (E x 2 x ops::kMarginBins); a parallel
+  // layout sums them over the ranks that share the router before
+  // update_router_bias().
   const std::vector<Tensor>& expert_load() const override { return load_; }
-  // bias_e += rate * sign(mean load - load_e) from expert_load(), on the
-  // stream. Call once per optimizer step.
+  // The aux-loss-free step (ops::update_expert_bias) from expert_load(), on
+  // the stream. Call once per optimizer step.
   void update_router_bias();
 
   // Bytes of the storages a slot keeps for its backward: the saved
@@ -240,6 +242,7 @@ class Model final : public parallel::StageModel {
     float scale;
   };
   std::vector<Recorded> losses_, aux_losses_;
+  int64_t routing_stats_size() const;  // one MoE layer's expert_load() entry
   std::vector<Tensor> load_;                        // per MoE layer held
   struct Kept {
     std::vector<Recorded> losses, aux_losses;

@@ -48,11 +48,34 @@ Tensor expert_counts(const Tensor& indices, int64_t num_experts);
 // Aux-loss-free bias update, in place, with m = mean(counts):
 //   sign          bias[e] += rate * sign(m - counts[e])          (DeepSeek-V3)
 //   proportional  bias[e] += rate * (m - counts[e]) / m
+//   margin        bias[e] += rate * d_e, d_e the shift that alone would have
+//                 given expert e m of the step's selections, read off `margins`
+//                 (accumulate_selection_margins; linear within a bin)
 // The sign step moves every expert by the full rate however small its error,
 // so a rate fast enough to undo an early collapse keeps flipping the balance
-// once it is reached; the proportional step shrinks with the error.
-enum class BiasUpdate { sign, proportional };
-void update_expert_bias(const Tensor& bias, const Tensor& counts, float rate, BiasUpdate mode = BiasUpdate::sign);
+// once it is reached; the proportional step shrinks with the error, but its
+// effect still depends on how close the scores lie (a young router's sigmoid
+// scores all sit near 0.5, a trained one's spread out). The margin step is
+// measured in the scores' own units: rate (0, 1] is the fraction of the
+// balancing shift taken per step.
+enum class BiasUpdate { sign, proportional, margin };
+void update_expert_bias(const Tensor& bias, const Tensor& counts, float rate, BiasUpdate mode = BiasUpdate::sign,
+                        const Tensor& margins = {});
+
+// Selection margins, what BiasUpdate::margin reads. For a token with adjusted
+// scores a_e = scores[t,e] + bias[e] and selected experts S (its top-k): an
+// expert outside S would enter if its bias rose by more than min_S a - a_e, one
+// in S would leave if its bias fell by more than a_e - max_{not S} a. Adds one
+// count per (token, expert) to margins (E, 2, kMarginBins) i64, [e][0] the
+// distances to leave and [e][1] to enter, in the distance's bin
+// (margin_bin_edge). Counts add exactly, so sums over micro-batches and PEs do
+// not depend on their order. Under group-limited routing the distances are the
+// token's within-expert ones (the group choice is not modelled).
+inline constexpr int kMarginBins = 48;
+// The lower edge of a margin bin: 0, then 1e-6 * 2^((bin - 1) / 2) (the last bin is open).
+double margin_bin_edge(int bin);
+void accumulate_selection_margins(const Tensor& scores, const Tensor& bias, const Tensor& selected,
+                                  const Tensor& margins);
 
 // Switch-Transformer auxiliary loss: loss = alpha E sum_e f_e P_e, with
 // f_e = counts_e / (T k) (no gradient) and P_e = mean_t scores[t,e].

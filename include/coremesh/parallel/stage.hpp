@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "coremesh/core/tensor.hpp"
+#include "coremesh/ops/moe_routing.hpp"
 
 namespace coremesh::parallel {
 
@@ -51,8 +52,14 @@ struct ModelShape {
   int batch = 0, seq_len = 0;      // one micro-batch: batch sequences of seq_len tokens
   int64_t expert_capacity = 0;     // per expert, of one micro-batch's batch x seq_len tokens
   bool balance_loss = false;       // a sequence-wise balance loss (needs whole sequences)
+  bool selection_margins = false;  // the routers' statistics hold selection margins (BiasUpdate::margin)
   int parts() const { return 2 * layers + 2; }
   int64_t tokens() const { return int64_t(batch) * seq_len; }
+  // i64 routing statistics per MoE layer (StageModel::expert_load()): the
+  // selections per expert, the drops, then the selection margins if kept.
+  int64_t routing_stats() const {
+    return experts + 1 + (selection_margins ? int64_t(experts) * 2 * ops::kMarginBins : 0);
+  }
 };
 
 // Which PEs sum a parameter's gradient (mesh.hpp's groups).
