@@ -159,6 +159,15 @@ TEST(PyTorchCrossCheck, SigmoidMhaUntiedCapacityLowScore) {
   cross_check(xcheck::sigmoid_capacity_config(base()), "sigmoid");
 }
 
+// The margin bias step: its selection margins (binned distances to the
+// top-k edge) and the shift read off them, written apart in the reference.
+TEST(PyTorchCrossCheck, SigmoidMarginBias) {
+  ModelConfig c = base();
+  c.gating = Gating::sigmoid;
+  c.bias_update = BiasUpdate::margin, c.bias_update_rate = 0.5f;
+  cross_check(c, "margin");
+}
+
 TEST(PyTorchCrossCheck, TokenOrderDropsNoSharedExpertProportionalBias) {
   ModelConfig c = base();
   c.n_shared_experts = 0;

@@ -297,6 +297,9 @@ def moe(cfg, P, B_, l, x, stats):
     counts = torch.zeros(E).index_add_(0, idx.reshape(-1), torch.ones(idx.numel()))
     stats.setdefault(l, torch.zeros(E))
     stats[l] += counts
+    if cfg.get("bias_update", "sign") == "margin":
+        margins = stats.setdefault("margins", {}).setdefault(l, torch.zeros(E, 2, MARGIN_BINS, dtype=torch.int64))
+        margins += selection_margins((p + B_[f"layers.{l}.router_bias"]).detach(), idx)
     aux = torch.zeros(())
     if cfg["aux_loss_alpha"] > 0:
         pn = (p / p.sum(-1, keepdim=True)).view(B, T, E)
@@ -330,14 +333,63 @@ def forward(cfg, P, Bufs, tokens, targets, stats=None):
     return logits, ce, aux
 
 
+MARGIN_BINS = 48
+MARGIN_EDGES = torch.tensor([0.0] + [1e-6 * 2.0 ** ((b - 1) / 2) for b in range(1, MARGIN_BINS)],
+                            dtype=torch.float64)
+
+
+def selection_margins(a, idx):
+    """a (N, E) selection scores (p + bias), idx (N, K) the chosen experts ->
+    (E, 2, MARGIN_BINS) counts of each (token, expert)'s distance to its
+    selection edge: [e][0] how far e's score must fall to leave the top-k,
+    [e][1] how far it must rise to enter, binned at MARGIN_EDGES."""
+    N, E = a.shape
+    chosen = torch.zeros(N, E, dtype=torch.bool).scatter_(1, idx, True)
+    lowest_in = a.masked_fill(~chosen, float("inf")).min(1, keepdim=True).values
+    highest_out = a.masked_fill(chosen, float("-inf")).max(1, keepdim=True).values
+    dist = torch.where(chosen, a - highest_out, lowest_in - a).double()
+    bins = torch.searchsorted(MARGIN_EDGES, dist, right=True) - 1
+    side = torch.where(chosen, 0, 1)
+    out = torch.zeros(E * 2 * MARGIN_BINS, dtype=torch.int64)
+    flat = (torch.arange(E)[None, :] * 2 + side) * MARGIN_BINS + bins
+    return out.index_add_(0, flat.reshape(-1), torch.ones(flat.numel(), dtype=torch.int64)).view(E, 2, MARGIN_BINS)
+
+
+def balancing_shift(count, mean, hist):
+    """The bias shift that moves |mean - count| of an expert's selections
+    across its selection edge, linear inside the bin where that count is reached."""
+    need, raise_ = abs(mean - count), mean > count
+    side, seen, far = hist[1 if raise_ else 0].tolist(), 0.0, 0.0
+    for b in range(MARGIN_BINS):
+        if need <= 0:
+            break
+        lo = MARGIN_EDGES[b].item()
+        hi = MARGIN_EDGES[b + 1].item() if b + 1 < MARGIN_BINS else lo * 2 ** 0.5
+        if side[b] == 0:
+            continue
+        far = hi
+        if seen + side[b] >= need:
+            far = lo + (hi - lo) * (need - seen) / side[b]
+            break
+        seen += side[b]
+    return far if raise_ else -far
+
+
 def update_bias(cfg, Bufs, stats):
     rate = cfg["bias_update_rate"]
     if rate <= 0:
         return
     for l, load in stats.items():
+        if l == "margins":
+            continue
         b = Bufs[f"layers.{l}.router_bias"]
         err = load.mean() - load
-        if cfg.get("bias_update", "sign") == "proportional":  # the miss relative to the mean
+        mode = cfg.get("bias_update", "sign")
+        if mode == "proportional":  # the miss relative to the mean
             b += rate * (err / load.mean() if load.mean() > 0 else torch.zeros_like(err))
+        elif mode == "margin":  # the shift that would have balanced the step's tokens
+            mean = load.double().mean().item()
+            shifts = [balancing_shift(load[e].item(), mean, stats["margins"][l][e]) for e in range(load.numel())]
+            b += rate * torch.tensor(shifts, dtype=torch.float32)
         else:
             b += rate * torch.sign(err)
