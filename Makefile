@@ -83,7 +83,7 @@ fuzz:
 # it, with the command and the date, between the area's markers in
 # docs/performance.md and leaves the text around them as it is.
 BENCH_AREAS := runtime python kernels graph graph-training shmem shmem-net training parallel \
-  ep-exchange moe-replicas expert-balance pipeline tp tp-traffic fused-comm tuner cp memory
+  ep-exchange moe-replicas expert-balance router-bias pipeline tp tp-traffic fused-comm tuner cp memory
 # $(call perf_section,NAME,COMMAND): run COMMAND (no commas or double quotes in
 # it), show its table and write it into block NAME; a failing COMMAND writes nothing.
 perf_section = out=$$($(2)) && echo "$$out" && python3 scripts/update_perf_section.py "$(1)" "$(2)" "$$out"
@@ -116,6 +116,8 @@ bench-moe-replicas: build
 	@$(call perf_section,MoE replicas,bash bench/moe_replicas.sh 8 3)
 bench-expert-balance: build
 	@$(call perf_section,Expert balance,bash bench/expert_balance.sh 8 3)
+bench-router-bias: build
+	@$(call perf_section,Router bias,bash bench/router_bias.sh 2)
 bench-pipeline: build
 	@$(call perf_section,Pipeline parallelism,bash bench/pipeline_bubble.sh 6 3)
 bench-tp: build

@@ -44,7 +44,7 @@ cat >"$OUT/demo-config.json" <<JSON
     "max_seq_len": 128, "first_k_dense": 1, "dense_hidden": 768,
     "n_routed_experts": 8, "n_shared_experts": 1, "top_k": 2, "expert_hidden": 384,
     "gating": "sigmoid", "n_groups": 1, "topk_groups": 1,
-    "bias_update": "margin", "bias_update_rate": 0.8, "aux_loss_alpha": 0.001, "capacity_factor": 0,
+    "bias_update": "margin", "bias_update_rate": 0.5, "aux_loss_alpha": 0.001, "capacity_factor": 0,
     "rope_theta": 10000, "init_std": 0.02, "tied_embeddings": true
   },
   "train": {
