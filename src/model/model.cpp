@@ -521,7 +521,9 @@ void Model::update_router_bias() {
   for (const auto& p : parts_) {
     if (!p || p->moe < 0) continue;
     const Tensor& stats = load_[size_t(p->moe)];
-    const Tensor margins = mode == ops::BiasUpdate::margin ? stats.slice(0, E + 1, stats.numel()).view({E, 2, ops::kMarginBins}) : Tensor();
+    const Tensor margins = mode == ops::BiasUpdate::margin
+                               ? stats.slice(0, E + 1, stats.numel()).view({E, 2, ops::kMarginBins})
+                               : Tensor();
     ops::update_expert_bias(router_bias_[size_t(p->part.layer)], stats.slice(0, 0, E), config_.bias_update_rate, mode,
                             margins);
   }
