@@ -32,6 +32,8 @@ moves (N x K gathered, N x C summed); max_rows: the most rows N.
   matmul_reduce_scatter(h, w) -> y           this member's rows of sum(h w^T)
   matmul_allreduce(h, w) -> y                sum(h w^T) on every member
   add_rmsnorm_allreduce(x, y, w, eps) -> (h, y, rstd)  rmsnorm_residual(x, sum(y), w)
+The first three take fp8 too (ops.QuantizedTensor: x, h from quantize_fp8_act,
+w from quantize_fp8_weight; the gathered input comes back quantized).
 Each equals its unfused sequence (reference_* with a TensorParallelGroup) bit for bit.)doc")
       .def(py::init([](int64_t capacity, int64_t max_rows, std::optional<std::vector<int>> pes, int chunks,
                        int comm_cores) {
@@ -46,8 +48,26 @@ Each equals its unfused sequence (reference_* with a TensorParallelGroup) bit fo
              return py::make_tuple(g.y, g.gathered.defined() ? py::cast(g.gathered) : py::none());
            },
            py::arg("x"), py::arg("w"), py::arg("keep_input") = true)
-      .def("matmul_reduce_scatter", &parallel::FusedTensorComm::matmul_reduce_scatter, py::arg("h"), py::arg("w"))
-      .def("matmul_allreduce", &parallel::FusedTensorComm::matmul_allreduce, py::arg("h"), py::arg("w"))
+      .def("allgather_matmul",
+           [](parallel::FusedTensorComm& f, const ops::QuantizedTensor& x, const ops::QuantizedTensor& w) {
+             auto g = f.allgather_matmul(x, w);
+             return py::make_tuple(g.y, g.gathered);
+           },
+           py::arg("x"), py::arg("w"))
+      .def("matmul_reduce_scatter",
+           py::overload_cast<const Tensor&, const Tensor&>(&parallel::FusedTensorComm::matmul_reduce_scatter),
+           py::arg("h"), py::arg("w"))
+      .def("matmul_reduce_scatter",
+           py::overload_cast<const ops::QuantizedTensor&, const ops::QuantizedTensor&>(
+               &parallel::FusedTensorComm::matmul_reduce_scatter),
+           py::arg("h"), py::arg("w"))
+      .def("matmul_allreduce",
+           py::overload_cast<const Tensor&, const Tensor&>(&parallel::FusedTensorComm::matmul_allreduce),
+           py::arg("h"), py::arg("w"))
+      .def("matmul_allreduce",
+           py::overload_cast<const ops::QuantizedTensor&, const ops::QuantizedTensor&>(
+               &parallel::FusedTensorComm::matmul_allreduce),
+           py::arg("h"), py::arg("w"))
       .def("add_rmsnorm_allreduce",
            [](parallel::FusedTensorComm& f, const Tensor& x, const Tensor& y, const Tensor& w, float eps) {
              return norm_out(f.add_rmsnorm_allreduce(x, y, w, eps));
@@ -72,8 +92,21 @@ sequence_parallel: all_gather / reduce_scatter of rows, else all_reduce.)doc")
     auto g = parallel::reference::allgather_matmul(tp, x, w);
     return py::make_tuple(g.y, g.gathered);
   });
-  m.def("reference_matmul_reduce_scatter", &parallel::reference::matmul_reduce_scatter);
-  m.def("reference_matmul_allreduce", &parallel::reference::matmul_allreduce);
+  m.def("reference_allgather_matmul", [](parallel::ShmemTensor& tp, const Tensor& x, const ops::QuantizedTensor& w) {
+    auto g = parallel::reference::allgather_matmul(tp, x, w);
+    return py::make_tuple(g.y, g.gathered);
+  });
+  m.def("reference_matmul_reduce_scatter",
+        py::overload_cast<parallel::ShmemTensor&, const Tensor&, const Tensor&>(
+            &parallel::reference::matmul_reduce_scatter));
+  m.def("reference_matmul_reduce_scatter",
+        py::overload_cast<parallel::ShmemTensor&, const ops::QuantizedTensor&, const ops::QuantizedTensor&>(
+            &parallel::reference::matmul_reduce_scatter));
+  m.def("reference_matmul_allreduce",
+        py::overload_cast<parallel::ShmemTensor&, const Tensor&, const Tensor&>(&parallel::reference::matmul_allreduce));
+  m.def("reference_matmul_allreduce",
+        py::overload_cast<parallel::ShmemTensor&, const ops::QuantizedTensor&, const ops::QuantizedTensor&>(
+            &parallel::reference::matmul_allreduce));
   m.def("reference_add_rmsnorm_allreduce",
         [](parallel::ShmemTensor& tp, const Tensor& x, const Tensor& y, const Tensor& w, float eps) {
           return norm_out(parallel::reference::add_rmsnorm_allreduce(tp, x, y, w, eps));

@@ -2,6 +2,7 @@
 
 #include "coremesh/ops/activation.hpp"
 #include "coremesh/ops/gemm.hpp"
+#include "coremesh/ops/quant.hpp"
 
 namespace coremesh::model::detail {
 
@@ -22,15 +23,20 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const
 
 namespace {
 
-bool fuses(const parallel::TensorParallel& tp, Precision p) { return tp.fuses() && p != Precision::fp8; }
 const Tensor& operand(const GemmWeight& w) { return w.precision == Precision::bf16 ? w.bf16 : w.master; }
 
 }  // namespace
 
 Tensor enter_linear(parallel::TensorParallel& tp, const Tensor& x, const GemmWeight& w, GemmInput& entered) {
-  if (!fuses(tp, w.precision)) {
+  if (!tp.fuses()) {
     entered = gemm_input(tp.enter(x), w.precision);
     return linear(entered, w);
+  }
+  if (w.precision == Precision::fp8) {  // this rank's rows quantized, then gathered
+    const parallel::TensorParallel::EnteredFp8 e =
+        tp.enter_matmul(ops::quantize_fp8_act(x), ops::quantize_fp8_weight(w.master));
+    entered = GemmInput{w.precision, {}, e.x};
+    return e.y;
   }
   const parallel::TensorParallel::Entered e = tp.enter_matmul(gemm_input(x, w.precision).x, operand(w));
   entered = GemmInput{w.precision, e.x, {}};
@@ -38,7 +44,8 @@ Tensor enter_linear(parallel::TensorParallel& tp, const Tensor& x, const GemmWei
 }
 
 Tensor linear_exit(parallel::TensorParallel& tp, const GemmInput& x, const GemmWeight& w) {
-  if (!fuses(tp, w.precision)) return tp.exit(linear(x, w));
+  if (!tp.fuses()) return tp.exit(linear(x, w));
+  if (w.precision == Precision::fp8) return tp.matmul_exit(x.fp8, ops::quantize_fp8_weight(w.master));
   return tp.matmul_exit(x.x, operand(w));
 }
 

@@ -26,9 +26,10 @@ Tensor linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const
                        WgradSink& sink, const Tensor* dx_acc = nullptr);
 
 // The GEMMs at a tensor-parallel region's edges, fused with its exchanges
-// where the seam fuses() and the precision is f32 or bf16 (the same bits):
+// where the seam fuses() (the same bits as unfused):
 //   enter_linear: y = enter(x) W^T; `entered` gets enter(x) as the GEMM read it
-//                 (bf16: cast before the gather, half the bytes moved)
+//                 (bf16: cast before the gather, half the bytes moved; fp8:
+//                 quantized before it, data and scales moved)
 //   linear_exit:  exit(x W^T)
 Tensor enter_linear(parallel::TensorParallel& tp, const Tensor& x, const GemmWeight& w, GemmInput& entered);
 Tensor linear_exit(parallel::TensorParallel& tp, const GemmInput& x, const GemmWeight& w);

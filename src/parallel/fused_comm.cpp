@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/core/log.hpp"
@@ -123,47 +124,79 @@ void hold_on(runtime::Stream& s, std::vector<Tensor> tensors) {
 
 }  // namespace
 
-FusedTensorComm::Gathered FusedTensorComm::allgather_matmul(const Tensor& x, const Tensor& w, bool keep_input) {
+void FusedTensorComm::gather_rows(const std::vector<Tensor>& parts,
+                                  const std::function<void(int, const std::vector<Tensor>&)>& each) {
   const int tp = group_.size(), me = group_.me;
+  runtime::Stream s = runtime::current_stream();
+  const int64_t half = next_half(inbox_uses_);
+  std::vector<int64_t> at;  // each part's byte offset in a member's slot (64-byte aligned)
+  int64_t bytes = 0;
+  for (const Tensor& p : parts) {
+    at.push_back(bytes);
+    slot(inbox_, half, me, bytes, p.shape(), p.dtype());  // checks the size
+    bytes = round_up(bytes + int64_t(p.nbytes()), 64);
+  }
+  if (tp > 1) {
+    runtime::Stream& c = comm(s);
+    for (int i = 1; i < tp; ++i)  // the member that reads this one's rows next first
+      for (size_t k = 0; k < parts.size(); ++k)
+        put(c, inbox_, half + int64_t(me) * slot_bytes_ + at[k], parts[k].raw_data(), int64_t(parts[k].nbytes()),
+            (me - i + tp) % tp, gathered, me);
+    hold_on(c, parts);
+  }
+  for (int i = 0; i < tp; ++i) {
+    const int m = (me + i) % tp;
+    if (m == me) {
+      each(m, parts);
+      continue;
+    }
+    wait(s, gathered, m, parts.size(), "rows to multiply");  // a stream's puts land in order
+    std::vector<Tensor> theirs;
+    for (size_t k = 0; k < parts.size(); ++k) theirs.push_back(slot(inbox_, half, m, at[k], parts[k].shape(), parts[k].dtype()));
+    each(m, theirs);
+  }
+  if (tp > 1) s.wait_event(comm_->record_event());
+}
+
+FusedTensorComm::Gathered FusedTensorComm::allgather_matmul(const Tensor& x, const Tensor& w, bool keep_input) {
+  const int tp = group_.size();
   CM_CHECK(x.dim() == 2 && x.is_contiguous() && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
                w.dim() == 2 && w.size(1) == x.size(1),
            "pass x (n, K) contiguous f32 or bf16 and w (O, K)", "allgather_matmul of {} and {}", x.describe(),
            w.describe());
   const int64_t n = x.size(0), K = x.size(1);
-  runtime::Stream s = runtime::current_stream();
   Gathered out{Tensor::empty({tp * n, w.size(0)}), keep_input ? Tensor::empty({tp * n, K}, x.dtype()) : Tensor()};
-  auto block = [&](int m) { return std::pair<int64_t, int64_t>{m * n, (m + 1) * n}; };
-  const int64_t half = next_half(inbox_uses_);
-  slot(inbox_, half, me, 0, x.shape(), x.dtype());  // checks the size
-  if (tp > 1) {
-    runtime::Stream& c = comm(s);
-    for (int i = 1; i < tp; ++i)  // the member that reads this one's rows next first
-      put(c, inbox_, half + int64_t(me) * slot_bytes_, x.raw_data(), int64_t(x.nbytes()), (me - i + tp) % tp,
-          gathered, me);
-    hold_on(c, {x});
-  }
-  for (int i = 0; i < tp; ++i) {
-    const int m = (me + i) % tp;
-    Tensor xm = x;
-    if (m != me) {
-      wait(s, gathered, m, 1, "rows to multiply");
-      xm = slot(inbox_, half, m, 0, x.shape(), x.dtype());
-    }
-    Tensor y = rows(out.y, block(m));
-    ops::matmul_out(xm, w, y, false, true);
-    if (keep_input) copy_on_stream(xm, rows(out.gathered, block(m)));
-  }
-  if (tp > 1) s.wait_event(comm_->record_event());
+  gather_rows({x}, [&](int m, const std::vector<Tensor>& xm) {
+    Tensor y = out.y.slice(0, m * n, (m + 1) * n);
+    ops::matmul_out(xm[0], w, y, false, true);
+    if (keep_input) copy_on_stream(xm[0], out.gathered.slice(0, m * n, (m + 1) * n));
+  });
   return out;
 }
 
-Tensor FusedTensorComm::matmul_reduce_scatter(const Tensor& h, const Tensor& w) {
+FusedTensorComm::GatheredFp8 FusedTensorComm::allgather_matmul(const ops::QuantizedTensor& x,
+                                                               const ops::QuantizedTensor& w) {
+  const int tp = group_.size();
+  CM_CHECK(x.data.dim() == 2 && x.data.is_contiguous() && x.scale.is_contiguous() && x.data.dtype() == DType::f8e4m3 &&
+               x.scale.dim() == 2 && x.scale.size(0) == x.data.size(0) && w.data.dim() == 2 &&
+               w.data.size(1) == x.data.size(1),
+           "pass x quantized by ops::quantize_fp8_act (n, K) and w by ops::quantize_fp8_weight (O, K)",
+           "fp8 allgather_matmul of {} (scales {}) and {}", x.data.describe(), x.scale.describe(), w.data.describe());
+  const int64_t n = x.data.size(0);
+  GatheredFp8 out{Tensor::empty({tp * n, w.data.size(0)}),
+                  {Tensor::empty({tp * n, x.data.size(1)}, DType::f8e4m3), Tensor::empty({tp * n, x.scale.size(1)})}};
+  gather_rows({x.data, x.scale}, [&](int m, const std::vector<Tensor>& xm) {
+    const auto r = std::pair<int64_t, int64_t>{m * n, (m + 1) * n};
+    copy_on_stream(ops::matmul_fp8({xm[0], xm[1]}, w), rows(out.y, r));
+    copy_on_stream(xm[0], rows(out.gathered.data, r));
+    copy_on_stream(xm[1], rows(out.gathered.scale, r));
+  });
+  return out;
+}
+
+Tensor FusedTensorComm::reduce_scatter_rows(int64_t N, int64_t C, const RowsGemm& gemm) {
   const int tp = group_.size(), me = group_.me;
-  check_rows(h, "matmul_reduce_scatter");
-  CM_CHECK(h.size(0) % tp == 0 && w.dim() == 2 && w.size(1) == h.size(1) && w.size(0) * h.size(0) <= arena_.numel(),
-           "choose rows divisible by tp and w (C, F) matching h (N, F)",
-           "matmul_reduce_scatter of {} and {} over tp {}", h.describe(), w.describe(), tp);
-  const int64_t N = h.size(0), n = N / tp, C = w.size(0);
+  const int64_t n = N / tp;
   runtime::Stream s = runtime::current_stream();
   Tensor part = arena_.slice(0, 0, N * C).view({N, C});
   auto block = [&](int m) { return std::pair<int64_t, int64_t>{m * n, (m + 1) * n}; };
@@ -173,7 +206,7 @@ Tensor FusedTensorComm::matmul_reduce_scatter(const Tensor& h, const Tensor& w) 
   for (int i = 1; i <= tp; ++i) {  // the next member's rows first, this one's last
     const int o = (me + i) % tp;
     Tensor y = rows(part, block(o));
-    ops::matmul_out(rows(h, block(o)), w, y, false, true);
+    gemm(block(o).first, block(o).second, y);
     if (o == me) break;
     c->wait_event(s.record_event());
     put(*c, staging_, half + int64_t(me) * slot_bytes_, y.raw_data(), int64_t(y.nbytes()), o, scattered, me);
@@ -193,13 +226,19 @@ Tensor FusedTensorComm::matmul_reduce_scatter(const Tensor& h, const Tensor& w) 
   return out;
 }
 
-Tensor FusedTensorComm::matmul_allreduce(const Tensor& h, const Tensor& w) {
+Tensor FusedTensorComm::matmul_reduce_scatter(const Tensor& h, const Tensor& w) {
+  const int tp = group_.size();
+  check_rows(h, "matmul_reduce_scatter");
+  CM_CHECK(h.size(0) % tp == 0 && w.dim() == 2 && w.size(1) == h.size(1) && w.size(0) * h.size(0) <= arena_.numel(),
+           "choose rows divisible by tp and w (C, F) matching h (N, F)",
+           "matmul_reduce_scatter of {} and {} over tp {}", h.describe(), w.describe(), tp);
+  return reduce_scatter_rows(h.size(0), w.size(0), [&](int64_t r0, int64_t r1, Tensor y) {
+    ops::matmul_out(h.slice(0, r0, r1), w, y, false, true);
+  });
+}
+
+Tensor FusedTensorComm::allreduce_rows(int64_t N, int64_t C, const RowsGemm& gemm) {
   const int tp = group_.size(), me = group_.me;
-  check_rows(h, "matmul_allreduce");
-  CM_CHECK(w.dim() == 2 && w.size(1) == h.size(1) && w.size(0) * h.size(0) <= arena_.numel(),
-           "pass w (C, F) matching h (N, F) within the capacity", "matmul_allreduce of {} and {}", h.describe(),
-           w.describe());
-  const int64_t N = h.size(0), C = w.size(0);
   const int chunks = int(std::min<int64_t>(options_.chunks, N));
   runtime::Stream s = runtime::current_stream();
   const Tensor flat = arena_.slice(0, 0, N * C);
@@ -208,8 +247,7 @@ Tensor FusedTensorComm::matmul_allreduce(const Tensor& h, const Tensor& w) {
   int64_t staged = 0;  // floats into each staging slot: the chunks' largest shards one after the other
   for (int k = 0; k < chunks; ++k) {
     const int64_t r0 = N * k / chunks, r1 = N * (k + 1) / chunks, b = r0 * C, e = r1 * C;
-    Tensor y = flat.slice(0, b, e).view({r1 - r0, C});
-    ops::matmul_out(h.slice(0, r0, r1), w, y, false, true);
+    gemm(r0, r1, flat.slice(0, b, e).view({r1 - r0, C}));
     if (!c) continue;
     c->wait_event(s.record_event());
     int64_t largest = 0;
@@ -238,6 +276,50 @@ Tensor FusedTensorComm::matmul_allreduce(const Tensor& h, const Tensor& w) {
   Tensor out = Tensor::empty({N, C});
   copy_on_stream(flat, out);
   return out;
+}
+
+Tensor FusedTensorComm::matmul_allreduce(const Tensor& h, const Tensor& w) {
+  check_rows(h, "matmul_allreduce");
+  CM_CHECK(w.dim() == 2 && w.size(1) == h.size(1) && w.size(0) * h.size(0) <= arena_.numel(),
+           "pass w (C, F) matching h (N, F) within the capacity", "matmul_allreduce of {} and {}", h.describe(),
+           w.describe());
+  return allreduce_rows(h.size(0), w.size(0), [&](int64_t r0, int64_t r1, Tensor y) {
+    ops::matmul_out(h.slice(0, r0, r1), w, y, false, true);
+  });
+}
+
+void FusedTensorComm::check_fp8(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w, const char* call) const {
+  CM_CHECK(h.data.dim() == 2 && h.data.is_contiguous() && h.data.dtype() == DType::f8e4m3 && h.scale.dim() == 2 &&
+               h.scale.is_contiguous() && h.scale.size(0) == h.data.size(0) && h.data.size(0) <= max_rows_ &&
+               w.data.dim() == 2 && w.data.size(1) == h.data.size(1) &&
+               w.data.size(0) * h.data.size(0) <= arena_.numel(),
+           "pass h quantized by ops::quantize_fp8_act (N, F) within the rows and capacity the fused comm was sized "
+           "for, and w by ops::quantize_fp8_weight (C, F)",
+           "fp8 {} of {} (scales {}) and {} (set up for {} rows)", call, h.data.describe(), h.scale.describe(),
+           w.data.describe(), max_rows_);
+}
+
+namespace {
+
+// h's rows [r0, r1) times w^T into y (fp8: a product of its own, then copied).
+void fp8_rows(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w, int64_t r0, int64_t r1, Tensor y) {
+  copy_on_stream(ops::matmul_fp8({h.data.slice(0, r0, r1), h.scale.slice(0, r0, r1)}, w), y);
+}
+
+}  // namespace
+
+Tensor FusedTensorComm::matmul_reduce_scatter(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w) {
+  check_fp8(h, w, "matmul_reduce_scatter");
+  CM_CHECK(h.data.size(0) % group_.size() == 0, "choose rows divisible by tp", "fp8 matmul_reduce_scatter of {} over tp {}",
+           h.data.describe(), group_.size());
+  return reduce_scatter_rows(h.data.size(0), w.data.size(0),
+                             [&](int64_t r0, int64_t r1, Tensor y) { fp8_rows(h, w, r0, r1, y); });
+}
+
+Tensor FusedTensorComm::matmul_allreduce(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w) {
+  check_fp8(h, w, "matmul_allreduce");
+  return allreduce_rows(h.data.size(0), w.data.size(0),
+                        [&](int64_t r0, int64_t r1, Tensor y) { fp8_rows(h, w, r0, r1, y); });
 }
 
 ops::RMSNormResidualOut FusedTensorComm::add_rmsnorm_allreduce(const Tensor& x, const Tensor& y, const Tensor& w,
@@ -308,6 +390,19 @@ Tensor matmul_reduce_scatter(ShmemTensor& tp, const Tensor& h, const Tensor& w) 
 
 Tensor matmul_allreduce(ShmemTensor& tp, const Tensor& h, const Tensor& w) {
   return tp.all_reduce(ops::matmul(h, w, false, true));
+}
+
+FusedTensorComm::GatheredFp8 allgather_matmul(ShmemTensor& tp, const Tensor& x, const ops::QuantizedTensor& w) {
+  const ops::QuantizedTensor g = ops::quantize_fp8_act(tp.all_gather(x));
+  return {ops::matmul_fp8(g, w), g};
+}
+
+Tensor matmul_reduce_scatter(ShmemTensor& tp, const ops::QuantizedTensor& h, const ops::QuantizedTensor& w) {
+  return tp.reduce_scatter(ops::matmul_fp8(h, w));
+}
+
+Tensor matmul_allreduce(ShmemTensor& tp, const ops::QuantizedTensor& h, const ops::QuantizedTensor& w) {
+  return tp.all_reduce(ops::matmul_fp8(h, w));
 }
 
 ops::RMSNormResidualOut add_rmsnorm_allreduce(ShmemTensor& tp, const Tensor& x, const Tensor& y, const Tensor& w,

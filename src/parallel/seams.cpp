@@ -48,6 +48,14 @@ TensorParallel::Entered TensorParallel::enter_matmul(const Tensor& x, const Tens
 
 Tensor TensorParallel::matmul_exit(const Tensor& h, const Tensor& w) { return exit(ops::matmul(h, w, false, true)); }
 
+TensorParallel::EnteredFp8 TensorParallel::enter_matmul(const ops::QuantizedTensor& x, const ops::QuantizedTensor& w) {
+  return {ops::matmul_fp8(x, w), x};
+}
+
+Tensor TensorParallel::matmul_exit(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w) {
+  return exit(ops::matmul_fp8(h, w));
+}
+
 ExpertDispatcher& ExpertDispatcher::local() {
   static LocalExperts local;
   return local;

@@ -65,6 +65,22 @@ Tensor ShmemTensor::matmul_exit(const Tensor& h, const Tensor& w) {
   return y;
 }
 
+ShmemTensor::EnteredFp8 ShmemTensor::enter_matmul(const ops::QuantizedTensor& x, const ops::QuantizedTensor& w) {
+  CM_CHECK(fused_ || !sequence_parallel_, "gather fp8 rows through the fused comm (parallel.fused_comm)",
+           "an fp8 enter_matmul under sequence parallelism without the fused comm");
+  if (!sequence_parallel_) return TensorParallel::enter_matmul(x, w);
+  FusedTensorComm::GatheredFp8 g = fused_->allgather_matmul(x, w);
+  fused_called();
+  return {g.y, g.gathered};
+}
+
+Tensor ShmemTensor::matmul_exit(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w) {
+  if (!fused_) return TensorParallel::matmul_exit(h, w);
+  Tensor y = sequence_parallel_ ? fused_->matmul_reduce_scatter(h, w) : fused_->matmul_allreduce(h, w);
+  fused_called();
+  return y;
+}
+
 int ShmemTensor::range_of(int64_t whole, const Tensor& x, const char* call) const {
   const auto it = std::find(sizes_.begin(), sizes_.end(), whole);
   CM_CHECK(it != sizes_.end() && x.dtype() == DType::f32 && x.is_contiguous(),

@@ -5,7 +5,7 @@
 //     independent reference: the members' inputs are a function of the PE);
 //   - calls in any order, the same operator back to back included, reuse the
 //     buffers safely (the alternating halves), over rounds with new values;
-//   - bf16 inputs for allgather_matmul; sizes past the capacity are refused.
+//   - bf16 inputs for allgather_matmul; the fp8 forms; sizes past the capacity are refused.
 // Bit for bit where the GEMM engine is row-exact (kRowExactGemm), else within 1e-6.
 #include <gtest/gtest.h>
 
@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "coremesh/ops/gemm.hpp"
+#include "coremesh/ops/quant.hpp"
 #include "coremesh/parallel/fused_comm.hpp"
 #include "coremesh/parallel/tensor_parallel.hpp"
 #include "coremesh/runtime/stream.hpp"
@@ -176,6 +177,54 @@ TEST(FusedComm, AllgatherMatmulTakesBf16Rows) {
     EXPECT_EQ(mismatches(got.gathered, all16), 0);
     EXPECT_EQ(mismatches(got.y, host), 0);
   }
+}
+
+// The fp8 forms against the unfused sequences (gather f32 rows, then
+// quantize; the fp8 product, then reduce-scatter or all-reduce), over rounds
+// in alternating order; the gathered scales and data bit for bit.
+TEST(FusedComm, Fp8FormsEqualTheirUnfusedSequences) {
+  const int tp = shmem::n_pes(), me = shmem::my_pe();
+  const int64_t N = kRowsPerPe * tp;
+  ShmemTensor unfused(world(), {N * C, N * K}, /*sequence_parallel=*/true);
+  ShmemTensor unfused_ar(world(), {N * C}, /*sequence_parallel=*/false);
+  FusedTensorComm fused(world(), N * std::max(K, C), N, {3, 1});
+  runtime::Stream stream;
+  runtime::StreamGuard on(stream);
+  const ops::QuantizedTensor wk = ops::quantize_fp8_weight(values(99, 1, 0, {C, K}));
+  const ops::QuantizedTensor wf = ops::quantize_fp8_weight(values(99, 2, 0, {C, F}));
+  bool gathered = false, scattered = false;
+  for (int step = 0; step < 3; ++step) {
+    for (int op : {0, 1, 2, 2, 0, 1}) {
+      SCOPED_TRACE(fmt::format("step {} op {}", step, op));
+      // the unfused sequence-parallel halves of one size alternate (as in the test above)
+      if (op == 0 && std::exchange(gathered, true)) unfused.reduce_scatter(Tensor::zeros({N, K}));
+      if (op == 1 && std::exchange(scattered, true)) unfused.all_gather(Tensor::zeros({kRowsPerPe, C}));
+      const Tensor x = values(me, 30 + op, step, {kRowsPerPe, K});
+      const ops::QuantizedTensor h = ops::quantize_fp8_act(values(me, 40 + op, step, {N, F}));
+      if (op == 0) {
+        const auto got = fused.allgather_matmul(ops::quantize_fp8_act(x), wk);
+        const auto want = reference::allgather_matmul(unfused, x, wk);
+        stream.synchronize();
+        EXPECT_EQ(got.gathered.data.dtype(), DType::f8e4m3);
+        EXPECT_EQ(mismatches(got.gathered.data, want.gathered.data), 0);
+        EXPECT_EQ(mismatches(got.gathered.scale, want.gathered.scale), 0);
+        EXPECT_EQ(mismatches(got.y, want.y), 0);
+      } else if (op == 1) {
+        const Tensor got = fused.matmul_reduce_scatter(h, wf);
+        const Tensor want = reference::matmul_reduce_scatter(unfused, h, wf);
+        stream.synchronize();
+        EXPECT_EQ(mismatches(got, want), 0);
+      } else {
+        const Tensor got = fused.matmul_allreduce(h, wf);
+        const Tensor want = reference::matmul_allreduce(unfused_ar, h, wf);
+        stream.synchronize();
+        EXPECT_EQ(mismatches(got, want), 0);
+      }
+    }
+  }
+  // a quantized input past the rows it was sized for is refused before anything is put
+  EXPECT_THROW(fused.matmul_allreduce(ops::quantize_fp8_act(Tensor::zeros({2 * N, F})), wf), InvalidArgument);
+  stream.synchronize();
 }
 
 TEST(FusedComm, RefusesWhatItWasNotSizedFor) {

@@ -258,3 +258,18 @@ def test_fused_tp_operators_equal_their_unfused_sequences(me):
     for a, b in zip(got, want):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert fused.bytes_put > 0 or n == 1
+    # the fp8 forms: rows quantized before the gather equal the gathered rows quantized after it
+    wq, w2q, hq = ops.quantize_fp8_weight(w), ops.quantize_fp8_weight(w2), ops.quantize_fp8_act(h)
+    y, g = fused.allgather_matmul(ops.quantize_fp8_act(x), wq)
+    sp.reduce_scatter(cm.zeros([N, K]))  # the unfused SP halves of one size alternate
+    ry, rg = parallel.reference_allgather_matmul(sp, x, wq)
+    sp.all_gather(cm.zeros([rows, C]))
+    got = [y, g.data, g.scale, fused.matmul_reduce_scatter(hq, w2q), fused.matmul_allreduce(hq, w2q)]
+    want = [ry, rg.data, rg.scale, parallel.reference_matmul_reduce_scatter(sp, hq, w2q),
+            parallel.reference_matmul_allreduce(ar, hq, w2q)]
+    runtime.synchronize()
+    shmem.barrier()
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
+        np.testing.assert_array_equal(np.asarray(a.to("f32") if a.dtype == "f8e4m3" else a),
+                                      np.asarray(b.to("f32") if b.dtype == "f8e4m3" else b))

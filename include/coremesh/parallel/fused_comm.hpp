@@ -39,13 +39,22 @@
 // The comm stream runs its copies and sums on `comm_cores` vector cores (the
 // GEMMs keep the cube cores). Inputs f32 (allgather_matmul: f32 or bf16, the
 // weight's dtype free as in ops::matmul); outputs f32.
+//
+// FP8 forms (DeepSeek-V3's block scales: inputs in 1x128 tiles along a row,
+// weights in 128x128 blocks): the same exchanges around ops::matmul_fp8 per
+// chunk. allgather_matmul moves the rows as fp8 data + their scales (a
+// quarter of f32's bytes, two puts per peer); a row's tiles lie in the row,
+// so quantizing this member's rows before the gather gives the bits of
+// quantizing the gathered rows after it, which is the unfused sequence.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
 #include "coremesh/ops/norm.hpp"
+#include "coremesh/ops/quant.hpp"
 #include "coremesh/parallel/comm.hpp"
 #include "coremesh/runtime/stream.hpp"
 
@@ -83,6 +92,16 @@ class FusedTensorComm {
   // member's part of its update, w (C): h = x + sum(y), y' = rmsnorm(h) w.
   ops::RMSNormResidualOut add_rmsnorm_allreduce(const Tensor& x, const Tensor& y, const Tensor& w, float eps);
 
+  // The fp8 forms: x / h quantized activations (ops::quantize_fp8_act), w a
+  // quantized weight (ops::quantize_fp8_weight).
+  struct GatheredFp8 {
+    Tensor y;                         // (tp n, O) f32
+    ops::QuantizedTensor gathered;    // (tp n, K) data + (tp n, ceil(K/128)) scales, member order
+  };
+  GatheredFp8 allgather_matmul(const ops::QuantizedTensor& x, const ops::QuantizedTensor& w);
+  Tensor matmul_reduce_scatter(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w);
+  Tensor matmul_allreduce(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w);
+
   // Symmetric bytes one PE allocates for these arguments (to size the heap).
   static int64_t symmetric_bytes(int tp, int64_t capacity, int64_t max_rows, FusedCommOptions options = {});
 
@@ -93,6 +112,15 @@ class FusedTensorComm {
 
  private:
   enum Word : int;  // the signal words (fused_comm.cpp)
+  // What the operators multiply: rows [r0, r1) of their input times w^T into
+  // y (r1 - r0, O) f32, on the current stream.
+  using RowsGemm = std::function<void(int64_t r0, int64_t r1, Tensor y)>;
+  // Puts `parts` (this member's rows, each (n, ...)) into every member's
+  // inbox, then calls each(m, member m's parts) for every member, this one
+  // first and then as their rows land, on the current stream.
+  void gather_rows(const std::vector<Tensor>& parts, const std::function<void(int, const std::vector<Tensor>&)>& each);
+  Tensor reduce_scatter_rows(int64_t N, int64_t C, const RowsGemm& gemm);
+  Tensor allreduce_rows(int64_t N, int64_t C, const RowsGemm& gemm);
   uint64_t* word(Word w, int index) const;
   // `bytes` from src into member's `dst` (symmetric) at byte `at`, then 1
   // added to its signal word (signal, index).
@@ -107,6 +135,7 @@ class FusedTensorComm {
   std::pair<int64_t, int64_t> rows_of(int64_t n, int member) const;
   runtime::Stream& comm(const runtime::Stream& after);
   void check_rows(const Tensor& t, const char* call) const;
+  void check_fp8(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w, const char* call) const;
 
   Group group_;
   FusedCommOptions options_;
@@ -124,6 +153,10 @@ Tensor matmul_reduce_scatter(ShmemTensor& tp, const Tensor& h, const Tensor& w);
 Tensor matmul_allreduce(ShmemTensor& tp, const Tensor& h, const Tensor& w);
 ops::RMSNormResidualOut add_rmsnorm_allreduce(ShmemTensor& tp, const Tensor& x, const Tensor& y, const Tensor& w,
                                               float eps);
+// fp8: x (n, K) f32 this member's rows, gathered and then quantized; h quantized.
+FusedTensorComm::GatheredFp8 allgather_matmul(ShmemTensor& tp, const Tensor& x, const ops::QuantizedTensor& w);
+Tensor matmul_reduce_scatter(ShmemTensor& tp, const ops::QuantizedTensor& h, const ops::QuantizedTensor& w);
+Tensor matmul_allreduce(ShmemTensor& tp, const ops::QuantizedTensor& h, const ops::QuantizedTensor& w);
 }  // namespace reference
 
 }  // namespace coremesh::parallel

@@ -22,6 +22,7 @@
 
 #include "coremesh/core/tensor.hpp"
 #include "coremesh/ops/attention.hpp"
+#include "coremesh/ops/quant.hpp"
 
 namespace coremesh::parallel {
 
@@ -128,6 +129,15 @@ class TensorParallel {
   };
   virtual Entered enter_matmul(const Tensor& x, const Tensor& w);  // w (out, in)
   virtual Tensor matmul_exit(const Tensor& h, const Tensor& w);     // exit(h w^T)
+  // fp8: x this rank's rows and h quantized (ops::quantize_fp8_act), w by
+  // ops::quantize_fp8_weight; the bits of quantizing enter(x) unfused. By
+  // default enter(x) is x (one PE; tensor parallelism without SP).
+  struct EnteredFp8 {
+    Tensor y;                // enter(x) w^T (N, out) f32
+    ops::QuantizedTensor x;  // enter(x) quantized (N, in)
+  };
+  virtual EnteredFp8 enter_matmul(const ops::QuantizedTensor& x, const ops::QuantizedTensor& w);
+  virtual Tensor matmul_exit(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w);
 
   static TensorParallel& local();  // one PE: every call returns its argument
 };

@@ -84,6 +84,8 @@ class ShmemTensor final : public TensorParallel {
   bool fuses() const override { return fused_ != nullptr; }
   Entered enter_matmul(const Tensor& x, const Tensor& w) override;
   Tensor matmul_exit(const Tensor& h, const Tensor& w) override;
+  EnteredFp8 enter_matmul(const ops::QuantizedTensor& x, const ops::QuantizedTensor& w) override;
+  Tensor matmul_exit(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w) override;
 
   // x (N/tp, ...) this rank's rows -> (N, ...) every rank's, in rank order.
   Tensor all_gather(const Tensor& x);
