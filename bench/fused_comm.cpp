@@ -2,7 +2,8 @@
 // against its unfused sequence over ShmemTensor (reference::), every PE of
 // the job one TP rank (one core each, as `coremesh train` pins them), on
 // the shapes of an MLP block: N = B x T rows, width C, hidden H split over
-// tp (column-parallel w13 (2H/tp, C), row-parallel w2 (C, H/tp)).
+// tp (column-parallel w13 (2H/tp, C), row-parallel w2 (C, H/tp); expert-TP's
+// grouped w2 (4, C, H/tp)).
 //   usage: coremesh run -n N bench_fused_comm [C] [H] [rows] [iterations] [chunks]
 // Also times, on the same PE, the GEMM alone (no exchange: the compute) and
 // the exchange alone (ShmemTensor's all-gather / reduce-scatter /
@@ -25,6 +26,7 @@
 
 #include "bench_util.hpp"
 #include "coremesh/ops/gemm.hpp"
+#include "coremesh/ops/grouped_gemm.hpp"
 #include "coremesh/ops/norm.hpp"
 #include "coremesh/parallel/comm.hpp"
 #include "coremesh/parallel/fused_comm.hpp"
@@ -95,6 +97,10 @@ int main(int argc, char** argv) {
     std::function<Tensor()> unfused, fused, compute, exchange;
   };
   const Tensor whole = random({N, C}, 700 + me);
+  // expert-TP's w2: 4 experts' rows of h, unevenly (a tenth, then the rest in thirds)
+  constexpr int64_t G = 4;
+  const Tensor we = random({G, C, F}, 800 + me), groups = Tensor::empty({G + 1}, DType::i64);
+  for (int64_t g = 0; g <= G; ++g) groups.data<int64_t>()[g] = g == 0 ? 0 : N / 10 + (N - N / 10) * (g - 1) / (G - 1);
   const std::vector<Op> ops = {
       {"allgather_matmul", [&] { return parallel::reference::allgather_matmul(sp, x, w13).y; },
        [&] { return fused.allgather_matmul(x, w13).y; }, [&] { return ops::matmul(whole, w13, false, true); },
@@ -105,6 +111,9 @@ int main(int argc, char** argv) {
       {"matmul_allreduce", [&] { return parallel::reference::matmul_allreduce(ar, h, w2); },
        [&] { return fused.matmul_allreduce(h, w2); }, [&] { return ops::matmul(h, w2, false, true); },
        [&] { return ar.all_reduce(whole); }},
+      {"grouped_matmul_allreduce", [&] { return parallel::reference::grouped_matmul_allreduce(ar, h, we, groups); },
+       [&] { return fused.grouped_matmul_allreduce(h, we, groups); },
+       [&] { return ops::grouped_matmul(h, we, groups); }, [&] { return ar.all_reduce(whole); }},
       {"add_rmsnorm_allreduce",
        [&] { return parallel::reference::add_rmsnorm_allreduce(ar, resid, upd, norm, 1e-6f).y; },
        [&] { return fused.add_rmsnorm_allreduce(resid, upd, norm, 1e-6f).y; },

@@ -31,8 +31,9 @@ moves (N x K gathered, N x C summed); max_rows: the most rows N.
   allgather_matmul(x, w) -> (y, gathered)   y = all_gather(x) w^T
   matmul_reduce_scatter(h, w) -> y           this member's rows of sum(h w^T)
   matmul_allreduce(h, w) -> y                sum(h w^T) on every member
+  grouped_matmul_allreduce(h, w, offsets) -> y  sum(grouped_matmul(h, w, offsets)), w (G, C, F)
   add_rmsnorm_allreduce(x, y, w, eps) -> (h, y, rstd)  rmsnorm_residual(x, sum(y), w)
-The first three take fp8 too (ops.QuantizedTensor: x, h from quantize_fp8_act,
+All but the last take fp8 too (ops.QuantizedTensor: x, h from quantize_fp8_act,
 w from quantize_fp8_weight; the gathered input comes back quantized).
 Each equals its unfused sequence (reference_* with a TensorParallelGroup) bit for bit.)doc")
       .def(py::init([](int64_t capacity, int64_t max_rows, std::optional<std::vector<int>> pes, int chunks,
@@ -68,6 +69,14 @@ Each equals its unfused sequence (reference_* with a TensorParallelGroup) bit fo
            py::overload_cast<const ops::QuantizedTensor&, const ops::QuantizedTensor&>(
                &parallel::FusedTensorComm::matmul_allreduce),
            py::arg("h"), py::arg("w"))
+      .def("grouped_matmul_allreduce",
+           py::overload_cast<const Tensor&, const Tensor&, const Tensor&>(
+               &parallel::FusedTensorComm::grouped_matmul_allreduce),
+           py::arg("h"), py::arg("w"), py::arg("offsets"))
+      .def("grouped_matmul_allreduce",
+           py::overload_cast<const ops::QuantizedTensor&, const ops::QuantizedTensor&, const Tensor&>(
+               &parallel::FusedTensorComm::grouped_matmul_allreduce),
+           py::arg("h"), py::arg("w"), py::arg("offsets"))
       .def("add_rmsnorm_allreduce",
            [](parallel::FusedTensorComm& f, const Tensor& x, const Tensor& y, const Tensor& w, float eps) {
              return norm_out(f.add_rmsnorm_allreduce(x, y, w, eps));
@@ -107,6 +116,12 @@ sequence_parallel: all_gather / reduce_scatter of rows, else all_reduce.)doc")
   m.def("reference_matmul_allreduce",
         py::overload_cast<parallel::ShmemTensor&, const ops::QuantizedTensor&, const ops::QuantizedTensor&>(
             &parallel::reference::matmul_allreduce));
+  m.def("reference_grouped_matmul_allreduce",
+        py::overload_cast<parallel::ShmemTensor&, const Tensor&, const Tensor&, const Tensor&>(
+            &parallel::reference::grouped_matmul_allreduce));
+  m.def("reference_grouped_matmul_allreduce",
+        py::overload_cast<parallel::ShmemTensor&, const ops::QuantizedTensor&, const ops::QuantizedTensor&,
+                          const Tensor&>(&parallel::reference::grouped_matmul_allreduce));
   m.def("reference_add_rmsnorm_allreduce",
         [](parallel::ShmemTensor& tp, const Tensor& x, const Tensor& y, const Tensor& w, float eps) {
           return norm_out(parallel::reference::add_rmsnorm_allreduce(tp, x, y, w, eps));

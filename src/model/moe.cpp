@@ -1,9 +1,11 @@
 #include "moe.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "coremesh/ops/activation.hpp"
 #include "coremesh/ops/elementwise.hpp"
+#include "coremesh/ops/grouped_gemm.hpp"
 #include "coremesh/ops/moe_routing.hpp"
 #include "coremesh/runtime/profiler.hpp"
 
@@ -151,6 +153,19 @@ Tensor moe_forward(const Tensor& x_in, const MoeParams& w, const Tensor& bias, c
   // dispatch first, so that slice i's exchange runs while slice i-1 computes.
   a.slices = token_slices(N, streams.replicas());
   const Tensor routed_y = Tensor::empty({N, C});
+  // the experts' [w1; w3] GEMM, which a dispatcher may run per source as the
+  // rows land (fp8: the weight quantized once, not per source)
+  parallel::ExpertDispatcher::FirstGemm first;
+  std::optional<ops::QuantizedTensor> w13_fp8;
+  if (!experts.shadows())
+    first = {a.w13.master.size(1), [&](const Tensor& rows, const Tensor& offsets, const Tensor& out) {
+               if (cfg.precision != Precision::fp8) {
+                 grouped_linear(gemm_input(rows, cfg.precision), a.w13, offsets, out);
+                 return;
+               }
+               if (!w13_fp8) w13_fp8 = ops::quantize_fp8_weight(a.w13.master);
+               ops::grouped_matmul_fp8(ops::quantize_fp8_act(rows), *w13_fp8, offsets, out);
+             }};
   SliceRun run(streams, a.slices.size());
   for (size_t i = 0; i < a.slices.size(); ++i) {
     MoeSlice& s = a.slices[i];
@@ -159,7 +174,7 @@ Tensor moe_forward(const Tensor& x_in, const MoeParams& w, const Tensor& bias, c
       perm = ops::permute(x.slice(0, s.begin, s.end), a.idx.slice(0, s.begin, s.end), E);
       s.offsets = perm.offsets, s.row_of = perm.row_of;
     });
-    run.on_comm(i, [&] { s.routed = experts.dispatch(perm.x, perm.offsets, {layer, int(i)}, {w.w13, w.w2}); });
+    run.on_comm(i, [&] { s.routed = experts.dispatch(perm.x, perm.offsets, {layer, int(i)}, {w.w13, w.w2}, first); });
   }
   if (experts.shadows()) {  // one slice (the plan refuses more): all on this stream
     const MoeSlice& s = a.slices.front();
@@ -171,7 +186,8 @@ Tensor moe_forward(const Tensor& x_in, const MoeParams& w, const Tensor& bias, c
     run.on_slice(i, [&] {
       s.xp = gemm_input(s.routed.rows, cfg.precision);
       s.routed.rows = Tensor();  // kept as the GEMM read it (s.xp), not also in f32
-      s.gu = grouped_linear(s.xp, a.w13, s.routed.offsets);  // [a1 | a3] (R,2F)
+      s.gu = s.routed.first.defined() ? s.routed.first : grouped_linear(s.xp, a.w13, s.routed.offsets);  // [a1 | a3] (R,2F)
+      s.routed.first = Tensor();
       s.g = gemm_input(ops::swiglu(s.gu), cfg.precision);     // silu(a1) * a3 (R,F)
       y = grouped_linear(s.g, a.w2, s.routed.offsets);        // (R,C)
     });

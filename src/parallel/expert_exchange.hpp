@@ -17,6 +17,7 @@ namespace coremesh::parallel::expert_exchange {
 // kLoads: the counts for the plan; kGrads + w: weight w's shadow parts
 // arrived; kAck + w: an owner took my parts of weight w (starts at ep: the
 // round before the first is taken).
+// kSignals + s (fused dispatch): source s's rows and counts arrived.
 enum Signal { kInFwd = 0, kBackFwd = 1, kInBwd = 2, kBackBwd = 3, kLoads = 4, kGrads = 5, kAck = 7, kSignals = 9 };
 
 // Rows [row, row + n) of an (rows, C) f32 tensor.

@@ -13,7 +13,7 @@ int ShmemExperts::shadow_slots(const Shape& s) {
 int64_t ShmemExperts::symmetric_bytes(int ep, const Shape& s) {
   const int local = s.experts / ep, S = shadow_slots(s);
   const int64_t recv = int64_t(ep) * slot_rows(local, s), params = 3 * s.hidden * s.width;
-  int64_t per_site = 8 * int64_t(ep) * 2 * local + 4 * s.width * (2 * recv + 2 * s.max_rows) + 8 * kSignals;
+  int64_t per_site = 8 * int64_t(ep) * 2 * local + 4 * s.width * (2 * recv + 2 * s.max_rows) + 8 * (kSignals + ep);
   if (S > 0) per_site += 8 * int64_t(ep) * s.experts + 4 * int64_t(S) * params * (1 + ep) + 5 * 128;
   return int64_t(s.layers.size()) * s.slices * (per_site + 6 * 128);  // + the heap's alignment per block
 }
@@ -41,7 +41,7 @@ ShmemExperts::ShmemExperts(Group ep, const Shape& s) : ep_(std::move(ep)), shape
       b.in_bwd = symmetric_tensor({int64_t(g) * slot_rows_, s.width});
       b.back_fwd = symmetric_tensor({s.max_rows, s.width});
       b.back_bwd = symmetric_tensor({s.max_rows, s.width});
-      b.signals = symmetric_tensor({kSignals}, DType::i64);
+      b.signals = symmetric_tensor({kSignals + g}, DType::i64);
       if (shadows_ > 0) {
         b.loads = symmetric_tensor({g, s.experts}, DType::i64);
         b.shadow_w = symmetric_tensor({shadows_, 3 * F * C});
@@ -63,7 +63,7 @@ ShmemExperts::SiteBuffers& ShmemExperts::buffers(Site site) {
 }
 
 ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tensor& offsets, Site site,
-                                                    const Weights& weights) {
+                                                    const Weights& weights, const FirstGemm& first) {
   const int g = ep_.size(), E = shape_.experts, El = local_, S = shadows_;
   SiteBuffers& b = buffers(site);
   CM_CHECK(xp.dim() == 2 && xp.size(1) == shape_.width && xp.size(0) <= shape_.max_rows && offsets.numel() == E + 1,
@@ -89,7 +89,8 @@ ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tens
   d.sources = g;
   d.offsets = plan->offsets;
   d.source_offsets = plan->source_offsets;
-  d.rows = to_owners(xp, *plan, /*forward=*/true, weights);
+  const bool fuse = shape_.fused && first.run && S == 0;
+  d.rows = to_owners(xp, *plan, /*forward=*/true, weights, fuse ? &first : nullptr, &d.first);
   if (S > 0) {
     std::tie(d.w13, d.w2) = group_weights(weights, *plan);
     d.exchange_parts = [this, plan](const Tensor& parts, int weight) { exchange_parts(parts, weight, *plan); };
@@ -98,11 +99,15 @@ ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tens
   return d;
 }
 
-Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, const Weights& weights) {
+Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, const Weights& weights,
+                               const FirstGemm* first, Tensor* first_out) {
   const int g = ep_.size(), El = local_, S = shadows_;
   SiteBuffers& b = buffers(p.site);
   runtime::Stream stream = runtime::current_stream();
   auto* sig = reinterpret_cast<uint64_t*>(b.signals.data<int64_t>()) + (forward ? kInFwd : kInBwd);
+  // fused: a word per source, so that each source's rows are taken as they land
+  auto* source_sig = reinterpret_cast<uint64_t*>(b.signals.data<int64_t>()) + kSignals;
+  const bool fused = first != nullptr;
   const Group ep = ep_;
   const Tensor in = forward ? b.in_fwd : b.in_bwd, counts = b.counts, xp_off = p.xp_offsets, shadows = p.shadows;
   const Tensor shadow_w = b.shadow_w, w13 = weights.w13, w2 = weights.w2;
@@ -116,8 +121,8 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
   std::vector<Tensor> reads{rows, xp_off, shadows};
   if (forward && S > 0) reads.insert(reads.end(), {w13, w2});
   stream.launch(launch_info("ep_send", runtime::KernelKind::comm, comm_blocks(stream, g), reads, {message}),
-                [ep, rows, in, counts, xp_off, shadows, shadow_w, w13, w2, message, sent, sig, forward, slot, El, S](
-                    const runtime::BlockContext& ctx) {
+                [ep, rows, in, counts, xp_off, shadows, shadow_w, w13, w2, message, sent, sig, source_sig, fused,
+                 forward, slot, El, S](const runtime::BlockContext& ctx) {
                   const int64_t* off = xp_off.data<int64_t>();
                   const int64_t C = rows.size(1);
                   auto shadowed = [&](int64_t e) {
@@ -138,7 +143,7 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
                     CM_CHECK(n <= slot, "raise the expert capacity the buffers were sized for, or lower the batch",
                              "PE {} sends {} rows to the experts of PE {}, who take {} per source", ep.pes[size_t(ep.me)],
                              n, pe, slot);
-                    Sender send(sig, pe);
+                    Sender send(fused ? source_sig + ep.me : sig, pe);
                     if (forward) send.put(counts.data<int64_t>() + int64_t(ep.me) * 2 * El, m, size_t(2 * El));
                     for (int e = 0, at = 0; e < El; at += int(m[e++]))
                       if (m[e] > 0) send.put(rows_at(in, ep.me * slot + at), rows_at(rows, m[El + e]), size_t(m[e] * C));
@@ -155,17 +160,43 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
                   });
                   if (ctx.block_idx == 0) *sent = {rows, message};
                 });
-  shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g) * kSent,
-                               fmt::format("waits for {} to send the rows of its experts (MoE layer {} slice {}, {} {})",
-                                           others(ep_), p.site.layer, p.site.slice,
-                                           forward ? "dispatch" : "combine backward", forward ? p.fwd_round : p.bwd_round),
-                               "ep_wait");
+  const Tensor first_in = fused ? Tensor::empty({in.size(0), first->width}) : Tensor();
+  if (fused) {
+    // Each source's slot as it lands, mine first: its group list from its
+    // counts, then the GEMM, while the later sources' rows travel.
+    for (int i = 0; i < g; ++i) {
+      const int src = (ep_.me + i) % g;
+      shmem::signal_wait_on_stream(stream, source_sig + src, shmem::Cmp::ge, kSent,
+                                   fmt::format("waits for PE {} to send the rows of its experts (MoE layer {} slice {}, "
+                                               "dispatch {})",
+                                               ep_.pes[size_t(src)], p.site.layer, p.site.slice, p.fwd_round),
+                                   "ep_wait");
+      const Tensor groups = Tensor::empty({El + 1}, DType::i64);
+      stream.launch(launch_info("ep_slot_groups", runtime::KernelKind::vector, 1, {counts}, {groups}),
+                    [counts, groups, src, El](const runtime::BlockContext&) {
+                      const int64_t* m = counts.data<int64_t>() + int64_t(src) * 2 * El;
+                      int64_t* o = groups.data<int64_t>();
+                      o[0] = 0;
+                      for (int e = 0; e < El; ++e) o[e + 1] = o[e] + m[e];
+                    });
+      first->run(in.slice(0, src * slot, (src + 1) * slot), groups, first_in.slice(0, src * slot, (src + 1) * slot));
+    }
+  } else {
+    shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g) * kSent,
+                                 fmt::format("waits for {} to send the rows of its experts (MoE layer {} slice {}, {} {})",
+                                             others(ep_), p.site.layer, p.site.slice,
+                                             forward ? "dispatch" : "combine backward",
+                                             forward ? p.fwd_round : p.bwd_round),
+                                 "ep_wait");
+  }
   // My slots regrouped by local expert, then source, then my own rows of
   // the shadowed experts, one group per slot. Forward: the plan from the
   // counts first (every block derives it; block 0 keeps it). It takes the
   // signals it waited for.
   const Received received = free_received(b, forward);
   const Tensor out = received.rows, filled = received.filled;
+  const Tensor first_grouped = fused ? Tensor::zeros({out.size(0), first->width}) : Tensor();
+  if (fused) *first_out = first_grouped;
   const Tensor plan_counts = p.counts, local_off = p.offsets, source_off = p.source_offsets;
   // Every source sent these after it had my rows of its previous round back:
   // my sends of that round are applied, their sources free (and every PE
@@ -174,10 +205,13 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
   const std::shared_ptr<std::vector<Tensor>> loads_sent = b.sent[kLoads];
   std::vector<Tensor> writes{out, filled};
   if (forward) writes.insert(writes.end(), {plan_counts, local_off, source_off});
+  std::vector<Tensor> regroup_reads{in, counts, plan_counts, rows, xp_off, shadows};
+  if (fused) writes.push_back(first_grouped), regroup_reads.push_back(first_in);
   stream.launch(launch_info("ep_regroup", runtime::KernelKind::comm, comm_blocks(stream, int64_t(El) * g + S),
-                            {in, counts, plan_counts, rows, xp_off, shadows}, writes),
-                [ep, sig, in, counts, plan_counts, local_off, source_off, out, filled, delivered, loads_sent, rows,
-                 xp_off, shadows, forward, slot, g, El, S](const runtime::BlockContext& ctx) {
+                            regroup_reads, writes),
+                [ep, sig, source_sig, fused, in, counts, plan_counts, local_off, source_off, out, filled, first_in,
+                 first_grouped, delivered, loads_sent, rows, xp_off, shadows, forward, slot, g, El,
+                 S](const runtime::BlockContext& ctx) {
                   const int64_t* M = (forward ? counts : plan_counts).data<int64_t>();  // (g, 2 El)
                   const int64_t* off = xp_off.data<int64_t>();
                   // rows of my shadow slot k: my rows of its expert, unless I own it
@@ -201,9 +235,13 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
                     int64_t from = s * slot;
                     for (int f = 0; f < e; ++f) from += M[s * 2 * El + f];
                     copy_rows(out, so[size_t(i)], in, from, M[s * 2 * El + e]);
+                    if (fused) copy_rows(first_grouped, so[size_t(i)], first_in, from, M[s * 2 * El + e]);
                   }
                   if (ctx.block_idx != 0) return;
-                  shmem::atomic_add(sig, uint64_t(0) - uint64_t(g) * kSent, ep.pes[size_t(ep.me)]);
+                  if (fused)
+                    for (int s = 0; s < g; ++s) shmem::atomic_add(source_sig + s, uint64_t(0) - kSent, ep.pes[size_t(ep.me)]);
+                  else
+                    shmem::atomic_add(sig, uint64_t(0) - uint64_t(g) * kSent, ep.pes[size_t(ep.me)]);
                   delivered->clear();
                   if (forward) {
                     loads_sent->clear();

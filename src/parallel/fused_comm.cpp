@@ -9,6 +9,7 @@
 #include "coremesh/core/error.hpp"
 #include "coremesh/core/log.hpp"
 #include "coremesh/ops/gemm.hpp"
+#include "coremesh/ops/grouped_gemm.hpp"
 #include "coremesh/parallel/tensor_parallel.hpp"
 #include "coremesh/shmem/shmem.hpp"
 
@@ -288,6 +289,42 @@ Tensor FusedTensorComm::matmul_allreduce(const Tensor& h, const Tensor& w) {
   });
 }
 
+namespace {
+
+// The group list of rows [r0, r1) of a grouped input: offsets clipped to the
+// rows and shifted to start at 0, on the stream (the offsets may come from
+// an earlier kernel).
+Tensor clipped_groups(const Tensor& offsets, int64_t r0, int64_t r1) {
+  Tensor clip = Tensor::empty({offsets.numel()}, DType::i64);
+  runtime::current_stream().launch(
+      launch_info("clip_groups", runtime::KernelKind::vector, 1, {offsets}, {clip}),
+      [offsets, clip, r0, r1](const runtime::BlockContext&) {
+        for (int64_t g = 0; g < offsets.numel(); ++g)
+          clip.data<int64_t>()[g] = std::clamp(offsets.data<int64_t>()[g], r0, r1) - r0;
+      });
+  return clip;
+}
+
+}  // namespace
+
+void FusedTensorComm::check_groups(int64_t N, const Tensor& offsets, int64_t groups, int64_t weight_elements,
+                                   const char* call) const {
+  CM_CHECK(offsets.dim() == 1 && offsets.dtype() == DType::i64 && offsets.is_contiguous() &&
+               offsets.numel() == groups + 1 && N * weight_elements <= arena_.numel(),
+           "pass w (G, C, F), a contiguous (G + 1) i64 group list and h (N, F) with N x C within the capacity",
+           "{} with group list {} and {} rows of {} outputs", call, offsets.describe(), N, weight_elements);
+}
+
+Tensor FusedTensorComm::grouped_matmul_allreduce(const Tensor& h, const Tensor& w, const Tensor& offsets) {
+  check_rows(h, "grouped_matmul_allreduce");
+  CM_CHECK(w.dim() == 3 && w.size(2) == h.size(1), "pass w (G, C, F) matching h (N, F)",
+           "grouped_matmul_allreduce of {} and {}", h.describe(), w.describe());
+  check_groups(h.size(0), offsets, w.size(0), w.size(1), "grouped_matmul_allreduce");
+  return allreduce_rows(h.size(0), w.size(1), [&](int64_t r0, int64_t r1, Tensor y) {
+    ops::grouped_matmul_out(h.slice(0, r0, r1), w, clipped_groups(offsets, r0, r1), y);
+  });
+}
+
 void FusedTensorComm::check_fp8(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w, const char* call) const {
   CM_CHECK(h.data.dim() == 2 && h.data.is_contiguous() && h.data.dtype() == DType::f8e4m3 && h.scale.dim() == 2 &&
                h.scale.is_contiguous() && h.scale.size(0) == h.data.size(0) && h.data.size(0) <= max_rows_ &&
@@ -320,6 +357,17 @@ Tensor FusedTensorComm::matmul_allreduce(const ops::QuantizedTensor& h, const op
   check_fp8(h, w, "matmul_allreduce");
   return allreduce_rows(h.data.size(0), w.data.size(0),
                         [&](int64_t r0, int64_t r1, Tensor y) { fp8_rows(h, w, r0, r1, y); });
+}
+
+Tensor FusedTensorComm::grouped_matmul_allreduce(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w,
+                                                 const Tensor& offsets) {
+  CM_CHECK(h.data.dim() == 2 && w.data.dim() == 3, "pass h (N, F) and w (G, C, F) quantized",
+           "fp8 grouped_matmul_allreduce of {} and {}", h.data.describe(), w.data.describe());
+  check_fp8(h, {w.data.select(0, 0), w.scale.select(0, 0)}, "grouped_matmul_allreduce");
+  check_groups(h.data.size(0), offsets, w.data.size(0), w.data.size(1), "fp8 grouped_matmul_allreduce");
+  return allreduce_rows(h.data.size(0), w.data.size(1), [&](int64_t r0, int64_t r1, Tensor y) {
+    ops::grouped_matmul_fp8({h.data.slice(0, r0, r1), h.scale.slice(0, r0, r1)}, w, clipped_groups(offsets, r0, r1), y);
+  });
 }
 
 ops::RMSNormResidualOut FusedTensorComm::add_rmsnorm_allreduce(const Tensor& x, const Tensor& y, const Tensor& w,
@@ -403,6 +451,15 @@ Tensor matmul_reduce_scatter(ShmemTensor& tp, const ops::QuantizedTensor& h, con
 
 Tensor matmul_allreduce(ShmemTensor& tp, const ops::QuantizedTensor& h, const ops::QuantizedTensor& w) {
   return tp.all_reduce(ops::matmul_fp8(h, w));
+}
+
+Tensor grouped_matmul_allreduce(ShmemTensor& tp, const Tensor& h, const Tensor& w, const Tensor& offsets) {
+  return tp.all_reduce(ops::grouped_matmul(h, w, offsets));
+}
+
+Tensor grouped_matmul_allreduce(ShmemTensor& tp, const ops::QuantizedTensor& h, const ops::QuantizedTensor& w,
+                                const Tensor& offsets) {
+  return tp.all_reduce(ops::grouped_matmul_fp8(h, w, offsets));
 }
 
 ops::RMSNormResidualOut add_rmsnorm_allreduce(ShmemTensor& tp, const Tensor& x, const Tensor& y, const Tensor& w,

@@ -40,6 +40,7 @@ ShmemExperts::Shape expert_shape(const PlanConfig& c) {
   shape.hidden = s.tp_expert_hidden;
   shape.balance = c.parallel.expert_balance, shape.balance_window = c.parallel.balance_window;
   shape.shadow_cost = c.parallel.shadow_cost;
+  shape.fused = c.parallel.fused_comm;
   return shape;
 }
 

@@ -9,7 +9,7 @@ namespace {
 
 class LocalExperts final : public ExpertDispatcher {
  public:
-  Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site, const Weights&) override {
+  Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site, const Weights&, const FirstGemm&) override {
     return {xp, offsets, 1, offsets, nullptr, {}, {}, {}};
   }
   Tensor combine(const Tensor& y, const Dispatched&) override { return y; }

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
 #include "coremesh/ops/elementwise.hpp"
+#include "coremesh/ops/grouped_gemm.hpp"
 #include "coremesh/parallel/expert_balance.hpp"
 #include "coremesh/parallel/expert_parallel.hpp"
 #include "coremesh/runtime/stream.hpp"
@@ -101,6 +103,63 @@ TEST(ExpertParallel, DispatchCombineAndTheirBackward) {
       EXPECT_EQ(0, std::memcmp(dx.raw_data(), dy.raw_data(), dy.nbytes())) << "dispatch backward";
       const std::vector<float> d2 = drows.to_float_vector();
       for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(d2[i], want[i] + want[i]) << "combine backward at " << i;
+    }
+  shmem::barrier();
+}
+
+// Fused (alltoallv_grouped_matmul): the experts' first GEMM runs on each
+// source's slot as it lands; its output, regrouped with the rows, equals one
+// grouped GEMM over the received rows bit for bit (a GEMM's rows do not
+// depend on the rows beside them), over rounds and two sites; the rows, the
+// round trip and the backward are as unfused.
+TEST(ExpertParallel, FusedDispatchRunsTheFirstGemmPerSource) {
+  const int me = shmem::my_pe(), n = shmem::n_pes();
+  std::vector<int> world;
+  for (int p = 0; p < n; ++p) world.push_back(p);
+  ShmemExperts::Shape shape{E, C, R, -1, {1, 2}};
+  shape.fused = true;
+  ShmemExperts experts(Group::of(world, me), shape);
+  const int El = E / n;
+  constexpr int64_t W = 7;
+  Tensor w = Tensor::empty({El, W, C});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = float((i * 37 + me * 11) % 19) * 0.125f - 1.0f;
+  int calls = 0;
+  const ExpertDispatcher::FirstGemm first{W, [&](const Tensor& rows, const Tensor& offsets, const Tensor& out) {
+                                            ++calls;
+                                            ops::grouped_matmul_out(rows, w, offsets, out);
+                                          }};
+  runtime::Stream stream;
+  runtime::StreamGuard on(stream);
+  for (int round = 0; round < 3; ++round)
+    for (int layer : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << "round " << round << " layer " << layer);
+      const Source mine = source(me, n + 1, round * 2 + layer);  // n + 1: every PE sends rows
+      const Tensor xp = rows_tensor(mine);
+      calls = 0;
+      const auto d = experts.dispatch(xp, Tensor::from_vector(mine.offsets, {E + 1}), {layer}, {}, first);
+      EXPECT_EQ(calls, n) << "one GEMM per source";
+      ASSERT_TRUE(d.first.defined());
+      const Tensor back = experts.combine(d.rows, d);
+      const Tensor dx = experts.dispatch_backward(experts.combine_backward(xp, d), d);
+      stream.synchronize();
+      const Tensor want = ops::reference::grouped_matmul(d.rows, w, d.offsets);
+      ASSERT_EQ(d.first.shape(), want.shape());
+      const int64_t routed = d.offsets.data<int64_t>()[El];
+      float worst = 0;  // the naive reference sums in another order: within a few ulps
+      for (int64_t i = 0; i < want.numel(); ++i)
+        worst = std::max(worst, std::abs(d.first.data<float>()[i] - want.data<float>()[i]));
+      EXPECT_LE(worst, 1e-4f);
+      for (int64_t i = routed * W; i < d.first.numel(); ++i) ASSERT_EQ(d.first.data<float>()[i], 0.0f) << "padding";
+      const Tensor one = ops::grouped_matmul(d.rows, w, d.offsets);  // the unfused GEMM, the same engine
+      stream.synchronize();
+#if defined(__AVX2__) && defined(__FMA__)  // our GEMM engine is row-exact; OpenBLAS (sanitizer builds) blocks by row count
+      EXPECT_EQ(0, std::memcmp(one.raw_data(), d.first.raw_data(), one.nbytes())) << "one grouped GEMM";
+#else
+      for (int64_t i = 0; i < one.numel(); ++i)
+        ASSERT_NEAR(d.first.data<float>()[i], one.data<float>()[i], 1e-6f * (1 + std::abs(one.data<float>()[i])));
+#endif
+      EXPECT_EQ(0, std::memcmp(back.raw_data(), xp.raw_data(), xp.nbytes())) << "combine";
+      EXPECT_EQ(0, std::memcmp(dx.raw_data(), xp.raw_data(), xp.nbytes())) << "dispatch backward";
     }
   shmem::barrier();
 }

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "coremesh/ops/gemm.hpp"
+#include "coremesh/ops/grouped_gemm.hpp"
 #include "coremesh/ops/quant.hpp"
 #include "coremesh/parallel/fused_comm.hpp"
 #include "coremesh/parallel/tensor_parallel.hpp"
@@ -224,6 +225,59 @@ TEST(FusedComm, Fp8FormsEqualTheirUnfusedSequences) {
   }
   // a quantized input past the rows it was sized for is refused before anything is put
   EXPECT_THROW(fused.matmul_allreduce(ops::quantize_fp8_act(Tensor::zeros({2 * N, F})), wf), InvalidArgument);
+  stream.synchronize();
+}
+
+// grouped_matmul_allreduce (expert-TP's w2) in f32, bf16 and fp8 against the
+// unfused sequence, and (f32) against the host's sum of every member's grouped
+// product: groups that straddle the chunks, an empty one, padding rows past
+// the last group (zeros), a new group list each round.
+TEST(FusedComm, GroupedMatmulAllreduceEqualsItsUnfusedSequence) {
+  const int tp = shmem::n_pes(), me = shmem::my_pe();
+  const int64_t N = kRowsPerPe * tp, G = 3;
+  ShmemTensor unfused(world(), {N * C}, /*sequence_parallel=*/false);
+  FusedTensorComm fused(world(), N * C, N, {3, 1});
+  runtime::Stream stream;
+  runtime::StreamGuard on(stream);
+  const Tensor w = values(99, 5, 0, {G, C, F});
+  const ops::QuantizedTensor w8 = ops::quantize_fp8_weight(w);
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE(fmt::format("step {}", step));
+    const Tensor offsets = Tensor::empty({G + 1}, DType::i64);
+    const int64_t cut = 1 + step * N / 4;  // group 1 empty in step 0
+    const std::vector<int64_t> ends = {0, cut, step == 0 ? cut : std::min(cut + N / 3, N - step), N - step};
+    std::copy(ends.begin(), ends.end(), offsets.data<int64_t>());
+    auto part_of = [&](int pe) { return values(pe, 50, step, {N, F}); };
+    const Tensor h = part_of(me);
+    const Tensor got = fused.grouped_matmul_allreduce(h, w, offsets);
+    const Tensor want = reference::grouped_matmul_allreduce(unfused, h, w, offsets);
+    Tensor host = Tensor::zeros({N, C});
+    for (int p = 0; p < tp; ++p) {
+      const Tensor part = ops::reference::grouped_matmul(part_of(p), w, offsets);
+      stream.synchronize();
+      for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] += part.data<float>()[i];
+    }
+    const Tensor h16 = h.to(DType::bf16);
+    const Tensor got16 = fused.grouped_matmul_allreduce(h16, w, offsets);
+    const Tensor want16 = reference::grouped_matmul_allreduce(unfused, h16, w, offsets);
+    const ops::QuantizedTensor h8 = ops::quantize_fp8_act(h);
+    const Tensor got8 = fused.grouped_matmul_allreduce(h8, w8, offsets);
+    const Tensor want8 = reference::grouped_matmul_allreduce(unfused, h8, w8, offsets);
+    stream.synchronize();
+    EXPECT_EQ(mismatches(got, want), 0);
+    EXPECT_EQ(mismatches(got16, want16), 0);
+    EXPECT_EQ(mismatches(got8, want8), 0);
+    // the host's reference sums in another order than the GEMM's rows: within 1e-5 of the largest
+    float largest = 0, worst = 0;
+    for (int64_t i = 0; i < host.numel(); ++i) largest = std::max(largest, std::abs(host.data<float>()[i]));
+    for (int64_t i = 0; i < host.numel(); ++i)
+      worst = std::max(worst, std::abs(got.data<float>()[i] - host.data<float>()[i]));
+    EXPECT_LE(worst, 1e-5f * largest);
+    for (int64_t i = (N - step) * C; i < N * C; ++i) EXPECT_EQ(got.data<float>()[i], 0.0f);  // padding rows
+  }
+  // a group list of the wrong length is refused before anything is put
+  EXPECT_THROW(fused.grouped_matmul_allreduce(Tensor::zeros({N, F}), w, Tensor::zeros({G}, DType::i64)),
+               InvalidArgument);
   stream.synchronize();
 }
 

@@ -273,3 +273,15 @@ def test_fused_tp_operators_equal_their_unfused_sequences(me):
         assert a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
         np.testing.assert_array_equal(np.asarray(a.to("f32") if a.dtype == "f8e4m3" else a),
                                       np.asarray(b.to("f32") if b.dtype == "f8e4m3" else b))
+    # expert-TP's w2: the grouped product's sum, a group straddling the chunks, padding rows past the last
+    w3 = cm.from_numpy(rng.standard_normal((3, C, F), dtype=np.float32))
+    offsets = cm.from_numpy(np.array([0, 1, N // 2 + 1, N - 1], dtype=np.int64))
+    got = [fused.grouped_matmul_allreduce(h, w3, offsets),
+           fused.grouped_matmul_allreduce(hq, ops.quantize_fp8_weight(w3), offsets)]
+    want = [parallel.reference_grouped_matmul_allreduce(ar, h, w3, offsets),
+            parallel.reference_grouped_matmul_allreduce(ar, hq, ops.quantize_fp8_weight(w3), offsets)]
+    runtime.synchronize()
+    shmem.barrier()
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert not np.asarray(got[0])[N - 1:].any()

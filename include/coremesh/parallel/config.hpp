@@ -38,11 +38,12 @@ struct ParallelConfig {
   // tp > 1: the sums of the backward's input gradients run on a comm stream
   // while the same linears' weight gradients compute (false: in order)
   bool tp_comm_overlap = true;
-  // tp > 1: the forward's GEMMs at the TP regions' edges fused with their
-  // exchanges (fused_comm.hpp): the same results, the exchange chunk by
-  // chunk behind the GEMM (f32 and bf16 precision; fp8 runs them unfused).
-  // On by default: the demo's tp 2 step is 1.03x (1.11x with SP) faster
-  // (docs/performance.md, "Fused communication")
+  // The forward's GEMMs fused with their exchanges, the same results: tp > 1,
+  // the TP regions' edges (fused_comm.hpp), the exchange chunk by chunk
+  // behind the GEMM; ep > 1, the experts' first GEMM per source as its rows
+  // land (ShmemExperts, not with shadowed experts). On by default: the demo's
+  // tp 2 step is 1.03x (1.11x with SP) faster (docs/performance.md, "Fused
+  // communication")
   bool fused_comm = true;
   // MoE layers: each micro-batch's tokens in this many slices, each slice's
   // route -> dispatch -> experts -> combine on its own stream, the exchanges

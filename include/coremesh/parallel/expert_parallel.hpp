@@ -17,6 +17,12 @@
 //             experts' outputs straight to its place in the source's return
 //             buffer (in the source's xp order) and signals the source,
 //             which copies its rows out once all ep owners have signalled.
+//   fused     (Shape::fused, a dispatch's FirstGemm; alltoallv_grouped_matmul)
+//             every source signals its own word, and the owner multiplies
+//             each source's slot (grouped by local expert) as soon as that
+//             word says it has landed, its own first, while the later
+//             slots travel; the regroup then moves the GEMM's rows with the
+//             input rows. The same bits as one GEMM after the regroup.
 // The backward runs the mirror pair: combine's backward is a dispatch of dy
 // (with the forward's plan), dispatch's backward a combine of drows. The
 // data moves while the PEs' cores compute: a piece is one message on the
@@ -82,6 +88,7 @@ class ShmemExperts final : public ExpertDispatcher {
     ExpertBalance balance = ExpertBalance::none;
     int balance_window = 10; // static: forward rounds of a site between plans
     double shadow_cost = 16; // the planner's price of a shadow on a PE, in rows
+    bool fused = false;      // run a dispatch's FirstGemm per source as its rows land
   };
   // Collective over the world (allocates the symmetric buffers).
   ShmemExperts(Group ep, const Shape& shape);
@@ -96,7 +103,11 @@ class ShmemExperts final : public ExpertDispatcher {
   int shadow_slots() const { return shadows_; }
   static int shadow_slots(const Shape& shape);
 
-  Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site site, const Weights& weights) override;
+  // With Shape::fused and no shadow slots, `first` runs on each source's
+  // rows as soon as they have landed (this PE's own first, then the others
+  // in the order they are due), while the rest are still in flight.
+  Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site site, const Weights& weights,
+                      const FirstGemm& first = {}) override;
   bool shadows() const override { return shadows_ > 0; }
   Tensor combine(const Tensor& y, const Dispatched& d) override;
   Tensor combine_backward(const Tensor& dy, const Dispatched& d) override;
@@ -138,7 +149,9 @@ class ShmemExperts final : public ExpertDispatcher {
   // Source side: rows (xp order) to every owner's slot, then the owners
   // regroup what they received; returns this PE's received rows.
   // Forward: `weights` are this PE's experts' (a shadow's weights leave with the rows).
-  Tensor to_owners(const Tensor& rows, const Plan& plan, bool forward, const Weights& weights);
+  // Forward, fused: `first` per source slot; its output regrouped into *first_out.
+  Tensor to_owners(const Tensor& rows, const Plan& plan, bool forward, const Weights& weights,
+                   const FirstGemm* first = nullptr, Tensor* first_out = nullptr);
   // Owner side: rows of this PE's experts to their sources' return buffers;
   // returns this PE's rows back in xp order.
   Tensor to_sources(const Tensor& rows, const Plan& plan, bool forward);

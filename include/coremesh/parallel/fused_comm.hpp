@@ -6,6 +6,8 @@
 //   allgather_matmul(x, w)       = all_gather(x) w^T         (SP: enter + column-parallel)
 //   matmul_reduce_scatter(h, w)  = reduce_scatter(h w^T)     (SP: row-parallel + exit)
 //   matmul_allreduce(h, w)       = all_reduce(h w^T)         (no SP: row-parallel + exit)
+//   grouped_matmul_allreduce(h, w, offsets)
+//                                = all_reduce(grouped_matmul(h, w, offsets))  (expert-TP: the experts' w2)
 //   add_rmsnorm_allreduce(x,y,w) = rmsnorm_residual(x, all_reduce(y), w)
 //
 // Each equals its unfused sequence over ShmemTensor (reference:: below) bit
@@ -18,7 +20,7 @@
 // first, as in a ring). matmul_reduce_scatter computes the rows each member
 // owns, the next member's first, and hands each chunk to the comm stream as
 // it is done; its own chunk is last, then the copies are summed in member
-// order. matmul_allreduce cuts the rows into `chunks`; the comm stream
+// order. matmul_allreduce (and its grouped form) cuts the rows into `chunks`; the comm stream
 // reduce-scatters and all-gathers chunk c while the compute stream multiplies
 // chunk c + 1. add_rmsnorm_allreduce sums only this member's rows, adds the
 // residual and normalizes them (1/tp of the norm's work), then all-gathers
@@ -88,6 +90,11 @@ class FusedTensorComm {
   Tensor matmul_reduce_scatter(const Tensor& h, const Tensor& w);
   // h (N, F), w (C, F): the members' h w^T summed in member order, on every member.
   Tensor matmul_allreduce(const Tensor& h, const Tensor& w);
+  // h (N, F) grouped by the group list offsets (G + 1) i64 (read on the
+  // stream, as ops::grouped_matmul does), w (G, C, F): the members' grouped
+  // products summed in member order, on every member. A group may straddle
+  // a chunk: each chunk multiplies its rows of the groups it meets.
+  Tensor grouped_matmul_allreduce(const Tensor& h, const Tensor& w, const Tensor& offsets);
   // x (N, C) the residual stream (the same on every member), y (N, C) this
   // member's part of its update, w (C): h = x + sum(y), y' = rmsnorm(h) w.
   ops::RMSNormResidualOut add_rmsnorm_allreduce(const Tensor& x, const Tensor& y, const Tensor& w, float eps);
@@ -101,6 +108,8 @@ class FusedTensorComm {
   GatheredFp8 allgather_matmul(const ops::QuantizedTensor& x, const ops::QuantizedTensor& w);
   Tensor matmul_reduce_scatter(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w);
   Tensor matmul_allreduce(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w);
+  // w by ops::quantize_fp8_weight of the (G, C, F) experts' weights.
+  Tensor grouped_matmul_allreduce(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w, const Tensor& offsets);
 
   // Symmetric bytes one PE allocates for these arguments (to size the heap).
   static int64_t symmetric_bytes(int tp, int64_t capacity, int64_t max_rows, FusedCommOptions options = {});
@@ -136,6 +145,7 @@ class FusedTensorComm {
   runtime::Stream& comm(const runtime::Stream& after);
   void check_rows(const Tensor& t, const char* call) const;
   void check_fp8(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w, const char* call) const;
+  void check_groups(int64_t N, const Tensor& offsets, int64_t groups, int64_t weight_elements, const char* call) const;
 
   Group group_;
   FusedCommOptions options_;
@@ -151,12 +161,15 @@ namespace reference {
 FusedTensorComm::Gathered allgather_matmul(ShmemTensor& tp, const Tensor& x, const Tensor& w);
 Tensor matmul_reduce_scatter(ShmemTensor& tp, const Tensor& h, const Tensor& w);
 Tensor matmul_allreduce(ShmemTensor& tp, const Tensor& h, const Tensor& w);
+Tensor grouped_matmul_allreduce(ShmemTensor& tp, const Tensor& h, const Tensor& w, const Tensor& offsets);
 ops::RMSNormResidualOut add_rmsnorm_allreduce(ShmemTensor& tp, const Tensor& x, const Tensor& y, const Tensor& w,
                                               float eps);
 // fp8: x (n, K) f32 this member's rows, gathered and then quantized; h quantized.
 FusedTensorComm::GatheredFp8 allgather_matmul(ShmemTensor& tp, const Tensor& x, const ops::QuantizedTensor& w);
 Tensor matmul_reduce_scatter(ShmemTensor& tp, const ops::QuantizedTensor& h, const ops::QuantizedTensor& w);
 Tensor matmul_allreduce(ShmemTensor& tp, const ops::QuantizedTensor& h, const ops::QuantizedTensor& w);
+Tensor grouped_matmul_allreduce(ShmemTensor& tp, const ops::QuantizedTensor& h, const ops::QuantizedTensor& w,
+                                const Tensor& offsets);
 }  // namespace reference
 
 }  // namespace coremesh::parallel

@@ -55,6 +55,21 @@ class ExpertDispatcher {
     // shadowed experts into their (expert, source) places, on the stream.
     // `weight` 0: w13, 1: w2. Every PE of the group calls it in the same order.
     std::function<void(const Tensor& parts, int weight)> exchange_parts;
+    // The experts' first GEMM of `rows` (FirstGemm below) where the dispatch
+    // ran it (R_local, width), grouped as `rows`, zeros past offsets[E_local];
+    // undefined: the caller runs it.
+    Tensor first;
+  };
+  // The experts' first GEMM ([w1; w3] of every local expert) that a dispatch
+  // may run on each source's rows as they land (alltoallv_grouped_matmul):
+  // run(rows, offsets, out) multiplies `rows` grouped by `offsets` (E_local
+  // + 1 i64, read on the stream) into out (rows, width) f32 on the current
+  // stream, rows past the last group zero. A GEMM's rows do not depend on
+  // the rows beside them: the same bits as one GEMM over the grouped rows
+  // where the engine is row-exact.
+  struct FirstGemm {
+    int64_t width = 0;
+    std::function<void(const Tensor& rows, const Tensor& offsets, const Tensor& out)> run;
   };
   struct Weights {  // the layer's routed experts on this PE
     Tensor w13, w2;
@@ -69,7 +84,9 @@ class ExpertDispatcher {
   // xp (R, C) grouped by global expert: rows [offsets[e], offsets[e+1]) go to
   // expert e; offsets (E + 1) i64 (read on the stream).
   // `weights`: what a shadow of one of this PE's experts computes with.
-  virtual Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site site, const Weights& weights) = 0;
+  // `first`: see FirstGemm (none with shadows: FirstGemm{}).
+  virtual Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site site, const Weights& weights,
+                              const FirstGemm& first) = 0;
   // Whether dispatch may return shadow groups (Dispatched::w13 defined).
   virtual bool shadows() const { return false; }
   // y (R_local, C), the experts' outputs -> (R, C) in xp's row order.
