@@ -102,9 +102,12 @@ xs[g] (M_g,K) and ws[g] -> a list of ys[g] (M_g,N).)doc");
         }, py::arg("xs"), py::arg("ws"), py::arg("layout") = "nk",
         "Layout C: xs[g] (M_g,K), ws[g] -> y (sum M_g, N), groups stacked in order.");
   m.def("grouped_matmul_out", [](const Tensor& x, const Tensor& w, const Tensor& offsets,
-                                 const Tensor& y, const std::string& layout) {
-          ops::grouped_matmul_out(x, w, offsets, y, layout_arg(layout));
-        }, py::arg("x"), py::arg("w"), py::arg("offsets"), py::arg("y"), py::arg("layout") = "nk");
+                                 const Tensor& y, const std::string& layout, std::pair<int64_t, int64_t> groups) {
+          ops::grouped_matmul_out(x, w, offsets, y, layout_arg(layout), {groups.first, groups.second});
+        }, py::arg("x"), py::arg("w"), py::arg("offsets"), py::arg("y"), py::arg("layout") = "nk",
+        py::arg("groups") = std::pair<int64_t, int64_t>{0, -1},
+        "Layout B into y; groups (begin, end): only those groups' rows (end -1: G; the tail past the\n"
+        "last group is zeroed only by a range that ends at G).");
   m.def("grouped_matmul_backward", [](const Tensor& dy, const Tensor& x, const Tensor& w,
                                       const Tensor& offsets, const std::string& layout,
                                       const std::optional<Tensor>& dw_into, float dw_beta) {

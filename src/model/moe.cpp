@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 #include "coremesh/ops/activation.hpp"
 #include "coremesh/ops/elementwise.hpp"
@@ -153,18 +154,23 @@ Tensor moe_forward(const Tensor& x_in, const MoeParams& w, const Tensor& bias, c
   // dispatch first, so that slice i's exchange runs while slice i-1 computes.
   a.slices = token_slices(N, streams.replicas());
   const Tensor routed_y = Tensor::empty({N, C});
-  // the experts' [w1; w3] GEMM, which a dispatcher may run per source as the
-  // rows land (fp8: the weight quantized once, not per source)
+  // The experts' GEMMs as a dispatcher may run them: [w1; w3] per source as
+  // its rows land, w2 expert by expert as combine sends them. fp8: each
+  // weight quantized once per forward, here, before the slices' streams fork
+  // (with shadows: at first use, everything on this stream).
+  std::optional<ops::QuantizedTensor> w13_fp8, w2_fp8;
+  if (cfg.precision == Precision::fp8 && !experts.shadows())
+    w13_fp8 = ops::quantize_fp8_weight(a.w13.master), w2_fp8 = ops::quantize_fp8_weight(a.w2.master);
+  auto experts_gemm = [&](const GemmInput& x, const GemmWeight& w, std::optional<ops::QuantizedTensor>& w8,
+                          const Tensor& offsets, const Tensor& out, ops::GroupRange groups) {
+    if (cfg.precision != Precision::fp8) return void(grouped_linear(x, w, offsets, out, groups));
+    if (!w8) w8 = ops::quantize_fp8_weight(w.master);
+    ops::grouped_matmul_fp8(x.fp8, *w8, offsets, out, groups);
+  };
   parallel::ExpertDispatcher::FirstGemm first;
-  std::optional<ops::QuantizedTensor> w13_fp8;
   if (!experts.shadows())
     first = {a.w13.master.size(1), [&](const Tensor& rows, const Tensor& offsets, const Tensor& out) {
-               if (cfg.precision != Precision::fp8) {
-                 grouped_linear(gemm_input(rows, cfg.precision), a.w13, offsets, out);
-                 return;
-               }
-               if (!w13_fp8) w13_fp8 = ops::quantize_fp8_weight(a.w13.master);
-               ops::grouped_matmul_fp8(ops::quantize_fp8_act(rows), *w13_fp8, offsets, out);
+               experts_gemm(gemm_input(rows, cfg.precision), a.w13, w13_fp8, offsets, out, {});
              }};
   SliceRun run(streams, a.slices.size());
   for (size_t i = 0; i < a.slices.size(); ++i) {
@@ -184,14 +190,22 @@ Tensor moe_forward(const Tensor& x_in, const MoeParams& w, const Tensor& bias, c
     MoeSlice& s = a.slices[i];
     Tensor y;
     run.on_slice(i, [&] {
+      const int64_t R = s.routed.rows.size(0);
       s.xp = gemm_input(s.routed.rows, cfg.precision);
       s.routed.rows = Tensor();  // kept as the GEMM read it (s.xp), not also in f32
-      s.gu = s.routed.first.defined() ? s.routed.first : grouped_linear(s.xp, a.w13, s.routed.offsets);  // [a1 | a3] (R,2F)
-      s.routed.first = Tensor();
-      s.g = gemm_input(ops::swiglu(s.gu), cfg.precision);     // silu(a1) * a3 (R,F)
-      y = grouped_linear(s.g, a.w2, s.routed.offsets);        // (R,C)
+      s.gu = std::exchange(s.routed.first, Tensor());  // [a1 | a3] (R,2F)
+      if (!s.gu.defined()) {
+        s.gu = Tensor::empty({R, a.w13.master.size(1)});
+        experts_gemm(s.xp, a.w13, w13_fp8, s.routed.offsets, s.gu, {});
+      }
+      s.g = gemm_input(ops::swiglu(s.gu), cfg.precision);  // silu(a1) * a3 (R,F)
+      y = Tensor::empty({R, C});                           // w2's rows
     });
-    run.on_comm(i, [&] { s.ye = experts.combine(y, s.routed); });
+    run.on_comm(i, [&] {
+      s.ye = experts.matmul_combine(y, [&](const Tensor& out, int64_t begin, int64_t end) {
+        experts_gemm(s.g, a.w2, w2_fp8, s.routed.offsets, out, {begin, end});
+      }, s.routed);
+    });
     run.on_slice(i, [&] { ops::unpermute(s.ye, s.row_of, a.w.slice(0, s.begin, s.end), routed_y.slice(0, s.begin, s.end)); });
   }
   // --- shared experts: y += SwiGLU_shared(x), while the slices run; their

@@ -102,12 +102,13 @@ Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w
 
 // ---- grouped (routed experts): y_e = x_e W_e^T
 
-Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& offsets, const Tensor& out) {
+Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& offsets, const Tensor& out,
+                      ops::GroupRange groups) {
   if (x.precision == Precision::fp8)
-    return ops::grouped_matmul_fp8(x.fp8, ops::quantize_fp8_weight(w.master), offsets, out);
+    return ops::grouped_matmul_fp8(x.fp8, ops::quantize_fp8_weight(w.master), offsets, out, groups);
   const Tensor& wx = x.precision == Precision::f32 ? w.master : w.bf16;
   if (!out.defined()) return ops::grouped_matmul(x.x, wx, offsets);
-  ops::grouped_matmul_out(x.x, wx, offsets, out);
+  ops::grouped_matmul_out(x.x, wx, offsets, out, ops::WeightLayout::nk, groups);
   return out;
 }
 

@@ -28,6 +28,7 @@
 
 #include "coremesh/core/tensor.hpp"
 #include "coremesh/model/config.hpp"
+#include "coremesh/ops/grouped_gemm.hpp"
 #include "coremesh/ops/quant.hpp"
 #include "wgrad.hpp"
 
@@ -66,7 +67,9 @@ Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w
 // [offsets[e], offsets[e+1]) of expert e; W (E,out,in), offsets (E+1) i64 (read
 // on the stream). Rows from offsets[E] on give zeros. Written into `out` when
 // given ((R,out) f32, contiguous; e.g. an expert exchange's send buffer).
-Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& offsets, const Tensor& out = {});
+// `groups`: only those experts' rows (ops::GroupRange; needs `out`).
+Tensor grouped_linear(const GemmInput& x, const GemmWeight& w, const Tensor& offsets, const Tensor& out = {},
+                      ops::GroupRange groups = {});
 // Where the routed rows came from: expert e's rows are `sources` runs, one
 // per source (another PE's tokens), in source order; (e, s) owns rows
 // [source_offsets[e * sources + s], ...+1). One source: the whole group.

@@ -28,6 +28,7 @@ struct Problem {
   std::vector<Tensor> xs, ws, ys;  // size 1 (shared) or G
   Tensor offsets;                  // defined: x and y rows split by offsets
   Tensor x_scale, w_scale;         // fp8 scales (x: (M,Kb), w: (G,Nb,Kb))
+  GroupRange groups;               // the groups computed (end -1: G)
 };
 
 struct Span {
@@ -151,8 +152,8 @@ void run_forward(const Problem& p) {
     if (t->defined()) args.in.add(*t);
   detail::launch(std::move(plan), args, [p, tm, tn, share](const detail::BlockContext& ctx) {
     const std::vector<Span> spans = resolve(p);
-    const int64_t N = p.N, K = p.K;
-    if (ctx.block_idx == 0 && p.offsets.defined()) {  // rows past the last group: zeros
+    const int64_t N = p.N, K = p.K, g_end = p.groups.end < 0 ? p.G : p.groups.end;
+    if (ctx.block_idx == 0 && p.offsets.defined() && g_end == p.G) {  // rows past the last group: zeros
       const int64_t end = p.offsets.data<int64_t>()[p.G];
       float* y = p.ys[0].data<float>();
       std::memset(y + end * N, 0, static_cast<size_t>((p.M - end) * N) * sizeof(float));
@@ -162,7 +163,7 @@ void run_forward(const Problem& p) {
     struct Unit { int64_t g, r0, m, n0, n; };
     std::vector<Unit> units;
     std::vector<int64_t> prefix{0}, rows;
-    for (int64_t g = 0; g < p.G; ++g)
+    for (int64_t g = p.groups.begin; g < g_end; ++g)
       for (int64_t r0 = 0; r0 < spans[static_cast<size_t>(g)].m; r0 += tm)
         for (int64_t n0 = 0; n0 < N; n0 += tn) {
           const Unit u{g, r0, std::min(tm, spans[static_cast<size_t>(g)].m - r0), n0, std::min(tn, N - n0)};
@@ -241,10 +242,15 @@ std::vector<detail::Tiling> grouped_dw_tilings(const runtime::OpKey& key, const 
 [[maybe_unused]] const bool registered = runtime::register_op("grouped_matmul", {0, nullptr, grouped_tilings}) &&
                                          runtime::register_op("grouped_matmul_dw", {0, nullptr, grouped_dw_tilings});
 
+void check_groups(GroupRange r, int64_t G) {
+  CM_CHECK(0 <= r.begin && r.begin <= G && (r.end < 0 || (r.begin <= r.end && r.end <= G)),
+           "pass a group range 0 <= begin <= end <= G (end -1: G)", "groups [{}, {}) of {}", r.begin, r.end, G);
+}
+
 }  // namespace
 
 void grouped_matmul_out(const Tensor& x, const Tensor& w, const Tensor& offsets, const Tensor& y,
-                        WeightLayout layout) {
+                        WeightLayout layout, GroupRange groups) {
   detail::check_contiguous(x, "x");
   detail::check_contiguous(w, "w");
   auto [N, K] = weight_nk(w, layout);
@@ -254,7 +260,8 @@ void grouped_matmul_out(const Tensor& x, const Tensor& w, const Tensor& offsets,
   detail::check_contiguous(y, "y");
   detail::check_shape(y, {x.size(0), N}, "y");
   detail::check_dtype(y, DType::f32, "y");
-  Problem p{w.size(0), x.size(0), N, K, layout, {x}, {w}, {y}, offsets, {}, {}};
+  check_groups(groups, w.size(0));
+  Problem p{w.size(0), x.size(0), N, K, layout, {x}, {w}, {y}, offsets, {}, {}, groups};
   run_forward(p);
 }
 
@@ -320,7 +327,7 @@ Tensor grouped_matmul_stacked(const std::vector<Tensor>& xs, const std::vector<T
 }
 
 Tensor grouped_matmul_fp8(const QuantizedTensor& x, const QuantizedTensor& w, const Tensor& offsets,
-                          const Tensor& out) {
+                          const Tensor& out, GroupRange groups) {
   detail::check_dtype(x.data, DType::f8e4m3, "x.data");
   detail::check_dtype(w.data, DType::f8e4m3, "w.data");
   detail::check_contiguous(x.data, "x.data");
@@ -337,8 +344,9 @@ Tensor grouped_matmul_fp8(const QuantizedTensor& x, const QuantizedTensor& w, co
     detail::check_contiguous(out, "out");
     detail::check_shape(out, {M, N}, "out");
   }
+  check_groups(groups, G);
   Tensor y = out.defined() ? out : Tensor::empty({M, N});
-  run_forward(Problem{G, M, N, K, WeightLayout::nk, {x.data}, {w.data}, {y}, offsets, x.scale, w.scale});
+  run_forward(Problem{G, M, N, K, WeightLayout::nk, {x.data}, {w.data}, {y}, offsets, x.scale, w.scale, groups});
   return y;
 }
 

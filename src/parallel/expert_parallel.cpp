@@ -257,7 +257,7 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
   return out;
 }
 
-Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, bool forward) {
+Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, bool forward, const GroupsGemm* gemm) {
   const int g = ep_.size(), E = shape_.experts, El = local_, S = shadows_;
   SiteBuffers& b = buffers(p.site);
   runtime::Stream stream = runtime::current_stream();
@@ -265,21 +265,32 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, bool forward)
   const Group ep = ep_;
   const Tensor back = forward ? b.back_fwd : b.back_bwd, counts = p.counts, source_off = p.source_offsets;
   // To every source (me included): each run of its rows, one per local
-  // expert, to where it starts in the source's xp.
+  // expert, to where it starts in the source's xp. Fused: expert by expert,
+  // each after the GEMM wrote its rows; one sender per source across the
+  // kernels (the stream runs them in order), so its adds still sum to kSent;
+  // made anew by the first kernel (a replayed graph runs the kernels again).
   const std::shared_ptr<std::vector<Tensor>> sent = b.sent[forward ? kBackFwd : kBackBwd];
-  stream.launch(launch_info("ep_send", runtime::KernelKind::comm, comm_blocks(stream, g), {rows, counts, source_off}, {}),
-                [ep, rows, back, counts, source_off, sent, sig, g, El](const runtime::BlockContext& ctx) {
-                  const int64_t* so = source_off.data<int64_t>();
-                  for_members(ep, ctx, [&](int s) {
-                    const int64_t* row = counts.data<int64_t>() + int64_t(s) * 2 * El;
-                    Sender send(sig, ep.pes[size_t(s)]);
-                    for (int64_t e = 0; e < El; ++e)
-                      if (row[e] > 0)
-                        send.put(rows_at(back, row[El + e]), rows_at(rows, so[e * g + s]), size_t(row[e] * rows.size(1)));
-                    send.finish();
-                  });
-                  if (ctx.block_idx == 0) *sent = {rows};
-                });
+  auto senders = std::make_shared<std::vector<Sender>>(size_t(g), Sender(sig, 0));
+  const int steps = gemm ? El : 1;
+  for (int step = 0; step < steps; ++step) {
+    const int64_t e0 = gemm ? step : 0, e1 = gemm ? step + 1 : El;
+    if (gemm) (*gemm)(rows, e0, e1 == El ? -1 : e1);
+    stream.launch(
+        launch_info("ep_send", runtime::KernelKind::comm, comm_blocks(stream, g), {rows, counts, source_off}, {}),
+        [ep, rows, back, counts, source_off, sent, senders, sig, g, El, e0, e1](const runtime::BlockContext& ctx) {
+          const int64_t* so = source_off.data<int64_t>();
+          for_members(ep, ctx, [&](int s) {
+            const int64_t* row = counts.data<int64_t>() + int64_t(s) * 2 * El;
+            Sender& send = (*senders)[size_t(s)];
+            if (e0 == 0) send = Sender(sig, ep.pes[size_t(s)]);
+            for (int64_t e = e0; e < e1; ++e)
+              if (row[e] > 0)
+                send.put(rows_at(back, row[El + e]), rows_at(rows, so[e * g + s]), size_t(row[e] * rows.size(1)));
+            if (e1 == El) send.finish();
+          });
+          if (ctx.block_idx == 0 && e1 == El) *sent = {rows};
+        });
+  }
   shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g) * kSent,
                                fmt::format("waits for {} to send its rows back from their experts (MoE layer {} slice {}, {} {})",
                                            others(ep_), p.site.layer, p.site.slice,
@@ -333,6 +344,13 @@ Tensor ShmemExperts::combine(const Tensor& y, const Dispatched& d) {
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
   buffers(p.site).awaiting_combine = false;
   return to_sources(y, p, /*forward=*/true);
+}
+
+Tensor ShmemExperts::matmul_combine(const Tensor& y, const GroupsGemm& gemm, const Dispatched& d) {
+  if (!shape_.fused || shadows_ > 0) return ExpertDispatcher::matmul_combine(y, gemm, d);
+  const Plan& p = *static_cast<const Plan*>(d.plan.get());
+  buffers(p.site).awaiting_combine = false;
+  return to_sources(y, p, /*forward=*/true, &gemm);
 }
 
 Tensor ShmemExperts::combine_backward(const Tensor& dy, const Dispatched& d) {

@@ -97,6 +97,38 @@ TEST(OpsGroupedGemm, FP8BlockScaled) {
   });
 }
 
+// A product run group by group (GroupRange) leaves the other groups' rows
+// as they were, zeroes the tail only with the last range, and gives the bits
+// of one run (f32 and fp8); a range outside [0, G] is refused.
+TEST(OpsGroupedGemm, GroupByGroupGivesTheBitsOfOneRun) {
+  const int64_t M = 45, K = 19, N = 23;
+  const std::vector<int64_t> off{0, 10, 10, 25, 40};  // group 1 empty, 5 tail rows
+  Tensor x = randn({M, K}, 11), w = randn({4, N, K}, 12);
+  const QuantizedTensor xq = quantize_fp8_act(x), wq = quantize_fp8_weight(w);
+  for_each_limit([&](const LimitCase&) {
+    Tensor one = grouped_matmul(x, w, offsets_of(off)), one8 = grouped_matmul_fp8(xq, wq, offsets_of(off));
+    Tensor y = Tensor::full({M, N}, 7.0f), y8 = Tensor::full({M, N}, 7.0f);
+    grouped_matmul_out(x, w, offsets_of(off), y, WeightLayout::nk, {2, 3});
+    test_stream().synchronize();
+    EXPECT_EQ(y.item({9, 0}), 7.0f);    // group 0: untouched
+    EXPECT_EQ(y.item({42, 0}), 7.0f);   // the tail: not this range's
+    EXPECT_EQ(y.item({25, 0}), 7.0f);   // group 3: untouched
+    EXPECT_EQ(y.item({10, 0}), one.item({10, 0}));
+    for (int64_t g : {3, 0, 1}) {  // any order
+      grouped_matmul_out(x, w, offsets_of(off), y, WeightLayout::nk, {g, g + 1 == 4 ? -1 : g + 1});
+      grouped_matmul_fp8(xq, wq, offsets_of(off), y8, {g, g + 1});
+    }
+    grouped_matmul_fp8(xq, wq, offsets_of(off), y8, {2, -1});
+    test_stream().synchronize();
+    EXPECT_TRUE(bitwise_equal(y, one));
+    EXPECT_TRUE(bitwise_equal(y8, one8));
+  });
+  EXPECT_THROW(grouped_matmul_out(x, w, offsets_of(off), Tensor::empty({M, N}), WeightLayout::nk, {3, 5}),
+               InvalidArgument);
+  EXPECT_THROW(grouped_matmul_out(x, w, offsets_of(off), Tensor::empty({M, N}), WeightLayout::nk, {3, 2}),
+               InvalidArgument);
+}
+
 TEST(OpsGroupedGemm, BackwardMatchesReference) {
   const std::vector<int64_t> off{0, 5, 5, 12, 19};  // empty group 1, 2 tail rows
   for (WeightLayout layout : {WeightLayout::nk, WeightLayout::kn}) {

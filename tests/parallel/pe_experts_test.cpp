@@ -110,8 +110,9 @@ TEST(ExpertParallel, DispatchCombineAndTheirBackward) {
 // Fused (alltoallv_grouped_matmul): the experts' first GEMM runs on each
 // source's slot as it lands; its output, regrouped with the rows, equals one
 // grouped GEMM over the received rows bit for bit (a GEMM's rows do not
-// depend on the rows beside them), over rounds and two sites; the rows, the
-// round trip and the backward are as unfused.
+// depend on the rows beside them), over rounds and two sites. The mirror
+// (grouped_matmul_alltoallv, matmul_combine) runs an identity GEMM expert by
+// expert and every source gets its rows back exactly; the backward as unfused.
 TEST(ExpertParallel, FusedDispatchRunsTheFirstGemmPerSource) {
   const int me = shmem::my_pe(), n = shmem::n_pes();
   std::vector<int> world;
@@ -123,6 +124,9 @@ TEST(ExpertParallel, FusedDispatchRunsTheFirstGemmPerSource) {
   constexpr int64_t W = 7;
   Tensor w = Tensor::empty({El, W, C});
   for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = float((i * 37 + me * 11) % 19) * 0.125f - 1.0f;
+  Tensor eye = Tensor::zeros({El, C, C});
+  for (int e = 0; e < El; ++e)
+    for (int64_t c = 0; c < C; ++c) eye.data<float>()[(e * C + c) * C + c] = 1.0f;
   int calls = 0;
   const ExpertDispatcher::FirstGemm first{W, [&](const Tensor& rows, const Tensor& offsets, const Tensor& out) {
                                             ++calls;
@@ -139,7 +143,13 @@ TEST(ExpertParallel, FusedDispatchRunsTheFirstGemmPerSource) {
       const auto d = experts.dispatch(xp, Tensor::from_vector(mine.offsets, {E + 1}), {layer}, {}, first);
       EXPECT_EQ(calls, n) << "one GEMM per source";
       ASSERT_TRUE(d.first.defined());
-      const Tensor back = experts.combine(d.rows, d);
+      // the mirror: an identity GEMM expert by expert, each expert's runs sent as it is done
+      int ranges = 0;
+      const Tensor back = experts.matmul_combine(Tensor::empty(d.rows.shape()), [&](const Tensor& y, int64_t b, int64_t e) {
+        ++ranges;
+        ops::grouped_matmul_out(d.rows, eye, d.offsets, y, ops::WeightLayout::nk, {b, e});
+      }, d);
+      EXPECT_EQ(ranges, El) << "one GEMM per local expert";
       const Tensor dx = experts.dispatch_backward(experts.combine_backward(xp, d), d);
       stream.synchronize();
       const Tensor want = ops::reference::grouped_matmul(d.rows, w, d.offsets);

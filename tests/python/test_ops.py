@@ -117,6 +117,12 @@ def test_grouped_matmul_layouts_and_backward(rng):
     for g in range(G):
         close(ys[g], expected[offsets[g]:offsets[g + 1]])
     close(ops.grouped_matmul_stacked(xs, [cm_array(w[g]) for g in range(G)]), expected[:18])
+    # group by group: only group 0's rows (the rest, tail included, untouched), then groups 1-2 and the tail
+    y = cm_array(np.full((20, N), 5.0, np.float32))
+    ops.grouped_matmul_out(cm_array(x), cm_array(w), off, y, groups=(0, 1))
+    close(y, np.where(np.arange(20)[:, None] < 7, expected, 5.0))
+    ops.grouped_matmul_out(cm_array(x), cm_array(w), off, y, groups=(1, 3))  # ends at G: zeroes the tail
+    close(y, expected)
     dy = rand(rng, 20, N)
     dx, dw = ops.grouped_matmul_backward(cm_array(dy), cm_array(x), cm_array(w), off)
     exp_dx, exp_dw = np.zeros_like(x), np.zeros_like(w)

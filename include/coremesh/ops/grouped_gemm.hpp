@@ -26,11 +26,19 @@ namespace coremesh::ops {
 
 enum class WeightLayout { nk, kn };
 
+// Groups [begin, end) of a layout-B product (end -1: G): the rows of the
+// other groups are left as they are, and the rows past offsets[G] are zeroed
+// only by a range that ends at G. A product run group by group, e.g. to send
+// each group's rows on as soon as they are done, gives the bits of one run.
+struct GroupRange {
+  int64_t begin = 0, end = -1;
+};
+
 // Layout B. x (M,K), w (G,N,K) [nk] or (G,K,N) [kn], offsets (G+1) i64 -> y (M,N).
 Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& offsets,
                       WeightLayout layout = WeightLayout::nk);
 void grouped_matmul_out(const Tensor& x, const Tensor& w, const Tensor& offsets, const Tensor& y,
-                        WeightLayout layout = WeightLayout::nk);
+                        WeightLayout layout = WeightLayout::nk, GroupRange groups = {});
 // Layout D. x (M,K), ws[g] (N,K) [nk] or (K,N) [kn], offsets (G+1) -> y (M,N).
 Tensor grouped_matmul(const Tensor& x, const std::vector<Tensor>& ws, const Tensor& offsets,
                       WeightLayout layout = WeightLayout::nk);
@@ -66,7 +74,7 @@ void grouped_matmul_dw(const Tensor& dy, const Tensor& x, const Tensor& offsets,
 // w data (G,N,K) + scale (G,ceil(N/128),ceil(K/128)) -> y (M,N) f32, written
 // into `out` when given (contiguous (M,N) f32).
 Tensor grouped_matmul_fp8(const QuantizedTensor& x, const QuantizedTensor& w,
-                          const Tensor& offsets, const Tensor& out = {});
+                          const Tensor& offsets, const Tensor& out = {}, GroupRange groups = {});
 
 namespace reference {
 Tensor grouped_matmul(const Tensor& x, const Tensor& w, const Tensor& offsets,

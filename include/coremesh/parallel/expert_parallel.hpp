@@ -23,6 +23,9 @@
 //             word says it has landed, its own first, while the later
 //             slots travel; the regroup then moves the GEMM's rows with the
 //             input rows. The same bits as one GEMM after the regroup.
+//             matmul_combine (grouped_matmul_alltoallv) is the mirror: the
+//             second GEMM expert by expert, each expert's (expert, source)
+//             runs put as soon as they are done, while the next computes.
 // The backward runs the mirror pair: combine's backward is a dispatch of dy
 // (with the forward's plan), dispatch's backward a combine of drows. The
 // data moves while the PEs' cores compute: a piece is one message on the
@@ -110,6 +113,9 @@ class ShmemExperts final : public ExpertDispatcher {
                       const FirstGemm& first = {}) override;
   bool shadows() const override { return shadows_ > 0; }
   Tensor combine(const Tensor& y, const Dispatched& d) override;
+  // With Shape::fused and no shadow slots: expert by expert, each expert's
+  // runs put to their sources as soon as its rows are done.
+  Tensor matmul_combine(const Tensor& y, const GroupsGemm& gemm, const Dispatched& d) override;
   Tensor combine_backward(const Tensor& dy, const Dispatched& d) override;
   Tensor dispatch_backward(const Tensor& drows, const Dispatched& d) override;
 
@@ -154,7 +160,8 @@ class ShmemExperts final : public ExpertDispatcher {
                    const FirstGemm* first = nullptr, Tensor* first_out = nullptr);
   // Owner side: rows of this PE's experts to their sources' return buffers;
   // returns this PE's rows back in xp order.
-  Tensor to_sources(const Tensor& rows, const Plan& plan, bool forward);
+  // Forward, fused: `gemm` writes `rows` expert by expert before each one's runs leave.
+  Tensor to_sources(const Tensor& rows, const Plan& plan, bool forward, const GroupsGemm* gemm = nullptr);
 
   Group ep_;
   Shape shape_;

@@ -91,6 +91,17 @@ class ExpertDispatcher {
   virtual bool shadows() const { return false; }
   // y (R_local, C), the experts' outputs -> (R, C) in xp's row order.
   virtual Tensor combine(const Tensor& y, const Dispatched& d) = 0;
+  // The experts' second GEMM (w2) fused with combine (grouped_matmul_alltoallv):
+  // run(y, begin, end) writes the rows of local experts [begin, end) of y
+  // (R_local, C) f32 on the current stream (ops::GroupRange: the other rows
+  // untouched, the tail past the last group zeroed by a range ending at
+  // E_local). A dispatcher may run it expert by expert, each expert's rows
+  // leaving as soon as they are done. By default: all of it, then combine.
+  using GroupsGemm = std::function<void(const Tensor& y, int64_t begin, int64_t end)>;
+  virtual Tensor matmul_combine(const Tensor& y, const GroupsGemm& gemm, const Dispatched& d) {
+    gemm(y, 0, d.offsets.numel() - 1);
+    return combine(y, d);
+  }
   // Mirrors: d(combine) is a dispatch of dy (R, C) -> (R_local, C); d(dispatch)
   // is a combine of drows (R_local, C) -> (R, C).
   virtual Tensor combine_backward(const Tensor& dy, const Dispatched& d) = 0;

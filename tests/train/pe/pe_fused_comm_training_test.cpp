@@ -33,13 +33,14 @@ std::vector<Layout> layouts(int n) {
   std::vector<Layout> out;
   switch (n) {
     case 2:
-      // ep 2: the experts' first GEMM per source as its rows land (alltoallv_grouped_matmul)
+      // ep 2: the experts' first GEMM per source as its rows land (alltoallv_grouped_matmul),
+      // the second expert by expert as combine sends the rows (grouped_matmul_alltoallv)
       out = {{.tp = 2}, {.tp = 2, .sp = true}, {.tp = 2, .precision = Precision::bf16},
              {.tp = 2, .sp = true, .precision = Precision::bf16}, {.ep = 2, .tp = 1},
              {.ep = 2, .tp = 1, .precision = Precision::bf16, .moe_replicas = 2}};
       if (kRowExactGemm)
         out.insert(out.end(), {{.tp = 2, .precision = Precision::fp8}, {.tp = 2, .sp = true, .precision = Precision::fp8},
-                               {.ep = 2, .tp = 1, .precision = Precision::fp8}});
+                               {.ep = 2, .tp = 1, .precision = Precision::fp8, .moe_replicas = 2}});
       return out;
     case 4:
       out = {{.ep = 2, .tp = 2, .sp = true, .zero = 1}, {.dp = 2, .tp = 2}};
