@@ -55,7 +55,7 @@ for (where, op), runs in ops.items():
 print()
 print("| training (demo model, 2 PEs x 1 core) | --fused-comm false (tokens/s) | --fused-comm true (tokens/s) | ratio |")
 print("|---|---:|---:|---:|")
-for name, label in (("tp2", "tp 2"), ("tp2_sp", "tp 2 + SP"), ("ep2", "ep 2 (dispatch + first expert GEMM)")):
+for name, label in (("tp2", "tp 2"), ("tp2_sp", "tp 2 + SP"), ("ep2", "ep 2 (both expert GEMMs fused with dispatch / combine)")):
     u, f = statistics.median(train[(name, "unfused")]), statistics.median(train[(name, "fused")])
     print(f"| {label} | {u:.0f} | {f:.0f} | {f / u:.2f}x |")
 PY

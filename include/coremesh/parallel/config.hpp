@@ -41,9 +41,10 @@ struct ParallelConfig {
   // The forward's GEMMs fused with their exchanges, the same results: tp > 1,
   // the TP regions' edges (fused_comm.hpp), the exchange chunk by chunk
   // behind the GEMM; ep > 1, the experts' first GEMM per source as its rows
-  // land (ShmemExperts, not with shadowed experts). On by default: the demo's
-  // tp 2 step is 1.03x (1.11x with SP) faster (docs/performance.md, "Fused
-  // communication")
+  // land and the second expert by expert as combine sends (ShmemExperts, not
+  // with shadowed experts). On by default: no layout of the demo is slower
+  // beyond the run-to-run noise, the TP edges skip staging copies
+  // (docs/performance.md, "Fused communication")
   bool fused_comm = true;
   // MoE layers: each micro-batch's tokens in this many slices, each slice's
   // route -> dispatch -> experts -> combine on its own stream, the exchanges
