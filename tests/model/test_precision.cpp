@@ -43,6 +43,14 @@ using namespace coremesh;
 using namespace coremesh::model;
 namespace fs = std::filesystem;
 
+// Our GEMM engine (builds with AVX2 and FMA) sums as the reference does; the
+// sanitizer builds use OpenBLAS.
+#if defined(__AVX2__) && defined(__FMA__)
+constexpr bool kRowExactGemm = true;
+#else
+constexpr bool kRowExactGemm = false;
+#endif
+
 namespace {
 
 using xcheck::rel_err;
@@ -351,7 +359,13 @@ void cross_check(ModelConfig cfg, Precision precision, const RunSpec& run, const
       const double n = double(model.params().size());
       std::printf("[%s] %zu parameter gradients: mean rel err %.1e (f32 model: %.1e), worst %.1e (%s)\n",
                   label.c_str(), model.params().size(), sum / n, gap / n, worst, worst_name.c_str());
-      expect_le(sum / n, tol.grad * gap / n, label + " gradients");
+      // OpenBLAS (the sanitizer builds) sums a product in another order than
+      // the reference; where a bf16 cast lands on a rounding edge that flips
+      // one bf16 ulp (4e-3 relative). An AMD EPYC's OpenBLAS measured 0.11 of
+      // the f32 gap on the small sigmoid model (our engine: 7e-6), so it is
+      // given 0.2 there.
+      const double grad_tol = kRowExactGemm || tol.grad < 0 ? tol.grad : std::max(tol.grad, 0.2);
+      expect_le(sum / n, grad_tol * gap / n, label + " gradients");
     }
     EXPECT_EQ(model.seal_gradients(), 0) << label << ": a gradient was left unwritten";
     const double gn = xcheck::clip_and_read(opt), rgn = ref.at("grad_norms").item({s});
