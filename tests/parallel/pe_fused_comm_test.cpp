@@ -92,16 +92,23 @@ Tensor summed_products(int tp, const std::function<Tensor(int)>& make, const Ten
 
 constexpr int64_t kRowsPerPe = 6, K = 24, F = 20, C = 18;  // widths not multiples of 16
 
+// The operators and their unfused sequences over the whole job (collective:
+// every PE makes one in the same order), on a stream of the test's own.
+struct Operators {
+  const int tp = shmem::n_pes(), me = shmem::my_pe();
+  const int64_t N = kRowsPerPe * tp;
+  ShmemTensor unfused{world(), {N * C, N * K}, /*sequence_parallel=*/true};
+  ShmemTensor unfused_ar{world(), {N * C}, /*sequence_parallel=*/false};
+  FusedTensorComm fused{world(), N * std::max(K, C), N, {3, 1}};
+  runtime::Stream stream;
+  runtime::StreamGuard on{stream};
+};
+
 }  // namespace
 
 TEST(FusedComm, EachOperatorEqualsItsUnfusedSequenceBitForBit) {
-  const int tp = shmem::n_pes(), me = shmem::my_pe();
-  const int64_t N = kRowsPerPe * tp;
-  ShmemTensor unfused(world(), {N * C, N * K}, /*sequence_parallel=*/true);
-  ShmemTensor unfused_ar(world(), {N * C}, /*sequence_parallel=*/false);
-  FusedTensorComm fused(world(), N * std::max(K, C), N, {3, 1});
-  runtime::Stream stream;
-  runtime::StreamGuard on(stream);
+  Operators ops_under_test;
+  auto& [tp, me, N, unfused, unfused_ar, fused, stream, on] = ops_under_test;
   const Tensor wk = values(99, 1, 0, {C, K}), wf = values(99, 2, 0, {C, F}), norm = values(99, 3, 0, {C});
   // the order of calls varies by round; the same operator runs back to back
   const std::vector<std::vector<int>> rounds = {{0, 1, 2, 3}, {2, 2, 0, 0, 3, 1}, {3, 3, 1, 1, 2, 0}};
@@ -184,13 +191,8 @@ TEST(FusedComm, AllgatherMatmulTakesBf16Rows) {
 // quantize; the fp8 product, then reduce-scatter or all-reduce), over rounds
 // in alternating order; the gathered scales and data bit for bit.
 TEST(FusedComm, Fp8FormsEqualTheirUnfusedSequences) {
-  const int tp = shmem::n_pes(), me = shmem::my_pe();
-  const int64_t N = kRowsPerPe * tp;
-  ShmemTensor unfused(world(), {N * C, N * K}, /*sequence_parallel=*/true);
-  ShmemTensor unfused_ar(world(), {N * C}, /*sequence_parallel=*/false);
-  FusedTensorComm fused(world(), N * std::max(K, C), N, {3, 1});
-  runtime::Stream stream;
-  runtime::StreamGuard on(stream);
+  Operators ops_under_test;
+  auto& [tp, me, N, unfused, unfused_ar, fused, stream, on] = ops_under_test;
   const ops::QuantizedTensor wk = ops::quantize_fp8_weight(values(99, 1, 0, {C, K}));
   const ops::QuantizedTensor wf = ops::quantize_fp8_weight(values(99, 2, 0, {C, F}));
   bool gathered = false, scattered = false;
