@@ -31,6 +31,7 @@ LAYOUTS = [
     ("ep 2", ["--ep", "2"]),
     ("ep 2, 2 slices", ["--ep", "2", "--moe-replicas", "2"]),
     ("ep 2, shadowed experts", ["--ep", "2", "--expert-balance", "shadow"]),
+    ("ep 2, fp8", ["--ep", "2", "--precision", "fp8"]),
     ("tp 2", ["--tp", "2"]),
     ("tp 2 + SP", ["--tp", "2", "--sequence-parallel", "true"]),
     ("cp 2 ring", ["--cp", "2", "--aux-alpha", "0"]),

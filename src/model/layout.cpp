@@ -351,7 +351,11 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
   // its experts (at most El x capacity each), and the experts' per-row
   // tensors follow that size. The exchange keeps each send's source until
   // the next round proves it delivered: per direction, the source's N*K rows
-  // and the owner's received rows (f32).
+  // and the owner's received rows (f32). Fused (fused_experts), the forward's
+  // travel as the first GEMM reads them: the source keeps them in that form,
+  // and the owner's received rows are that GEMM's saved input (counted
+  // above); while a dispatch runs, each source's GEMM output waits for the
+  // regroup (ep x slot rows of 2F f32, fused without shadows).
   // Shadowed experts (expert_balance): this PE's own rows of its experts and
   // of the shadowed ones take at most its N*K, and the weights of its experts
   // and the shadow slots, per micro-batch (kept for the backward; bf16 casts
@@ -361,7 +365,10 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
   const int64_t slot = capacity ? std::min(N * K, El * c.expert_capacity(N)) : N * K;
   const int64_t routed_rows = ep == 1 ? N * K : (ep - 1) * slot + (shadows > 0 ? N * K : slot);
   const int64_t group_weights = shadows > 0 ? (El + shadows) * 3 * F * C * (c.precision == Precision::bf16 ? 6 : 4) : 0;
-  const int64_t exchange_per_layer = ep == 1 ? 0 : 2 * 4 * C * (N * K + routed_rows);
+  const bool fused = ep > 1 && stage.fused_experts;
+  const int64_t forward_exchange = fused ? gemm_row(C) * N * K : 4 * C * (N * K + routed_rows);
+  const int64_t exchange_per_layer = ep == 1 ? 0 : 4 * C * (N * K + routed_rows) + forward_exchange;
+  const int64_t fused_outputs = fused && shadows == 0 ? 4 * 2 * F * ep * slot : 0;
   // What lives on the residual stream's rows (x, h and their rstd, the final
   // residual; the MoE's RMSNorm(h) under sequence parallelism, where the
   // region keeps its gathered input too) counts per row held: N/tp rows under
@@ -397,7 +404,7 @@ MemoryEstimate estimate_memory(const ModelConfig& c, int micro_batch, int seq_le
   if (attention) m.activations += 8 * int64_t(seq_len);  // RoPE positions (i64)
   // A part's backward makes the gradients of what it saved (about as large)
   // and of its input while its saved tensors still live.
-  m.workspace = 2 * largest_part;
+  m.workspace = std::max(2 * largest_part, fused_outputs);
   // bf16 keeps each block-GEMM weight's bf16 copy from the forward to the
   // backward (the forward and the dgrad read it); fp8 quantizes W in the
   // forward and W^T in the backward where they are used.
@@ -449,6 +456,7 @@ parallel::ModelShape model_shape(const ModelConfig& c, int batch, int seq_len, i
   s.expert_capacity = c.expert_capacity(int64_t(batch) * seq_len);
   s.balance_loss = c.aux_loss_alpha != 0.0f;
   s.selection_margins = c.keeps_selection_margins();
+  s.expert_rows = c.precision == Precision::fp8 ? DType::f8e4m3 : c.precision == Precision::bf16 ? DType::bf16 : DType::f32;
   return s;
 }
 

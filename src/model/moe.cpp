@@ -99,6 +99,21 @@ GemmInput joined_input(const std::vector<MoeSlice>& slices, GemmInput MoeSlice::
   return in;
 }
 
+// The experts' GEMM input from rows as a dispatch delivered them: f32,
+// converted here, or already in the GEMM's form (the wire's, ShmemExperts::
+// Shape::wire, converted by their sources).
+GemmInput arrived_input(const Tensor& rows, const Tensor& scale, Precision precision) {
+  if (rows.dtype() == DType::f32) return gemm_input(rows, precision);
+  const DType want = precision == Precision::fp8 ? DType::f8e4m3 : DType::bf16;
+  CM_CHECK(precision != Precision::f32 && rows.dtype() == want,
+           "send the experts' rows as f32 or in the form the model's precision multiplies",
+           "rows of {} arrived for a {} model", dtype_name(rows.dtype()), precision_name(precision));
+  GemmInput in{precision, {}, {}};
+  if (precision == Precision::fp8) in.fp8 = {rows, scale};
+  else in.x = rows;
+  return in;
+}
+
 }  // namespace
 
 MoeStreams::Set& MoeStreams::of(const runtime::Stream& parent) {
@@ -169,8 +184,9 @@ Tensor moe_forward(const Tensor& x_in, const MoeParams& w, const Tensor& bias, c
   };
   parallel::ExpertDispatcher::FirstGemm first;
   if (!experts.shadows())
-    first = {a.w13.master.size(1), [&](const Tensor& rows, const Tensor& offsets, const Tensor& out) {
-               experts_gemm(gemm_input(rows, cfg.precision), a.w13, w13_fp8, offsets, out, {});
+    first = {a.w13.master.size(1),
+             [&](const Tensor& rows, const Tensor& scale, const Tensor& offsets, const Tensor& out) {
+               experts_gemm(arrived_input(rows, scale, cfg.precision), a.w13, w13_fp8, offsets, out, {});
              }};
   SliceRun run(streams, a.slices.size());
   for (size_t i = 0; i < a.slices.size(); ++i) {
@@ -191,8 +207,8 @@ Tensor moe_forward(const Tensor& x_in, const MoeParams& w, const Tensor& bias, c
     Tensor y;
     run.on_slice(i, [&] {
       const int64_t R = s.routed.rows.size(0);
-      s.xp = gemm_input(s.routed.rows, cfg.precision);
-      s.routed.rows = Tensor();  // kept as the GEMM read it (s.xp), not also in f32
+      s.xp = arrived_input(s.routed.rows, s.routed.scale, cfg.precision);
+      s.routed.rows = s.routed.scale = Tensor();  // kept as the GEMM read it (s.xp), not also in f32
       s.gu = std::exchange(s.routed.first, Tensor());  // [a1 | a3] (R,2F)
       if (!s.gu.defined()) {
         s.gu = Tensor::empty({R, a.w13.master.size(1)});

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "coremesh/core/error.hpp"
+#include "coremesh/ops/quant.hpp"
 #include "coremesh/parallel/expert_parallel.hpp"
 #include "coremesh/shmem/rma.hpp"
 #include "coremesh/shmem/session.hpp"
@@ -20,17 +21,27 @@ namespace coremesh::parallel::expert_exchange {
 // kSignals + s (fused dispatch): source s's rows and counts arrived.
 enum Signal { kInFwd = 0, kBackFwd = 1, kInBwd = 2, kBackBwd = 3, kLoads = 4, kGrads = 5, kAck = 7, kSignals = 9 };
 
-// Rows [row, row + n) of an (rows, C) f32 tensor.
-inline float* rows_at(const Tensor& t, int64_t row) { return t.data<float>() + row * t.size(1); }
+// Rows of a row-major (rows, ...) tensor of any dtype: the bytes of one,
+// where row `row` starts.
+inline size_t row_bytes(const Tensor& t) { return t.nbytes() / size_t(std::max<int64_t>(t.size(0), 1)); }
+inline std::byte* rows_at(const Tensor& t, int64_t row) {
+  return static_cast<std::byte*>(t.raw_data()) + size_t(row) * row_bytes(t);
+}
 
 inline void copy_rows(const Tensor& to, int64_t to_row, const Tensor& from, int64_t from_row, int64_t n) {
-  if (n > 0) std::memcpy(rows_at(to, to_row), rows_at(from, from_row), size_t(n * to.size(1)) * sizeof(float));
+  if (n > 0) std::memcpy(rows_at(to, to_row), rows_at(from, from_row), size_t(n) * row_bytes(to));
 }
 
-// Zeroes the rows [from, to) of `t`.
-inline void zero_rows(const Tensor& t, int64_t from, int64_t to) {
-  if (to > from) std::memset(rows_at(t, from), 0, size_t((to - from) * t.size(1)) * sizeof(float));
+// Blanks the rows [from, to) of `t`: zeros, or ones in fp8 rows' scales (a
+// zero tile's scale, as ops::quantize_fp8_act writes it).
+inline void zero_rows(const Tensor& t, int64_t from, int64_t to, bool scales = false) {
+  if (to <= from) return;
+  if (scales) std::fill(reinterpret_cast<float*>(rows_at(t, from)), reinterpret_cast<float*>(rows_at(t, to)), 1.0f);
+  else std::memset(rows_at(t, from), 0, size_t(to - from) * row_bytes(t));
 }
+
+// Scale columns of fp8 rows of `width`: one per 1x128 tile.
+inline int64_t scale_cols(int64_t width) { return (width + ops::kQuantBlock - 1) / ops::kQuantBlock; }
 
 // Blocks for `items` independent pieces of a copy: as many as the stream's
 // vector-core limit allows (one-sided communication runs on vector cores).
@@ -68,6 +79,11 @@ class Sender {
     for (size_t at = 0, bytes = count * sizeof(T); at < bytes; at += kPieceBytes, --left_)
       shmem::detail::put_signal_bytes(to + at, from + at, std::min(kPieceBytes, bytes - at), sig_, 1,
                                       shmem::SignalOp::add, pe_, /*nbi=*/true);
+  }
+  // Rows [from_row, from_row + n) of `from` to rows [to_row, ...) of the
+  // receiver's `to` (a symmetric tensor of the same row size).
+  void put_rows(const Tensor& to, int64_t to_row, const Tensor& from, int64_t from_row, int64_t n) {
+    put(rows_at(to, to_row), rows_at(from, from_row), size_t(n) * row_bytes(from));
   }
   void finish() { shmem::detail::put_signal_bytes(sig_, nullptr, 0, sig_, left_, shmem::SignalOp::add, pe_, true); }
 

@@ -1,5 +1,6 @@
 #include "coremesh/parallel/expert_parallel.hpp"
 
+#include "coremesh/core/log.hpp"
 #include "expert_exchange.hpp"
 
 namespace coremesh::parallel {
@@ -13,7 +14,9 @@ int ShmemExperts::shadow_slots(const Shape& s) {
 int64_t ShmemExperts::symmetric_bytes(int ep, const Shape& s) {
   const int local = s.experts / ep, S = shadow_slots(s);
   const int64_t recv = int64_t(ep) * slot_rows(local, s), params = 3 * s.hidden * s.width;
-  int64_t per_site = 8 * int64_t(ep) * 2 * local + 4 * s.width * (2 * recv + 2 * s.max_rows) + 8 * (kSignals + ep);
+  const int64_t wire_row = s.width * int64_t(dtype_size(s.wire)) + (s.wire == DType::f8e4m3 ? 4 * scale_cols(s.width) : 0);
+  int64_t per_site = 8 * int64_t(ep) * 2 * local + recv * wire_row + 4 * s.width * (recv + 2 * s.max_rows) +
+                     8 * (kSignals + ep) + (s.wire == DType::f8e4m3 ? 128 : 0);
   if (S > 0) per_site += 8 * int64_t(ep) * s.experts + 4 * int64_t(S) * params * (1 + ep) + 5 * 128;
   return int64_t(s.layers.size()) * s.slices * (per_site + 6 * 128);  // + the heap's alignment per block
 }
@@ -24,6 +27,8 @@ ShmemExperts::ShmemExperts(Group ep, const Shape& s) : ep_(std::move(ep)), shape
            "{} routed experts do not split over {} expert-parallel PEs", s.experts, g);
   CM_CHECK(s.width > 0 && s.max_rows > 0 && s.slices > 0, "give the buffers a width, a row count and a slice",
            "ShmemExperts shape");
+  CM_CHECK(s.wire == DType::f32 || s.wire == DType::bf16 || s.wire == DType::f8e4m3,
+           "send the rows as f32, bf16 or f8e4m3", "ShmemExperts shape with rows of {}", dtype_name(s.wire));
   local_ = s.experts / g;
   shadows_ = shadow_slots(s);
   CM_CHECK(shadows_ == 0 || (s.slices == 1 && s.hidden > 0), "balance experts with moe_replicas 1 and give the hidden size",
@@ -37,7 +42,8 @@ ShmemExperts::ShmemExperts(Group ep, const Shape& s) : ep_(std::move(ep)), shape
     for (int slice = 0; slice < s.slices; ++slice) {
       SiteBuffers& b = sites_[{l, slice}];
       b.counts = symmetric_tensor({g, 2 * local_}, DType::i64);
-      b.in_fwd = symmetric_tensor({int64_t(g) * slot_rows_, s.width});
+      b.in_fwd = symmetric_tensor({int64_t(g) * slot_rows_, s.width}, s.wire);
+      if (s.wire == DType::f8e4m3) b.in_scale = symmetric_tensor({int64_t(g) * slot_rows_, scale_cols(s.width)});
       b.in_bwd = symmetric_tensor({int64_t(g) * slot_rows_, s.width});
       b.back_fwd = symmetric_tensor({s.max_rows, s.width});
       b.back_bwd = symmetric_tensor({s.max_rows, s.width});
@@ -53,6 +59,19 @@ ShmemExperts::ShmemExperts(Group ep, const Shape& s) : ep_(std::move(ep)), shape
       }
       for (auto& sent : b.sent) sent = std::make_shared<std::vector<Tensor>>();
     }
+}
+
+ShmemExperts::~ShmemExperts() {
+  // A site keeps a send's sources until a later arrival proves them applied,
+  // which the last round of each site never gets: the transport may still be
+  // reading them (or a queued kernel be about to send them). Complete every
+  // send of this PE before its sources go.
+  try {
+    runtime::current_stream().device().synchronize();
+    shmem::quiet();
+  } catch (const std::exception& e) {
+    CM_LOG_WARN("expert parallel: work still queued failed at teardown: {}", e.what());
+  }
 }
 
 ShmemExperts::SiteBuffers& ShmemExperts::buffers(Site site) {
@@ -90,7 +109,8 @@ ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tens
   d.offsets = plan->offsets;
   d.source_offsets = plan->source_offsets;
   const bool fuse = shape_.fused && first.run && S == 0;
-  d.rows = to_owners(xp, *plan, /*forward=*/true, weights, fuse ? &first : nullptr, &d.first);
+  const Received arrived = to_owners(xp, *plan, /*forward=*/true, weights, fuse ? &first : nullptr, &d.first);
+  d.rows = arrived.rows, d.scale = arrived.scale;
   if (S > 0) {
     std::tie(d.w13, d.w2) = group_weights(weights, *plan);
     d.exchange_parts = [this, plan](const Tensor& parts, int weight) { exchange_parts(parts, weight, *plan); };
@@ -99,8 +119,8 @@ ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tens
   return d;
 }
 
-Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, const Weights& weights,
-                               const FirstGemm* first, Tensor* first_out) {
+ShmemExperts::Received ShmemExperts::to_owners(const Tensor& xp, const Plan& p, bool forward, const Weights& weights,
+                                               const FirstGemm* first, Tensor* first_out) {
   const int g = ep_.size(), El = local_, S = shadows_;
   SiteBuffers& b = buffers(p.site);
   runtime::Stream stream = runtime::current_stream();
@@ -110,6 +130,15 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
   const bool fused = first != nullptr;
   const Group ep = ep_;
   const Tensor in = forward ? b.in_fwd : b.in_bwd, counts = b.counts, xp_off = p.xp_offsets, shadows = p.shadows;
+  // The rows as the wire carries them (forward: Shape::wire), converted here
+  // on the stream; fp8: with their scales, which travel the same way.
+  Tensor rows = xp, scale;
+  if (forward && shape_.wire == DType::bf16) rows = ops::cast(xp, DType::bf16);
+  if (forward && shape_.wire == DType::f8e4m3) {
+    const ops::QuantizedTensor q = ops::quantize_fp8_act(xp);
+    rows = q.data, scale = q.scale;
+  }
+  const Tensor in_scale = scale.defined() ? b.in_scale : Tensor();
   const Tensor shadow_w = b.shadow_w, w13 = weights.w13, w2 = weights.w2;
   const int64_t slot = slot_rows_;
   // To every owner (me included): forward, per expert of its its count and
@@ -119,12 +148,12 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
   const Tensor message = Tensor::empty({g, 2 * El}, DType::i64);
   const std::shared_ptr<std::vector<Tensor>> sent = b.sent[forward ? kInFwd : kInBwd];
   std::vector<Tensor> reads{rows, xp_off, shadows};
+  if (scale.defined()) reads.push_back(scale);
   if (forward && S > 0) reads.insert(reads.end(), {w13, w2});
   stream.launch(launch_info("ep_send", runtime::KernelKind::comm, comm_blocks(stream, g), reads, {message}),
-                [ep, rows, in, counts, xp_off, shadows, shadow_w, w13, w2, message, sent, sig, source_sig, fused,
-                 forward, slot, El, S](const runtime::BlockContext& ctx) {
+                [ep, rows, scale, in, in_scale, counts, xp_off, shadows, shadow_w, w13, w2, message, sent, sig,
+                 source_sig, fused, forward, slot, El, S](const runtime::BlockContext& ctx) {
                   const int64_t* off = xp_off.data<int64_t>();
-                  const int64_t C = rows.size(1);
                   auto shadowed = [&](int64_t e) {
                     for (int k = 0; k < S; ++k)
                       if (shadow_at(shadows, k) == e) return true;
@@ -145,8 +174,9 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
                              n, pe, slot);
                     Sender send(fused ? source_sig + ep.me : sig, pe);
                     if (forward) send.put(counts.data<int64_t>() + int64_t(ep.me) * 2 * El, m, size_t(2 * El));
-                    for (int e = 0, at = 0; e < El; at += int(m[e++]))
-                      if (m[e] > 0) send.put(rows_at(in, ep.me * slot + at), rows_at(rows, m[El + e]), size_t(m[e] * C));
+                    for (const auto& [to, from] : {std::pair{in, rows}, std::pair{in_scale, scale}})
+                      for (int e = 0, at = 0; from.defined() && e < El; at += int(m[e++]))
+                        if (m[e] > 0) send.put_rows(to, ep.me * slot + at, from, m[El + e], m[e]);
                     if (forward && d != ep.me)
                       for (int k = 0; k < S; ++k) {
                         const int64_t e = shadow_at(shadows, k) - int64_t(ep.me) * El;  // my expert?
@@ -158,7 +188,7 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
                       }
                     send.finish();
                   });
-                  if (ctx.block_idx == 0) *sent = {rows, message};
+                  if (ctx.block_idx == 0) *sent = {rows, scale, message};
                 });
   const Tensor first_in = fused ? Tensor::empty({in.size(0), first->width}) : Tensor();
   if (fused) {
@@ -179,7 +209,8 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
                       o[0] = 0;
                       for (int e = 0; e < El; ++e) o[e + 1] = o[e] + m[e];
                     });
-      first->run(in.slice(0, src * slot, (src + 1) * slot), groups, first_in.slice(0, src * slot, (src + 1) * slot));
+      auto slot_of = [&](const Tensor& t) { return t.defined() ? t.slice(0, src * slot, (src + 1) * slot) : t; };
+      first->run(slot_of(in), slot_of(in_scale), groups, slot_of(first_in));
     }
   } else {
     shmem::signal_wait_on_stream(stream, sig, shmem::Cmp::ge, uint64_t(g) * kSent,
@@ -194,7 +225,7 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
   // counts first (every block derives it; block 0 keeps it). It takes the
   // signals it waited for.
   const Received received = free_received(b, forward);
-  const Tensor out = received.rows, filled = received.filled;
+  const Tensor out = received.rows, out_scale = received.scale, filled = received.filled;
   const Tensor first_grouped = fused ? Tensor::zeros({out.size(0), first->width}) : Tensor();
   if (fused) *first_out = first_grouped;
   const Tensor plan_counts = p.counts, local_off = p.offsets, source_off = p.source_offsets;
@@ -207,11 +238,12 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
   if (forward) writes.insert(writes.end(), {plan_counts, local_off, source_off});
   std::vector<Tensor> regroup_reads{in, counts, plan_counts, rows, xp_off, shadows};
   if (fused) writes.push_back(first_grouped), regroup_reads.push_back(first_in);
+  if (scale.defined()) writes.push_back(out_scale), regroup_reads.insert(regroup_reads.end(), {in_scale, scale});
   stream.launch(launch_info("ep_regroup", runtime::KernelKind::comm, comm_blocks(stream, int64_t(El) * g + S),
                             regroup_reads, writes),
-                [ep, sig, source_sig, fused, in, counts, plan_counts, local_off, source_off, out, filled, first_in,
-                 first_grouped, delivered, loads_sent, rows, xp_off, shadows, forward, slot, g, El,
-                 S](const runtime::BlockContext& ctx) {
+                [ep, sig, source_sig, fused, in, in_scale, counts, plan_counts, local_off, source_off, out, out_scale,
+                 filled, first_in, first_grouped, delivered, loads_sent, rows, scale, xp_off, shadows, forward, slot,
+                 g, El, S](const runtime::BlockContext& ctx) {
                   const int64_t* M = (forward ? counts : plan_counts).data<int64_t>();  // (g, 2 El)
                   const int64_t* off = xp_off.data<int64_t>();
                   // rows of my shadow slot k: my rows of its expert, unless I own it
@@ -225,16 +257,20 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
                     for (int s = 0; s < g; ++s) so[size_t(e * g + s)] = at, at += M[s * 2 * El + e];
                   for (int k = 0; k < S; ++k) so[size_t(El * g + k)] = at, at += shadow_rows(k);
                   so.back() = at;
+                  // the rows and, fp8, their scales: from my slots / my own rows
+                  const std::array<std::array<Tensor, 3>, 2> planes{{{out, in, rows}, {out_scale, in_scale, scale}}};
                   for (int64_t i = ctx.block_idx; i < int64_t(El) * g + S; i += ctx.block_dim) {
                     if (i >= int64_t(El) * g) {
                       const int k = int(i - int64_t(El) * g);
-                      if (shadow_rows(k) > 0) copy_rows(out, so[size_t(i)], rows, off[shadow_at(shadows, k)], shadow_rows(k));
+                      for (const auto& [to, slots, mine] : planes)
+                        if (to.defined()) copy_rows(to, so[size_t(i)], mine, off[shadow_at(shadows, k)], shadow_rows(k));
                       continue;
                     }
                     const int e = int(i / g), s = int(i % g);
                     int64_t from = s * slot;
                     for (int f = 0; f < e; ++f) from += M[s * 2 * El + f];
-                    copy_rows(out, so[size_t(i)], in, from, M[s * 2 * El + e]);
+                    for (const auto& [to, slots, mine] : planes)
+                      if (to.defined()) copy_rows(to, so[size_t(i)], slots, from, M[s * 2 * El + e]);
                     if (fused) copy_rows(first_grouped, so[size_t(i)], first_in, from, M[s * 2 * El + e]);
                   }
                   if (ctx.block_idx != 0) return;
@@ -252,9 +288,10 @@ Tensor ShmemExperts::to_owners(const Tensor& rows, const Plan& p, bool forward, 
                   }
                   int64_t& rows_filled = *filled.data<int64_t>();  // the tail past it is zero
                   zero_rows(out, at, rows_filled);
+                  if (out_scale.defined()) zero_rows(out_scale, at, rows_filled, /*scales=*/true);
                   rows_filled = at;
                 });
-  return out;
+  return received;
 }
 
 Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, bool forward, const GroupsGemm* gemm) {
@@ -285,7 +322,7 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, bool forward,
             if (e0 == 0) send = Sender(sig, ep.pes[size_t(s)]);
             for (int64_t e = e0; e < e1; ++e)
               if (row[e] > 0)
-                send.put(rows_at(back, row[El + e]), rows_at(rows, so[e * g + s]), size_t(row[e] * rows.size(1)));
+                send.put_rows(back, row[El + e], rows, so[e * g + s], row[e]);
             if (e1 == El) send.finish();
           });
           if (ctx.block_idx == 0 && e1 == El) *sent = {rows};
@@ -335,9 +372,17 @@ Tensor ShmemExperts::to_sources(const Tensor& rows, const Plan& p, bool forward,
 ShmemExperts::Received ShmemExperts::free_received(SiteBuffers& b, bool forward) {
   std::vector<Received>& pool = forward ? b.received_fwd : b.received_bwd;
   for (const Received& r : pool)
-    if (r.rows.storage().use_count() == 1 && r.filled.storage().use_count() == 1) return r;
-  pool.push_back({Tensor::zeros({recv_rows_, shape_.width}), Tensor::zeros({1}, DType::i64)});
-  return pool.back();
+    if (r.rows.storage().use_count() == 1 && r.filled.storage().use_count() == 1 &&
+        (!r.scale.defined() || r.scale.storage().use_count() == 1))
+      return r;
+  Received r{Tensor::zeros({recv_rows_, shape_.width}, forward ? shape_.wire : DType::f32), Tensor(),
+             Tensor::zeros({1}, DType::i64)};
+  if (forward && shape_.wire == DType::f8e4m3) {
+    r.scale = Tensor::empty({recv_rows_, scale_cols(shape_.width)});
+    zero_rows(r.scale, 0, recv_rows_, /*scales=*/true);
+  }
+  pool.push_back(r);
+  return r;
 }
 
 Tensor ShmemExperts::combine(const Tensor& y, const Dispatched& d) {
@@ -356,7 +401,7 @@ Tensor ShmemExperts::matmul_combine(const Tensor& y, const GroupsGemm& gemm, con
 Tensor ShmemExperts::combine_backward(const Tensor& dy, const Dispatched& d) {
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
   p.bwd_round = ++buffers(p.site).bwd_round;
-  return to_owners(dy, p, /*forward=*/false, {});
+  return to_owners(dy, p, /*forward=*/false, {}).rows;
 }
 
 Tensor ShmemExperts::dispatch_backward(const Tensor& drows, const Dispatched& d) {

@@ -41,6 +41,7 @@ ShmemExperts::Shape expert_shape(const PlanConfig& c) {
   shape.balance = c.parallel.expert_balance, shape.balance_window = c.parallel.balance_window;
   shape.shadow_cost = c.parallel.shadow_cost;
   shape.fused = c.parallel.fused_comm;
+  shape.wire = c.parallel.fused_comm ? s.expert_rows : DType::f32;  // the FP8 (bf16) dispatch is a fused op
   return shape;
 }
 
@@ -65,7 +66,7 @@ StageLayout layout_of(const PlanConfig& c, const Mesh& mesh, const Schedule& sch
   }
   s.tp = mesh.degree(Dim::tp), s.tp_rank = k[Dim::tp];
   s.sequence_parallel = c.parallel.sequence_parallel && s.tp > 1;
-  if (ep > 1) s.expert_shadows = ShmemExperts::shadow_slots(expert_shape(c));
+  if (ep > 1) s.expert_shadows = ShmemExperts::shadow_slots(expert_shape(c)), s.fused_experts = c.parallel.fused_comm;
   return s;
 }
 

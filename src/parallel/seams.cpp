@@ -10,7 +10,9 @@ namespace {
 class LocalExperts final : public ExpertDispatcher {
  public:
   Dispatched dispatch(const Tensor& xp, const Tensor& offsets, Site, const Weights&, const FirstGemm&) override {
-    return {xp, offsets, 1, offsets, nullptr, {}, {}, {}};
+    Dispatched d;
+    d.rows = xp, d.offsets = d.source_offsets = offsets;
+    return d;
   }
   Tensor combine(const Tensor& y, const Dispatched&) override { return y; }
   Tensor combine_backward(const Tensor& dy, const Dispatched&) override { return dy; }

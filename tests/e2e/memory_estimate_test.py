@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """--dry-run's memory estimate against the measured peak RSS, rank by rank
 (issue 29: within 25%), with the demo's model shape on a small corpus: one
-PE and ep 2 (the exchange's buffers and sends). A run that holds far more than it estimates (the
+PE and ep 2 in f32 and fp8 (the exchange's buffers and sends; fp8 rows on the wire). A run that holds far more than it estimates (the
 host running ahead of the device, a copy of a checkpoint in memory, freed
 pages kept by malloc, a parallel rank's exchange not counted) fails it.
 bench/memory_layouts.py does the runs and the comparison.
@@ -24,6 +24,6 @@ subprocess.run([sys.executable, str(here / "tiny_run.py"), str(work), "3",
                check=True)
 done = subprocess.run([sys.executable, str(here / ".." / ".." / "bench" / "memory_layouts.py"), "--coremesh", exe,
                        "--steps", "6", "--config", str(work / "cfg.json"),
-                       "--only", "1 PE", "ep 2", "--check"])
+                       "--only", "1 PE", "ep 2", "ep 2, fp8", "--check"])
 print("PASS" if done.returncode == 0 else "FAIL: a rank's peak is outside 0.75-1.25 of its estimate")
 sys.exit(done.returncode)

@@ -104,6 +104,7 @@ TEST(OpsGroupedGemm, GroupByGroupGivesTheBitsOfOneRun) {
   const int64_t M = 45, K = 19, N = 23;
   const std::vector<int64_t> off{0, 10, 10, 25, 40};  // group 1 empty, 5 tail rows
   Tensor x = randn({M, K}, 11), w = randn({4, N, K}, 12);
+  runtime::StreamGuard on(test_stream());  // the quantization, ordered before the products
   const QuantizedTensor xq = quantize_fp8_act(x), wq = quantize_fp8_weight(w);
   for_each_limit([&](const LimitCase&) {
     Tensor one = grouped_matmul(x, w, offsets_of(off)), one8 = grouped_matmul_fp8(xq, wq, offsets_of(off));

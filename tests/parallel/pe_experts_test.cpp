@@ -12,6 +12,7 @@
 
 #include "coremesh/ops/elementwise.hpp"
 #include "coremesh/ops/grouped_gemm.hpp"
+#include "coremesh/ops/quant.hpp"
 #include "coremesh/parallel/expert_balance.hpp"
 #include "coremesh/parallel/expert_parallel.hpp"
 #include "coremesh/runtime/stream.hpp"
@@ -31,7 +32,7 @@ struct Source {
   std::vector<int64_t> counts, offsets;
   std::vector<float> rows;
 };
-Source source(int pe, int n, int round) {
+Source source(int pe, int n, int round, int64_t width = C) {
   Source s;
   std::mt19937 rng(uint32_t(pe * 7919 + round));
   s.counts.assign(E, 0);
@@ -43,12 +44,12 @@ Source source(int pe, int n, int round) {
   }
   s.offsets.assign(E + 1, 0);
   for (int e = 0; e < E; ++e) s.offsets[size_t(e + 1)] = s.offsets[size_t(e)] + s.counts[size_t(e)];
-  for (int64_t i = 0; i < s.offsets[E] * C; ++i) s.rows.push_back(float(pe * 1000 + round * 100) + float(i) * 0.5f);
+  for (int64_t i = 0; i < s.offsets[E] * width; ++i) s.rows.push_back(float(pe * 1000 + round * 100) + float(i) * 0.5f);
   return s;
 }
 
-Tensor rows_tensor(const Source& s) {  // (R, C): the rows, then zeros
-  Tensor t = Tensor::zeros({R, C});
+Tensor rows_tensor(const Source& s, int64_t width = C) {  // (R, width): the rows, then zeros
+  Tensor t = Tensor::zeros({R, width});
   std::copy(s.rows.begin(), s.rows.end(), t.data<float>());
   return t;
 }
@@ -128,10 +129,11 @@ TEST(ExpertParallel, FusedDispatchRunsTheFirstGemmPerSource) {
   for (int e = 0; e < El; ++e)
     for (int64_t c = 0; c < C; ++c) eye.data<float>()[(e * C + c) * C + c] = 1.0f;
   int calls = 0;
-  const ExpertDispatcher::FirstGemm first{W, [&](const Tensor& rows, const Tensor& offsets, const Tensor& out) {
-                                            ++calls;
-                                            ops::grouped_matmul_out(rows, w, offsets, out);
-                                          }};
+  const ExpertDispatcher::FirstGemm first{
+      W, [&](const Tensor& rows, const Tensor&, const Tensor& offsets, const Tensor& out) {
+        ++calls;
+        ops::grouped_matmul_out(rows, w, offsets, out);
+      }};
   runtime::Stream stream;
   runtime::StreamGuard on(stream);
   for (int round = 0; round < 3; ++round)
@@ -170,6 +172,74 @@ TEST(ExpertParallel, FusedDispatchRunsTheFirstGemmPerSource) {
 #endif
       EXPECT_EQ(0, std::memcmp(back.raw_data(), xp.raw_data(), xp.nbytes())) << "combine";
       EXPECT_EQ(0, std::memcmp(dx.raw_data(), xp.raw_data(), xp.nbytes())) << "dispatch backward";
+    }
+  shmem::barrier();
+}
+
+// The wire (Shape::wire): bf16 rows, or fp8 rows with their 1x128 scales,
+// travel as the experts' first GEMM reads them, converted by the source. The
+// owner gets the bits of converting the f32 rows it would have received,
+// padding included (a zero tile's scale is 1). Fused, the GEMM per source
+// equals one GEMM over those rows. Combine and the backward still move f32.
+// A width of 200 gives two scale tiles per row.
+TEST(ExpertParallel, RowsTravelInTheFormTheFirstGemmReads) {
+  const int me = shmem::my_pe(), n = shmem::n_pes();
+  std::vector<int> world;
+  for (int p = 0; p < n; ++p) world.push_back(p);
+  constexpr int64_t C2 = 200, W = 6;
+  ShmemExperts plain(Group::of(world, me), {E, C2, R, -1, {1}});
+  const int El = E / n;
+  Tensor w = Tensor::empty({El, W, C2});
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = float((i * 37 + me * 11) % 19) * 0.125f - 1.0f;
+  runtime::Stream stream;
+  runtime::StreamGuard on(stream);
+  const ops::QuantizedTensor w8 = ops::quantize_fp8_weight(w);
+  const Tensor w16 = ops::cast(w, DType::bf16);
+  for (DType wire : {DType::bf16, DType::f8e4m3})
+    for (bool fused : {false, true}) {
+      ShmemExperts::Shape shape{E, C2, R, -1, {1}};
+      shape.wire = wire, shape.fused = fused;
+      ShmemExperts experts(Group::of(world, me), shape);
+      const ExpertDispatcher::FirstGemm first{
+          W, [&](const Tensor& rows, const Tensor& scale, const Tensor& offsets, const Tensor& out) {
+            if (wire == DType::f8e4m3) ops::grouped_matmul_fp8({rows, scale}, w8, offsets, out);
+            else ops::grouped_matmul_out(rows, w16, offsets, out);
+          }};
+      for (int round = 0; round < 3; ++round) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(wire) << (fused ? " fused" : "") << " round " << round);
+        const Source mine = source(me, n + 1, round, C2);
+        const Tensor xp = rows_tensor(mine, C2), offsets = Tensor::from_vector(mine.offsets, {E + 1});
+        const auto ref = plain.dispatch(xp, offsets, {1}, {}, {});
+        const auto d = experts.dispatch(xp, offsets, {1}, {}, first);
+        ASSERT_EQ(d.rows.dtype(), wire);
+        ASSERT_EQ(d.first.defined(), fused);
+        ops::QuantizedTensor want{ops::cast(ref.rows, DType::bf16), Tensor()};
+        if (wire == DType::f8e4m3) want = ops::quantize_fp8_act(ref.rows);
+        Tensor one;
+        if (fused) one = Tensor::empty(d.first.shape()), first.run(d.rows, d.scale, d.offsets, one);
+        const Tensor back = experts.combine(ref.rows, d), ref_back = plain.combine(ref.rows, ref);
+        const Tensor dx = experts.dispatch_backward(experts.combine_backward(xp, d), d);
+        stream.synchronize();
+        ASSERT_EQ(d.rows.nbytes(), want.data.nbytes());
+        EXPECT_EQ(0, std::memcmp(d.rows.raw_data(), want.data.raw_data(), want.data.nbytes())) << "rows";
+        ASSERT_EQ(d.scale.defined(), wire == DType::f8e4m3);
+        if (d.scale.defined()) {
+          ASSERT_EQ(d.scale.shape(), want.scale.shape());
+          EXPECT_EQ(0, std::memcmp(d.scale.raw_data(), want.scale.raw_data(), want.scale.nbytes())) << "scales";
+        }
+        EXPECT_EQ(0, std::memcmp(d.offsets.raw_data(), ref.offsets.raw_data(), ref.offsets.nbytes()));
+#if defined(__AVX2__) && defined(__FMA__)  // our GEMM engine is row-exact; OpenBLAS (sanitizer builds) blocks by row count
+        if (fused) {
+          EXPECT_EQ(0, std::memcmp(one.raw_data(), d.first.raw_data(), one.nbytes())) << "one grouped GEMM";
+        }
+#else
+        for (int64_t i = 0; fused && i < one.numel(); ++i)
+          ASSERT_NEAR(d.first.data<float>()[i], one.data<float>()[i], 1e-6f * (1 + std::abs(one.data<float>()[i])));
+#endif
+        EXPECT_EQ(0, std::memcmp(back.raw_data(), xp.raw_data(), xp.nbytes())) << "combine";
+        EXPECT_EQ(0, std::memcmp(ref_back.raw_data(), xp.raw_data(), xp.nbytes())) << "combine (f32 wire)";
+        EXPECT_EQ(0, std::memcmp(dx.raw_data(), xp.raw_data(), xp.nbytes())) << "dispatch backward";
+      }
     }
   shmem::barrier();
 }

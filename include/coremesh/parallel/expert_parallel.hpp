@@ -26,6 +26,9 @@
 //             matmul_combine (grouped_matmul_alltoallv) is the mirror: the
 //             second GEMM expert by expert, each expert's (expert, source)
 //             runs put as soon as they are done, while the next computes.
+//   wire      (Shape::wire) the forward dispatch moves its rows as the first
+//             GEMM reads them, bf16 or fp8 with 1x128 scales, converted by
+//             the source before they leave; combine and the backward move f32.
 // The backward runs the mirror pair: combine's backward is a dispatch of dy
 // (with the forward's plan), dispatch's backward a combine of drows. The
 // data moves while the PEs' cores compute: a piece is one message on the
@@ -92,9 +95,16 @@ class ShmemExperts final : public ExpertDispatcher {
     int balance_window = 10; // static: forward rounds of a site between plans
     double shadow_cost = 16; // the planner's price of a shadow on a PE, in rows
     bool fused = false;      // run a dispatch's FirstGemm per source as its rows land
+    // The forward dispatch's rows as they travel and arrive: f32, bf16, or
+    // f8e4m3 with their 1x128 scales (AlltoAllvQuantGroupedMatMul), the
+    // form the experts' first GEMM reads. The source converts them, so a
+    // quarter (a half) of the bytes move, with the bits of a conversion at
+    // the owner: a row's form depends on that row alone.
+    DType wire = DType::f32;
   };
   // Collective over the world (allocates the symmetric buffers).
   ShmemExperts(Group ep, const Shape& shape);
+  ~ShmemExperts() override;
 
   int first_expert() const { return ep_.me * local_; }
   int local_experts() const { return local_; }
@@ -121,12 +131,14 @@ class ShmemExperts final : public ExpertDispatcher {
 
  private:
   struct Received {
-    Tensor rows;    // (recv_rows, C): the rows of this PE's experts, grouped
+    Tensor rows;    // (recv_rows, C): the rows of this PE's experts, grouped (forward: Shape::wire)
+    Tensor scale;   // forward, f8e4m3 rows: (recv_rows, C / 128) f32 (the tail's: 1)
     Tensor filled;  // (1) i64: rows from here on are zero (set on the stream)
   };
   struct SiteBuffers {
     Tensor counts;               // (ep, 2 E_local) i64: per source, its rows per local expert, then where each starts in its xp
-    Tensor in_fwd, in_bwd;       // (ep x slot, C): the sources' rows, slot s from source s
+    Tensor in_fwd, in_bwd;       // (ep x slot, C): the sources' rows, slot s from source s (forward: Shape::wire)
+    Tensor in_scale;             // f8e4m3 rows: (ep x slot, C / 128) f32, their scales
     Tensor back_fwd, back_bwd;   // (max_rows, C): this PE's rows back from the owners, in xp order
     Tensor signals;              // u64, one per Signal (expert_parallel.cpp)
     // With shadow slots:
@@ -153,11 +165,12 @@ class ShmemExperts final : public ExpertDispatcher {
   std::pair<Tensor, Tensor> group_weights(const Weights& own, const Plan& p);
   void exchange_parts(const Tensor& parts, int weight, const Plan& p);
   // Source side: rows (xp order) to every owner's slot, then the owners
-  // regroup what they received; returns this PE's received rows.
+  // regroup what they received; returns this PE's received rows (forward:
+  // in Shape::wire's form).
   // Forward: `weights` are this PE's experts' (a shadow's weights leave with the rows).
   // Forward, fused: `first` per source slot; its output regrouped into *first_out.
-  Tensor to_owners(const Tensor& rows, const Plan& plan, bool forward, const Weights& weights,
-                   const FirstGemm* first = nullptr, Tensor* first_out = nullptr);
+  Received to_owners(const Tensor& xp, const Plan& plan, bool forward, const Weights& weights,
+                     const FirstGemm* first = nullptr, Tensor* first_out = nullptr);
   // Owner side: rows of this PE's experts to their sources' return buffers;
   // returns this PE's rows back in xp order.
   // Forward, fused: `gemm` writes `rows` expert by expert before each one's runs leave.

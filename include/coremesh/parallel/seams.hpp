@@ -32,7 +32,12 @@ namespace coremesh::parallel {
 class ExpertDispatcher {
  public:
   struct Dispatched {
-    Tensor rows;     // (R_local, C) grouped by local expert; rows past offsets[E_local] are padding
+    // (R_local, C) grouped by local expert; rows past offsets[E_local] are
+    // padding. f32, or in the form the wire carried them (ShmemExperts::
+    // Shape::wire): bf16, or f8e4m3 with `scale` (R_local, C / 128) f32,
+    // the 1x128 tiles of ops::quantize_fp8_act.
+    Tensor rows;
+    Tensor scale;
     Tensor offsets;  // (E_local + 1) i64: the group list of `rows`
     // Within each local expert, the rows of source s (another PE's tokens)
     // follow those of source s - 1: (local expert e, source s) owns rows
@@ -62,14 +67,15 @@ class ExpertDispatcher {
   };
   // The experts' first GEMM ([w1; w3] of every local expert) that a dispatch
   // may run on each source's rows as they land (alltoallv_grouped_matmul):
-  // run(rows, offsets, out) multiplies `rows` grouped by `offsets` (E_local
+  // run(rows, scale, offsets, out) multiplies `rows` (in the form of
+  // Dispatched::rows, with `scale` where fp8) grouped by `offsets` (E_local
   // + 1 i64, read on the stream) into out (rows, width) f32 on the current
   // stream, rows past the last group zero. A GEMM's rows do not depend on
   // the rows beside them: the same bits as one GEMM over the grouped rows
   // where the engine is row-exact.
   struct FirstGemm {
     int64_t width = 0;
-    std::function<void(const Tensor& rows, const Tensor& offsets, const Tensor& out)> run;
+    std::function<void(const Tensor& rows, const Tensor& scale, const Tensor& offsets, const Tensor& out)> run;
   };
   struct Weights {  // the layer's routed experts on this PE
     Tensor w13, w2;

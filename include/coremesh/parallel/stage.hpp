@@ -30,6 +30,9 @@ struct StageLayout {
   int tp = 1, tp_rank = 0;         // tensor parallelism: this stage's share of the split matrices
   bool sequence_parallel = false;  // tp > 1: the norms and routers compute on 1/tp of the tokens
   int expert_shadows = 0;          // shadow slots per MoE layer (expert_balance; 0: none)
+  // ShmemExperts::Shape::fused: the experts' first GEMM per source as its rows
+  // land, the forward's rows on the wire in the form that GEMM reads
+  bool fused_experts = false;
   bool operator==(const StageLayout&) const = default;
 };
 
@@ -49,6 +52,7 @@ struct ModelShape {
   int heads = 0, kv_heads = 0, head_dim = 0;
   int64_t tp_heads = 0, tp_kv_heads = 0;  // one TP rank's (all of them without TP)
   int64_t tp_expert_hidden = 0;           // a routed expert's hidden units on one TP rank
+  DType expert_rows = DType::f32;         // what the experts' first GEMM reads: f32, bf16 or f8e4m3
   int batch = 0, seq_len = 0;      // one micro-batch: batch sequences of seq_len tokens
   int64_t expert_capacity = 0;     // per expert, of one micro-batch's batch x seq_len tokens
   bool balance_loss = false;       // a sequence-wise balance loss (needs whole sequences)
