@@ -5,7 +5,7 @@
 # PEs on shared memory, at 2 PEs under mpirun on the network path (every PE
 # its own host, UCX over loopback TCP), and on a d 1024 config's (C 1024, H
 # 4096) at 2 PEs; then the demo model's training step with and without
-# --fused-comm at tp 2, tp 2 + SP and ep 2 (2 PEs x 1 core). ROUNDS rounds each,
+# --fused-comm at tp 2, tp 2 + SP, ep 2 and ep 2 in fp8 (2 PEs x 1 core). ROUNDS rounds each,
 # medians. Prints one markdown table for docs/performance.md, section "## Fused
 # communication"; every fused result equals the unfused one bit for bit (the
 # bench exits 1 otherwise).
@@ -28,7 +28,7 @@ for _ in $(seq "$ROUNDS"); do
   ARGS="256 768 1024 20 2" ops "shm_4_demo" "$COREMESH" run -n 4 >>"$RAW"
   ARGS="256 768 1024 20 2" ops "net_2_demo" tests/shmem/mpirun_net.sh 2 >>"$RAW"
   ARGS="1024 4096 1024 5 2" ops "shm_2_d1024" "$COREMESH" run -n 2 >>"$RAW"
-  for layout in "tp2:--tp 2" "tp2_sp:--tp 2 --sequence-parallel" "ep2:--ep 2"; do
+  for layout in "tp2:--tp 2" "tp2_sp:--tp 2 --sequence-parallel" "ep2:--ep 2" "ep2_fp8:--ep 2 --precision fp8"; do
     name=${layout%%:*}
     echo "train $name unfused $(train_tokens two ${layout#*:} --fused-comm false)" >>"$RAW"
     echo "train $name fused $(train_tokens two ${layout#*:} --fused-comm true)" >>"$RAW"
@@ -55,7 +55,8 @@ for (where, op), runs in ops.items():
 print()
 print("| training (demo model, 2 PEs x 1 core) | --fused-comm false (tokens/s) | --fused-comm true (tokens/s) | ratio |")
 print("|---|---:|---:|---:|")
-for name, label in (("tp2", "tp 2"), ("tp2_sp", "tp 2 + SP"), ("ep2", "ep 2 (both expert GEMMs fused with dispatch / combine)")):
+for name, label in (("tp2", "tp 2"), ("tp2_sp", "tp 2 + SP"), ("ep2", "ep 2 (both expert GEMMs fused with dispatch / combine)"),
+                    ("ep2_fp8", "ep 2, fp8 (and its rows quantized at the source: a quarter of the bytes)")):
     u, f = statistics.median(train[(name, "unfused")]), statistics.median(train[(name, "fused")])
     print(f"| {label} | {u:.0f} | {f:.0f} | {f / u:.2f}x |")
 PY

@@ -17,8 +17,13 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "coremesh/core/tensor.hpp"
+
+namespace coremesh::parallel {
+struct Group;
+}
 
 namespace coremesh::python {
 
@@ -62,6 +67,10 @@ T named_choice(const std::string& name, const std::pair<const char*, T> (&table)
   CM_THROW(InvalidArgument, fmt::format("pass one of {}", names), "unknown {} '{}'", what, name);
 }
 
+// The group of the world PEs `pes` (member order; None: the whole job) seen
+// from this PE, which must be one of them.
+parallel::Group group_of(std::optional<std::vector<int>> pes);
+
 // dtype from a name ("f32", "bf16", "f8e4m3", "f8e5m2", "i32", "i64"), a
 // coremesh dtype or a NumPy/torch dtype-like object naming one of them.
 DType dtype_arg(const py::handle& value);
@@ -82,5 +91,6 @@ void bind_shmem_collectives(py::module_& m);
 void bind_train(py::module_& m);
 void bind_graph(py::module_& m);
 void bind_parallel(py::module_& m);
+void bind_parallel_experts(py::module_& m);
 
 }  // namespace coremesh::python

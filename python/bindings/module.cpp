@@ -106,5 +106,6 @@ PYBIND11_MODULE(_C, m) {
   bind_graph(graph);
   auto parallel = m.def_submodule("parallel", "Fused TP comm+GEMM operators over SHMEM (under `coremesh run -n N`).");
   bind_parallel(parallel);
+  bind_parallel_experts(parallel);
   install_python_hooks(m);
 }

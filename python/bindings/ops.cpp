@@ -125,10 +125,13 @@ dw = d w + dw_beta * dw_into, written into dw_into.)doc");
         py::arg("beta") = 0.0f,
         "The weight-gradient half alone: dw[g] = dy_g^T x_g ['nk'] + beta * dw[g], into dw (w's shape).");
   m.def("grouped_matmul_fp8",
-        [](const ops::QuantizedTensor& x, const ops::QuantizedTensor& w, const Tensor& offsets) {
-          return ops::grouped_matmul_fp8(x, w, offsets);
-        }, py::arg("x"), py::arg("w"), py::arg("offsets"),
-        "Layout B in FP8: x QuantizedTensor (M,K), w QuantizedTensor (G,N,K) -> y (M,N) f32.");
+        [](const ops::QuantizedTensor& x, const ops::QuantizedTensor& w, const Tensor& offsets,
+           const std::optional<Tensor>& out, std::pair<int64_t, int64_t> groups) {
+          return ops::grouped_matmul_fp8(x, w, offsets, optional_tensor(out), {groups.first, groups.second});
+        }, py::arg("x"), py::arg("w"), py::arg("offsets"), py::arg("out") = py::none(),
+        py::arg("groups") = std::pair<int64_t, int64_t>{0, -1},
+        "Layout B in FP8: x QuantizedTensor (M,K), w QuantizedTensor (G,N,K) -> y (M,N) f32; into out\n"
+        "when given, and only the groups (begin, end) as grouped_matmul_out.");
 }
 
 void bind_attention_and_norm(py::module_& m) {

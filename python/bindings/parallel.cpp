@@ -9,7 +9,6 @@
 #include "coremesh/shmem/shmem.hpp"
 
 namespace coremesh::python {
-namespace {
 
 parallel::Group group_of(std::optional<std::vector<int>> pes) {
   if (!pes) {
@@ -18,6 +17,8 @@ parallel::Group group_of(std::optional<std::vector<int>> pes) {
   }
   return parallel::Group::of(*pes, shmem::my_pe());
 }
+
+namespace {
 
 py::tuple norm_out(const ops::RMSNormResidualOut& o) { return py::make_tuple(o.h, o.y, o.rstd); }
 

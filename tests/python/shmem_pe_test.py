@@ -285,3 +285,55 @@ def test_fused_tp_operators_equal_their_unfused_sequences(me):
     for a, b in zip(got, want):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert not np.asarray(got[0])[N - 1:].any()
+
+
+def test_expert_dispatch_and_its_fused_forms(me):
+    """The EP exchange from Python: the plain round trip with an identity second GEMM run expert by expert
+    (matmul_combine), and the fused fp8 dispatch: rows quantized at the source arrive as the owner would
+    have quantized them, the first GEMM runs once per source and equals one GEMM over the rows."""
+    from coremesh import parallel
+    pe, n = me
+    E, C, R, W = 4, 130, 24, 6  # C: two scale tiles per row
+    rng = np.random.default_rng(40 + pe)
+    counts = np.bincount(rng.integers(0, E, R - pe), minlength=E)
+    offsets = cm.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+    rows = np.zeros((R, C), dtype=np.float32)
+    rows[:counts.sum()] = rng.standard_normal((counts.sum(), C), dtype=np.float32)
+    xp = cm.from_numpy(rows)
+    plain = parallel.ExpertParallelGroup(experts=E, width=C, max_rows=R, fused=True)  # f32 on the wire
+    fused = parallel.ExpertParallelGroup(experts=E, width=C, max_rows=R, fused=True, wire="f8e4m3")
+    El = fused.local_experts
+    assert El == E // n and fused.first_expert == pe * El
+    w8 = ops.quantize_fp8_weight(cm.from_numpy(np.random.default_rng(3).standard_normal((El, W, C), dtype=np.float32)))
+    eye = cm.from_numpy(np.tile(np.eye(C, dtype=np.float32), (El, 1, 1)))
+    calls = []
+
+    def first(rows, scale, offs, out):
+        calls.append(rows.shape[0])
+        ops.grouped_matmul_fp8(ops.QuantizedTensor(rows, scale), w8, offs, out=out)
+
+    ref = plain.dispatch(xp, offsets)
+    d = fused.dispatch(xp, offsets, first=first, first_width=W)
+    assert len(calls) == n, "one first GEMM per source"
+    ranges = []
+
+    def identity(y, b, e):
+        ranges.append((b, e))
+        ops.grouped_matmul_out(ref.rows, eye, ref.offsets, y, groups=(b, e))
+
+    back = plain.matmul_combine(cm.empty(list(ref.rows.shape)), identity, ref)
+    fused_back = fused.combine(ref.rows, d)
+    dx = fused.dispatch_backward(fused.combine_backward(xp, d), d)
+    want = ops.quantize_fp8_act(ref.rows)
+    one = ops.grouped_matmul_fp8(ops.QuantizedTensor(d.rows, d.scale), w8, d.offsets)
+    runtime.synchronize()
+    shmem.barrier()
+    assert ref.scale is None and ref.first is None and ref.rows.dtype == "f32"
+    assert d.rows.dtype == "f8e4m3" and d.first is not None
+    np.testing.assert_array_equal(np.asarray(d.rows.to("f32")), np.asarray(want.data.to("f32")))
+    np.testing.assert_array_equal(np.asarray(d.scale), np.asarray(want.scale))
+    np.testing.assert_array_equal(np.asarray(d.offsets), np.asarray(ref.offsets))
+    np.testing.assert_allclose(np.asarray(d.first), np.asarray(one), rtol=1e-6, atol=1e-6)
+    assert len(ranges) == El, "the second GEMM expert by expert"
+    for got in (back, fused_back, dx):
+        np.testing.assert_array_equal(np.asarray(got), rows)
