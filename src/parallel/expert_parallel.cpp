@@ -262,8 +262,10 @@ ShmemExperts::Received ShmemExperts::to_owners(const Tensor& xp, const Plan& p, 
                   for (int64_t i = ctx.block_idx; i < int64_t(El) * g + S; i += ctx.block_dim) {
                     if (i >= int64_t(El) * g) {
                       const int k = int(i - int64_t(El) * g);
+                      const int64_t n = shadow_rows(k);
+                      if (n == 0) continue;  // an empty slot: its expert is -1, off[-1] is not a row
                       for (const auto& [to, slots, mine] : planes)
-                        if (to.defined()) copy_rows(to, so[size_t(i)], mine, off[shadow_at(shadows, k)], shadow_rows(k));
+                        if (to.defined()) copy_rows(to, so[size_t(i)], mine, off[shadow_at(shadows, k)], n);
                       continue;
                     }
                     const int e = int(i / g), s = int(i % g);
