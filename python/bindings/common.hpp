@@ -21,6 +21,9 @@
 
 #include "coremesh/core/tensor.hpp"
 
+namespace coremesh::ops {
+enum class WeightLayout;
+}
 namespace coremesh::parallel {
 struct Group;
 }
@@ -70,6 +73,8 @@ T named_choice(const std::string& name, const std::pair<const char*, T> (&table)
 // The group of the world PEs `pes` (member order; None: the whole job) seen
 // from this PE, which must be one of them.
 parallel::Group group_of(std::optional<std::vector<int>> pes);
+// "nk" (w (N, K), nn.Linear's) or "kn" (w (K, N)); anything else: a ValueError that lists them.
+ops::WeightLayout layout_arg(const std::string& name);
 
 // dtype from a name ("f32", "bf16", "f8e4m3", "f8e5m2", "i32", "i64"), a
 // coremesh dtype or a NumPy/torch dtype-like object naming one of them.

@@ -19,15 +19,16 @@
 #include "coremesh/ops/transpose.hpp"
 
 namespace coremesh::python {
-namespace {
-
-using ops::QuantizedTensor;
 
 ops::WeightLayout layout_arg(const std::string& name) {
   static const std::pair<const char*, ops::WeightLayout> table[] = {
       {"nk", ops::WeightLayout::nk}, {"kn", ops::WeightLayout::kn}};  // nk: nn.Linear's (N,K)
   return named_choice(name, table, "layout");
 }
+
+namespace {
+
+using ops::QuantizedTensor;
 
 ops::GeluApprox gelu_arg(const std::string& name) {
   static const std::pair<const char*, ops::GeluApprox> table[] = {

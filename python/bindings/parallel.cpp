@@ -21,6 +21,7 @@ parallel::Group group_of(std::optional<std::vector<int>> pes) {
 namespace {
 
 py::tuple norm_out(const ops::RMSNormResidualOut& o) { return py::make_tuple(o.h, o.y, o.rstd); }
+py::tuple grads_out(const parallel::FusedTensorComm::Grads& g) { return py::make_tuple(g.dx, g.dw); }
 
 }  // namespace
 
@@ -34,6 +35,11 @@ moves (N x K gathered, N x C summed); max_rows: the most rows N.
   matmul_allreduce(h, w) -> y                sum(h w^T) on every member
   grouped_matmul_allreduce(h, w, offsets) -> y  sum(grouped_matmul(h, w, offsets)), w (G, C, F)
   add_rmsnorm_allreduce(x, y, w, eps) -> (h, y, rstd)  rmsnorm_residual(x, sum(y), w)
+The first three take layout="kn" for w (K, O) (y = x w). Their backward halves
+(f32, w (O, K)) return (dx, dw): allgather_matmul_backward(dy, gathered, w)
+(dx = this member's rows of sum(dy w), a matmul_reduce_scatter with kn),
+matmul_reduce_scatter_backward(dy, h, w) (dh = all_gather(dy) w, an
+allgather_matmul with kn) and the static matmul_allreduce_backward(dy, h, w).
 All but the last take fp8 too (ops.QuantizedTensor: x, h from quantize_fp8_act,
 w from quantize_fp8_weight; the gathered input comes back quantized).
 Each equals its unfused sequence (reference_* with a TensorParallelGroup) bit for bit.)doc")
@@ -45,11 +51,12 @@ Each equals its unfused sequence (reference_* with a TensorParallelGroup) bit fo
            py::arg("capacity"), py::arg("max_rows"), py::arg("pes") = py::none(), py::arg("chunks") = 2,
            py::arg("comm_cores") = 1)
       .def("allgather_matmul",
-           [](parallel::FusedTensorComm& f, const Tensor& x, const Tensor& w, bool keep_input) {
-             auto g = f.allgather_matmul(x, w, keep_input);
+           [](parallel::FusedTensorComm& f, const Tensor& x, const Tensor& w, bool keep_input,
+              const std::string& layout) {
+             auto g = f.allgather_matmul(x, w, keep_input, layout_arg(layout));
              return py::make_tuple(g.y, g.gathered.defined() ? py::cast(g.gathered) : py::none());
            },
-           py::arg("x"), py::arg("w"), py::arg("keep_input") = true)
+           py::arg("x"), py::arg("w"), py::arg("keep_input") = true, py::arg("layout") = "nk")
       .def("allgather_matmul",
            [](parallel::FusedTensorComm& f, const ops::QuantizedTensor& x, const ops::QuantizedTensor& w) {
              auto g = f.allgather_matmul(x, w);
@@ -57,15 +64,19 @@ Each equals its unfused sequence (reference_* with a TensorParallelGroup) bit fo
            },
            py::arg("x"), py::arg("w"))
       .def("matmul_reduce_scatter",
-           py::overload_cast<const Tensor&, const Tensor&>(&parallel::FusedTensorComm::matmul_reduce_scatter),
-           py::arg("h"), py::arg("w"))
+           [](parallel::FusedTensorComm& f, const Tensor& h, const Tensor& w, const std::string& layout) {
+             return f.matmul_reduce_scatter(h, w, layout_arg(layout));
+           },
+           py::arg("h"), py::arg("w"), py::arg("layout") = "nk")
       .def("matmul_reduce_scatter",
            py::overload_cast<const ops::QuantizedTensor&, const ops::QuantizedTensor&>(
                &parallel::FusedTensorComm::matmul_reduce_scatter),
            py::arg("h"), py::arg("w"))
       .def("matmul_allreduce",
-           py::overload_cast<const Tensor&, const Tensor&>(&parallel::FusedTensorComm::matmul_allreduce),
-           py::arg("h"), py::arg("w"))
+           [](parallel::FusedTensorComm& f, const Tensor& h, const Tensor& w, const std::string& layout) {
+             return f.matmul_allreduce(h, w, layout_arg(layout));
+           },
+           py::arg("h"), py::arg("w"), py::arg("layout") = "nk")
       .def("matmul_allreduce",
            py::overload_cast<const ops::QuantizedTensor&, const ops::QuantizedTensor&>(
                &parallel::FusedTensorComm::matmul_allreduce),
@@ -83,6 +94,22 @@ Each equals its unfused sequence (reference_* with a TensorParallelGroup) bit fo
              return norm_out(f.add_rmsnorm_allreduce(x, y, w, eps));
            },
            py::arg("x"), py::arg("y"), py::arg("w"), py::arg("eps") = 1e-6f)
+      .def("allgather_matmul_backward",
+           [](parallel::FusedTensorComm& f, const Tensor& dy, const Tensor& gathered, const Tensor& w) {
+             return grads_out(f.allgather_matmul_backward(dy, gathered, w));
+           },
+           py::arg("dy"), py::arg("gathered"), py::arg("w"))
+      .def("matmul_reduce_scatter_backward",
+           [](parallel::FusedTensorComm& f, const Tensor& dy, const Tensor& h, const Tensor& w) {
+             return grads_out(f.matmul_reduce_scatter_backward(dy, h, w));
+           },
+           py::arg("dy"), py::arg("h"), py::arg("w"))
+      .def_static(
+          "matmul_allreduce_backward",
+          [](const Tensor& dy, const Tensor& h, const Tensor& w) {
+            return grads_out(parallel::FusedTensorComm::matmul_allreduce_backward(dy, h, w));
+          },
+          py::arg("dy"), py::arg("h"), py::arg("w"))
       .def_property_readonly("bytes_put", &parallel::FusedTensorComm::bytes_put);
 
   py::class_<parallel::ShmemTensor>(m, "TensorParallelGroup", R"doc(
@@ -98,22 +125,40 @@ sequence_parallel: all_gather / reduce_scatter of rows, else all_reduce.)doc")
       .def("reduce_scatter", &parallel::ShmemTensor::reduce_scatter, py::arg("y"))
       .def("all_reduce", &parallel::ShmemTensor::all_reduce, py::arg("x"));
 
-  m.def("reference_allgather_matmul", [](parallel::ShmemTensor& tp, const Tensor& x, const Tensor& w) {
-    auto g = parallel::reference::allgather_matmul(tp, x, w);
-    return py::make_tuple(g.y, g.gathered);
-  });
+  m.def(
+      "reference_allgather_matmul",
+      [](parallel::ShmemTensor& tp, const Tensor& x, const Tensor& w, const std::string& layout) {
+        auto g = parallel::reference::allgather_matmul(tp, x, w, layout_arg(layout));
+        return py::make_tuple(g.y, g.gathered);
+      },
+      py::arg("tp"), py::arg("x"), py::arg("w"), py::arg("layout") = "nk");
   m.def("reference_allgather_matmul", [](parallel::ShmemTensor& tp, const Tensor& x, const ops::QuantizedTensor& w) {
     auto g = parallel::reference::allgather_matmul(tp, x, w);
     return py::make_tuple(g.y, g.gathered);
   });
-  m.def("reference_matmul_reduce_scatter",
-        py::overload_cast<parallel::ShmemTensor&, const Tensor&, const Tensor&>(
-            &parallel::reference::matmul_reduce_scatter));
+  m.def(
+      "reference_matmul_reduce_scatter",
+      [](parallel::ShmemTensor& tp, const Tensor& h, const Tensor& w, const std::string& layout) {
+        return parallel::reference::matmul_reduce_scatter(tp, h, w, layout_arg(layout));
+      },
+      py::arg("tp"), py::arg("h"), py::arg("w"), py::arg("layout") = "nk");
   m.def("reference_matmul_reduce_scatter",
         py::overload_cast<parallel::ShmemTensor&, const ops::QuantizedTensor&, const ops::QuantizedTensor&>(
             &parallel::reference::matmul_reduce_scatter));
-  m.def("reference_matmul_allreduce",
-        py::overload_cast<parallel::ShmemTensor&, const Tensor&, const Tensor&>(&parallel::reference::matmul_allreduce));
+  m.def(
+      "reference_matmul_allreduce",
+      [](parallel::ShmemTensor& tp, const Tensor& h, const Tensor& w, const std::string& layout) {
+        return parallel::reference::matmul_allreduce(tp, h, w, layout_arg(layout));
+      },
+      py::arg("tp"), py::arg("h"), py::arg("w"), py::arg("layout") = "nk");
+  m.def("reference_allgather_matmul_backward",
+        [](parallel::ShmemTensor& tp, const Tensor& dy, const Tensor& gathered, const Tensor& w) {
+          return grads_out(parallel::reference::allgather_matmul_backward(tp, dy, gathered, w));
+        });
+  m.def("reference_matmul_reduce_scatter_backward",
+        [](parallel::ShmemTensor& tp, const Tensor& dy, const Tensor& h, const Tensor& w) {
+          return grads_out(parallel::reference::matmul_reduce_scatter_backward(tp, dy, h, w));
+        });
   m.def("reference_matmul_allreduce",
         py::overload_cast<parallel::ShmemTensor&, const ops::QuantizedTensor&, const ops::QuantizedTensor&>(
             &parallel::reference::matmul_allreduce));

@@ -33,6 +33,15 @@ int64_t slot_bytes(int tp, int64_t capacity, int64_t max_rows, const FusedCommOp
 
 Tensor rows(const Tensor& t, std::pair<int64_t, int64_t> r) { return t.slice(0, r.first, r.second); }
 
+// A weight's output and input sizes: nk (O, K), kn (K, O).
+int64_t outputs_of(const Tensor& w, ops::WeightLayout layout) {
+  return layout == ops::WeightLayout::nk ? w.size(0) : w.size(1);
+}
+int64_t inputs_of(const Tensor& w, ops::WeightLayout layout) {
+  return layout == ops::WeightLayout::nk ? w.size(1) : w.size(0);
+}
+bool transposed(ops::WeightLayout layout) { return layout == ops::WeightLayout::nk; }
+
 }  // namespace
 
 FusedTensorComm::FusedTensorComm(Group group, int64_t capacity, int64_t max_rows, FusedCommOptions options)
@@ -159,17 +168,19 @@ void FusedTensorComm::gather_rows(const std::vector<Tensor>& parts,
   if (tp > 1) s.wait_event(comm_->record_event());
 }
 
-FusedTensorComm::Gathered FusedTensorComm::allgather_matmul(const Tensor& x, const Tensor& w, bool keep_input) {
+FusedTensorComm::Gathered FusedTensorComm::allgather_matmul(const Tensor& x, const Tensor& w, bool keep_input,
+                                                           ops::WeightLayout layout) {
   const int tp = group_.size();
   CM_CHECK(x.dim() == 2 && x.is_contiguous() && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) &&
-               w.dim() == 2 && w.size(1) == x.size(1),
-           "pass x (n, K) contiguous f32 or bf16 and w (O, K)", "allgather_matmul of {} and {}", x.describe(),
-           w.describe());
+               w.dim() == 2 && inputs_of(w, layout) == x.size(1),
+           "pass x (n, K) contiguous f32 or bf16 and w (O, K), or (K, O) with the kn layout",
+           "allgather_matmul of {} and {}", x.describe(), w.describe());
   const int64_t n = x.size(0), K = x.size(1);
-  Gathered out{Tensor::empty({tp * n, w.size(0)}), keep_input ? Tensor::empty({tp * n, K}, x.dtype()) : Tensor()};
+  Gathered out{Tensor::empty({tp * n, outputs_of(w, layout)}),
+               keep_input ? Tensor::empty({tp * n, K}, x.dtype()) : Tensor()};
   gather_rows({x}, [&](int m, const std::vector<Tensor>& xm) {
     Tensor y = out.y.slice(0, m * n, (m + 1) * n);
-    ops::matmul_out(xm[0], w, y, false, true);
+    ops::matmul_out(xm[0], w, y, false, transposed(layout));
     if (keep_input) copy_on_stream(xm[0], out.gathered.slice(0, m * n, (m + 1) * n));
   });
   return out;
@@ -227,14 +238,15 @@ Tensor FusedTensorComm::reduce_scatter_rows(int64_t N, int64_t C, const RowsGemm
   return out;
 }
 
-Tensor FusedTensorComm::matmul_reduce_scatter(const Tensor& h, const Tensor& w) {
+Tensor FusedTensorComm::matmul_reduce_scatter(const Tensor& h, const Tensor& w, ops::WeightLayout layout) {
   const int tp = group_.size();
   check_rows(h, "matmul_reduce_scatter");
-  CM_CHECK(h.size(0) % tp == 0 && w.dim() == 2 && w.size(1) == h.size(1) && w.size(0) * h.size(0) <= arena_.numel(),
-           "choose rows divisible by tp and w (C, F) matching h (N, F)",
+  CM_CHECK(h.size(0) % tp == 0 && w.dim() == 2 && inputs_of(w, layout) == h.size(1) &&
+               outputs_of(w, layout) * h.size(0) <= arena_.numel(),
+           "choose rows divisible by tp and w (C, F) matching h (N, F), or (F, C) with the kn layout",
            "matmul_reduce_scatter of {} and {} over tp {}", h.describe(), w.describe(), tp);
-  return reduce_scatter_rows(h.size(0), w.size(0), [&](int64_t r0, int64_t r1, Tensor y) {
-    ops::matmul_out(h.slice(0, r0, r1), w, y, false, true);
+  return reduce_scatter_rows(h.size(0), outputs_of(w, layout), [&](int64_t r0, int64_t r1, Tensor y) {
+    ops::matmul_out(h.slice(0, r0, r1), w, y, false, transposed(layout));
   });
 }
 
@@ -279,14 +291,46 @@ Tensor FusedTensorComm::allreduce_rows(int64_t N, int64_t C, const RowsGemm& gem
   return out;
 }
 
-Tensor FusedTensorComm::matmul_allreduce(const Tensor& h, const Tensor& w) {
+Tensor FusedTensorComm::matmul_allreduce(const Tensor& h, const Tensor& w, ops::WeightLayout layout) {
   check_rows(h, "matmul_allreduce");
-  CM_CHECK(w.dim() == 2 && w.size(1) == h.size(1) && w.size(0) * h.size(0) <= arena_.numel(),
-           "pass w (C, F) matching h (N, F) within the capacity", "matmul_allreduce of {} and {}", h.describe(),
-           w.describe());
-  return allreduce_rows(h.size(0), w.size(0), [&](int64_t r0, int64_t r1, Tensor y) {
-    ops::matmul_out(h.slice(0, r0, r1), w, y, false, true);
+  CM_CHECK(w.dim() == 2 && inputs_of(w, layout) == h.size(1) && outputs_of(w, layout) * h.size(0) <= arena_.numel(),
+           "pass w (C, F) matching h (N, F), or (F, C) with the kn layout, within the capacity",
+           "matmul_allreduce of {} and {}", h.describe(), w.describe());
+  return allreduce_rows(h.size(0), outputs_of(w, layout), [&](int64_t r0, int64_t r1, Tensor y) {
+    ops::matmul_out(h.slice(0, r0, r1), w, y, false, transposed(layout));
   });
+}
+
+namespace {
+
+void check_backward(const Tensor& dy, const Tensor& input, const Tensor& w, int64_t dy_rows, const char* call) {
+  CM_CHECK(dy.dim() == 2 && input.dim() == 2 && w.dim() == 2 && dy.dtype() == DType::f32 &&
+               input.dtype() == DType::f32 && dy.size(0) == dy_rows && dy.size(1) == w.size(0) &&
+               input.size(1) == w.size(1),
+           "pass f32 dy as the forward returned y, the forward's f32 input rows and its w (O, K)",
+           "{} of dy {}, input {} and w {}", call, dy.describe(), input.describe(), w.describe());
+}
+
+}  // namespace
+
+FusedTensorComm::Grads FusedTensorComm::allgather_matmul_backward(const Tensor& dy, const Tensor& gathered,
+                                                                  const Tensor& w) {
+  check_backward(dy, gathered, w, gathered.size(0), "allgather_matmul_backward");
+  Tensor dw = ops::matmul(dy, gathered, true, false);  // before the exchange: it needs no peer
+  return {matmul_reduce_scatter(dy, w, ops::WeightLayout::kn), dw};
+}
+
+FusedTensorComm::Grads FusedTensorComm::matmul_reduce_scatter_backward(const Tensor& dy, const Tensor& h,
+                                                                       const Tensor& w) {
+  check_backward(dy, h, w, h.size(0) / group_.size(), "matmul_reduce_scatter_backward");
+  Gathered g = allgather_matmul(dy, w, true, ops::WeightLayout::kn);
+  return {g.y, ops::matmul(g.gathered, h, true, false)};
+}
+
+FusedTensorComm::Grads FusedTensorComm::matmul_allreduce_backward(const Tensor& dy, const Tensor& h,
+                                                                  const Tensor& w) {
+  check_backward(dy, h, w, h.size(0), "matmul_allreduce_backward");
+  return {ops::matmul(dy, w), ops::matmul(dy, h, true, false)};
 }
 
 namespace {
@@ -427,17 +471,28 @@ ops::RMSNormResidualOut FusedTensorComm::add_rmsnorm_allreduce(const Tensor& x, 
 
 namespace reference {
 
-FusedTensorComm::Gathered allgather_matmul(ShmemTensor& tp, const Tensor& x, const Tensor& w) {
+FusedTensorComm::Gathered allgather_matmul(ShmemTensor& tp, const Tensor& x, const Tensor& w, ops::WeightLayout layout) {
   Tensor g = tp.all_gather(x);
-  return {ops::matmul(g, w, false, true), g};
+  return {ops::matmul(g, w, false, transposed(layout)), g};
 }
 
-Tensor matmul_reduce_scatter(ShmemTensor& tp, const Tensor& h, const Tensor& w) {
-  return tp.reduce_scatter(ops::matmul(h, w, false, true));
+Tensor matmul_reduce_scatter(ShmemTensor& tp, const Tensor& h, const Tensor& w, ops::WeightLayout layout) {
+  return tp.reduce_scatter(ops::matmul(h, w, false, transposed(layout)));
 }
 
-Tensor matmul_allreduce(ShmemTensor& tp, const Tensor& h, const Tensor& w) {
-  return tp.all_reduce(ops::matmul(h, w, false, true));
+Tensor matmul_allreduce(ShmemTensor& tp, const Tensor& h, const Tensor& w, ops::WeightLayout layout) {
+  return tp.all_reduce(ops::matmul(h, w, false, transposed(layout)));
+}
+
+FusedTensorComm::Grads allgather_matmul_backward(ShmemTensor& tp, const Tensor& dy, const Tensor& gathered,
+                                                 const Tensor& w) {
+  return {tp.reduce_scatter(ops::matmul(dy, w)), ops::matmul(dy, gathered, true, false)};
+}
+
+FusedTensorComm::Grads matmul_reduce_scatter_backward(ShmemTensor& tp, const Tensor& dy, const Tensor& h,
+                                                      const Tensor& w) {
+  Tensor g = tp.all_gather(dy);
+  return {ops::matmul(g, w), ops::matmul(g, h, true, false)};
 }
 
 FusedTensorComm::GatheredFp8 allgather_matmul(ShmemTensor& tp, const Tensor& x, const ops::QuantizedTensor& w) {

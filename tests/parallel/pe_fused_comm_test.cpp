@@ -165,6 +165,92 @@ TEST(FusedComm, EachOperatorEqualsItsUnfusedSequenceBitForBit) {
   }
 }
 
+// Row-major naive product in double, for the backward's independent check:
+// a (M, K) times b (K, N), or b^T when b is (N, K) (trans_b).
+std::vector<double> host_product(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  const int64_t M = trans_a ? a.size(1) : a.size(0), K = trans_a ? a.size(0) : a.size(1);
+  const int64_t Nb = trans_b ? b.size(0) : b.size(1);
+  std::vector<double> out(size_t(M * Nb), 0.0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k) {
+      const double av = trans_a ? a.data<float>()[k * a.size(1) + i] : a.data<float>()[i * K + k];
+      for (int64_t j = 0; j < Nb; ++j)
+        out[size_t(i * Nb + j)] += av * (trans_b ? b.data<float>()[j * K + k] : b.data<float>()[k * Nb + j]);
+    }
+  return out;
+}
+
+// Largest difference from the host's values, relative to their largest.
+double relative_gap(const Tensor& got, const std::vector<double>& want) {
+  double largest = 0, worst = 0;
+  for (double v : want) largest = std::max(largest, std::abs(v));
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(double(got.data<float>()[i]) - want[i]));
+  return worst / std::max(largest, 1e-30);
+}
+
+// The backward halves: allgather_matmul's dx is a matmul_reduce_scatter of dy
+// with w read as (K, O), matmul_reduce_scatter's dh an allgather_matmul of dy
+// (its gathered dy gives dw): bit for bit the unfused sequences, and within
+// 1e-5 the host's sums over every member's dy and w (each member its own w,
+// as TP ranks hold). The kn forward forms against theirs.
+TEST(FusedComm, BackwardHalvesEqualTheirUnfusedSequences) {
+  Operators ops_under_test;
+  auto& [tp, me, N, unfused, unfused_ar, fused, stream, on] = ops_under_test;
+  auto weight = [](int pe, int what) { return values(pe, what, 0, {C, K}); };
+  const Tensor w = weight(me, 60);
+  bool scattered = false, gathered = false;
+  for (int step = 0; step < 3; ++step)
+    for (int op : {0, 1, 1, 0}) {
+      SCOPED_TRACE(fmt::format("step {} op {}", step, op));
+      if (op == 0 && std::exchange(scattered, true)) unfused.all_gather(Tensor::zeros({kRowsPerPe, K}));
+      if (op == 1 && std::exchange(gathered, true)) unfused.reduce_scatter(Tensor::zeros({N, C}));
+      if (op == 0) {  // y = gather(x) w^T, dy (N, C)
+        auto dy_of = [&](int pe) { return values(pe, 61, step, {N, C}); };
+        const Tensor gathered_x = values(7, 62, step, {N, K}), dy = dy_of(me);
+        const auto got = fused.allgather_matmul_backward(dy, gathered_x, w);
+        const auto want = reference::allgather_matmul_backward(unfused, dy, gathered_x, w);
+        stream.synchronize();
+        EXPECT_EQ(mismatches(got.dx, want.dx), 0);
+        EXPECT_EQ(mismatches(got.dw, want.dw), 0);
+        std::vector<double> dx(size_t(kRowsPerPe * K), 0.0);
+        for (int p = 0; p < tp; ++p) {
+          const auto part = host_product(dy_of(p), weight(p, 60), false, false);
+          for (size_t i = 0; i < dx.size(); ++i) dx[i] += part[size_t(me * kRowsPerPe * K) + i];
+        }
+        EXPECT_LE(relative_gap(got.dx, dx), 1e-5);
+        EXPECT_LE(relative_gap(got.dw, host_product(dy, gathered_x, true, false)), 1e-5);
+      } else {  // y = reduce_scatter(h w^T) with w (C, K): dy (n, C)
+        auto dy_of = [&](int pe) { return values(pe, 63, step, {kRowsPerPe, C}); };
+        const Tensor h = values(me, 64, step, {N, K}), dy = dy_of(me);
+        const auto got = fused.matmul_reduce_scatter_backward(dy, h, w);
+        const auto want = reference::matmul_reduce_scatter_backward(unfused, dy, h, w);
+        stream.synchronize();
+        EXPECT_EQ(mismatches(got.dx, want.dx), 0);
+        EXPECT_EQ(mismatches(got.dw, want.dw), 0);
+        Tensor all = Tensor::empty({N, C});
+        for (int p = 0; p < tp; ++p)
+          std::memcpy(all.data<float>() + p * kRowsPerPe * C, dy_of(p).data<float>(), size_t(kRowsPerPe * C) * 4);
+        EXPECT_LE(relative_gap(got.dx, host_product(all, w, false, false)), 1e-5);
+        EXPECT_LE(relative_gap(got.dw, host_product(all, h, true, false)), 1e-5);
+      }
+    }
+  // matmul_allreduce's backward needs no exchange: dh = dy w, dw = dy^T h
+  const Tensor dy = values(me, 65, 0, {N, C}), h = values(me, 66, 0, {N, K});
+  const auto local = FusedTensorComm::matmul_allreduce_backward(dy, h, w);
+  // the kn forward: y = all_reduce(h w) with w (K, C)
+  const Tensor wkn = values(me, 67, 0, {K, C});
+  const Tensor got = fused.matmul_allreduce(h, wkn, ops::WeightLayout::kn);
+  const Tensor want = reference::matmul_allreduce(unfused_ar, h, wkn, ops::WeightLayout::kn);
+  stream.synchronize();
+  EXPECT_LE(relative_gap(local.dx, host_product(dy, w, false, false)), 1e-5);
+  EXPECT_LE(relative_gap(local.dw, host_product(dy, h, true, false)), 1e-5);
+  EXPECT_EQ(mismatches(got, want), 0);
+  // a dy that is not the forward's output shape is refused before anything is put
+  EXPECT_THROW(fused.allgather_matmul_backward(Tensor::zeros({N, C + 1}), h, w), InvalidArgument);
+  EXPECT_THROW(fused.matmul_reduce_scatter_backward(Tensor::zeros({kRowsPerPe + 1, C}), h, w), InvalidArgument);
+  stream.synchronize();
+}
+
 TEST(FusedComm, AllgatherMatmulTakesBf16Rows) {
   const int tp = shmem::n_pes(), me = shmem::my_pe();
   const int64_t N = kRowsPerPe * tp;

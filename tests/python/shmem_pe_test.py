@@ -287,6 +287,44 @@ def test_fused_tp_operators_equal_their_unfused_sequences(me):
     assert not np.asarray(got[0])[N - 1:].any()
 
 
+def test_fused_tp_backward_halves(me):
+    from coremesh import parallel
+    pe, n = me
+    rows, K, C = 4, 24, 18
+    N = rows * n
+    member_w = [np.random.default_rng(300 + p).standard_normal((C, K), dtype=np.float32) for p in range(n)]
+    member_dy = [np.random.default_rng(400 + p).standard_normal((N, C), dtype=np.float32) for p in range(n)]
+    gathered = np.random.default_rng(5).standard_normal((N, K), dtype=np.float32)
+    w, dy = cm.from_numpy(member_w[pe]), cm.from_numpy(member_dy[pe])
+    fused = parallel.FusedTensorComm(capacity=N * K, max_rows=N)
+    sp = parallel.TensorParallelGroup([N * K, N * C], sequence_parallel=True)
+    # y = all_gather(x) w^T: dx = this member's rows of sum(dy w), dw = dy^T gathered
+    got = fused.allgather_matmul_backward(dy, cm.from_numpy(gathered), w)
+    want = parallel.reference_allgather_matmul_backward(sp, dy, cm.from_numpy(gathered), w)
+    # y = reduce_scatter(h w^T): dh = all_gather(dy) w, dw = all_gather(dy)^T h
+    h = cm.from_numpy(gathered)
+    mine = cm.from_numpy(member_dy[pe][pe * rows:(pe + 1) * rows])
+    got2 = fused.matmul_reduce_scatter_backward(mine, h, w)
+    want2 = parallel.reference_matmul_reduce_scatter_backward(sp, mine, h, w)
+    # the kn forward: w read as (K, C)
+    wkn = cm.from_numpy(np.ascontiguousarray(member_w[pe].T))
+    got3 = fused.matmul_allreduce(cm.from_numpy(gathered[:, :K]), wkn, layout="kn")
+    runtime.synchronize()
+    shmem.barrier()
+    for a, b in zip([*got, *got2], [*want, *want2]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    dx = sum(member_dy[p].astype(np.float64) @ member_w[p] for p in range(n))[pe * rows:(pe + 1) * rows]
+    np.testing.assert_allclose(np.asarray(got[0]), dx, rtol=1e-5, atol=1e-5 * np.abs(dx).max())
+    np.testing.assert_allclose(np.asarray(got[1]), member_dy[pe].T.astype(np.float64) @ gathered, rtol=1e-4,
+                               atol=1e-5 * np.abs(gathered).max() * N)
+    all_dy = np.concatenate([member_dy[p][p * rows:(p + 1) * rows] for p in range(n)]).astype(np.float64)
+    np.testing.assert_allclose(np.asarray(got2[0]), all_dy @ member_w[pe], rtol=1e-4, atol=1e-4)
+    sum_y = sum(gathered.astype(np.float64) @ member_w[p].T for p in range(n))
+    np.testing.assert_allclose(np.asarray(got3), sum_y, rtol=1e-4, atol=1e-4)
+    with pytest.raises(cm.InvalidArgument, match="layout"):
+        fused.matmul_allreduce(h, wkn, layout="tn")
+
+
 def test_expert_dispatch_and_its_fused_forms(me):
     """The EP exchange from Python: the plain round trip with an identity second GEMM run expert by expert
     (matmul_combine), and the fused fp8 dispatch: rows quantized at the source arrive as the owner would

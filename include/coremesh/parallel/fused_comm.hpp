@@ -10,6 +10,17 @@
 //                                = all_reduce(grouped_matmul(h, w, offsets))  (expert-TP: the experts' w2)
 //   add_rmsnorm_allreduce(x,y,w) = rmsnorm_residual(x, all_reduce(y), w)
 //
+// The backward halves are the same operators with the weight read the other
+// way (ops::WeightLayout::kn: y = x w): allgather_matmul's dx is
+// matmul_reduce_scatter(dy, w, kn), matmul_reduce_scatter's dh is
+// allgather_matmul(dy, w, kn) (its gathered dy feeds dw), matmul_allreduce's
+// dh is local. The *_backward functions below give both gradients. The
+// model's TP seams keep TransformerEngine's bulk form in their backward
+// instead (the sum of dx leaves on the comm stream while the weight
+// gradients compute, parts.cpp's enter_backward_overlapped), which hides the
+// exchange behind the weight-gradient GEMM that a fused dgrad would leave to
+// run after it.
+//
 // Each equals its unfused sequence over ShmemTensor (reference:: below) bit
 // for bit: a GEMM's rows do not depend on the rows beside them, and every sum
 // adds the members' parts in member order, as ShardedSum does.
@@ -55,6 +66,7 @@
 #include <optional>
 #include <vector>
 
+#include "coremesh/ops/grouped_gemm.hpp"
 #include "coremesh/ops/norm.hpp"
 #include "coremesh/ops/quant.hpp"
 #include "coremesh/parallel/comm.hpp"
@@ -83,13 +95,27 @@ class FusedTensorComm {
     Tensor y;         // (tp n, O) f32
     Tensor gathered;  // (tp n, K) in x's dtype, every member's rows in member order (keep_input)
   };
-  // x (n, K) this member's rows, w (O, K): y = gather(x) w^T.
-  Gathered allgather_matmul(const Tensor& x, const Tensor& w, bool keep_input = true);
-  // h (N, F), w (C, F): this member's rows [me N / tp, (me + 1) N / tp) of
+  // x (n, K) this member's rows, w (O, K): y = gather(x) w^T (kn: w (K, O), y = gather(x) w).
+  Gathered allgather_matmul(const Tensor& x, const Tensor& w, bool keep_input = true,
+                            ops::WeightLayout layout = ops::WeightLayout::nk);
+  // h (N, F), w (C, F) (kn: (F, C)): this member's rows [me N / tp, (me + 1) N / tp) of
   // the members' h w^T summed in member order (N % tp == 0).
-  Tensor matmul_reduce_scatter(const Tensor& h, const Tensor& w);
-  // h (N, F), w (C, F): the members' h w^T summed in member order, on every member.
-  Tensor matmul_allreduce(const Tensor& h, const Tensor& w);
+  Tensor matmul_reduce_scatter(const Tensor& h, const Tensor& w, ops::WeightLayout layout = ops::WeightLayout::nk);
+  // h (N, F), w (C, F) (kn: (F, C)): the members' h w^T summed in member order, on every member.
+  Tensor matmul_allreduce(const Tensor& h, const Tensor& w, ops::WeightLayout layout = ops::WeightLayout::nk);
+
+  // The backward of the three (f32; nk weights): the gradients of the input
+  // (this member's share, as the forward took it) and of w (this member's
+  // part: the TP ranks hold different w). dy as the forward returned y.
+  struct Grads {
+    Tensor dx, dw;
+  };
+  // y = gather(x) w^T: dx = reduce_scatter(dy w) (n, K), dw = dy^T gather(x) (O, K).
+  Grads allgather_matmul_backward(const Tensor& dy, const Tensor& gathered, const Tensor& w);
+  // y = reduce_scatter(h w^T), dy (N / tp, C): dh = gather(dy) w (N, F), dw = gather(dy)^T h (C, F).
+  Grads matmul_reduce_scatter_backward(const Tensor& dy, const Tensor& h, const Tensor& w);
+  // y = all_reduce(h w^T), dy (N, C) the same on every member: dh = dy w, dw = dy^T h (no exchange).
+  static Grads matmul_allreduce_backward(const Tensor& dy, const Tensor& h, const Tensor& w);
   // h (N, F) grouped by the group list offsets (G + 1) i64 (read on the
   // stream, as ops::grouped_matmul does), w (G, C, F): the members' grouped
   // products summed in member order, on every member. A group may straddle
@@ -158,9 +184,16 @@ class FusedTensorComm {
 
 // The unfused sequences the fused operators equal, over a ShmemTensor of the same group.
 namespace reference {
-FusedTensorComm::Gathered allgather_matmul(ShmemTensor& tp, const Tensor& x, const Tensor& w);
-Tensor matmul_reduce_scatter(ShmemTensor& tp, const Tensor& h, const Tensor& w);
-Tensor matmul_allreduce(ShmemTensor& tp, const Tensor& h, const Tensor& w);
+FusedTensorComm::Gathered allgather_matmul(ShmemTensor& tp, const Tensor& x, const Tensor& w,
+                                           ops::WeightLayout layout = ops::WeightLayout::nk);
+Tensor matmul_reduce_scatter(ShmemTensor& tp, const Tensor& h, const Tensor& w,
+                             ops::WeightLayout layout = ops::WeightLayout::nk);
+Tensor matmul_allreduce(ShmemTensor& tp, const Tensor& h, const Tensor& w,
+                        ops::WeightLayout layout = ops::WeightLayout::nk);
+FusedTensorComm::Grads allgather_matmul_backward(ShmemTensor& tp, const Tensor& dy, const Tensor& gathered,
+                                                 const Tensor& w);
+FusedTensorComm::Grads matmul_reduce_scatter_backward(ShmemTensor& tp, const Tensor& dy, const Tensor& h,
+                                                      const Tensor& w);
 Tensor grouped_matmul_allreduce(ShmemTensor& tp, const Tensor& h, const Tensor& w, const Tensor& offsets);
 ops::RMSNormResidualOut add_rmsnorm_allreduce(ShmemTensor& tp, const Tensor& x, const Tensor& y, const Tensor& w,
                                               float eps);
