@@ -106,6 +106,8 @@ void bind_train(py::module_& m) {
           d["keys"] = t.keys, d["with_choice"] = t.with_choice, d["replaced"] = t.replaced, d["rejected"] = t.rejected;
           d["runs"] = t.report.runs, d["seconds"] = t.report.seconds, d["time_limited"] = t.report.time_limited;
           d["heuristic_ms"] = 1e3 * t.heuristic_s, d["tuned_ms"] = 1e3 * t.tuned_s, d["summary"] = t.summary();
+          d["step_checked"] = t.report.step_checked, d["step_kept"] = t.report.step_kept;
+          d["step_heuristic_ms"] = 1e3 * t.report.step_heuristic_s, d["step_tuned_ms"] = 1e3 * t.report.step_tuned_s;
           return d;
         }, py::arg("config"), py::arg("cache"), py::arg("budget") = 0.25, py::arg("repeats") = 5,
         py::arg("time_limit") = 300.0, py::arg("tolerance") = 0.0,

@@ -296,6 +296,11 @@ void add_tuning_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--tune-tolerance", f.tuning.tolerance,
                  "relative change of the gradients a tiling may cause (0: bit-identical)")
       ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--tune-step-rounds", f.tuning.step_rounds,
+                 "whole steps per side when the step decides between the picks and the heuristics "
+                 "(0: the launches' own timings decide)")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
 }
 
 }  // namespace

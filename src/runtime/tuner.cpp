@@ -61,8 +61,10 @@ class Search {
  public:
   Search(const TuneWorkload& w, const TuneOptions& o, bool exhaustive)
       : w_(w), o_(o), exhaustive_(exhaustive), start_(std::chrono::steady_clock::now()) {
-    CM_CHECK(o.budget > 0 && o.repeats >= 1 && o.tolerance >= 0, "budget > 0, repeats >= 1, tolerance >= 0",
-             "invalid tuner options: budget {} repeats {} tolerance {}", o.budget, o.repeats, o.tolerance);
+    CM_CHECK(o.budget > 0 && o.repeats >= 1 && o.tolerance >= 0 && o.step_rounds >= 0,
+             "budget > 0, repeats >= 1, tolerance >= 0, step_rounds >= 0",
+             "invalid tuner options: budget {} repeats {} tolerance {} step_rounds {}", o.budget, o.repeats,
+             o.tolerance, o.step_rounds);
     CM_CHECK(w.run && w.result, "give the workload both run and result", "the tuning workload is incomplete");
   }
 
@@ -79,6 +81,7 @@ class Search {
         }
         step();
       }
+      if (!exhaustive_ && o_.step_rounds > 0) check_step();
     } catch (...) {
       finish();
       throw;
@@ -113,6 +116,51 @@ class Search {
     if (times)
       for (const KernelRecord& r : profiler_records()) (*times)[r.cache_id].push_back(1e-9 * double(r.end_ns - r.start_ns));
     return matches(w_.result());
+  }
+
+  // Every key at its heuristic, then `forced`; no profiler: wall seconds of one run.
+  double timed_run(const std::map<std::string, Tiling>& forced) {
+    OpCache& cache = OpCache::global();
+    cache.unforce_all();
+    for (const KeySearch& k : keys_) cache.force(k.text, k.entry.heuristic);
+    for (const auto& [text, t] : forced) cache.force(text, t);
+    const auto t0 = std::chrono::steady_clock::now();
+    w_.run();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++report_.runs;
+    return s;
+  }
+
+  // The step decides (tuner.hpp): heuristics and picks over whole runs,
+  // interleaved (H P, P H, ...: neither always runs first).
+  void check_step() {
+    std::map<std::string, Tiling> picks;
+    for (const KeySearch& k : keys_) {
+      const int b = k.best();
+      if (std::isfinite(k.fitness(b)) && !(k.candidates[size_t(b)] == k.entry.heuristic))
+        picks[k.text] = k.candidates[size_t(b)];
+    }
+    if (all(picks.empty())) return;
+    const double pes = sum(1.0);
+    std::vector<double> heuristic_s, picked_s;
+    bool exact = true;
+    for (int r = 0; r < o_.step_rounds; ++r)
+      for (int i = 0; i < 2; ++i) {
+        const bool with_picks = (r + i) % 2 == 1;
+        const double s = sum(timed_run(with_picks ? picks : std::map<std::string, Tiling>{})) / pes;
+        exact = matches(w_.result()) && exact;  // each pick was exact alone; together too?
+        (with_picks ? picked_s : heuristic_s).push_back(s);
+        if (o_.progress) o_.progress(report_.runs, std::max(planned_, report_.runs));
+      }
+    report_.step_checked = true;
+    report_.step_heuristic_s = median(heuristic_s);
+    report_.step_tuned_s = median(picked_s);
+    report_.step_kept = all(exact) && report_.step_tuned_s < report_.step_heuristic_s;
+    if (!report_.step_kept)
+      CM_LOG_INFO("tuner: the step ran {:.2f} ms with the picks and {:.2f} ms with the heuristics{}: every key "
+                  "keeps its heuristic",
+                  1e3 * report_.step_tuned_s, 1e3 * report_.step_heuristic_s,
+                  all(exact) ? "" : " (and the picks together changed the result)");
   }
 
   bool matches(const std::vector<float>& got) const {
@@ -171,7 +219,7 @@ class Search {
       if (it != times.end()) heuristic_once_[k.entry.id] = median(it->second);
       planned_ = std::max(planned_, k.budget);
     }
-    planned_ += report_.runs;
+    planned_ += report_.runs + (exhaustive_ ? 0 : 2 * o_.step_rounds);
   }
 
   void step() {
@@ -239,7 +287,7 @@ class Search {
     t.best = k.candidates[size_t(b)];
     t.heuristic_s = k.timings.empty() || k.timings[0].empty() ? heuristic_once(k) : median(k.timings[0]);
     t.best_s = std::isfinite(k.fitness(b)) ? k.fitness(b) : t.heuristic_s;
-    if (!std::isfinite(k.fitness(b))) t.best = k.entry.heuristic;
+    if (!std::isfinite(k.fitness(b)) || !report_.step_kept) t.best = k.entry.heuristic, t.best_s = t.heuristic_s;
     return t;
   }
   double heuristic_once(const KeySearch& k) const {

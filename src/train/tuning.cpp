@@ -17,7 +17,11 @@ std::string StepTuning::summary() const {
                      "summed, {:.3f} -> {:.3f} ms ({:.3f}x)",
                      pes > 1 ? fmt::format("PE {}: ", pe) : "", keys, with_choice, report.runs,
                      report.seconds, report.time_limited ? " (stopped at the time limit)" : "", replaced, rejected,
-                     1e3 * heuristic_s, 1e3 * tuned_s, tuned_s > 0 ? heuristic_s / tuned_s : 1.0);
+                     1e3 * heuristic_s, 1e3 * tuned_s, tuned_s > 0 ? heuristic_s / tuned_s : 1.0) +
+         (!report.step_checked ? std::string()
+          : fmt::format("; the whole step {:.1f} ms with the heuristics, {:.1f} ms with the picks: {}",
+                        1e3 * report.step_heuristic_s, 1e3 * report.step_tuned_s,
+                        report.step_kept ? "the picks stay" : "every key keeps its heuristic"));
 }
 
 StepTuning tune_step_tilings(const TrainConfig& config, runtime::Device& device, const runtime::TuneOptions& options,

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/core/log.hpp"
@@ -26,7 +27,8 @@ std::vector<Tiling> up_to_four(const OpKey&, const Tiling& h, int) {
   return out;
 }
 [[maybe_unused]] const bool registered = register_op("tuner_test_sensitive", {0, nullptr, up_to_four}) &&
-                                         register_op("tuner_test_exact", {0, nullptr, up_to_four});
+                                         register_op("tuner_test_exact", {0, nullptr, up_to_four}) &&
+                                         register_op("tuner_test_slow_heuristic", {0, nullptr, up_to_four});
 
 void launch_test_op(Stream& s, const std::string& op, float* out) {
   const OpKey key{op, {{4}}, {DType::f32}, s.effective_limits(), ""};
@@ -77,6 +79,62 @@ TEST_F(Tuner, DiscardsTheTilingsThatChangeTheResultAndKeepsTheRest) {
   launch_test_op(stream_, "tuner_test_sensitive", &a);
   stream_.synchronize();
   EXPECT_EQ(a, 2.0f);
+}
+
+// A launch of 20 ms at its heuristic (block_dim 2), 2 ms at any other
+// block_dim; `used` says which ran.
+void launch_slow_heuristic(Stream& s, std::atomic<int>& used) {
+  const OpKey key{"tuner_test_slow_heuristic", {{4}}, {DType::f32}, s.effective_limits(), ""};
+  auto [id, t] = OpCache::global().get(key, KernelKind::vector, [](int) { return Tiling{2, 1, 0, 0}; });
+  s.launch({"tuner_test_slow_heuristic", KernelKind::vector, t.block_dim, id}, [&used](const BlockContext& ctx) {
+    if (ctx.block_idx != 0) return;
+    used = ctx.block_dim;
+    std::this_thread::sleep_for(std::chrono::milliseconds(ctx.block_dim == 2 ? 20 : 2));
+  });
+}
+
+// The launches' timings pick a tiling; the whole run decides whether it
+// stays. Here the pick's launches are 10x shorter; in the second workload
+// it costs the rest of the run 60 ms (as a grid that holds cores another
+// stream needs would), and every key keeps its heuristic.
+TEST_F(Tuner, TheStepDecidesWhetherThePicksStay) {
+  std::atomic<int> used{0};
+  for (const bool costs_the_step : {false, true}) {
+    SCOPED_TRACE(costs_the_step ? "the pick costs the step" : "the pick shortens the step");
+    OpCache::global().clear();
+    const TuneWorkload w{[&] {
+                           launch_slow_heuristic(stream_, used);
+                           stream_.synchronize();
+                           if (costs_the_step && used != 2) std::this_thread::sleep_for(std::chrono::milliseconds(60));
+                         },
+                         [] { return std::vector<float>{1.0f}; }};
+    TuneOptions o;
+    o.budget = 1.0;
+    const TuneReport r = tune(w, o);
+    ASSERT_EQ(r.keys.size(), 1u);
+    const TunedKey& k = r.keys[0];
+    EXPECT_TRUE(r.step_checked);
+    EXPECT_EQ(r.step_kept, !costs_the_step);
+    EXPECT_EQ(k.best.block_dim == 2, costs_the_step) << describe(k.best);
+    EXPECT_EQ(r.cache().entries.at(0).tiling, k.best);
+    if (costs_the_step) EXPECT_GT(r.step_tuned_s, r.step_heuristic_s + 0.03);
+    else EXPECT_LT(r.step_tuned_s, r.step_heuristic_s - 0.01);
+  }
+  // step_rounds 0: the launches decide, as before the check
+  OpCache::global().clear();
+  TuneOptions o;
+  o.budget = 1.0;
+  o.step_rounds = 0;
+  const TuneReport r = tune({[&] {
+                               launch_slow_heuristic(stream_, used);
+                               stream_.synchronize();
+                             },
+                             [] { return std::vector<float>{1.0f}; }},
+                            o);
+  EXPECT_FALSE(r.step_checked);
+  EXPECT_NE(r.keys.at(0).best.block_dim, 2);
+  o.step_rounds = -1;
+  EXPECT_THROW(tune({[] {}, [] { return std::vector<float>{}; }}, o), InvalidArgument);
 }
 
 TEST_F(Tuner, MatmulPicksAnExactTilingWithinTheBudget) {

@@ -13,8 +13,16 @@
 // (bit for bit, or beyond `tolerance`) is bisected over the keys it tried
 // until the candidates that changed it are found; those are discarded.
 //
-// Under several PEs each tunes its own keys; the runs, the stop and the
-// bisection's decisions are agreed (TuneWorkload::sum_over_pes).
+// The search times launches; the step decides (TuneOptions::step_rounds): a
+// tiling can shorten its own launches and lengthen the run (on cores that
+// are all busy, the cores it frees were busy anyway; a wider grid holds
+// cores another stream needed). So whole runs with every key at its
+// heuristic and at its pick are timed, interleaved, and the picks stay only
+// if their median run is shorter; else every key keeps its heuristic.
+//
+// Under several PEs each tunes its own keys; the runs, the stop, the
+// bisection's decisions and the step's verdict are agreed
+// (TuneWorkload::sum_over_pes).
 //
 // tune_exhaustive() times every candidate `repeats` times: the reference the
 // budgeted search is measured against (bench/tuner.cpp).
@@ -45,6 +53,7 @@ struct TuneOptions {
   double time_limit_s = 300;  // then the best so far is taken
   double tolerance = 0;       // max |result - reference| / max |reference|; 0: bit-identical
   uint64_t seed = 1;
+  int step_rounds = 3;  // whole runs per side of the step check (0: the launches' timings decide)
   std::vector<std::string> ops;                        // tune only these ops (empty: every op)
   std::function<void(int runs, int planned)> progress;  // after each run
 };
@@ -61,6 +70,11 @@ struct TuneReport {
   int runs = 0;  // workload runs, the bisections' included
   double seconds = 0;
   bool time_limited = false;
+  // The step check (tune() only): median seconds of a whole run with every
+  // key at its heuristic and at its pick (the mean over the PEs), and
+  // whether the picks stayed (if not, every key's best is its heuristic).
+  bool step_checked = false, step_kept = true;
+  double step_heuristic_s = 0, step_tuned_s = 0;
   TuningCacheFile cache() const;  // this machine's and this version's
 };
 
