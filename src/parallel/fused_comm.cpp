@@ -322,6 +322,8 @@ FusedTensorComm::Grads FusedTensorComm::allgather_matmul_backward(const Tensor& 
 
 FusedTensorComm::Grads FusedTensorComm::matmul_reduce_scatter_backward(const Tensor& dy, const Tensor& h,
                                                                        const Tensor& w) {
+  CM_CHECK(h.dim() == 2 && h.size(0) % group_.size() == 0, "pass the forward's h, rows divisible by tp",
+           "matmul_reduce_scatter_backward of h {} over tp {}", h.describe(), group_.size());
   check_backward(dy, h, w, h.size(0) / group_.size(), "matmul_reduce_scatter_backward");
   Gathered g = allgather_matmul(dy, w, true, ops::WeightLayout::kn);
   return {g.y, ops::matmul(g.gathered, h, true, false)};
