@@ -67,6 +67,9 @@ f32 or bf16 inputs, f32 c (M,N) / (Bt,M,N).)doc");
           return py::make_tuple(g.da, g.db);
         }, py::arg("dc"), py::arg("a"), py::arg("b"), py::arg("trans_a") = false,
         py::arg("trans_b") = false, "(da, db) with a's and b's shapes, for c = op(a) @ op(b).");
+  m.def("matmul_fp8_wgrad", &ops::matmul_fp8_wgrad, py::arg("dy"), py::arg("x"), R"doc(
+DeepSeek-V3's fp8 weight gradient dy^T x: dy (M, N) and x (M, K) f32, each rounded to fp8 in 1x128
+tiles along the M tokens, multiplied with f32 sums.)doc");
   m.def("matmul_fp8", &ops::matmul_fp8, py::arg("x"), py::arg("w"), R"doc(
 y (M,N) f32 = dequant(x) @ dequant(w)^T: x QuantizedTensor (M,K) with scale
 (M, ceil(K/128)), w QuantizedTensor (N,K) with scale (ceil(N/128), ceil(K/128)).)doc");

@@ -48,8 +48,8 @@ Each equals its unfused sequence (reference_* with a TensorParallelGroup) bit fo
              return std::make_unique<parallel::FusedTensorComm>(group_of(std::move(pes)), capacity, max_rows,
                                                                 parallel::FusedCommOptions{chunks, comm_cores});
            }),
-           py::arg("capacity"), py::arg("max_rows"), py::arg("pes") = py::none(), py::arg("chunks") = 2,
-           py::arg("comm_cores") = 1)
+           py::arg("capacity"), py::arg("max_rows"), py::arg("pes") = py::none(), py::arg("chunks") = 0,
+           py::arg("comm_cores") = 0)
       .def("allgather_matmul",
            [](parallel::FusedTensorComm& f, const Tensor& x, const Tensor& w, bool keep_input,
               const std::string& layout) {
@@ -101,6 +101,16 @@ Each equals its unfused sequence (reference_* with a TensorParallelGroup) bit fo
            py::arg("dy"), py::arg("gathered"), py::arg("w"))
       .def("matmul_reduce_scatter_backward",
            [](parallel::FusedTensorComm& f, const Tensor& dy, const Tensor& h, const Tensor& w) {
+             return grads_out(f.matmul_reduce_scatter_backward(dy, h, w));
+           },
+           py::arg("dy"), py::arg("h"), py::arg("w"))
+      .def("allgather_matmul_backward",
+           [](parallel::FusedTensorComm& f, const Tensor& dy, const ops::QuantizedTensor& gathered, const Tensor& w) {
+             return grads_out(f.allgather_matmul_backward(dy, gathered, w));
+           },
+           py::arg("dy"), py::arg("gathered"), py::arg("w"))
+      .def("matmul_reduce_scatter_backward",
+           [](parallel::FusedTensorComm& f, const Tensor& dy, const ops::QuantizedTensor& h, const Tensor& w) {
              return grads_out(f.matmul_reduce_scatter_backward(dy, h, w));
            },
            py::arg("dy"), py::arg("h"), py::arg("w"))
@@ -157,6 +167,14 @@ sequence_parallel: all_gather / reduce_scatter of rows, else all_reduce.)doc")
         });
   m.def("reference_matmul_reduce_scatter_backward",
         [](parallel::ShmemTensor& tp, const Tensor& dy, const Tensor& h, const Tensor& w) {
+          return grads_out(parallel::reference::matmul_reduce_scatter_backward(tp, dy, h, w));
+        });
+  m.def("reference_allgather_matmul_backward",
+        [](parallel::ShmemTensor& tp, const Tensor& dy, const ops::QuantizedTensor& gathered, const Tensor& w) {
+          return grads_out(parallel::reference::allgather_matmul_backward(tp, dy, gathered, w));
+        });
+  m.def("reference_matmul_reduce_scatter_backward",
+        [](parallel::ShmemTensor& tp, const Tensor& dy, const ops::QuantizedTensor& h, const Tensor& w) {
           return grads_out(parallel::reference::matmul_reduce_scatter_backward(tp, dy, h, w));
         });
   m.def("reference_matmul_allreduce",

@@ -108,6 +108,7 @@ void bind_train(py::module_& m) {
           d["heuristic_ms"] = 1e3 * t.heuristic_s, d["tuned_ms"] = 1e3 * t.tuned_s, d["summary"] = t.summary();
           d["step_checked"] = t.report.step_checked, d["step_kept"] = t.report.step_kept;
           d["step_heuristic_ms"] = 1e3 * t.report.step_heuristic_s, d["step_tuned_ms"] = 1e3 * t.report.step_tuned_s;
+          d["agreed"] = t.agreed;
           return d;
         }, py::arg("config"), py::arg("cache"), py::arg("budget") = 0.25, py::arg("repeats") = 5,
         py::arg("time_limit") = 300.0, py::arg("tolerance") = 0.0,

@@ -9,13 +9,6 @@
 namespace coremesh::model::detail {
 namespace {
 
-// x (M,K) f32 -> its values after fp8 quantization in 1x128 tiles along K.
-Tensor fp8_round_rows(const Tensor& x) { return ops::dequantize_fp8_act(ops::quantize_fp8_act(x)); }
-
-// For the wgrad dW += dy^T x, whose reduction runs over the M tokens: t (M,K)
-// -> t^T (K,M) with the values of its fp8 quantization in 1x128 tiles along M.
-Tensor fp8_round_along_tokens_t(const Tensor& t) { return fp8_round_rows(ops::transpose(t)); }
-
 Tensor round_bf16(const Tensor& t) { return ops::cast(ops::cast(t, DType::bf16), DType::f32); }
 
 // dw (E,out,in) = per expert e, the sum over sources s in order of
@@ -86,16 +79,12 @@ Tensor linear_backward(const Tensor& dy, const GemmInput& x, const GemmWeight& w
   // blocks transposed: the same scales and codes as reusing W's quantization.
   const Tensor dx = ops::matmul_fp8(ops::quantize_fp8_act(dy),
                                     ops::quantize_fp8_weight(ops::transpose(w.master)));
-  // wgrad dW = dy^T x + beta dW over tokens: dy^T (out,N) and x^T (in,N) in 1x128 tiles
-  // along N; x is the forward's fp8 x re-tiled. ops has no fp8 GEMM with
-  // 1x128 scales on both operands, so the product runs in f32 on the
-  // dequantized values (the same sums an fp8 kernel with f32 accumulation makes).
+  // wgrad dW = dy^T x + beta dW over tokens, in 1x128 tiles along them; x is
+  // the forward's fp8 x re-tiled.
   const ops::QuantizedTensor x8 = x.fp8;
   sink.add(dw, [dy, x8](const Tensor& g, float beta) {
-    const Tensor dyt = fp8_round_along_tokens_t(dy);
-    const Tensor xt = fp8_round_along_tokens_t(ops::dequantize_fp8_act(x8));
     Tensor out = g;
-    ops::matmul_out(dyt, xt, out, /*trans_a=*/false, /*trans_b=*/true, beta);
+    ops::matmul_fp8_wgrad_out(dy, ops::dequantize_fp8_act(x8), out, beta);
   });
   return dx;
 }
@@ -156,8 +145,8 @@ void grouped_linear_wgrad(const Tensor& dy, const GemmInput& x, const Tensor& of
   // grouped weight gradient.
   const ops::QuantizedTensor x8 = x.fp8;
   sink.add(dw, [dy, x8, offsets, src](const Tensor& g, float beta) {
-    const Tensor dy8 = ops::transpose(fp8_round_along_tokens_t(dy));
-    const Tensor xr = ops::transpose(fp8_round_along_tokens_t(ops::dequantize_fp8_act(x8)));
+    const Tensor dy8 = ops::transpose(ops::fp8_round_transposed(dy));
+    const Tensor xr = ops::transpose(ops::fp8_round_transposed(ops::dequantize_fp8_act(x8)));
     grouped_wgrad(dy8, xr, offsets, src, g, beta);
   });
 }

@@ -311,4 +311,18 @@ Tensor matmul_fp8(const QuantizedTensor& x, const QuantizedTensor& w) {
   return grouped_matmul_fp8(x, w3, offsets);
 }
 
+void matmul_fp8_wgrad_out(const Tensor& dy, const Tensor& x, Tensor& out, float beta) {
+  CM_CHECK(dy.dim() == 2 && x.dim() == 2 && dy.size(0) == x.size(0), "pass dy (M,N) and x (M,K) over the same tokens",
+           "matmul_fp8_wgrad of {} and {}", dy.describe(), x.describe());
+  matmul_out(fp8_round_transposed(dy), fp8_round_transposed(x), out, false, true, beta);
+}
+
+Tensor matmul_fp8_wgrad(const Tensor& dy, const Tensor& x) {
+  CM_CHECK(dy.dim() == 2 && x.dim() == 2, "pass dy (M,N) and x (M,K)", "matmul_fp8_wgrad of {} and {}",
+           dy.describe(), x.describe());
+  Tensor out = Tensor::empty({dy.size(1), x.size(1)});
+  matmul_fp8_wgrad_out(dy, x, out);
+  return out;
+}
+
 }  // namespace coremesh::ops

@@ -6,6 +6,8 @@
 // to core/dtype.hpp's element conversions and to reference::quantize_fp8_*.
 #include "coremesh/ops/quant.hpp"
 
+#include "coremesh/ops/transpose.hpp"
+
 #include <cmath>
 
 #include "detail/checks.hpp"
@@ -92,6 +94,10 @@ Tensor dequantize_fp8_act(const QuantizedTensor& q) {
                           }
                       });
   return y;
+}
+
+Tensor fp8_round_transposed(const Tensor& t) {
+  return dequantize_fp8_act(quantize_fp8_act(transpose(t)));
 }
 
 // w (N,K) or (G,N,K) -> data, scale (Nb,Kb) or (G,Nb,Kb): one scale per BxB block.

@@ -5,12 +5,16 @@
 #include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/core/log.hpp"
 #include "coremesh/ops/gemm.hpp"
 #include "coremesh/ops/grouped_gemm.hpp"
+#include "coremesh/ops/transpose.hpp"
 #include "coremesh/parallel/tensor_parallel.hpp"
+#include "coremesh/runtime/op_cache.hpp"
+#include "coremesh/runtime/op_registry.hpp"
 #include "coremesh/shmem/shmem.hpp"
 
 namespace coremesh::parallel {
@@ -26,10 +30,29 @@ int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 // A slot holds one member's share: its rows of a gathered input, or of h | y |
 // rstd (add_rmsnorm_allreduce), or its copies of every chunk's shard.
+// Chunks the buffers are sized for: the fixed count, else any the op cache may give.
+int max_chunks(const FusedCommOptions& o) { return o.chunks > 0 ? o.chunks : FusedCommOptions::kMaxChunks; }
+
 int64_t slot_bytes(int tp, int64_t capacity, int64_t max_rows, const FusedCommOptions& o) {
   const int64_t share = (capacity + tp - 1) / tp;
-  return 4 * round_up(2 * share + (max_rows + tp - 1) / tp + 16 * (o.chunks + 1), 16);
+  return 4 * round_up(2 * share + (max_rows + tp - 1) / tp + 16 * (max_chunks(o) + 1), 16);
 }
+
+constexpr const char* kOp = "fused_tensor_comm";
+
+runtime::OpKey tiling_key(int tp, int64_t capacity, int64_t max_rows, runtime::CoreLimits limits) {
+  return {kOp, {{tp}, {capacity}, {max_rows}}, {DType::f32}, limits, {}};
+}
+
+// The search space: 1..kMaxChunks chunks (powers of two) on 1 or 2 comm cores.
+std::vector<runtime::Tiling> fused_tilings(const runtime::OpKey&, const runtime::Tiling&, int max_blocks) {
+  std::vector<runtime::Tiling> out;
+  for (int cores = 1; cores <= std::min(2, max_blocks); ++cores)
+    for (int chunks = 1; chunks <= FusedCommOptions::kMaxChunks; chunks *= 2) out.push_back({cores, 1, chunks, 0});
+  return out;
+}
+
+[[maybe_unused]] const bool registered = runtime::register_op(kOp, {0, nullptr, fused_tilings, true});
 
 Tensor rows(const Tensor& t, std::pair<int64_t, int64_t> r) { return t.slice(0, r.first, r.second); }
 
@@ -46,8 +69,10 @@ bool transposed(ops::WeightLayout layout) { return layout == ops::WeightLayout::
 
 FusedTensorComm::FusedTensorComm(Group group, int64_t capacity, int64_t max_rows, FusedCommOptions options)
     : group_(std::move(group)), options_(options), max_rows_(max_rows) {
-  CM_CHECK(capacity > 0 && max_rows > 0 && options_.chunks >= 1 && options_.comm_cores >= 1,
-           "give a positive capacity and row count, chunks >= 1 and comm_cores >= 1",
+  CM_CHECK(capacity > 0 && max_rows > 0 && options_.chunks >= 0 && options_.chunks <= FusedCommOptions::kMaxChunks &&
+               options_.comm_cores >= 0,
+           fmt::format("give a positive capacity and row count, chunks from 1 to {} and comm_cores >= 1 (0: the op "
+                       "cache's)", FusedCommOptions::kMaxChunks),
            "fused comm over {} elements, {} rows, {} chunks, {} comm cores", capacity, max_rows, options_.chunks,
            options_.comm_cores);
   const int tp = group_.size();
@@ -55,12 +80,31 @@ FusedTensorComm::FusedTensorComm(Group group, int64_t capacity, int64_t max_rows
   inbox_ = symmetric_tensor({2 * int64_t(tp) * slot_bytes_ / 4});  // two halves of tp slots
   staging_ = symmetric_tensor({2 * int64_t(tp) * slot_bytes_ / 4});
   arena_ = symmetric_tensor({round_up(capacity, 16)});
-  signals_ = symmetric_tensor({int64_t(kWords) * std::max(tp, options_.chunks)}, DType::i64);
+  signals_ = symmetric_tensor({int64_t(kWords) * std::max(tp, max_chunks(options_))}, DType::i64);
+  capacity_ = capacity;
+  // Every member must split the same way: a tuning cache on some hosts only would hang the first call.
+  const FusedCommOptions mine = resolved();
+  const std::vector<int64_t> most = max_over_world({mine.chunks, mine.comm_cores, -mine.chunks, -mine.comm_cores});
+  CM_CHECK(most[0] == -most[2] && most[1] == -most[3],
+           "give every PE the same tuning cache (or none), or fix the chunks and comm cores",
+           "the PEs' fused TP exchanges would split differently: {} to {} chunks, {} to {} comm cores", -most[2],
+           most[0], -most[3], most[1]);
+}
+
+FusedCommOptions FusedTensorComm::resolved() const {
+  if (options_.chunks > 0 && options_.comm_cores > 0) return options_;
+  const runtime::OpKey key =
+      tiling_key(group_.size(), capacity_, max_rows_, runtime::current_stream().effective_limits());
+  const runtime::Tiling t = runtime::OpCache::global()
+                                .get(key, runtime::KernelKind::vector, [](int) { return runtime::Tiling{1, 1, 2, 0}; })
+                                .second;
+  return {options_.chunks > 0 ? options_.chunks : int(std::clamp<int64_t>(t.tile_m, 1, FusedCommOptions::kMaxChunks)),
+          options_.comm_cores > 0 ? options_.comm_cores : t.block_dim};
 }
 
 int64_t FusedTensorComm::symmetric_bytes(int tp, int64_t capacity, int64_t max_rows, FusedCommOptions options) {
   return 4 * int64_t(tp) * slot_bytes(tp, capacity, max_rows, options) + 4 * round_up(capacity, 16) +
-         8 * int64_t(kWords) * std::max(tp, options.chunks) + 4 * 64;
+         8 * int64_t(kWords) * std::max(tp, max_chunks(options)) + 4 * 64;
 }
 
 FusedTensorComm::~FusedTensorComm() {
@@ -76,7 +120,8 @@ FusedTensorComm::~FusedTensorComm() {
 }
 
 uint64_t* FusedTensorComm::word(Word w, int index) const {
-  return static_cast<uint64_t*>(signals_.raw_data()) + int64_t(w) * std::max(group_.size(), options_.chunks) + index;
+  return static_cast<uint64_t*>(signals_.raw_data()) + int64_t(w) * std::max(group_.size(), max_chunks(options_)) +
+         index;
 }
 
 void FusedTensorComm::put(runtime::Stream& s, const Tensor& dst, int64_t at, const void* src, int64_t bytes,
@@ -109,11 +154,9 @@ std::pair<int64_t, int64_t> FusedTensorComm::rows_of(int64_t n, int member) cons
   return shard_bounds(0, n, group_.size(), member, 1);
 }
 
-runtime::Stream& FusedTensorComm::comm(const runtime::Stream& after) {
-  if (!comm_) {
-    comm_.emplace(after.device());
-    comm_->set_limit(-1, options_.comm_cores);
-  }
+runtime::Stream& FusedTensorComm::comm(const runtime::Stream& after, int cores) {
+  if (!comm_) comm_.emplace(after.device());
+  comm_->set_limit(-1, cores);
   comm_->wait_event(runtime::Stream(after).record_event());
   return *comm_;
 }
@@ -147,7 +190,7 @@ void FusedTensorComm::gather_rows(const std::vector<Tensor>& parts,
     bytes = round_up(bytes + int64_t(p.nbytes()), 64);
   }
   if (tp > 1) {
-    runtime::Stream& c = comm(s);
+    runtime::Stream& c = comm(s, resolved().comm_cores);
     for (int i = 1; i < tp; ++i)  // the member that reads this one's rows next first
       for (size_t k = 0; k < parts.size(); ++k)
         put(c, inbox_, half + int64_t(me) * slot_bytes_ + at[k], parts[k].raw_data(), int64_t(parts[k].nbytes()),
@@ -212,7 +255,7 @@ Tensor FusedTensorComm::reduce_scatter_rows(int64_t N, int64_t C, const RowsGemm
   runtime::Stream s = runtime::current_stream();
   Tensor part = arena_.slice(0, 0, N * C).view({N, C});
   auto block = [&](int m) { return std::pair<int64_t, int64_t>{m * n, (m + 1) * n}; };
-  runtime::Stream* c = tp > 1 ? &comm(s) : nullptr;
+  runtime::Stream* c = tp > 1 ? &comm(s, resolved().comm_cores) : nullptr;
   const int64_t half = next_half(staging_uses_);
   slot(staging_, half, me, 0, {n, C});  // checks the size
   for (int i = 1; i <= tp; ++i) {  // the next member's rows first, this one's last
@@ -252,10 +295,11 @@ Tensor FusedTensorComm::matmul_reduce_scatter(const Tensor& h, const Tensor& w, 
 
 Tensor FusedTensorComm::allreduce_rows(int64_t N, int64_t C, const RowsGemm& gemm) {
   const int tp = group_.size(), me = group_.me;
-  const int chunks = int(std::min<int64_t>(options_.chunks, N));
+  const FusedCommOptions o = resolved();
+  const int chunks = int(std::min<int64_t>(o.chunks, N));
   runtime::Stream s = runtime::current_stream();
   const Tensor flat = arena_.slice(0, 0, N * C);
-  runtime::Stream* c = tp > 1 ? &comm(s) : nullptr;
+  runtime::Stream* c = tp > 1 ? &comm(s, o.comm_cores) : nullptr;
   const int64_t half = next_half(staging_uses_);
   int64_t staged = 0;  // floats into each staging slot: the chunks' largest shards one after the other
   for (int k = 0; k < chunks; ++k) {
@@ -399,6 +443,39 @@ Tensor FusedTensorComm::matmul_reduce_scatter(const ops::QuantizedTensor& h, con
                              [&](int64_t r0, int64_t r1, Tensor y) { fp8_rows(h, w, r0, r1, y); });
 }
 
+namespace {
+
+// dgrad's w^T (K, O) in 128x128 blocks.
+ops::QuantizedTensor quantized_transpose(const Tensor& w) { return ops::quantize_fp8_weight(ops::transpose(w)); }
+
+void check_backward_fp8(const Tensor& dy, const ops::QuantizedTensor& input, const Tensor& w, int64_t dy_rows,
+                        const char* call) {
+  CM_CHECK(dy.dim() == 2 && input.data.dim() == 2 && w.dim() == 2 && dy.dtype() == DType::f32 &&
+               input.data.dtype() == DType::f8e4m3 && w.dtype() == DType::f32 && dy.size(0) == dy_rows &&
+               dy.size(1) == w.size(0) && input.data.size(1) == w.size(1),
+           "pass f32 dy as the forward returned y, the forward's fp8 input rows and the f32 master w (O, K)",
+           "{} of dy {}, input {} and w {}", call, dy.describe(), input.data.describe(), w.describe());
+}
+
+}  // namespace
+
+FusedTensorComm::Grads FusedTensorComm::allgather_matmul_backward(const Tensor& dy,
+                                                                  const ops::QuantizedTensor& gathered,
+                                                                  const Tensor& w) {
+  check_backward_fp8(dy, gathered, w, gathered.data.size(0), "allgather_matmul_backward");
+  Tensor dw = ops::matmul_fp8_wgrad(dy, ops::dequantize_fp8_act(gathered));  // needs no peer: first
+  return {matmul_reduce_scatter(ops::quantize_fp8_act(dy), quantized_transpose(w)), dw};
+}
+
+FusedTensorComm::Grads FusedTensorComm::matmul_reduce_scatter_backward(const Tensor& dy, const ops::QuantizedTensor& h,
+                                                                       const Tensor& w) {
+  CM_CHECK(h.data.dim() == 2 && h.data.size(0) % group_.size() == 0, "pass the forward's h, rows divisible by tp",
+           "matmul_reduce_scatter_backward of h {} over tp {}", h.data.describe(), group_.size());
+  check_backward_fp8(dy, h, w, h.data.size(0) / group_.size(), "matmul_reduce_scatter_backward");
+  GatheredFp8 g = allgather_matmul(ops::quantize_fp8_act(dy), quantized_transpose(w));
+  return {g.y, ops::matmul_fp8_wgrad(ops::dequantize_fp8_act(g.gathered), ops::dequantize_fp8_act(h))};
+}
+
 Tensor FusedTensorComm::matmul_allreduce(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w) {
   check_fp8(h, w, "matmul_allreduce");
   return allreduce_rows(h.data.size(0), w.data.size(0),
@@ -427,7 +504,7 @@ ops::RMSNormResidualOut FusedTensorComm::add_rmsnorm_allreduce(const Tensor& x, 
   const int64_t N = y.size(0), C = y.size(1);
   if (tp == 1) return ops::rmsnorm_residual(x, y, w, eps);
   runtime::Stream s = runtime::current_stream();
-  runtime::Stream& c = comm(s);
+  runtime::Stream& c = comm(s, resolved().comm_cores);
   // reduce-scatter by rows: each member sums, adds and normalizes its own rows
   const int64_t staging = next_half(staging_uses_), inbox = next_half(inbox_uses_);
   for (int i = 1; i < tp; ++i) {
@@ -504,6 +581,19 @@ FusedTensorComm::GatheredFp8 allgather_matmul(ShmemTensor& tp, const Tensor& x, 
 
 Tensor matmul_reduce_scatter(ShmemTensor& tp, const ops::QuantizedTensor& h, const ops::QuantizedTensor& w) {
   return tp.reduce_scatter(ops::matmul_fp8(h, w));
+}
+
+FusedTensorComm::Grads allgather_matmul_backward(ShmemTensor& tp, const Tensor& dy,
+                                                 const ops::QuantizedTensor& gathered, const Tensor& w) {
+  const Tensor dx = ops::matmul_fp8(ops::quantize_fp8_act(dy), quantized_transpose(w));
+  return {tp.reduce_scatter(dx), ops::matmul_fp8_wgrad(dy, ops::dequantize_fp8_act(gathered))};
+}
+
+FusedTensorComm::Grads matmul_reduce_scatter_backward(ShmemTensor& tp, const Tensor& dy, const ops::QuantizedTensor& h,
+                                                      const Tensor& w) {
+  const ops::QuantizedTensor g = ops::quantize_fp8_act(tp.all_gather(dy));
+  return {ops::matmul_fp8(g, quantized_transpose(w)),
+          ops::matmul_fp8_wgrad(ops::dequantize_fp8_act(g), ops::dequantize_fp8_act(h))};
 }
 
 Tensor matmul_allreduce(ShmemTensor& tp, const ops::QuantizedTensor& h, const ops::QuantizedTensor& w) {

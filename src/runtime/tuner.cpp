@@ -34,6 +34,7 @@ struct KeySearch {
   std::vector<int> survivors, queue;
   int budget = 0, evaluations = 0;
   bool exhaustive = false;
+  bool agreed = false;  // searched over whole runs (search_agreed), not here
   int trying = 0;  // the candidate forced in the current run
 
   bool done() const { return queue.empty() && (exhaustive || survivors.size() <= 1 || evaluations >= budget); }
@@ -81,7 +82,10 @@ class Search {
         }
         step();
       }
-      if (!exhaustive_ && o_.step_rounds > 0) check_step();
+      if (!exhaustive_ && o_.step_rounds > 0) {
+        search_agreed();
+        check_step();
+      }
     } catch (...) {
       finish();
       throw;
@@ -101,13 +105,20 @@ class Search {
     return std::all_of(keys_.begin(), keys_.end(), [](const KeySearch& k) { return k.done(); });
   }
 
-  // One run of the workload with `forced` tilings (the rest at their
-  // heuristics); true if its result equals the reference. Times every key.
-  bool run_with(const std::map<std::string, Tiling>& forced, std::map<uint64_t, std::vector<double>>* times) {
+  // Every key at its heuristic, the agreed keys at their picks (once
+  // chosen), then `forced`.
+  void force(const std::map<std::string, Tiling>& forced) const {
     OpCache& cache = OpCache::global();
     cache.unforce_all();
     for (const KeySearch& k : keys_) cache.force(k.text, k.entry.heuristic);
+    for (const auto& [text, t] : agreed_picks_) cache.force(text, t);
     for (const auto& [text, t] : forced) cache.force(text, t);
+  }
+
+  // One run of the workload with `forced` tilings (the rest at their
+  // heuristics); true if its result equals the reference. Times every key.
+  bool run_with(const std::map<std::string, Tiling>& forced, std::map<uint64_t, std::vector<double>>* times) {
+    force(forced);
     profiler_clear();
     profiler_start();
     w_.run();
@@ -120,10 +131,7 @@ class Search {
 
   // Every key at its heuristic, then `forced`; no profiler: wall seconds of one run.
   double timed_run(const std::map<std::string, Tiling>& forced) {
-    OpCache& cache = OpCache::global();
-    cache.unforce_all();
-    for (const KeySearch& k : keys_) cache.force(k.text, k.entry.heuristic);
-    for (const auto& [text, t] : forced) cache.force(text, t);
+    force(forced);
     const auto t0 = std::chrono::steady_clock::now();
     w_.run();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -131,11 +139,50 @@ class Search {
     return s;
   }
 
+  // The agreed keys (OpTraits::agreed): candidate c of every such key at
+  // once, on every PE, timed over whole runs (the mean over the PEs),
+  // step_rounds per candidate, the order rotated each round; a candidate
+  // whose run changes the result is discarded. Their picks then stay forced
+  // on both sides of the step check.
+  void search_agreed() {
+    std::vector<KeySearch*> agreed;
+    int count = 1;  // candidates of the widest agreed key
+    for (KeySearch& k : keys_)
+      if (k.agreed && k.candidates.size() > 1) agreed.push_back(&k), count = std::max(count, int(k.candidates.size()));
+    const double pes = sum(1.0);
+    CM_CHECK(sum(count) == pes * count, "tune the same layout on every PE (their collectives must match)",
+             "the PEs found different agreed tilings to search (this one {} candidates)", count);
+    if (count <= 1) return;
+    std::vector<std::vector<double>> seconds(static_cast<size_t>(count));
+    std::vector<bool> wrong(size_t(count), false);
+    for (int r = 0; r < o_.step_rounds; ++r)
+      for (int i = 0; i < count; ++i) {
+        const int c = (i + r) % count;
+        std::map<std::string, Tiling> forced;
+        for (KeySearch* k : agreed)
+          if (c < int(k->candidates.size())) forced[k->text] = k->candidates[size_t(c)];
+        seconds[size_t(c)].push_back(sum(timed_run(forced)) / pes);
+        if (!all(matches(w_.result()))) wrong[size_t(c)] = true;
+        if (o_.progress) o_.progress(report_.runs, std::max(planned_, report_.runs));
+      }
+    for (KeySearch* k : agreed) {
+      for (int c = 0; c < int(k->candidates.size()); ++c) {
+        k->timings[size_t(c)] = seconds[size_t(c)];
+        k->rejected[size_t(c)] = c > 0 && wrong[size_t(c)];
+        k->evaluations += int(seconds[size_t(c)].size());
+        if (k->rejected[size_t(c)])
+          CM_LOG_INFO("tuner: {} changes the result of {}: discarded", describe(k->candidates[size_t(c)]), k->text);
+      }
+      agreed_picks_[k->text] = k->candidates[size_t(k->best())];
+    }
+  }
+
   // The step decides (tuner.hpp): heuristics and picks over whole runs,
   // interleaved (H P, P H, ...: neither always runs first).
   void check_step() {
     std::map<std::string, Tiling> picks;
     for (const KeySearch& k : keys_) {
+      if (k.agreed) continue;  // already decided by whole runs
       const int b = k.best();
       if (std::isfinite(k.fitness(b)) && !(k.candidates[size_t(b)] == k.entry.heuristic))
         picks[k.text] = k.candidates[size_t(b)];
@@ -184,6 +231,7 @@ class Search {
   void discover() {
     w_.run();  // makes the entries (and warms the caches)
     std::mt19937_64 rng(o_.seed);
+    int planned_agreed = 0;
     for (OpCache::Entry& e : OpCache::global().entries()) {
       if (!o_.ops.empty() && std::find(o_.ops.begin(), o_.ops.end(), e.key.op) == o_.ops.end()) continue;
       KeySearch k;
@@ -194,7 +242,10 @@ class Search {
       k.timings.resize(size_t(n));
       k.rejected.assign(size_t(n), false);
       k.exhaustive = exhaustive_;
-      if (exhaustive_) {
+      k.agreed = op_traits(k.entry.key.op).agreed;
+      if (k.agreed) {
+        planned_agreed = std::max(planned_agreed, exhaustive_ ? 0 : n * o_.step_rounds);
+      } else if (exhaustive_) {
         for (int r = 0; r < o_.repeats; ++r)
           for (int c = n - 1; c >= 0; --c) k.queue.push_back(c);
         k.budget = n * o_.repeats;
@@ -219,7 +270,7 @@ class Search {
       if (it != times.end()) heuristic_once_[k.entry.id] = median(it->second);
       planned_ = std::max(planned_, k.budget);
     }
-    planned_ += report_.runs + (exhaustive_ ? 0 : 2 * o_.step_rounds);
+    planned_ += report_.runs + planned_agreed + (exhaustive_ ? 0 : 2 * o_.step_rounds);
   }
 
   void step() {
@@ -287,7 +338,8 @@ class Search {
     t.best = k.candidates[size_t(b)];
     t.heuristic_s = k.timings.empty() || k.timings[0].empty() ? heuristic_once(k) : median(k.timings[0]);
     t.best_s = std::isfinite(k.fitness(b)) ? k.fitness(b) : t.heuristic_s;
-    if (!std::isfinite(k.fitness(b)) || !report_.step_kept) t.best = k.entry.heuristic, t.best_s = t.heuristic_s;
+    t.agreed = k.agreed;
+    if (!std::isfinite(k.fitness(b)) || (!k.agreed && !report_.step_kept)) t.best = k.entry.heuristic, t.best_s = t.heuristic_s;
     return t;
   }
   double heuristic_once(const KeySearch& k) const {
@@ -307,6 +359,7 @@ class Search {
   std::vector<KeySearch> keys_;
   std::vector<float> reference_;
   std::map<uint64_t, double> heuristic_once_;
+  std::map<std::string, Tiling> agreed_picks_;
   TuneReport report_;
   int planned_ = 0;
   bool was_profiling_ = false;

@@ -1,6 +1,7 @@
 #include "coremesh/train/tuning.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <memory>
@@ -21,7 +22,8 @@ std::string StepTuning::summary() const {
          (!report.step_checked ? std::string()
           : fmt::format("; the whole step {:.1f} ms with the heuristics, {:.1f} ms with the picks: {}",
                         1e3 * report.step_heuristic_s, 1e3 * report.step_tuned_s,
-                        report.step_kept ? "the picks stay" : "every key keeps its heuristic"));
+                        report.step_kept ? "the picks stay" : "every key keeps its heuristic")) +
+         (agreed.empty() ? std::string() : fmt::format("; agreed by every PE: {}", fmt::join(agreed, ", ")));
 }
 
 StepTuning tune_step_tilings(const TrainConfig& config, runtime::Device& device, const runtime::TuneOptions& options,
@@ -44,6 +46,12 @@ StepTuning tune_step_tilings(const TrainConfig& config, runtime::Device& device,
   StepTuning t;
   t.report = runtime::tune(w, options);
   for (const runtime::TunedKey& k : t.report.keys) {
+    if (k.agreed) {  // timed by whole runs: not a launch time
+      if (k.candidates > 1)
+        t.agreed.push_back(fmt::format("{} {} ({:.1f} ms a run, {:.1f} ms at its heuristic)", k.entry.key.op,
+                                       runtime::describe(k.best), 1e3 * k.best_s, 1e3 * k.heuristic_s));
+      continue;
+    }
     ++t.keys;
     t.with_choice += k.candidates > 1;
     t.replaced += !(k.best == k.entry.heuristic);

@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <limits>
 
+#include "coremesh/ops/gemm.hpp"
 #include "coremesh/ops/grouped_gemm.hpp"
 #include "coremesh/ops/quant.hpp"
 #include "harness.hpp"
@@ -244,6 +245,29 @@ TEST(OpsQuant, GroupedGemmDequantizesExactly) {
     test_stream().synchronize();
     EXPECT_TRUE(bitwise_equal(y, want));
   });
+}
+
+// The fp8 wgrad against the reference's 128x1 tiles taken in place (no
+// transposes, double sums): tokens past one tile and a partial one; beta
+// accumulates; and the rounding is real (not the f32 product).
+TEST(OpsQuant, Fp8WgradRoundsAlongTheTokens) {
+  const int64_t M = 300, N = 70, K = 140;
+  const Tensor dy = randn({M, N}, 41), x = randn({M, K}, 42, 0.5f);
+  const Tensor want = reference::matmul_fp8_wgrad(dy, x);
+  const Tensor exact = reference::matmul(dy, x, true, false);
+  for_each_limit([&](const LimitCase&) {
+    const Tensor got = matmul_fp8_wgrad(dy, x);
+    Tensor acc = Tensor::full({N, K}, 1.0f);
+    matmul_fp8_wgrad_out(dy, x, acc, 2.0f);
+    test_stream().synchronize();
+    EXPECT_LT(nmse(got, want), 1e-12);
+    EXPECT_GT(nmse(exact, want), 1e-6) << "fp8 rounding changes the product";
+    double worst = 0;
+    for (int64_t i = 0; i < N * K; ++i)
+      worst = std::max(worst, double(std::fabs(acc.data<float>()[i] - (2.0f + got.data<float>()[i]))));
+    EXPECT_LT(worst, 1e-4);
+  });
+  EXPECT_THROW(matmul_fp8_wgrad(dy, Tensor::zeros({M + 1, K})), InvalidArgument);
 }
 
 }  // namespace

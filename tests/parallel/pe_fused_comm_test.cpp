@@ -16,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <utility>
 
 #include "coremesh/ops/gemm.hpp"
@@ -23,6 +24,7 @@
 #include "coremesh/ops/quant.hpp"
 #include "coremesh/parallel/fused_comm.hpp"
 #include "coremesh/parallel/tensor_parallel.hpp"
+#include "coremesh/runtime/op_cache.hpp"
 #include "coremesh/runtime/stream.hpp"
 #include "coremesh/shmem/shmem.hpp"
 
@@ -316,6 +318,67 @@ TEST(FusedComm, Fp8FormsEqualTheirUnfusedSequences) {
   stream.synchronize();
 }
 
+std::vector<double> as_doubles(const Tensor& t) {
+  return {t.data<float>(), t.data<float>() + t.numel()};
+}
+
+// The fp8 backward halves (dgrad: dy in 1x128 tiles, w^T in 128x128 blocks;
+// wgrad: 1x128 tiles along the tokens) against their unfused sequences, and
+// within 1e-5 of the host's double sums over the reference quantizers' values
+// (w^T's blocks taken as W's blocks transposed: the blocks are square).
+TEST(FusedComm, Fp8BackwardHalvesEqualTheirUnfusedSequences) {
+  Operators ops_under_test;
+  auto& [tp, me, N, unfused, unfused_ar, fused, stream, on] = ops_under_test;
+  auto weight = [](int pe) { return values(pe, 70, 0, {C, K}); };
+  auto rounded_weight = [&](int pe) { return ops::reference::dequantize_fp8_weight(ops::reference::quantize_fp8_weight(weight(pe))); };
+  auto rounded_rows = [](const Tensor& t) { return ops::reference::dequantize_fp8_act(ops::reference::quantize_fp8_act(t)); };
+  const Tensor w = weight(me);
+  bool scattered = false, gathered = false;
+  for (int step = 0; step < 2; ++step)
+    for (int op : {0, 1, 1, 0}) {
+      SCOPED_TRACE(fmt::format("step {} op {}", step, op));
+      if (op == 0 && std::exchange(scattered, true)) unfused.all_gather(Tensor::zeros({kRowsPerPe, K}));
+      if (op == 1 && std::exchange(gathered, true)) unfused.reduce_scatter(Tensor::zeros({N, C}));
+      if (op == 0) {  // y = gather(x) w^T: dy (N, C), the gathered x fp8
+        auto dy_of = [&](int pe) { return values(pe, 71, step, {N, C}); };
+        const Tensor dy = dy_of(me), x = values(7, 72, step, {N, K});
+        const ops::QuantizedTensor x8 = ops::quantize_fp8_act(x);
+        const auto got = fused.allgather_matmul_backward(dy, x8, w);
+        const auto want = reference::allgather_matmul_backward(unfused, dy, x8, w);
+        stream.synchronize();
+        EXPECT_EQ(mismatches(got.dx, want.dx), 0);
+        EXPECT_EQ(mismatches(got.dw, want.dw), 0);
+        std::vector<double> dx(size_t(kRowsPerPe * K), 0.0);
+        for (int p = 0; p < tp; ++p) {
+          const auto part = host_product(rounded_rows(dy_of(p)), rounded_weight(p), false, false);
+          for (size_t i = 0; i < dx.size(); ++i) dx[i] += part[size_t(me * kRowsPerPe * K) + i];
+        }
+        EXPECT_LE(relative_gap(got.dx, dx), 1e-5);
+        EXPECT_LE(relative_gap(got.dw, as_doubles(ops::reference::matmul_fp8_wgrad(dy, rounded_rows(x)))), 1e-5);
+      } else {  // y = reduce_scatter(h w^T), h fp8 (N, K): dy (n, C)
+        auto dy_of = [&](int pe) { return values(pe, 73, step, {kRowsPerPe, C}); };
+        const Tensor dy = dy_of(me), h = values(me, 74, step, {N, K});
+        const ops::QuantizedTensor h8 = ops::quantize_fp8_act(h);
+        const auto got = fused.matmul_reduce_scatter_backward(dy, h8, w);
+        const auto want = reference::matmul_reduce_scatter_backward(unfused, dy, h8, w);
+        stream.synchronize();
+        EXPECT_EQ(mismatches(got.dx, want.dx), 0);
+        EXPECT_EQ(mismatches(got.dw, want.dw), 0);
+        Tensor all = Tensor::empty({N, C});
+        for (int p = 0; p < tp; ++p)
+          std::memcpy(all.data<float>() + p * kRowsPerPe * C, dy_of(p).data<float>(), size_t(kRowsPerPe * C) * 4);
+        const Tensor dy8 = rounded_rows(all);
+        EXPECT_LE(relative_gap(got.dx, host_product(dy8, rounded_weight(me), false, false)), 1e-5);
+        EXPECT_LE(relative_gap(got.dw, as_doubles(ops::reference::matmul_fp8_wgrad(dy8, rounded_rows(h)))), 1e-5);
+      }
+    }
+  // f32 rows where the forward's fp8 rows belong, or a dy of another shape: refused before anything is put
+  const ops::QuantizedTensor h8 = ops::quantize_fp8_act(values(me, 74, 0, {N, K}));
+  EXPECT_THROW(fused.matmul_reduce_scatter_backward(Tensor::zeros({kRowsPerPe, C + 1}), h8, w), InvalidArgument);
+  EXPECT_THROW(fused.allgather_matmul_backward(Tensor::zeros({N + 1, C}), h8, w), InvalidArgument);
+  stream.synchronize();
+}
+
 // grouped_matmul_allreduce (expert-TP's w2) in f32, bf16 and fp8 against the
 // unfused sequence, and (f32) against the host's sum of every member's grouped
 // product: groups that straddle the chunks, an empty one, padding rows past
@@ -367,6 +430,50 @@ TEST(FusedComm, GroupedMatmulAllreduceEqualsItsUnfusedSequence) {
   EXPECT_THROW(fused.grouped_matmul_allreduce(Tensor::zeros({N, F}), w, Tensor::zeros({G}, DType::i64)),
                InvalidArgument);
   stream.synchronize();
+}
+
+// Unfixed, the chunk count and comm cores are the op cache's tiling of
+// "fused_tensor_comm", read at every call (what the tuner forces and a tuning
+// cache sets): every choice equals the unfused sum bit for bit. Members whose
+// caches disagree are refused at construction, on every PE, before any call.
+TEST(FusedComm, TheOpCacheSetsTheChunksAndMembersMustAgree) {
+  const int tp = shmem::n_pes(), me = shmem::my_pe();
+  const int64_t N = kRowsPerPe * tp;
+  ShmemTensor unfused{world(), {N * C}, /*sequence_parallel=*/false};
+  FusedTensorComm fused(world(), N * C, N);
+  runtime::Stream stream;
+  runtime::StreamGuard on(stream);
+  EXPECT_EQ(fused.resolved().chunks, 2) << "the heuristic";
+  EXPECT_EQ(fused.resolved().comm_cores, 1);
+  std::string key;
+  for (const runtime::OpCache::Entry& e : runtime::OpCache::global().entries())
+    if (e.key.op == "fused_tensor_comm" && e.key.limits == stream.effective_limits() &&
+        e.key.shapes == std::vector<Shape>{{tp}, {N * C}, {N}})
+      key = e.key.text();
+  ASSERT_FALSE(key.empty());
+  const Tensor w = values(99, 2, 0, {C, F});
+  int step = 0;
+  for (int cores : {1, 2})
+    for (int chunks : {1, 3, 8}) {
+      SCOPED_TRACE(fmt::format("{} chunks on {} comm cores", chunks, cores));
+      runtime::OpCache::global().force(key, {cores, 1, chunks, 0});
+      EXPECT_EQ(fused.resolved().chunks, chunks);
+      const Tensor h = values(me, 11, ++step, {N, F});
+      const Tensor got = fused.matmul_allreduce(h, w);
+      const Tensor want = reference::matmul_allreduce(unfused, h, w);
+      stream.synchronize();
+      EXPECT_EQ(mismatches(got, want), 0);
+    }
+  runtime::OpCache::global().unforce_all();
+  if (tp > 1) {
+    if (me == 0) runtime::OpCache::global().force(key, {1, 1, 4, 0});
+    EXPECT_THROW(FusedTensorComm(world(), N * C, N), InvalidArgument) << "PE 0 alone would split in 4";
+    runtime::OpCache::global().unforce_all();
+  }
+  // fixed options override the cache
+  runtime::OpCache::global().force(key, {1, 1, 4, 0});
+  EXPECT_EQ(FusedTensorComm(world(), N * C, N, {3, 2}).resolved().chunks, 3);
+  runtime::OpCache::global().unforce_all();
 }
 
 TEST(FusedComm, RefusesWhatItWasNotSizedFor) {

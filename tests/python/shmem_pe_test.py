@@ -323,6 +323,19 @@ def test_fused_tp_backward_halves(me):
     np.testing.assert_allclose(np.asarray(got3), sum_y, rtol=1e-4, atol=1e-4)
     with pytest.raises(cm.InvalidArgument, match="layout"):
         fused.matmul_allreduce(h, wkn, layout="tn")
+    # fp8 (the forward's rows quantized): the same calls take them, and equal their unfused sequences
+    x8 = ops.quantize_fp8_act(cm.from_numpy(gathered))
+    sp.all_gather(cm.from_numpy(np.zeros((rows, K), np.float32)))  # the unfused halves of a size alternate
+    sp.reduce_scatter(cm.from_numpy(np.zeros((N, C), np.float32)))
+    got8 = fused.allgather_matmul_backward(dy, x8, w)
+    want8 = parallel.reference_allgather_matmul_backward(sp, dy, x8, w)
+    got9 = fused.matmul_reduce_scatter_backward(mine, x8, w)
+    want9 = parallel.reference_matmul_reduce_scatter_backward(sp, mine, x8, w)
+    runtime.synchronize()
+    for a, b in zip([*got8, *got9], [*want8, *want9]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # within fp8's rounding of the f32 gradients (e4m3: 3 mantissa bits)
+    np.testing.assert_allclose(np.asarray(got8[0]), dx, atol=0.1 * np.abs(dx).max())
 
 
 def test_expert_dispatch_and_its_fused_forms(me):

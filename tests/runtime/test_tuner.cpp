@@ -137,6 +137,48 @@ TEST_F(Tuner, TheStepDecidesWhetherThePicksStay) {
   EXPECT_THROW(tune({[] {}, [] { return std::vector<float>{}; }}, o), InvalidArgument);
 }
 
+// An agreed op (a protocol between PEs): its chunk count (tile_m) runs
+// 4 ms per chunk below 4 and 2 ms at 4, and 8 chunks change the result.
+const bool agreed_registered = register_op(
+    "tuner_test_agreed",
+    {0, nullptr,
+     [](const OpKey&, const Tiling& h, int) {
+       std::vector<Tiling> out;
+       for (int64_t c : {1, 2, 4, 8}) out.push_back({h.block_dim, h.align, c, 0});
+       return out;
+     },
+     true});
+
+TEST_F(Tuner, AgreedTilingsAreChosenOverWholeRuns) {
+  ASSERT_TRUE(agreed_registered);
+  OpCache::global().clear();
+  int64_t chunks_used = 0;
+  const TuneWorkload w{[&] {
+                         const OpKey key{"tuner_test_agreed", {{4}}, {DType::f32}, stream_.effective_limits(), ""};
+                         chunks_used = OpCache::global()
+                                           .get(key, KernelKind::vector, [](int) { return Tiling{1, 1, 2, 0}; })
+                                           .second.tile_m;
+                         std::this_thread::sleep_for(std::chrono::milliseconds(chunks_used == 4 ? 2 : 4 * chunks_used));
+                       },
+                       [&] { return std::vector<float>{chunks_used == 8 ? 1.0f : 0.0f}; }};
+  TuneOptions o;
+  o.budget = 1.0;
+  const TuneReport r = tune(w, o);
+  ASSERT_EQ(r.keys.size(), 1u);
+  const TunedKey& k = r.keys[0];
+  EXPECT_TRUE(k.agreed);
+  EXPECT_EQ(k.candidates, 4);
+  EXPECT_EQ(k.evaluations, 4 * o.step_rounds) << "each candidate over step_rounds whole runs";
+  EXPECT_EQ(k.rejected, 1) << "8 chunks change the result";
+  EXPECT_EQ(k.best.tile_m, 4) << describe(k.best);
+  EXPECT_LT(k.best_s, k.heuristic_s);
+  EXPECT_EQ(r.cache().entries.at(0).tiling, k.best);
+  // step_rounds 0: no whole runs to decide by, so the heuristic stays
+  OpCache::global().clear();
+  o.step_rounds = 0;
+  EXPECT_EQ(tune(w, o).keys.at(0).best.tile_m, 2);
+}
+
 TEST_F(Tuner, MatmulPicksAnExactTilingWithinTheBudget) {
   std::vector<float> xs(192 * 160), ys(160 * 224);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = float(i % 17) * 0.25f - 2.0f;

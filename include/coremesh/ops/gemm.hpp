@@ -34,8 +34,17 @@ MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b,
 // scale (ceil(N/128),ceil(K/128)) -> y (M,N) = dequant(x) dequant(w)^T, f32.
 Tensor matmul_fp8(const QuantizedTensor& x, const QuantizedTensor& w);
 
+// DeepSeek-V3 FP8 wgrad: out (N,K) = dy^T x (+ beta out), dy (M,N) and x (M,K)
+// f32 (the values of an fp8 forward input, dequantized), each rounded to fp8
+// in 1x128 tiles along the M tokens (fp8_round_transposed). There is no GEMM
+// with 1x128 scales on both operands, so the rounded values multiply in f32:
+// the sums an fp8 kernel accumulating in f32 makes.
+void matmul_fp8_wgrad_out(const Tensor& dy, const Tensor& x, Tensor& out, float beta = 0.0f);
+Tensor matmul_fp8_wgrad(const Tensor& dy, const Tensor& x);
+
 namespace reference {
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+Tensor matmul_fp8_wgrad(const Tensor& dy, const Tensor& x);
 MatmulGrads matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b,
                             bool trans_a = false, bool trans_b = false);
 }  // namespace reference

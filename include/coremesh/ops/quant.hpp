@@ -37,6 +37,11 @@ QuantizedTensor quantize_fp8_weight(const Tensor& w);
 // q (N,K), scale (ceil(N/128), ceil(K/128)) -> (N,K) f32.
 Tensor dequantize_fp8_weight(const QuantizedTensor& q);
 
+// t (M,K) f32 -> t^T (K,M) holding the values of its fp8 quantization in 1x128
+// tiles along M: an fp8 wgrad's operand, whose reduction runs over the M
+// tokens (DeepSeek-V3 re-tiles 1x128 tiles into 128x1 ones for it).
+Tensor fp8_round_transposed(const Tensor& t);
+
 // Element-wise conversion on the current stream (bf16/fp8 exact rounding).
 Tensor cast(const Tensor& x, DType dtype);
 

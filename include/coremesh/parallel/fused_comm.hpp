@@ -50,7 +50,14 @@
 // (each one a network round trip).
 //
 // The comm stream runs its copies and sums on `comm_cores` vector cores (the
-// GEMMs keep the cube cores). Inputs f32 (allgather_matmul: f32 or bf16, the
+// GEMMs keep the cube cores). The chunk count and the comm cores are a
+// tiling of op "fused_tensor_comm" in the op cache (keyed by tp, capacity,
+// rows and the calling stream's limits; heuristic 2 chunks on 1 core), read
+// at every call, so the tuner can measure them and a tuning cache sets them.
+// They are a protocol between the members (OpTraits::agreed): the tuner
+// tries each on every PE at once, and construction refuses PEs whose op
+// caches disagree (a tuning cache on some hosts only). FusedCommOptions
+// fixes them instead. Inputs f32 (allgather_matmul: f32 or bf16, the
 // weight's dtype free as in ops::matmul); outputs f32.
 //
 // FP8 forms (DeepSeek-V3's block scales: inputs in 1x128 tiles along a row,
@@ -77,8 +84,9 @@ namespace coremesh::parallel {
 class ShmemTensor;
 
 struct FusedCommOptions {
-  int chunks = 2;      // matmul_allreduce's row chunks
-  int comm_cores = 1;  // vector cores of the comm stream's copies and sums
+  static constexpr int kMaxChunks = 8;
+  int chunks = 0;      // matmul_allreduce's row chunks, 1..kMaxChunks (0: the op cache's)
+  int comm_cores = 0;  // vector cores of the comm stream's copies and sums (0: the op cache's)
 };
 
 class FusedTensorComm {
@@ -136,12 +144,22 @@ class FusedTensorComm {
   Tensor matmul_allreduce(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w);
   // w by ops::quantize_fp8_weight of the (G, C, F) experts' weights.
   Tensor grouped_matmul_allreduce(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w, const Tensor& offsets);
+  // Their backward halves (DeepSeek-V3's, docs/architecture.md "Precision"):
+  // the dgrad with dy in 1x128 tiles along O and w^T in 128x128 blocks, the
+  // exchange fused as in f32; the wgrad ops::matmul_fp8_wgrad (1x128 tiles
+  // along the tokens) of dy and the forward's fp8 rows re-tiled. dy f32, w the
+  // f32 master (O, K). matmul_reduce_scatter's wgrad reads the gathered dy's
+  // fp8 values (gathered once, as fp8, for both products).
+  Grads allgather_matmul_backward(const Tensor& dy, const ops::QuantizedTensor& gathered, const Tensor& w);
+  Grads matmul_reduce_scatter_backward(const Tensor& dy, const ops::QuantizedTensor& h, const Tensor& w);
 
   // Symmetric bytes one PE allocates for these arguments (to size the heap).
   static int64_t symmetric_bytes(int tp, int64_t capacity, int64_t max_rows, FusedCommOptions options = {});
 
   const Group& group() const { return group_; }
-  const FusedCommOptions& options() const { return options_; }
+  const FusedCommOptions& options() const { return options_; }  // as constructed
+  // What the next call on the current stream uses (the options, else the op cache's tiling).
+  FusedCommOptions resolved() const;
   // Bytes this PE has put (data, not signals), counted as the puts are enqueued.
   int64_t bytes_put() const { return bytes_put_; }
 
@@ -168,14 +186,15 @@ class FusedTensorComm {
   Tensor slot(const Tensor& buffer, int64_t half, int member, int64_t at, Shape shape,
               DType dtype = DType::f32) const;
   std::pair<int64_t, int64_t> rows_of(int64_t n, int member) const;
-  runtime::Stream& comm(const runtime::Stream& after);
+  // The comm stream, after `after`'s work so far, on `cores` vector cores.
+  runtime::Stream& comm(const runtime::Stream& after, int cores);
   void check_rows(const Tensor& t, const char* call) const;
   void check_fp8(const ops::QuantizedTensor& h, const ops::QuantizedTensor& w, const char* call) const;
   void check_groups(int64_t N, const Tensor& offsets, int64_t groups, int64_t weight_elements, const char* call) const;
 
   Group group_;
   FusedCommOptions options_;
-  int64_t slot_bytes_ = 0, max_rows_ = 0;
+  int64_t slot_bytes_ = 0, capacity_ = 0, max_rows_ = 0;
   Tensor inbox_, staging_, arena_, signals_;  // symmetric
   std::optional<runtime::Stream> comm_;
   int64_t inbox_uses_ = 0, staging_uses_ = 0;  // calls that put into them so far
@@ -197,6 +216,10 @@ FusedTensorComm::Grads matmul_reduce_scatter_backward(ShmemTensor& tp, const Ten
 Tensor grouped_matmul_allreduce(ShmemTensor& tp, const Tensor& h, const Tensor& w, const Tensor& offsets);
 ops::RMSNormResidualOut add_rmsnorm_allreduce(ShmemTensor& tp, const Tensor& x, const Tensor& y, const Tensor& w,
                                               float eps);
+FusedTensorComm::Grads allgather_matmul_backward(ShmemTensor& tp, const Tensor& dy,
+                                                 const ops::QuantizedTensor& gathered, const Tensor& w);
+FusedTensorComm::Grads matmul_reduce_scatter_backward(ShmemTensor& tp, const Tensor& dy, const ops::QuantizedTensor& h,
+                                                      const Tensor& w);
 // fp8: x (n, K) f32 this member's rows, gathered and then quantized; h quantized.
 FusedTensorComm::GatheredFp8 allgather_matmul(ShmemTensor& tp, const Tensor& x, const ops::QuantizedTensor& w);
 Tensor matmul_reduce_scatter(ShmemTensor& tp, const ops::QuantizedTensor& h, const ops::QuantizedTensor& w);

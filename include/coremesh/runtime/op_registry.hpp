@@ -29,6 +29,10 @@ struct OpTraits {
   // the heuristic's, the rest kept (fewer blocks never breaks a kernel whose
   // blocks split their work by ctx.block_dim).
   std::function<std::vector<Tiling>(const OpKey& key, const Tiling& heuristic, int max_blocks)> tilings;
+  // The tiling sets a protocol between PEs (a collective's chunk count):
+  // every PE must use the same one, so the tuner searches it over whole
+  // runs, every PE trying the same candidate at once, not launch by launch.
+  bool agreed = false;
 };
 // The search space of `key` under traits (deduplicated, valid, heuristic first).
 std::vector<Tiling> candidate_tilings(const OpKey& key, const Tiling& heuristic, int max_blocks);

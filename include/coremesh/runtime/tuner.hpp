@@ -20,6 +20,12 @@
 // heuristic and at its pick are timed, interleaved, and the picks stay only
 // if their median run is shorter; else every key keeps its heuristic.
 //
+// A key whose op's tiling is a protocol between PEs (OpTraits::agreed: the
+// fused TP exchanges' chunk count and comm cores) is not searched launch by
+// launch: each of its candidates is timed over step_rounds whole runs, every
+// PE trying the same one at once, and the fastest exact one is kept (with
+// step_rounds 0 it keeps its heuristic).
+//
 // Under several PEs each tunes its own keys; the runs, the stop, the
 // bisection's decisions and the step's verdict are agreed
 // (TuneWorkload::sum_over_pes).
@@ -61,7 +67,8 @@ struct TuneOptions {
 struct TunedKey {
   OpCache::Entry entry;  // key, kind, max_blocks, heuristic
   Tiling best;
-  double best_s = 0, heuristic_s = 0;  // median seconds per launch
+  double best_s = 0, heuristic_s = 0;  // median seconds per launch (agreed: per whole run)
+  bool agreed = false;                 // OpTraits::agreed: chosen over whole runs
   int candidates = 0, evaluations = 0, rejected = 0;
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "coremesh/runtime/device.hpp"
 #include "coremesh/runtime/tuner.hpp"
@@ -14,6 +15,7 @@ struct StepTuning {
   runtime::TuneReport report;
   int keys = 0, with_choice = 0, replaced = 0, rejected = 0;  // this PE's
   double heuristic_s = 0, tuned_s = 0;  // the keys' median launch times, summed
+  std::vector<std::string> agreed;       // the agreed keys' picks (fused TP chunks), as text
   int pes = 1, pe = 0;  // the job's PEs, this one
   std::string summary() const;  // "tuned 65 op keys (56 with a choice) in 41 runs, ..."
 };

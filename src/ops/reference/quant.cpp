@@ -1,6 +1,7 @@
 // Naive FP8 quantization references: element by element through Tensor::item.
 #include <cmath>
 
+#include "coremesh/ops/gemm.hpp"
 #include "coremesh/ops/quant.hpp"
 
 namespace coremesh::ops::reference {
@@ -46,6 +47,13 @@ Tensor dequantize_blocks(const QuantizedTensor& q, int64_t br, int64_t bc) {
 }  // namespace
 
 QuantizedTensor quantize_fp8_act(const Tensor& x) { return quantize_blocks(x, 1, B); }
+
+// 128x1 tiles of dy and x in place (the tokens' direction), no transposes.
+Tensor matmul_fp8_wgrad(const Tensor& dy, const Tensor& x) {
+  const Tensor dyr = dequantize_blocks(quantize_blocks(dy, B, 1), B, 1);
+  const Tensor xr = dequantize_blocks(quantize_blocks(x, B, 1), B, 1);
+  return matmul(dyr, xr, true, false);
+}
 QuantizedTensor quantize_fp8_weight(const Tensor& w) {
   if (w.dim() == 2) return quantize_blocks(w, B, B);
   const int64_t G = w.size(0), N = w.size(1), K = w.size(2);
