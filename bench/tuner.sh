@@ -3,9 +3,9 @@
 # against an exhaustive search on GEMM shapes of the demo model and of a
 # d 1024 config (bench/tuner.cpp says how); (2) end to end, the demo model's
 # training step with and without the tuning cache that `coremesh tune` made
-# for that layout, and with and without --fused-comm: 1 PE x 2 threads, and
-# tp 2 + SP, ep 2, dp 2 x ep 2 x tp 2 + SP (1 core per PE: 2 and 8 PEs
-# share the machine's 2). ROUNDS rounds of STEPS steps, alternating; medians.
+# for that layout, and with and without --fused-comm: 1 PE x 2 threads, tp 2
+# (its fused all-reduce's chunk count tuned), tp 2 + SP, ep 2 and dp 2 x ep 2
+# x tp 2 + SP (1 core per PE: 2 and 8 PEs share the machine's 2). ROUNDS rounds of STEPS steps, alternating; medians.
 # Prints the tables for docs/performance.md, section "## Tiling auto-tuner".
 #   usage: bench/tuner.sh [steps] [rounds]   (default 12 steps, 3 rounds)
 set -euo pipefail
@@ -18,7 +18,7 @@ RAW=$WORK/raw.txt
 "$BUILD/bench/bench_tuner" >"$RAW"
 demo_config one "$STEPS" 2
 demo_config pes "$STEPS" 1
-LAYOUTS=("one|1 PE x 2 threads|" "pes|tp 2 + SP|--tp 2 --sequence-parallel" "pes|ep 2|--ep 2"
+LAYOUTS=("one|1 PE x 2 threads|" "pes|tp 2|--tp 2" "pes|tp 2 + SP|--tp 2 --sequence-parallel" "pes|ep 2|--ep 2"
          "pes|dp 2 x ep 2 x tp 2 + SP, ZeRO-1|--dp 2 --ep 2 --tp 2 --sequence-parallel --zero 1")
 for i in "${!LAYOUTS[@]}"; do
   IFS='|' read -r cfg name flags <<<"${LAYOUTS[$i]}"
