@@ -137,6 +137,28 @@ TEST_F(Tuner, TheStepDecidesWhetherThePicksStay) {
   EXPECT_THROW(tune({[] {}, [] { return std::vector<float>{}; }}, o), InvalidArgument);
 }
 
+// The picks stay only if every run with them beat every run without: here
+// two of every three runs with the pick take 2 ms and the third 42 ms, so
+// its median (2 ms) beats the heuristic's 20 ms but not in every run.
+TEST_F(Tuner, APickShorterOnlyInTheMedianIsNotKept) {
+  OpCache::global().clear();
+  std::atomic<int> used{0};
+  int pick_runs = 0;
+  const TuneWorkload w{[&] {
+                         launch_slow_heuristic(stream_, used);
+                         stream_.synchronize();
+                         if (used != 2 && ++pick_runs % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+                       },
+                       [] { return std::vector<float>{1.0f}; }};
+  TuneOptions o;
+  o.budget = 1.0;
+  const TuneReport r = tune(w, o);
+  EXPECT_TRUE(r.step_checked);
+  EXPECT_LT(r.step_tuned_s, r.step_heuristic_s) << "the medians favour the pick";
+  EXPECT_FALSE(r.step_kept);
+  EXPECT_EQ(r.keys.at(0).best.block_dim, 2) << describe(r.keys.at(0).best);
+}
+
 // An agreed op (a protocol between PEs): its chunk count (tile_m) runs
 // 4 ms per chunk below 4 and 2 ms at 4, and 8 chunks change the result.
 const bool agreed_registered = register_op(

@@ -18,13 +18,17 @@
 // are all busy, the cores it frees were busy anyway; a wider grid holds
 // cores another stream needed). So whole runs with every key at its
 // heuristic and at its pick are timed, interleaved, and the picks stay only
-// if their median run is shorter; else every key keeps its heuristic.
+// if every run with them was shorter than every run without (with 3 runs a
+// side, pure noise does that 1 time in 20); else every key keeps its
+// heuristic. The timings of a machine shared by PEs and streams move by more
+// than most picks gain, and the heuristic is the safe side of a doubt.
 //
 // A key whose op's tiling is a protocol between PEs (OpTraits::agreed: the
 // fused TP exchanges' chunk count and comm cores) is not searched launch by
 // launch: each of its candidates is timed over step_rounds whole runs, every
-// PE trying the same one at once, and the fastest exact one is kept (with
-// step_rounds 0 it keeps its heuristic).
+// PE trying the same one at once; the exact one with the shortest median
+// replaces the heuristic if its every run beat the heuristic's every run
+// (with step_rounds 0 the heuristic stays).
 //
 // Under several PEs each tunes its own keys; the runs, the stop, the
 // bisection's decisions and the step's verdict are agreed
