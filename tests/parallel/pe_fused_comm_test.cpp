@@ -77,6 +77,15 @@ int64_t mismatches(const Tensor& got, const Tensor& want) {
   return bad;
 }
 
+// Every member's rows `of(pe)` (each (r, c) f32), stacked in member order.
+Tensor stacked(int tp, const std::function<Tensor(int)>& of) {
+  const Tensor first = of(0);
+  const int64_t r = first.size(0), c = first.size(1);
+  Tensor all = Tensor::empty({tp * r, c});
+  for (int p = 0; p < tp; ++p) std::memcpy(all.data<float>() + p * r * c, of(p).data<float>(), size_t(r * c) * 4);
+  return all;
+}
+
 // The members' parts of `make(pe)`'s product with w, summed on the host in member order.
 Tensor summed_products(int tp, const std::function<Tensor(int)>& make, const Tensor& w) {
   Tensor sum;
@@ -132,9 +141,7 @@ TEST(FusedComm, EachOperatorEqualsItsUnfusedSequenceBitForBit) {
         const auto got = fused.allgather_matmul(x, wk);
         const auto want = reference::allgather_matmul(unfused, x, wk);
         // host: every member's rows in member order, one product
-        Tensor all = Tensor::empty({N, K});
-        for (int p = 0; p < tp; ++p)
-          std::memcpy(all.data<float>() + p * kRowsPerPe * K, rows_of(p).data<float>(), size_t(kRowsPerPe * K) * 4);
+        const Tensor all = stacked(tp, rows_of);
         const Tensor host = ops::matmul(all, wk, false, true);
         stream.synchronize();
         EXPECT_EQ(mismatches(got.y, want.y), 0);
@@ -229,9 +236,7 @@ TEST(FusedComm, BackwardHalvesEqualTheirUnfusedSequences) {
         stream.synchronize();
         EXPECT_EQ(mismatches(got.dx, want.dx), 0);
         EXPECT_EQ(mismatches(got.dw, want.dw), 0);
-        Tensor all = Tensor::empty({N, C});
-        for (int p = 0; p < tp; ++p)
-          std::memcpy(all.data<float>() + p * kRowsPerPe * C, dy_of(p).data<float>(), size_t(kRowsPerPe * C) * 4);
+        const Tensor all = stacked(tp, dy_of);
         EXPECT_LE(relative_gap(got.dx, host_product(all, w, false, false)), 1e-5);
         EXPECT_LE(relative_gap(got.dw, host_product(all, h, true, false)), 1e-5);
       }
@@ -262,10 +267,7 @@ TEST(FusedComm, AllgatherMatmulTakesBf16Rows) {
   const Tensor w = values(99, 1, 0, {C, K}).to(DType::bf16);
   for (int step = 0; step < 2; ++step) {
     const auto got = fused.allgather_matmul(values(me, 20, step, {kRowsPerPe, K}).to(DType::bf16), w);
-    Tensor all = Tensor::empty({N, K});
-    for (int p = 0; p < tp; ++p)
-      std::memcpy(all.data<float>() + p * kRowsPerPe * K, values(p, 20, step, {kRowsPerPe, K}).data<float>(),
-                  size_t(kRowsPerPe * K) * 4);
+    const Tensor all = stacked(tp, [&](int p) { return values(p, 20, step, {kRowsPerPe, K}); });
     const Tensor all16 = all.to(DType::bf16);
     const Tensor host = ops::matmul(all16, w, false, true);
     stream.synchronize();
@@ -364,9 +366,7 @@ TEST(FusedComm, Fp8BackwardHalvesEqualTheirUnfusedSequences) {
         stream.synchronize();
         EXPECT_EQ(mismatches(got.dx, want.dx), 0);
         EXPECT_EQ(mismatches(got.dw, want.dw), 0);
-        Tensor all = Tensor::empty({N, C});
-        for (int p = 0; p < tp; ++p)
-          std::memcpy(all.data<float>() + p * kRowsPerPe * C, dy_of(p).data<float>(), size_t(kRowsPerPe * C) * 4);
+        const Tensor all = stacked(tp, dy_of);
         const Tensor dy8 = rounded_rows(all);
         EXPECT_LE(relative_gap(got.dx, host_product(dy8, rounded_weight(me), false, false)), 1e-5);
         EXPECT_LE(relative_gap(got.dw, as_doubles(ops::reference::matmul_fp8_wgrad(dy8, rounded_rows(h)))), 1e-5);
