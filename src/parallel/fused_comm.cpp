@@ -52,7 +52,12 @@ std::vector<runtime::Tiling> fused_tilings(const runtime::OpKey&, const runtime:
   return out;
 }
 
-[[maybe_unused]] const bool registered = runtime::register_op(kOp, {0, nullptr, fused_tilings, true});
+std::string describe_fused(const runtime::Tiling& t) {
+  return fmt::format("{} chunk{} on {} comm core{}", t.tile_m, t.tile_m == 1 ? "" : "s", t.block_dim,
+                     t.block_dim == 1 ? "" : "s");
+}
+
+[[maybe_unused]] const bool registered = runtime::register_op(kOp, {0, nullptr, fused_tilings, true, describe_fused});
 
 Tensor rows(const Tensor& t, std::pair<int64_t, int64_t> r) { return t.slice(0, r.first, r.second); }
 

@@ -51,6 +51,11 @@ std::vector<Tiling> candidate_tilings(const OpKey& key, const Tiling& heuristic,
   return out;
 }
 
+std::string describe_tiling(const std::string& op, const Tiling& t) {
+  const OpTraits traits = op_traits(op);
+  return traits.describe ? traits.describe(t) : describe(t);
+}
+
 Kernel build_kernel(const OpDesc& desc) {
   const OpTraits traits = op_traits(desc.key.op);
   CM_CHECK(traits.build != nullptr,

@@ -178,7 +178,8 @@ class Search {
         k->rejected[size_t(c)] = c > 0 && wrong[size_t(c)];
         k->evaluations += int(seconds[size_t(c)].size());
         if (k->rejected[size_t(c)])
-          CM_LOG_INFO("tuner: {} changes the result of {}: discarded", describe(k->candidates[size_t(c)]), k->text);
+          CM_LOG_INFO("tuner: {} changes the result of {}: discarded",
+                      describe_tiling(k->entry.key.op, k->candidates[size_t(c)]), k->text);
       }
       const int b = k->best();
       k->decided = shorter_every_run(k->timings[size_t(b)], k->timings[0]) ? b : 0;
@@ -331,7 +332,8 @@ class Search {
     CM_CHECK(!all(suspects.empty()), "make the workload deterministic (its result must repeat run after run)",
              "the tuning workload's result changed with every key at its heuristic tiling");
     for (KeySearch* k : bisect(suspects, true)) {
-      CM_LOG_INFO("tuner: {} changes the result of {}: discarded", describe(k->candidates[size_t(k->trying)]), k->text);
+      CM_LOG_INFO("tuner: {} changes the result of {}: discarded",
+                  describe_tiling(k->entry.key.op, k->candidates[size_t(k->trying)]), k->text);
       k->rejected[size_t(k->trying)] = true;
       std::erase(k->queue, k->trying);
     }

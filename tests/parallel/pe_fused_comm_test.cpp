@@ -25,6 +25,7 @@
 #include "coremesh/parallel/fused_comm.hpp"
 #include "coremesh/parallel/tensor_parallel.hpp"
 #include "coremesh/runtime/op_cache.hpp"
+#include "coremesh/runtime/op_registry.hpp"
 #include "coremesh/runtime/stream.hpp"
 #include "coremesh/shmem/shmem.hpp"
 
@@ -445,6 +446,7 @@ TEST(FusedComm, TheOpCacheSetsTheChunksAndMembersMustAgree) {
   runtime::StreamGuard on(stream);
   EXPECT_EQ(fused.resolved().chunks, 2) << "the heuristic";
   EXPECT_EQ(fused.resolved().comm_cores, 1);
+  EXPECT_EQ(runtime::describe_tiling("fused_tensor_comm", {1, 1, 4, 0}), "4 chunks on 1 comm core");
   std::string key;
   for (const runtime::OpCache::Entry& e : runtime::OpCache::global().entries())
     if (e.key.op == "fused_tensor_comm" && e.key.limits == stream.effective_limits() &&

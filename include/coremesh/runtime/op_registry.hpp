@@ -33,7 +33,12 @@ struct OpTraits {
   // every PE must use the same one, so the tuner searches it over whole
   // runs, every PE trying the same candidate at once, not launch by launch.
   bool agreed = false;
+  // How a tiling reads to a user ("4 chunks on 1 comm core"); unset:
+  // runtime::describe(Tiling).
+  std::function<std::string(const Tiling&)> describe;
 };
+// `t` as op's traits describe it.
+std::string describe_tiling(const std::string& op, const Tiling& t);
 // The search space of `key` under traits (deduplicated, valid, heuristic first).
 std::vector<Tiling> candidate_tilings(const OpKey& key, const Tiling& heuristic, int max_blocks);
 
