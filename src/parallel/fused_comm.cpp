@@ -28,11 +28,11 @@ namespace {
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-// A slot holds one member's share: its rows of a gathered input, or of h | y |
-// rstd (add_rmsnorm_allreduce), or its copies of every chunk's shard.
 // Chunks the buffers are sized for: the fixed count, else any the op cache may give.
 int max_chunks(const FusedCommOptions& o) { return o.chunks > 0 ? o.chunks : FusedCommOptions::kMaxChunks; }
 
+// A slot holds one member's share: its rows of a gathered input, or of h | y |
+// rstd (add_rmsnorm_allreduce), or its copies of every chunk's shard.
 int64_t slot_bytes(int tp, int64_t capacity, int64_t max_rows, const FusedCommOptions& o) {
   const int64_t share = (capacity + tp - 1) / tp;
   return 4 * round_up(2 * share + (max_rows + tp - 1) / tp + 16 * (max_chunks(o) + 1), 16);

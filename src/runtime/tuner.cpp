@@ -350,7 +350,8 @@ class Search {
     t.heuristic_s = k.timings.empty() || k.timings[0].empty() ? heuristic_once(k) : median(k.timings[0]);
     t.best_s = std::isfinite(k.fitness(b)) ? k.fitness(b) : t.heuristic_s;
     t.agreed = k.agreed;
-    if (!std::isfinite(k.fitness(b)) || (!k.agreed && !report_.step_kept)) t.best = k.entry.heuristic, t.best_s = t.heuristic_s;
+    if (!std::isfinite(k.fitness(b)) || (!k.agreed && !report_.step_kept))
+      t.best = k.entry.heuristic, t.best_s = t.heuristic_s;
     return t;
   }
   double heuristic_once(const KeySearch& k) const {
