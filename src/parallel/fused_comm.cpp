@@ -40,21 +40,27 @@ int64_t slot_bytes(int tp, int64_t capacity, int64_t max_rows, const FusedCommOp
 
 constexpr const char* kOp = "fused_tensor_comm";
 
-runtime::OpKey tiling_key(int tp, int64_t capacity, int64_t max_rows, runtime::CoreLimits limits) {
-  return {kOp, {{tp}, {capacity}, {max_rows}}, {DType::f32}, limits, {}};
+// chunked: the keys of the chunked all-reduces; the other operators cut one
+// chunk per member, and only their comm cores are a choice (tile_m 0).
+runtime::OpKey tiling_key(int tp, int64_t capacity, int64_t max_rows, runtime::CoreLimits limits, bool chunked) {
+  return {kOp, {{tp}, {capacity}, {max_rows}}, {DType::f32}, limits, chunked ? "chunked=1" : "chunked=0"};
 }
 
-// The search space: 1..kMaxChunks chunks (powers of two) on 1 or 2 comm cores.
-std::vector<runtime::Tiling> fused_tilings(const runtime::OpKey&, const runtime::Tiling&, int max_blocks) {
+// The search space: 1..kMaxChunks chunks (powers of two, chunked keys) on 1 or 2 comm cores.
+std::vector<runtime::Tiling> fused_tilings(const runtime::OpKey& key, const runtime::Tiling&, int max_blocks) {
   std::vector<runtime::Tiling> out;
-  for (int cores = 1; cores <= std::min(2, max_blocks); ++cores)
-    for (int chunks = 1; chunks <= FusedCommOptions::kMaxChunks; chunks *= 2) out.push_back({cores, 1, chunks, 0});
+  const bool chunked = key.attr("chunked") == "1";
+  for (int cores = 1; cores <= std::min(2, max_blocks); ++cores) {
+    if (!chunked) out.push_back({cores, 1, 0, 0});
+    for (int chunks = 1; chunked && chunks <= FusedCommOptions::kMaxChunks; chunks *= 2)
+      out.push_back({cores, 1, chunks, 0});
+  }
   return out;
 }
 
 std::string describe_fused(const runtime::Tiling& t) {
-  return fmt::format("{} chunk{} on {} comm core{}", t.tile_m, t.tile_m == 1 ? "" : "s", t.block_dim,
-                     t.block_dim == 1 ? "" : "s");
+  const std::string cores = fmt::format("{} comm core{}", t.block_dim, t.block_dim == 1 ? "" : "s");
+  return t.tile_m == 0 ? cores : fmt::format("{} chunk{} on {}", t.tile_m, t.tile_m == 1 ? "" : "s", cores);
 }
 
 [[maybe_unused]] const bool registered = runtime::register_op(kOp, {0, nullptr, fused_tilings, true, describe_fused});
@@ -88,23 +94,37 @@ FusedTensorComm::FusedTensorComm(Group group, int64_t capacity, int64_t max_rows
   signals_ = symmetric_tensor({int64_t(kWords) * std::max(tp, max_chunks(options_))}, DType::i64);
   capacity_ = capacity;
   // Every member must split the same way: a tuning cache on some hosts only would hang the first call.
-  const FusedCommOptions mine = resolved();
-  const std::vector<int64_t> most = max_over_world({mine.chunks, mine.comm_cores, -mine.chunks, -mine.comm_cores});
-  CM_CHECK(most[0] == -most[2] && most[1] == -most[3],
+  // peeked: the lookups must not make the keys the tuner searches (an unused one would be searched)
+  const FusedCommOptions chunked = options_from(runtime::OpCache::global().peek(
+                             key(true), runtime::KernelKind::vector, heuristic(true))),
+                         whole = options_from(runtime::OpCache::global().peek(
+                             key(false), runtime::KernelKind::vector, heuristic(false)));
+  const std::vector<int64_t> mine = {chunked.chunks, chunked.comm_cores, whole.comm_cores};
+  std::vector<int64_t> both = mine;
+  for (int64_t v : mine) both.push_back(-v);
+  const std::vector<int64_t> most = max_over_world(both);
+  CM_CHECK(most[0] == -most[3] && most[1] == -most[4] && most[2] == -most[5],
            "give every PE the same tuning cache (or none), or fix the chunks and comm cores",
-           "the PEs' fused TP exchanges would split differently: {} to {} chunks, {} to {} comm cores", -most[2],
-           most[0], -most[3], most[1]);
+           "the PEs' fused TP exchanges would split differently: {} to {} chunks, {} to {} and {} to {} comm cores",
+           -most[3], most[0], -most[4], most[1], -most[5], most[2]);
 }
 
-FusedCommOptions FusedTensorComm::resolved() const {
-  if (options_.chunks > 0 && options_.comm_cores > 0) return options_;
-  const runtime::OpKey key =
-      tiling_key(group_.size(), capacity_, max_rows_, runtime::current_stream().effective_limits());
-  const runtime::Tiling t = runtime::OpCache::global()
-                                .get(key, runtime::KernelKind::vector, [](int) { return runtime::Tiling{1, 1, 2, 0}; })
-                                .second;
+runtime::OpKey FusedTensorComm::key(bool chunked) const {
+  return tiling_key(group_.size(), capacity_, max_rows_, runtime::current_stream().effective_limits(), chunked);
+}
+
+runtime::Tiling FusedTensorComm::heuristic(bool chunked) { return {1, 1, chunked ? 2 : 0, 0}; }
+
+FusedCommOptions FusedTensorComm::options_from(const runtime::Tiling& t) const {
   return {options_.chunks > 0 ? options_.chunks : int(std::clamp<int64_t>(t.tile_m, 1, FusedCommOptions::kMaxChunks)),
           options_.comm_cores > 0 ? options_.comm_cores : t.block_dim};
+}
+
+FusedCommOptions FusedTensorComm::resolved(bool chunked) const {
+  if (options_.chunks > 0 && options_.comm_cores > 0) return options_;
+  const runtime::Tiling h = heuristic(chunked);
+  return options_from(
+      runtime::OpCache::global().get(key(chunked), runtime::KernelKind::vector, [&](int) { return h; }).second);
 }
 
 int64_t FusedTensorComm::symmetric_bytes(int tp, int64_t capacity, int64_t max_rows, FusedCommOptions options) {
@@ -195,7 +215,7 @@ void FusedTensorComm::gather_rows(const std::vector<Tensor>& parts,
     bytes = round_up(bytes + int64_t(p.nbytes()), 64);
   }
   if (tp > 1) {
-    runtime::Stream& c = comm(s, resolved().comm_cores);
+    runtime::Stream& c = comm(s, resolved(false).comm_cores);
     for (int i = 1; i < tp; ++i)  // the member that reads this one's rows next first
       for (size_t k = 0; k < parts.size(); ++k)
         put(c, inbox_, half + int64_t(me) * slot_bytes_ + at[k], parts[k].raw_data(), int64_t(parts[k].nbytes()),
@@ -260,7 +280,7 @@ Tensor FusedTensorComm::reduce_scatter_rows(int64_t N, int64_t C, const RowsGemm
   runtime::Stream s = runtime::current_stream();
   Tensor part = arena_.slice(0, 0, N * C).view({N, C});
   auto block = [&](int m) { return std::pair<int64_t, int64_t>{m * n, (m + 1) * n}; };
-  runtime::Stream* c = tp > 1 ? &comm(s, resolved().comm_cores) : nullptr;
+  runtime::Stream* c = tp > 1 ? &comm(s, resolved(false).comm_cores) : nullptr;
   const int64_t half = next_half(staging_uses_);
   slot(staging_, half, me, 0, {n, C});  // checks the size
   for (int i = 1; i <= tp; ++i) {  // the next member's rows first, this one's last
@@ -300,7 +320,7 @@ Tensor FusedTensorComm::matmul_reduce_scatter(const Tensor& h, const Tensor& w, 
 
 Tensor FusedTensorComm::allreduce_rows(int64_t N, int64_t C, const RowsGemm& gemm) {
   const int tp = group_.size(), me = group_.me;
-  const FusedCommOptions o = resolved();
+  const FusedCommOptions o = resolved(true);
   const int chunks = int(std::min<int64_t>(o.chunks, N));
   runtime::Stream s = runtime::current_stream();
   const Tensor flat = arena_.slice(0, 0, N * C);
@@ -509,7 +529,7 @@ ops::RMSNormResidualOut FusedTensorComm::add_rmsnorm_allreduce(const Tensor& x, 
   const int64_t N = y.size(0), C = y.size(1);
   if (tp == 1) return ops::rmsnorm_residual(x, y, w, eps);
   runtime::Stream s = runtime::current_stream();
-  runtime::Stream& c = comm(s, resolved().comm_cores);
+  runtime::Stream& c = comm(s, resolved(false).comm_cores);
   // reduce-scatter by rows: each member sums, adds and normalizes its own rows
   const int64_t staging = next_half(staging_uses_), inbox = next_half(inbox_uses_);
   for (int i = 1; i < tp; ++i) {

@@ -83,6 +83,16 @@ std::pair<uint64_t, Tiling> OpCache::get(const OpKey& key, KernelKind kind,
   return {it->second.id, it->second.tiling};
 }
 
+Tiling OpCache::peek(const OpKey& key, KernelKind kind, const Tiling& heuristic) const {
+  const std::string text = key.text();
+  const int most = std::max(1, max_blocks(key.limits, kind));
+  std::lock_guard lock(mutex_);
+  if (auto f = forced_.find(text); f != forced_.end()) return clamped(f->second, most);
+  if (auto it = entries_.find(text); it != entries_.end()) return it->second.tiling;
+  if (auto t = tuned_.find(text); t != tuned_.end() && heuristic_only == 0) return clamped(t->second, most);
+  return clamped(heuristic, most);
+}
+
 std::vector<OpCache::Entry> OpCache::entries() const {
   std::lock_guard lock(mutex_);
   std::vector<Entry> out;

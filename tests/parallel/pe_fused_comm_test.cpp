@@ -447,10 +447,11 @@ TEST(FusedComm, TheOpCacheSetsTheChunksAndMembersMustAgree) {
   EXPECT_EQ(fused.resolved().chunks, 2) << "the heuristic";
   EXPECT_EQ(fused.resolved().comm_cores, 1);
   EXPECT_EQ(runtime::describe_tiling("fused_tensor_comm", {1, 1, 4, 0}), "4 chunks on 1 comm core");
+  EXPECT_EQ(runtime::describe_tiling("fused_tensor_comm", {2, 1, 0, 0}), "2 comm cores");
   std::string key;
   for (const runtime::OpCache::Entry& e : runtime::OpCache::global().entries())
     if (e.key.op == "fused_tensor_comm" && e.key.limits == stream.effective_limits() &&
-        e.key.shapes == std::vector<Shape>{{tp}, {N * C}, {N}})
+        e.key.shapes == std::vector<Shape>{{tp}, {N * C}, {N}} && e.key.attr("chunked") == "1")
       key = e.key.text();
   ASSERT_FALSE(key.empty());
   const Tensor w = values(99, 2, 0, {C, F});

@@ -42,6 +42,25 @@ TEST(OpCache, KeyIncludesEveryField) {
   EXPECT_EQ(ids.size(), variants.size());
 }
 
+// peek answers as a lookup would (forced, entry, tuned, heuristic; clamped)
+// and makes no entry.
+TEST(OpCache, PeekAnswersLikeALookupAndMakesNoEntry) {
+  OpCache& cache = OpCache::global();
+  cache.clear();
+  const OpKey key{"peek_test", {{4}}, {DType::f32}, {2, 2}, ""};
+  const Tiling heuristic{9, 1, 0, 0};  // clamped to the key's 2 vector cores
+  EXPECT_EQ(cache.peek(key, KernelKind::vector, heuristic).block_dim, 2);
+  EXPECT_EQ(cache.size(), 0u);
+  cache.set_tuned({{key.text(), Tiling{1, 4, 0, 0}}});
+  EXPECT_EQ(cache.peek(key, KernelKind::vector, heuristic).align, 4);
+  cache.force(key.text(), Tiling{1, 8, 0, 0});
+  EXPECT_EQ(cache.peek(key, KernelKind::vector, heuristic).align, 8);
+  EXPECT_EQ(cache.size(), 0u);
+  cache.unforce_all();
+  cache.set_tuned({});
+  cache.clear();
+}
+
 TEST(Profiler, TraceHasOneTrackPerStreamAndPerCore) {
   Device device({.cores = 2});
   Stream s1(device), s2(device);

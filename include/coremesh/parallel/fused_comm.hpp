@@ -52,7 +52,8 @@
 // The comm stream runs its copies and sums on `comm_cores` vector cores (the
 // GEMMs keep the cube cores). The chunk count and the comm cores are a
 // tiling of op "fused_tensor_comm" in the op cache (keyed by tp, capacity,
-// rows and the calling stream's limits; heuristic 2 chunks on 1 core), read
+// rows, the calling stream's limits and whether the operator is a chunked
+// all-reduce; heuristic 2 chunks on 1 core, or 1 core), read
 // at every call, so the tuner can measure them and a tuning cache sets them.
 // They are a protocol between the members (OpTraits::agreed): the tuner
 // tries each on every PE at once, and construction refuses PEs whose op
@@ -77,6 +78,7 @@
 #include "coremesh/ops/norm.hpp"
 #include "coremesh/ops/quant.hpp"
 #include "coremesh/parallel/comm.hpp"
+#include "coremesh/runtime/op_cache.hpp"
 #include "coremesh/runtime/stream.hpp"
 
 namespace coremesh::parallel {
@@ -158,8 +160,10 @@ class FusedTensorComm {
 
   const Group& group() const { return group_; }
   const FusedCommOptions& options() const { return options_; }  // as constructed
-  // What the next call on the current stream uses (the options, else the op cache's tiling).
-  FusedCommOptions resolved() const;
+  // What the next call on the current stream uses (the options, else the op
+  // cache's tiling): of the chunked all-reduces, or (chunked false) of the
+  // operators that cut one chunk per member (only their comm cores count).
+  FusedCommOptions resolved(bool chunked = true) const;
   // Bytes this PE has put (data, not signals), counted as the puts are enqueued.
   int64_t bytes_put() const { return bytes_put_; }
 
@@ -186,6 +190,11 @@ class FusedTensorComm {
   Tensor slot(const Tensor& buffer, int64_t half, int member, int64_t at, Shape shape,
               DType dtype = DType::f32) const;
   std::pair<int64_t, int64_t> rows_of(int64_t n, int member) const;
+  // The op cache's key of this comm's chunked all-reduces or other operators
+  // on the current stream, their heuristic, and the options a tiling gives.
+  runtime::OpKey key(bool chunked) const;
+  static runtime::Tiling heuristic(bool chunked);
+  FusedCommOptions options_from(const runtime::Tiling& t) const;
   // The comm stream, after `after`'s work so far, on `cores` vector cores.
   runtime::Stream& comm(const runtime::Stream& after, int cores);
   void check_rows(const Tensor& t, const char* call) const;

@@ -52,6 +52,10 @@ class OpCache {
     Tiling tiling;     // in use
   };
   std::vector<Entry> entries() const;  // by key text
+  // The tiling a lookup of `key` would give now (forced, an entry's, tuned,
+  // else `heuristic`, clamped), making no entry and no report: a check
+  // that must not add a key to what the tuner finds.
+  Tiling peek(const OpKey& key, KernelKind kind, const Tiling& heuristic) const;
 
   // Tuned tilings by key text (replaces those loaded before); entries made
   // before keep theirs until clear().
