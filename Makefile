@@ -83,7 +83,7 @@ fuzz:
 # it, with the command and the date, between the area's markers in
 # docs/performance.md and leaves the text around them as it is.
 BENCH_AREAS := runtime python kernels graph graph-training shmem shmem-net training parallel \
-  ep-exchange moe-replicas expert-balance router-bias pipeline tp tp-traffic fused-comm tuner cp memory
+  ep-exchange moe-replicas expert-balance router-bias pipeline tp tp-traffic fused-comm fused-chunks tuner cp memory
 # $(call perf_section,NAME,COMMAND): run COMMAND (no commas or double quotes in
 # it), show its table and write it into block NAME; a failing COMMAND writes nothing.
 perf_section = out=$$($(2)) && echo "$$out" && python3 scripts/update_perf_section.py "$(1)" "$(2)" "$$out"
@@ -126,6 +126,8 @@ bench-tp-traffic: build
 	@$(call perf_section,Tensor parallel traffic,bash bench/tp_training.sh 8 128 3)
 bench-fused-comm: build
 	@$(call perf_section,Fused communication,bash bench/fused_comm.sh 12 3)
+bench-fused-chunks: build
+	@$(call perf_section,Fused all-reduce chunks,bash bench/fused_chunks.sh 3)
 bench-tuner: build
 	@$(call perf_section,Tiling auto-tuner,bash bench/tuner.sh 12 3)
 bench-cp: build
