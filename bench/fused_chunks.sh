@@ -33,10 +33,10 @@ for line in open(sys.argv[1]):
     runs[(where, int(chunks))].append((float(unfused), float(fused)))
 counts = sorted({c for _, c in runs})
 print("| matmul_allreduce, demo, 2 PEs x 1 core | unfused (us) | " +
-      " | ".join(f"{c} chunk{'s' if c > 1 else ''}{' (heuristic)' if c == 2 else ''} (us)" for c in counts) + " |")
+      " | ".join(f"{c} chunk{'s' if c > 1 else ''}{' (heuristic)' if c == 2 else ''}: us (unfused / fused)" for c in counts) + " |")
 print("|---|---:|" + "---:|" * len(counts))
 for where in ("shm", "network"):
     unfused = statistics.median(u for c in counts for u, _ in runs[(where, c)])
     fused = [statistics.median(f for _, f in runs[(where, c)]) for c in counts]
-    print(f"| {where} | {unfused:.0f} | " + " | ".join(f"{f:.0f}" for f in fused) + " |")
+    print(f"| {where} | {unfused:.0f} | " + " | ".join(f"{f:.0f} ({unfused / f:.2f}x)" for f in fused) + " |")
 PY

@@ -50,7 +50,8 @@ StepTuning tune_step_tilings(const TrainConfig& config, runtime::Device& device,
     if (k.agreed) {  // timed by whole runs: not a launch time
       if (k.candidates > 1)
         t.agreed.push_back(fmt::format("{} {} ({:.1f} ms a run, {:.1f} ms at its heuristic)", k.entry.key.op,
-                                       runtime::describe_tiling(k.entry.key.op, k.best), 1e3 * k.best_s, 1e3 * k.heuristic_s));
+                                       runtime::describe_tiling(k.entry.key.op, k.best), 1e3 * k.best_s,
+                                       1e3 * k.heuristic_s));
       continue;
     }
     ++t.keys;

@@ -333,8 +333,12 @@ TEST(FusedComm, Fp8BackwardHalvesEqualTheirUnfusedSequences) {
   Operators ops_under_test;
   auto& [tp, me, N, unfused, unfused_ar, fused, stream, on] = ops_under_test;
   auto weight = [](int pe) { return values(pe, 70, 0, {C, K}); };
-  auto rounded_weight = [&](int pe) { return ops::reference::dequantize_fp8_weight(ops::reference::quantize_fp8_weight(weight(pe))); };
-  auto rounded_rows = [](const Tensor& t) { return ops::reference::dequantize_fp8_act(ops::reference::quantize_fp8_act(t)); };
+  auto rounded_weight = [&](int pe) {
+    return ops::reference::dequantize_fp8_weight(ops::reference::quantize_fp8_weight(weight(pe)));
+  };
+  auto rounded_rows = [](const Tensor& t) {
+    return ops::reference::dequantize_fp8_act(ops::reference::quantize_fp8_act(t));
+  };
   const Tensor w = weight(me);
   bool scattered = false, gathered = false;
   for (int step = 0; step < 2; ++step)
