@@ -2,10 +2,13 @@
 """Simulated against measured step time, every layout that fits this machine
 (issue 28: each within 10%, the median within 5%).
 
-`coremesh calibrate --network` measures this machine into a cluster file (the
-demo model's kernel shapes at 1 core per PE, element-wise bytes, the shm
-transport's collectives at 2 PEs, the network path's under mpirun); then, for each layout, `coremesh
-simulate --json` predicts the step and `coremesh train` runs it: the
+For each layout, `coremesh calibrate` first measures this machine into a
+cluster file (the demo model's kernel shapes at 1 core per PE, element-wise
+bytes, the shm transport's collectives at 2 PEs, with --network the network
+path's under mpirun), right before the layout runs: the cores of this VM
+change speed by up to ~25% over an hour, so a calibration made once at the
+start prices later layouts on another machine than the one they run on.
+Then `coremesh simulate --json` predicts the step and `coremesh train` runs it: the
 measured step is the median of the trainer's step_seconds (metrics.jsonl)
 over the steps after the first two, the median over --rounds runs; an EP
 layout is simulated with the routing skew its runs measured (the issue's
@@ -108,37 +111,42 @@ def main():
     ap.add_argument("--config", default=os.path.join(ROOT, "bench", "train_demo_config.json"))
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--cluster", help="a calibrated cluster file (default: calibrate now)")
+    ap.add_argument("--cluster", help="one calibrated cluster file for every layout (default: calibrate before each)")
     ap.add_argument("--only", nargs="*", help="layout names to run")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--tolerance", type=float, default=0.10)
     a = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory(prefix="coremesh_sim_") as work:
-        cluster = a.cluster
-        if not cluster:
-            cluster = os.path.join(work, "cluster.json")
-            run([a.coremesh, "calibrate", "--config", a.config, "--output", cluster, "--max-pes", "4", "--network"])
         rows = []
         for name, flags in LAYOUTS + NETWORK:
             if a.only and name not in a.only:
                 continue
             network = (name, flags) in NETWORK
+            cluster = a.cluster
+            if not cluster:
+                cluster = os.path.join(work, "cluster.json")
+                run([a.coremesh, "calibrate", "--config", a.config, "--output", cluster, "--max-pes", "4"]
+                    + (["--network"] if network else []))
+            with open(cluster) as f:
+                peak = json.load(f)["device"]["peak_flops"]["f32"]
             runs = [measured(a.coremesh, a.config, flags, a.steps, work, network) for _ in range(a.rounds)]
             times = [t for t, _ in runs]
             meas, skew = statistics.median(times), statistics.median(s for _, s in runs)
             sim = json.loads(run([a.coremesh, "simulate", "--config", a.config, "--cluster", cluster, "--json",
                                   "--skew", f"{skew:.4f}"] + (["--pes-per-host", "1"] if network else []) + flags))
+            sim["peak"] = peak
             sim["skew"] = skew
             err = sim["step_seconds"] / meas - 1
             rows.append((name, sim, meas, err, times))
             print(f"{name}: simulated {sim['step_seconds']:.4f} s, measured {meas:.4f} s "
                   f"({', '.join(f'{t:.4f}' for t in times)}), {100 * err:+.1f}%", file=sys.stderr, flush=True)
-    print("| layout | PEs | EP skew | simulated step (s) | measured step (s) | error | simulated bubble | exposed exchange |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| layout | PEs | EP skew | GEMM peak (GFLOP/s) | simulated step (s) | measured step (s) | error | "
+          "simulated bubble | exposed exchange |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, sim, meas, err, _ in rows:
         skew = f"{sim['skew']:.2f}" if ep_of(dict(LAYOUTS + NETWORK)[name]) > 1 else ""
-        print(f"| {name} | {sim['pes']} | {skew} | {sim['step_seconds']:.4f} | {meas:.4f} | {100 * err:+.1f}% | "
+        print(f"| {name} | {sim['pes']} | {skew} | {sim['peak'] / 1e9:.0f} | {sim['step_seconds']:.4f} | {meas:.4f} | {100 * err:+.1f}% | "
               f"{100 * sim['bubble_fraction']:.0f}% | {100 * sim['exposed_comm_seconds'] / sim['step_seconds']:.1f}% |")
     errors = [abs(r[3]) for r in rows]
     print(f"\n{len(rows)} layouts: median |error| {100 * statistics.median(errors):.1f}%, "

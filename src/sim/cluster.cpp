@@ -55,17 +55,19 @@ Link link_from_json(const nlohmann::json& j) {
   l.name = j.value("name", "");
   l.latency = j.at("latency_seconds").get<double>();
   l.bandwidth = j.at("bandwidth").get<double>();
-  if (j.contains("collectives"))
-    for (const auto& [name, f] : j.at("collectives").items())
-      l.fitted[parse_name(kCollectives, name, "collective")] = {f.at("latency_seconds").get<double>(),
-                                                                 f.at("bandwidth").get<double>()};
+  for (const auto& [field, fits] : {std::pair{"collectives", &l.fitted}, std::pair{"seams", &l.seams}})
+    if (j.contains(field))
+      for (const auto& [name, f] : j.at(field).items())
+        (*fits)[parse_name(kCollectives, name, "collective")] = {f.at("latency_seconds").get<double>(),
+                                                                  f.at("bandwidth").get<double>()};
   return l;
 }
 
 nlohmann::json link_to_json(const Link& l) {
   nlohmann::json j = {{"name", l.name}, {"latency_seconds", l.latency}, {"bandwidth", l.bandwidth}};
-  for (const auto& [c, f] : l.fitted)
-    j["collectives"][collective_name(c)] = {{"latency_seconds", f.latency}, {"bandwidth", f.bandwidth}};
+  for (const auto& [field, fits] : {std::pair{"collectives", &l.fitted}, std::pair{"seams", &l.seams}})
+    for (const auto& [c, f] : *fits)
+      j[field][collective_name(c)] = {{"latency_seconds", f.latency}, {"bandwidth", f.bandwidth}};
   return j;
 }
 
@@ -128,7 +130,8 @@ double collective_volume(Collective c, int pes, double bytes) {
   }
 }
 
-Fit Link::fit(Collective c) const {
+Fit Link::fit(Collective c, bool seam) const {
+  if (const auto it = seams.find(c); seam && it != seams.end()) return it->second;
   const auto it = fitted.find(c);
   return it != fitted.end() ? it->second : Fit{latency, bandwidth};
 }
@@ -170,10 +173,10 @@ double Cluster::op_seconds(const Op& op) const {
          std::max(op.flops / (peak(op.dtype) * eff(op.kind)), op.bytes / device.memory_bandwidth);
 }
 
-double Cluster::exchange_seconds(Collective c, int pes, double bytes, bool spans_hosts) const {
+double Cluster::exchange_seconds(Collective c, int pes, double bytes, bool spans_hosts, bool seam) const {
   if (pes <= 1 || bytes <= 0) return 0;
   const Link& link = spans_hosts ? inter_host : intra_host;
-  const Fit f = link.fit(c);
+  const Fit f = link.fit(c, seam);
   return collective_steps(c, pes) * f.latency + collective_volume(c, pes, bytes) / f.bandwidth;
 }
 
@@ -211,11 +214,12 @@ std::vector<std::string> Cluster::problems() const {
     const char* name = l == &intra_host ? "links.intra_host" : "links.inter_host";
     positive(l->bandwidth, fmt::format("{}.bandwidth", name).c_str());
     if (l->latency < 0) out.push_back(fmt::format("{}.latency_seconds is negative: give a time >= 0", name));
-    for (const auto& [c, f] : l->fitted) {
-      positive(f.bandwidth, fmt::format("{}.collectives.{}.bandwidth", name, collective_name(c)).c_str());
-      if (f.latency < 0)
-        out.push_back(fmt::format("{}.collectives.{}.latency_seconds is negative", name, collective_name(c)));
-    }
+    for (const auto& [field, fits] : {std::pair{"collectives", &l->fitted}, std::pair{"seams", &l->seams}})
+      for (const auto& [c, f] : *fits) {
+        positive(f.bandwidth, fmt::format("{}.{}.{}.bandwidth", name, field, collective_name(c)).c_str());
+        if (f.latency < 0)
+          out.push_back(fmt::format("{}.{}.{}.latency_seconds is negative", name, field, collective_name(c)));
+      }
   }
   for (size_t i = 1; i < elementwise_curve.size(); ++i)
     if (!(elementwise_curve[i].first > elementwise_curve[i - 1].first))

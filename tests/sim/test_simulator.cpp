@@ -144,12 +144,23 @@ TEST(Cluster, FileRoundTripsAndRefusesBadFields) {
   c.measured["gemm f32 2x3x4"] = {48, 1e-6};
   c.elementwise_curve = {{10, 1e-6}, {100, 2e-6}};
   c.intra_host.fitted[sim::Collective::all_to_all] = {2e-6, 5e9};
+  c.intra_host.seams[sim::Collective::all_reduce] = {3e-6, 2e9};
   c.busy_memory_slowdown = 1.5;
   const nlohmann::json j = sim::to_json(c);
   const sim::Cluster back = sim::cluster_from_json(j);
   EXPECT_EQ(sim::to_json(back), j);
   EXPECT_EQ(back.intra_host.fit(sim::Collective::all_to_all).bandwidth, 5e9);
   EXPECT_EQ(back.intra_host.fit(sim::Collective::put).bandwidth, 1e10);  // unfitted: the link's
+  EXPECT_EQ(back.intra_host.fit(sim::Collective::all_reduce, true).bandwidth, 2e9);  // a seam's own
+  EXPECT_EQ(back.intra_host.fit(sim::Collective::all_to_all, true).bandwidth, 5e9);  // no seam fit: the library's
+  nlohmann::json bad_seam = j;
+  bad_seam["links"]["intra_host"]["seams"]["all_reduce"]["bandwidth"] = 0;
+  try {
+    sim::cluster_from_json(bad_seam);
+    FAIL() << "accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("intra_host.seams.all_reduce.bandwidth"), std::string::npos) << e.what();
+  }
 
   nlohmann::json bad = j;
   bad["device"]["memory_bandwidth"] = -1;
@@ -221,6 +232,31 @@ TEST(Simulator, ExchangesAndSyncAddUp) {
   // ZeRO-1 moves the same bytes (reduce-scatter + all-gather) and halves the optimizer
   EXPECT_NEAR(z.ranks[0].optimizer, b.ranks[0].optimizer / 2, 1e-3 * b.ranks[0].optimizer);
   EXPECT_LT(z.peak_bytes, b.peak_bytes);
+}
+
+TEST(Simulator, SeamFitsPriceTheTensorParallelExchangesOnly) {
+  sim::Cluster library = roofline(), seams = roofline();
+  seams.intra_host.seams[sim::Collective::all_reduce] = {1e-3, 1e8};  // far slower than the link
+  train::TrainConfig tp = demo(), dp = demo();
+  tp.parallel.tp = 2, dp.parallel.dp = 2;
+  // the gradient sums are the library's collectives: no seam in a dp layout
+  EXPECT_EQ(sim::simulate_step({dp, 1.0}, seams).step_seconds, sim::simulate_step({dp, 1.0}, library).step_seconds);
+  // tp 2: each TP all-reduce (no SP) at the seam's price instead of the link's
+  const sim::SimResult a = sim::simulate_step({tp, 1.0}, library), b = sim::simulate_step({tp, 1.0}, seams);
+  double exposed = 0, hidden = 0;  // the input-gradient sums hide behind the weight gradients here (a device)
+  for (int part = 0; part < model::num_parts(tp.model); ++part) {
+    const sim::PartWork w = sim::part_work({tp, 1.0}, part);
+    for (const auto* list : {&w.forward_exchanges, &w.backward_exchanges})
+      for (const sim::Exchange& x : *list) {
+        ASSERT_EQ(x.group, sim::Group::tp);
+        ASSERT_EQ(x.collective, sim::Collective::all_reduce);
+        (x.hidden_by_weight_grad ? hidden : exposed) += seams.exchange_seconds(x.collective, 2, x.bytes, false, true) -
+                                                        library.exchange_seconds(x.collective, 2, x.bytes, false);
+      }
+  }
+  EXPECT_GT(exposed, 0.01);
+  EXPECT_GE(b.step_seconds - a.step_seconds, exposed - 1e-9);
+  EXPECT_LE(b.step_seconds - a.step_seconds, exposed + hidden + 1e-9);
 }
 
 TEST(Simulator, HostSharingSlowsTheRanks) {

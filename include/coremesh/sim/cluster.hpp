@@ -56,7 +56,10 @@ struct Link {
   std::string name;
   double latency = 0, bandwidth = 0;  // seconds; bytes/s per device, one direction
   std::map<Collective, Fit> fitted;   // calibrated: per collective
-  Fit fit(Collective c) const;
+  // the TP seams' collectives where they run otherwise than the library's (a
+  // CPU host's: copies into symmetric memory, sums in member order)
+  std::map<Collective, Fit> seams;
+  Fit fit(Collective c, bool seam = false) const;
 };
 
 struct Cluster {
@@ -94,7 +97,7 @@ struct Cluster {
   double op_seconds(const Op& op) const;
   // One collective over `pes` PEs of `bytes` (see collective_volume),
   // over the link between hosts when the group spans hosts.
-  double exchange_seconds(Collective c, int pes, double bytes, bool spans_hosts) const;
+  double exchange_seconds(Collective c, int pes, double bytes, bool spans_hosts, bool seam = false) const;
   // How much slower compute and copies run when `pes_on_host` PEs of
   // `threads` cores each share the host's cpu_cores (1 without sharing):
   // time-sharing the cores, and the busy host's slowdown for `kind`.
