@@ -29,6 +29,7 @@
 #include "coremesh/ops/gemm.hpp"
 #include "coremesh/ops/grouped_gemm.hpp"
 #include "coremesh/parallel/comm.hpp"
+#include "coremesh/parallel/expert_parallel.hpp"
 #include "coremesh/parallel/tensor_parallel.hpp"
 #include "coremesh/runtime/device.hpp"
 #include "coremesh/runtime/stream.hpp"
@@ -258,6 +259,45 @@ void measure_seam_collectives(const parallel::Group& group, runtime::Stream& str
   }
 }
 
+// The EP seam's dispatch and combine as the trainer runs them
+// (parallel::ShmemExperts: the counts first, then the rows by one-sided puts,
+// regrouped by expert at the owner, and back), fitted as an all-to-all into
+// `out`: an even split of R rows over 4 experts per PE, each exchange timed apart.
+void measure_expert_exchange(const parallel::Group& group, runtime::Stream& stream, nlohmann::json& out) {
+  const int pes = group.size(), experts = 4 * pes;
+  constexpr int64_t kWidth = 256;
+  std::vector<std::array<double, 3>> samples;
+  for (int64_t rows = 16; rows <= 4096; rows *= 4) {
+    parallel::ShmemExperts::Shape shape;
+    shape.experts = experts, shape.width = kWidth, shape.max_rows = rows, shape.layers = {0};
+    parallel::ShmemExperts ep(group, shape);
+    std::vector<int64_t> offsets;
+    for (int e = 0; e <= experts; ++e) offsets.push_back(rows * e / experts);
+    const Tensor xp = random({rows, kWidth}), off = Tensor::from_vector(offsets, {experts + 1});
+    const int reps = rows < 1024 ? 50 : 10;
+    std::vector<double> dispatch, combine;
+    for (int i = 0; i <= reps; ++i) {
+      const auto a = Clock::now();
+      const parallel::ExpertDispatcher::Dispatched d = ep.dispatch(xp, off, {}, {});
+      stream.synchronize();
+      shmem::barrier(shmem::Team::world());
+      const auto b = Clock::now();
+      ep.combine(d.rows, d);
+      stream.synchronize();
+      shmem::barrier(shmem::Team::world());
+      if (i == 0) continue;  // warm
+      dispatch.push_back(std::chrono::duration<double>(b - a).count());
+      combine.push_back(std::chrono::duration<double>(Clock::now() - b).count());
+    }
+    const double bytes = 4.0 * double(rows * kWidth);  // a PE's rows, as the simulator counts an EP exchange
+    for (double seconds : {median(dispatch), median(combine)})
+      samples.push_back({sim::collective_steps(sim::Collective::all_to_all, pes),
+                         sim::collective_volume(sim::Collective::all_to_all, pes, bytes), seconds});
+  }
+  const sim::Fit f = fit(samples);
+  out[sim::collective_name(sim::Collective::all_to_all)] = {{"latency_seconds", f.latency}, {"bandwidth", f.bandwidth}};
+}
+
 // Under the launcher (2 PEs): put and every collective, fitted, and the busy
 // host's slowdown; PE 0 writes them.
 void measure_links(const std::string& path) {
@@ -311,6 +351,7 @@ void measure_links(const std::string& path) {
     shmem::sym_free(dst);
     shmem::sym_free(src);
     measure_seam_collectives(world_group(), stream, out["seams"]);
+    measure_expert_exchange(world_group(), stream, out["seams"]);
   }
   // a busy host: PE 0 computes alone (PE 1 waits, asleep), then both at once, each on its core
   const sim::Op gemm{.kind = sim::OpKind::gemm, .m = 1024, .n = 1024, .k = 256};

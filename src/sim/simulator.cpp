@@ -38,7 +38,7 @@ struct Groups {
     bool spans = false;
     for (int m : members) spans |= m / cluster.host_devices != members.front() / cluster.host_devices;
     const int pes = x.group == Group::pp ? 2 : int(members.size());  // a pipeline message: one neighbour
-    const bool seam = x.group == Group::tp;  // the TP seams' own collectives, where calibrated
+    const bool seam = x.group == Group::tp || x.group == Group::ep;  // the seams' own exchanges, where calibrated
     double t = cluster.exchange_seconds(x.collective, pes, x.bytes, spans, seam);
     if (spans && x.across_hosts < 1)  // its share between hosts, the rest forwarded inside them meanwhile
       t = std::max(cluster.exchange_seconds(x.collective, pes, x.bytes * x.across_hosts, true, seam),

@@ -25,7 +25,7 @@ w = sys.argv[1]
 cluster = json.load(open(f"{w}/c.json"))
 assert cluster["schema"] == "coremesh-cluster/1" and cluster["measured"]["ops"], cluster.keys()
 seams = cluster["links"]["intra_host"]["seams"]  # the TP seams' own collectives, fitted apart
-assert set(seams) == {"all_reduce", "all_gather", "reduce_scatter"}, seams
+assert set(seams) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}, seams
 assert all(f["bandwidth"] > 0 and f["latency_seconds"] >= 0 for f in seams.values()), seams
 sim = json.load(open(f"{w}/sim.json"))
 assert sim["pes"] == 2 and sim["step_seconds"] > 0 and 0 < sim["mfu"] <= 1, sim

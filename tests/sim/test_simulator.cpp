@@ -234,9 +234,10 @@ TEST(Simulator, ExchangesAndSyncAddUp) {
   EXPECT_LT(z.peak_bytes, b.peak_bytes);
 }
 
-TEST(Simulator, SeamFitsPriceTheTensorParallelExchangesOnly) {
+TEST(Simulator, SeamFitsPriceTheSeamsExchangesOnly) {
   sim::Cluster library = roofline(), seams = roofline();
   seams.intra_host.seams[sim::Collective::all_reduce] = {1e-3, 1e8};  // far slower than the link
+  seams.intra_host.seams[sim::Collective::all_to_all] = {1e-3, 1e8};
   train::TrainConfig tp = demo(), dp = demo();
   tp.parallel.tp = 2, dp.parallel.dp = 2;
   // the gradient sums are the library's collectives: no seam in a dp layout
@@ -257,6 +258,13 @@ TEST(Simulator, SeamFitsPriceTheTensorParallelExchangesOnly) {
   EXPECT_GT(exposed, 0.01);
   EXPECT_GE(b.step_seconds - a.step_seconds, exposed - 1e-9);
   EXPECT_LE(b.step_seconds - a.step_seconds, exposed + hidden + 1e-9);
+  // ep 2: the dispatch and combine (and their backward) at the EP seam's price; Ulysses' all-to-alls are not a seam
+  train::TrainConfig ep = demo(), ulysses = demo();
+  ep.parallel.ep = 2;
+  ulysses.parallel.cp = 2, ulysses.parallel.cp_comm = parallel::CpComm::ulysses;
+  EXPECT_GT(sim::simulate_step({ep, 1.0}, seams).step_seconds, sim::simulate_step({ep, 1.0}, library).step_seconds + 0.01);
+  EXPECT_EQ(sim::simulate_step({ulysses, 1.0}, seams).step_seconds,
+            sim::simulate_step({ulysses, 1.0}, library).step_seconds);
 }
 
 TEST(Simulator, HostSharingSlowsTheRanks) {

@@ -56,8 +56,9 @@ struct Link {
   std::string name;
   double latency = 0, bandwidth = 0;  // seconds; bytes/s per device, one direction
   std::map<Collective, Fit> fitted;   // calibrated: per collective
-  // the TP seams' collectives where they run otherwise than the library's (a
-  // CPU host's: copies into symmetric memory, sums in member order)
+  // the TP and EP seams' exchanges where they run otherwise than the library's
+  // collectives (a CPU host's: copies into symmetric memory, sums in member
+  // order; the EP dispatch's counts, puts and regroups)
   std::map<Collective, Fit> seams;
   Fit fit(Collective c, bool seam = false) const;
 };
