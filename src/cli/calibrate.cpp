@@ -135,33 +135,39 @@ std::function<void()> kernel(const sim::Op& op, runtime::Stream& stream) {
   return [] {};
 }
 
-// Each shape's median time, its samples taken in rounds over all shapes (one
+// Each shape's median time, its samples taken in rounds over the shapes (one
 // sample each per round, `budget` seconds per shape in all, 5 rounds at
 // least): this VM's cores change speed over seconds, so a shape timed in one
 // burst takes that burst's speed, and a kernel run after other kernels finds
-// the caches as it does in a step, not warm with its own operands.
+// the caches as it does in a step, not warm with its own operands. The shapes
+// go in batches whose operands fit in `kBatchBytes` (a large config's would
+// not all fit in memory at once).
 std::map<std::string, double> round_robin_medians(const std::map<std::string, sim::Op>& shapes,
                                                   runtime::Stream& stream, double budget) {
-  std::map<std::string, std::function<void()>> kernels;
-  for (const auto& [key, op] : shapes) {
-    kernels[key] = kernel(op, stream);
-    kernels[key]();  // warm: tiling cache, allocator, pages
-  }
-  std::map<std::string, std::vector<double>> samples;
-  const double total_budget = budget * double(shapes.size());
-  double total = 0;
-  for (int round = 0; round < 5 || (total < total_budget && round < 200); ++round) {
-    for (const auto& [key, fn] : kernels) {
-      const auto a = Clock::now();
-      fn();
-      samples[key].push_back(std::chrono::duration<double>(Clock::now() - a).count());
-      total += samples[key].back();
+  constexpr double kBatchBytes = double(int64_t(1) << 30);
+  std::map<std::string, double> out;
+  for (auto first = shapes.begin(); first != shapes.end();) {
+    std::map<std::string, std::function<void()>> kernels;
+    double bytes = 0;
+    for (; first != shapes.end() && (kernels.empty() || bytes + first->second.bytes <= kBatchBytes); ++first) {
+      bytes += first->second.bytes;
+      kernels[first->first] = kernel(first->second, stream);
+      kernels[first->first]();  // warm: tiling cache, allocator, pages
     }
-    if (round % 5 == 4) fmt::print("  round {}: {:.1f} of {:.1f} s\n", round + 1, total, total_budget);
+    std::map<std::string, std::vector<double>> samples;
+    const double batch_budget = budget * double(kernels.size());
+    double total = 0;
+    for (int round = 0; round < 5 || (total < batch_budget && round < 200); ++round)
+      for (const auto& [key, fn] : kernels) {
+        const auto a = Clock::now();
+        fn();
+        samples[key].push_back(std::chrono::duration<double>(Clock::now() - a).count());
+        total += samples[key].back();
+      }
+    for (auto& [key, t] : samples) out[key] = median(std::move(t));
+    fmt::print("  {}/{} shapes\n", out.size(), shapes.size());
     std::fflush(stdout);
   }
-  std::map<std::string, double> out;
-  for (auto& [key, t] : samples) out[key] = median(std::move(t));
   return out;
 }
 
