@@ -27,6 +27,9 @@ assert cluster["schema"] == "coremesh-cluster/1" and cluster["measured"]["ops"],
 seams = cluster["links"]["intra_host"]["seams"]  # the TP seams' own collectives, fitted apart
 assert set(seams) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}, seams
 assert all(f["bandwidth"] > 0 and f["latency_seconds"] >= 0 for f in seams.values()), seams
+# what the hypervisor took while it measured (steal), in the file's sources
+steal = [s for s in cluster["sources"] if s.startswith("the hypervisor took ")]
+assert len(steal) == 1 and 0 <= float(steal[0].split()[3].rstrip("%")) <= 100, cluster["sources"]
 sim = json.load(open(f"{w}/sim.json"))
 assert sim["pes"] == 2 and sim["step_seconds"] > 0 and 0 < sim["mfu"] <= 1, sim
 events = [e for e in json.load(open(f"{w}/t.json"))["traceEvents"] if e["ph"] == "X"]
