@@ -30,10 +30,10 @@ With --check it exits 1 when a layout is off by more than --tolerance.
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
-import shutil
 import tempfile
 import time
 
@@ -141,7 +141,7 @@ def main():
         calibrations = {}  # network or not: the latest calibration, which the next layout starts from
 
         def calibrate(network):
-            path = os.path.join(work, f"cluster{len(calibrations)}-{int(network)}-{time.monotonic_ns()}.json")
+            path = os.path.join(work, f"cluster-{time.monotonic_ns()}{'-network' if network else ''}.json")
             out = run([a.coremesh, "calibrate", "--config", a.config, "--output", path, "--max-pes", "4"]
                       + (["--network"] if network else []))
             print("  " + "\n  ".join(l for l in out.splitlines() if l.startswith(("wrote", "calibrate: the hypervisor"))),
