@@ -37,7 +37,6 @@
 #include "coremesh/shmem/collectives.hpp"
 #include "coremesh/shmem/heap.hpp"
 #include "coremesh/shmem/rma.hpp"
-#include "coremesh/shmem/session.hpp"
 #include "coremesh/sim/planner.hpp"
 #include "coremesh/sim/workload.hpp"
 #include "coremesh/train/metrics.hpp"
@@ -348,7 +347,7 @@ std::vector<double> unstolen_rounds(int wanted, const std::function<double()>& r
 // Under the launcher (2 PEs): put and every collective, fitted, and the busy
 // host's slowdown; PE 0 writes them.
 void measure_links(const std::string& path) {
-  shmem::Session session;
+  const auto session = join_job();
   const int pes = shmem::n_pes(), me = shmem::my_pe();
   // the parent says what to measure: the links at a core per PE, or what PEs taking turns on a core cost
   const char* mode = std::getenv("COREMESH_CALIBRATE_MODE");
@@ -608,7 +607,7 @@ void register_calibrate_command(CLI::App& app) {
       ->check(CLI::Range(1, 64));
   cmd->add_option("--seconds", f->budget, "repeats per shape, in seconds (the median is kept)")
       ->capture_default_str()
-      ->check(CLI::Range(0.001, 10.0));
+      ->check(finite_in(0.001, 10.0));
   f->flags.add(*cmd);
   cmd->callback([f] { run_calibrate(*f); });
 }

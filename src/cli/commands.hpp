@@ -2,7 +2,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,25 @@ namespace coremesh::cli {
 // The command line as main() received it (a parallel `coremesh train`
 // starts its PEs with it).
 const std::vector<std::string>& command_line();
+
+// A number option's check: within [lo, hi] and finite. CLI::Range and
+// CLI::PositiveNumber let nan through (every comparison with NaN is false).
+inline CLI::Validator finite_in(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        size_t used = 0;
+        double v = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size()) return fmt::format("'{}' is not a number", text);
+        if (!std::isfinite(v) || v < lo || v > hi) return fmt::format("{} is not a number in [{}, {}]", text, lo, hi);
+        return {};
+      },
+      fmt::format("NUMBER in [{}, {}]", lo, hi));
+}
 
 void register_info_command(CLI::App& app);  // info.cpp
 void register_demo_command(CLI::App& app);  // demo.cpp

@@ -10,7 +10,6 @@
 #include "commands.hpp"
 #include "coremesh/core/env.hpp"
 #include "coremesh/shmem/launch.hpp"
-#include "coremesh/shmem/session.hpp"
 
 namespace coremesh::cli {
 namespace {
@@ -25,6 +24,11 @@ int env_int(const char* name, int fallback) {
 bool under_launcher() {
   return std::getenv(shmem::kPeEnv) != nullptr || std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
          std::getenv("PMI_SIZE") != nullptr;
+}
+
+std::unique_ptr<shmem::Session> join_job() {
+  ::setenv("COREMESH_SYMMETRIC_DATA", "0", 0);
+  return std::make_unique<shmem::Session>();
 }
 
 int launch_self(int n_pes, int64_t heap_bytes) {

@@ -5,13 +5,20 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "coremesh/shmem/session.hpp"
 
 namespace coremesh::cli {
 
 // Whether this process is a PE of a launched job.
 bool under_launcher();
+// Joins the launched job as one of its PEs. The executable keeps nothing
+// symmetric in global variables, so they are not made symmetric (that needs
+// a single-threaded process, and OpenBLAS may have started its threads).
+std::unique_ptr<shmem::Session> join_job();
 // Starts `n_pes` PEs running this command line again, with a symmetric heap
 // of at least `heap_bytes`; returns the job's exit status.
 int launch_self(int n_pes, int64_t heap_bytes);

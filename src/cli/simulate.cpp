@@ -128,7 +128,7 @@ void register_simulate_commands(CLI::App& app) {
     cmd->add_option("--cluster", f->cluster, "cluster file (clusters/*.json, or `coremesh calibrate`'s)")->required();
     cmd->add_option("--skew", f->skew, "EP: the busiest rank's routed rows over the mean (1: balanced)")
         ->capture_default_str()
-        ->check(CLI::Range(1.0, 1e6));
+        ->check(finite_in(1.0, 1e6));
     cmd->add_option("--trace", f->trace, "write the simulated timeline here (Chrome/Perfetto JSON)");
     cmd->add_flag("--json", f->json, "print the result as JSON");
     add_pes_per_host(*cmd, f->pes_per_host);
@@ -144,10 +144,10 @@ void register_simulate_commands(CLI::App& app) {
                     "sequences per step, kept by every layout (default: batch_size x grad_accum)")
         ->check(CLI::Range(1, 1 << 30));
     cmd->add_option("--memory-gb", f->memory_gb, "memory per device in GB (default: the cluster's device memory)")
-        ->check(CLI::Range(0.0, 1e9));
+        ->check(finite_in(0.0, 1e9));
     cmd->add_option("--skew", f->skew, "EP: the busiest rank's routed rows over the mean (1: balanced)")
         ->capture_default_str()
-        ->check(CLI::Range(1.0, 1e6));
+        ->check(finite_in(1.0, 1e6));
     add_pes_per_host(*cmd, f->pes_per_host);
     cmd->add_option("--top", f->top, "layouts to print")->capture_default_str()->check(CLI::Range(1, 1 << 20));
     f->flags.add(*cmd);

@@ -198,8 +198,7 @@ int run_train(const TrainFlags& f) {
   train::TrainResult r;
   try {
     if (under_launcher()) {
-      ::setenv("COREMESH_SYMMETRIC_DATA", "0", 0);  // the trainer keeps nothing symmetric in globals
-      session = std::make_unique<shmem::Session>();
+      session = join_job();
       CM_CHECK(shmem::n_pes() == world,
                fmt::format("set the parallel degrees so that dp x cp x pp x ep x tp = {}, or start {} PEs",
                            shmem::n_pes(), world),
@@ -288,14 +287,14 @@ int run_train(const TrainFlags& f) {
 void add_tuning_flags(CLI::App& cmd, TrainFlags& f) {
   cmd.add_option("--tune-budget", f.tuning.budget,
                  "timed evaluations per op key, as a fraction of an exhaustive search's")
-      ->check(CLI::Range(1e-3, 1.0));
+      ->check(finite_in(1e-3, 1.0));
   cmd.add_option("--tune-repeats", f.tuning.repeats, "timings per candidate of the exhaustive search")
       ->check(CLI::Range(1, 100));
   cmd.add_option("--tune-time-limit", f.tuning.time_limit_s, "seconds; then the best tilings so far are kept")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_in(1e-3, 1e9));
   cmd.add_option("--tune-tolerance", f.tuning.tolerance,
                  "relative change of the gradients a tiling may cause (0: bit-identical)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_in(0.0, 1.0));
   cmd.add_option("--tune-step-rounds", f.tuning.step_rounds,
                  "whole steps per side when the step decides between the picks and the heuristics "
                  "(0: the launches' own timings decide)")

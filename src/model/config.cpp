@@ -142,7 +142,7 @@ const FieldTable<ModelConfig>& model_fields() {
                "sequence-wise balance loss weight (0: off)", non_negative<float>())
           .flag("aux-alpha")
           .add("capacity_factor", [](C& c) -> auto& { return c.capacity_factor; },
-               "expert capacity factor (<= 0: no capacity, no drops)", finite<float>())
+               "expert capacity factor (<= 0: no capacity, no drops)")
           .add_enum("drop_policy", [](C& c) -> auto& { return c.drop_policy; },
                     {{DropPolicy::token_order, "token_order"}, {DropPolicy::low_score, "low_score"}},
                     "which assignments over capacity are dropped")

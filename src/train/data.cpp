@@ -31,6 +31,11 @@ TextDataset::TextDataset(const std::vector<std::string>& paths, double val_fract
              "cannot open data file '{}': {}", path, std::strerror(errno));
     struct stat st {};
     ::fstat(fd, &st);
+    if (S_ISDIR(st.st_mode)) {
+      ::close(fd);
+      CM_THROW(InvalidArgument, "name the text files inside it (e.g. --data dir/*.txt)",
+               "data file '{}' is a directory", path);
+    }
     f.size = st.st_size;
     if (f.size > 0) {
       void* p = ::mmap(nullptr, size_t(f.size), PROT_READ, MAP_PRIVATE, fd, 0);

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../../src/cli/commands.hpp"
 #include "../../src/cli/field_flags.hpp"
 #include "coremesh/train/trainer.hpp"
 
@@ -70,7 +71,59 @@ std::string error_of(const std::function<void()>& f) {
   return "(accepted)";
 }
 
+// Every number field of `table` refuses nan, inf and -inf, from JSON values
+// and from its flag, with a problem that names the field.
+template <class C>
+void every_number_field_is_finite(const FieldTable<C>& table) {
+  int numbers = 0;
+  for (const Field<C>& f : table.fields()) {
+    if (f.type != "number") continue;
+    ++numbers;
+    for (const std::string text : {"nan", "inf", "-inf"}) {
+      SCOPED_TRACE(table.section() + "." + f.name + " = " + text);
+      C c{};
+      f.set(c, json(std::stod(text)));
+      std::vector<std::string> problems = table.problems(c);
+      ASSERT_EQ(problems.size(), 1u);
+      EXPECT_NE(problems[0].find(table.section() + "." + f.name + " = "), std::string::npos) << problems[0];
+      EXPECT_NE(problems[0].find("must be a finite number"), std::string::npos) << problems[0];
+      CLI::App app;
+      cli::FieldFlags<C> flags(app, table, "test");
+      const std::string flag = "--" + (f.flag.empty() ? cli::flag_name(f.name) : f.flag);
+      const char* argv[] = {"test", flag.c_str(), text.c_str()};
+      app.parse(3, const_cast<char**>(argv));
+      C parsed{};
+      flags.apply(parsed);
+      EXPECT_EQ(table.problems(parsed), problems);
+    }
+  }
+  EXPECT_GT(numbers, 0);
+}
+
 }  // namespace
+
+TEST(ConfigTable, EveryNumberFieldRefusesNanAndInf) {
+  every_number_field_is_finite(model::model_fields());
+  every_number_field_is_finite(train::train_fields());
+}
+
+// The commands' own number options (not config fields): a range that refuses
+// nan and inf, which CLI::Range lets through.
+TEST(ConfigTable, FiniteInRefusesNanInfAndText) {
+  for (const std::string text : {"nan", "inf", "-inf", "0.5", "11", "abc", "2x", ""}) {
+    CLI::App app;
+    double v = 0;
+    app.add_option("--x", v)->check(cli::finite_in(1.0, 10.0));
+    const char* argv[] = {"test", "--x", text.c_str()};
+    EXPECT_THROW(app.parse(3, const_cast<char**>(argv)), CLI::ValidationError) << text;
+  }
+  CLI::App app;
+  double v = 0;
+  app.add_option("--x", v)->check(cli::finite_in(1.0, 10.0));
+  const char* argv[] = {"test", "--x", "2.5"};
+  app.parse(3, const_cast<char**>(argv));
+  EXPECT_EQ(v, 2.5);
+}
 
 TEST(ConfigTable, EveryModelFieldRoundTripsJsonAndFlags) {
   round_trip_every_field<model::ModelConfig>(

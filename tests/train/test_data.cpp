@@ -100,6 +100,12 @@ TEST(Data, ClearErrors) {
   TempDir d;
   EXPECT_THROW(TextDataset({d.path + "/missing.txt"}, 0.1), InvalidArgument);
   EXPECT_THROW(TextDataset({write_text(d.path, "a.txt", 100)}, 1.0), InvalidArgument);
+  try {
+    TextDataset dir({d.path}, 0.1);
+    FAIL() << "accepted a directory as a data file";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
   TextDataset ds({write_text(d.path, "b.txt", 100)}, 0.1);
   try {
     DataLoader dl(ds, Split::validation, 1, 64, 0);

@@ -14,7 +14,8 @@
 //
 // Types: integers, floating point, bool, std::string, std::vector<std::string>
 // (a list, or one string), and enums through add_enum. Integer fields refuse
-// non-integer JSON numbers; every error names the section and the field.
+// non-integer JSON numbers; floating fields refuse nan and inf; every error
+// names the section and the field.
 #pragma once
 
 #include <fmt/format.h>
@@ -63,10 +64,6 @@ std::function<std::string(const T&)> in_range(T lo, T hi) {
     return v >= lo && v <= hi ? "" : fmt::format("{} must be in [{}, {}]", v, lo, hi);
   };
 }
-template <class T>
-std::function<std::string(const T&)> finite() {
-  return [](const T& v) { return std::isfinite(v) ? "" : fmt::format("{} must be finite", v); };
-}
 
 template <class Config>
 class FieldTable {
@@ -89,6 +86,13 @@ class FieldTable {
     f.set = [ref, section = section_, name = f.name](Config& c, const nlohmann::json& j) {
       ref(c) = parse<T>(j, section, name);
     };
+    // a floating field is a finite number before its own check runs (a flag
+    // may say nan or inf, and comparisons with NaN pass every range)
+    if constexpr (std::is_floating_point_v<T>)
+      check = [own = std::move(check)](const T& v) {
+        if (!std::isfinite(v)) return fmt::format("{} must be a finite number", v);
+        return own ? own(v) : std::string();
+      };
     if (check)
       f.check = [ref, check, where](const Config& c) {
         const std::string p = check(ref(const_cast<Config&>(c)));
