@@ -148,8 +148,10 @@ void register_eval_command(CLI::App& app) {
   cmd->add_option("--max-bytes", f->max_bytes, "score at most this many bytes, windows spread evenly (0: all)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--config", f->config, "refuse the checkpoint unless its model is this config's");
-  cmd->add_option("--batch-size", f->batch_size, "sequences per batch (default: the training run's)");
-  cmd->add_option("--seq-len", f->seq_len, "tokens per window (default: the training run's)");
+  cmd->add_option("--batch-size", f->batch_size, "sequences per batch (default: the training run's)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--seq-len", f->seq_len, "tokens per window (default: the training run's)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--no-progress", f->no_progress, "no progress bar (on stderr)");
   cmd->callback([f] {
     Loaded l = load(f->checkpoint, f->config);

@@ -72,6 +72,10 @@ if n != 32 * ((1028 - 1) // 32):
 out = coremesh("eval", "--checkpoint", str(run), "--max-bytes", "10", ok=False)
 if "max_bytes 10 is less than one window of 32 tokens" not in out:
     fail("--max-bytes below a window is not refused clearly", out)
+for flag in ("--batch-size", "--seq-len"):
+    out = coremesh("eval", "--checkpoint", str(run), flag, "-3", ok=False)
+    if f"{flag}: Value -3 not in range" not in out:
+        fail(f"{flag} -3 is not refused", out)
 
 corpus.rename(work / "moved.txt")
 out = coremesh("eval", "--checkpoint", str(run), ok=False)
