@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,20 +15,27 @@ namespace coremesh::cli {
 // starts its PEs with it).
 const std::vector<std::string>& command_line();
 
-// A number option's check: within [lo, hi] and finite. CLI::Range and
+// The finite number `text` spells, all of it ("1e-3", not "1x", "nan" or "inf").
+inline std::optional<double> finite_number(const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != text.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+// A number option's check: finite and within [lo, hi]. CLI::Range and
 // CLI::PositiveNumber let nan through (every comparison with NaN is false).
 inline CLI::Validator finite_in(double lo, double hi) {
   return CLI::Validator(
       [lo, hi](std::string& text) -> std::string {
-        size_t used = 0;
-        double v = 0;
-        try {
-          v = std::stod(text, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != text.size()) return fmt::format("'{}' is not a number", text);
-        if (!std::isfinite(v) || v < lo || v > hi) return fmt::format("{} is not a number in [{}, {}]", text, lo, hi);
+        const std::optional<double> v = finite_number(text);
+        if (!v) return fmt::format("'{}' is not a finite number", text);
+        if (*v < lo || *v > hi) return fmt::format("{} is not in [{}, {}]", text, lo, hi);
         return {};
       },
       fmt::format("NUMBER in [{}, {}]", lo, hi));

@@ -42,15 +42,9 @@ Costs parse_costs(const std::string& text) {
   std::vector<double> values;
   std::stringstream in(text);
   for (std::string item; std::getline(in, item, ',');) {
-    size_t used = 0;
-    double value = 0;
-    try {
-      value = std::stod(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    CM_CHECK(used == item.size() && used > 0, hint, "--costs: '{}' is not a number", item);
-    values.push_back(value);
+    const std::optional<double> value = finite_number(item);
+    CM_CHECK(value.has_value(), hint, "--costs: '{}' is not a finite number", item);
+    values.push_back(*value);
   }
   CM_CHECK(values.size() >= 4 && values.size() <= 6, hint, "--costs: {} values in '{}'",
            values.size(), text);
