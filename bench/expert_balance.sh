@@ -21,12 +21,12 @@ cmake --build "$BUILD" --target coremesh bench_expert_balance >/dev/null
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 COREMESH_HEAP_SIZE=1G
 demo_config loads 60 2
 sed -i 's/"bias_update_rate": [0-9.e-]*/"bias_update_rate": 0/' "$WORK/loads.json"
-"$COREMESH" train --config "$WORK/loads.json" --no-progress --sample-tokens 0 --report false >/dev/null 2>&1
+"$COREMESH" train --config "$WORK/loads.json" --overwrite --no-progress --sample-tokens 0 --report false >/dev/null 2>&1
 for ep in 2 4; do "$BUILD/bench/bench_expert_balance" "$WORK/run_loads/metrics.jsonl" "$ep" 2048; done >"$WORK/raw.txt"
 demo_config skewed "$STEPS" 1
 sed -i 's/"bias_update_rate": [0-9.e-]*/"bias_update_rate": 0/' "$WORK/skewed.json"
 tokens() {
-  "$COREMESH" train --config "$WORK/skewed.json" --no-progress --sample-tokens 0 --val-batches 1 --report false "$@" 2>&1 |
+  "$COREMESH" train --config "$WORK/skewed.json" --overwrite --no-progress --sample-tokens 0 --val-batches 1 --report false "$@" 2>&1 |
     sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p' | head -1
 }
 for _ in $(seq "$ROUNDS"); do

@@ -40,6 +40,6 @@ demo_config() {
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 train_tokens() {
-  "$COREMESH" train --config "$WORK/$1.json" --no-progress --sample-tokens 0 --val-batches 1 --report false "${@:2}" \
+  "$COREMESH" train --config "$WORK/$1.json" --overwrite --no-progress --sample-tokens 0 --val-batches 1 --report false "${@:2}" \
     | sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p'
 }

@@ -49,7 +49,7 @@ def size(value, unit):
 
 
 def train(cfg, flags):
-    done = subprocess.run([ARGS.coremesh, "train", "--config", cfg, "--no-progress", *flags], capture_output=True,
+    done = subprocess.run([ARGS.coremesh, "train", "--config", cfg, "--overwrite", "--no-progress", *flags], capture_output=True,
                           text=True, timeout=900, cwd=ROOT, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
     if done.returncode != 0:
         sys.exit(f"coremesh train {' '.join(flags)} failed:\n{done.stdout}{done.stderr}")

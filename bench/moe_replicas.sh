@@ -31,10 +31,10 @@ run() {
   if [ "$path" = net ]; then
     local n
     n=$(( $(echo "$@" | sed -n 's/.*--ep \([0-9]*\).*/\1/p') ))
-    SHMEM_SYMMETRIC_SIZE=1G tests/shmem/mpirun_net.sh "$n" "$COREMESH" train --config "$WORK/$config.json" \
+    SHMEM_SYMMETRIC_SIZE=1G tests/shmem/mpirun_net.sh "$n" "$COREMESH" train --config "$WORK/$config.json" --overwrite \
       --no-progress --sample-tokens 0 --val-batches 1 --report false "$@" 2>&1
   else
-    "$COREMESH" train --config "$WORK/$config.json" --no-progress --sample-tokens 0 --val-batches 1 --report false "$@" 2>&1
+    "$COREMESH" train --config "$WORK/$config.json" --overwrite --no-progress --sample-tokens 0 --val-batches 1 --report false "$@" 2>&1
   fi
 }
 tokens() { run "$@" | sed -n 's/^throughput: \([0-9.]*\) tokens\/s.*/\1/p' | head -1; }

@@ -27,7 +27,7 @@ c["model"]["bias_update"], c["model"]["bias_update_rate"] = mode, float(rate)
 c["train"].update(seed=int(seed), out_dir=f"{work}/{name}", tokenizer=f"{work}/bpe8192.model", ckpt_every=0)
 json.dump(c, open(f"{work}/{name}.json", "w"))
 PY
-    "$COREMESH" train --config "$WORK/$name.json" --no-progress --sample-tokens 0 --report false >/dev/null
+    "$COREMESH" train --config "$WORK/$name.json" --overwrite --no-progress --sample-tokens 0 --report false >/dev/null
   done
 done
 /usr/bin/python3 - "$WORK" "$SEEDS" <<'PY'

@@ -106,7 +106,7 @@ def measured(exe, config, flags, steps, work, network=False):
                 world *= int(flags[flags.index(dim) + 1])
         launch = ["sh", os.path.join(ROOT, "tests", "shmem", "mpirun_net.sh"), str(world)]
     env = dict(os.environ, SHMEM_SYMMETRIC_SIZE="512M") if network else None
-    run(launch + [exe, "train", "--config", config, "--steps", str(steps), "--no-progress", "--report", "false",
+    run(launch + [exe, "train", "--config", config, "--overwrite", "--steps", str(steps), "--no-progress", "--report", "false",
          "--sample-tokens", "0", "--val-every", "0", "--val-batches", "1", "--ckpt-every", "0",
          "--out", out] + flags, env=env)
     with open(os.path.join(out, "metrics.jsonl")) as f:

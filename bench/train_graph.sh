@@ -17,8 +17,8 @@ for cores in 1 2; do
   demo_config cfg "$STEPS" "$cores"
   : >"$WORK/eager"; : >"$WORK/graph"; : >"$WORK/ratio"
   for _ in $(seq "$ROUNDS"); do
-    eager=$("$COREMESH" train --config "$WORK/cfg.json" --no-progress --report false | tokens)
-    "$COREMESH" train --config "$WORK/cfg.json" --no-progress --report false --graph >"$WORK/graph.log"
+    eager=$("$COREMESH" train --config "$WORK/cfg.json" --overwrite --no-progress --report false | tokens)
+    "$COREMESH" train --config "$WORK/cfg.json" --overwrite --no-progress --report false --graph >"$WORK/graph.log"
     graph=$(tokens <"$WORK/graph.log")
     echo "$eager" >>"$WORK/eager"; echo "$graph" >>"$WORK/graph"
     awk -v a="$graph" -v b="$eager" 'BEGIN { printf "%.4f\n", a / b }' >>"$WORK/ratio"

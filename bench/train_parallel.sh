@@ -41,7 +41,7 @@ for _ in $(seq "$ROUNDS"); do
 done
 for layout in "" "--dp 2" "--dp 2 --zero 1" "--ep 2" "--ep 2 --zero 1"; do
   # shellcheck disable=SC2086
-  "$COREMESH" train --config "$WORK/mem.json" --no-progress --sample-tokens 0 --val-batches 1 --report false $layout | grep -E '^memory( on PE [0-9]+)?: AdamW' \
+  "$COREMESH" train --config "$WORK/mem.json" --overwrite --no-progress --sample-tokens 0 --val-batches 1 --report false $layout | grep -E '^memory( on PE [0-9]+)?: AdamW' \
     | sed "s/^/layout ${layout:-1 PE}: /" >>"$RAW"
 done
 

@@ -15,7 +15,7 @@ for threads in 1 2; do
   demo_config "$threads" "$STEPS" "$threads"
   : >"$WORK/ours" ; : >"$WORK/mfu"; : >"$WORK/torch"; : >"$WORK/ratio"
   for _ in $(seq "$ROUNDS"); do
-    ours=$("$COREMESH" train --config "$WORK/$threads.json" --no-progress | sed -n 's/^throughput: \([0-9.]*\) tokens\/s, MFU \([0-9.]*\)%.*/\1 \2/p')
+    ours=$("$COREMESH" train --config "$WORK/$threads.json" --overwrite --no-progress | sed -n 's/^throughput: \([0-9.]*\) tokens\/s, MFU \([0-9.]*\)%.*/\1 \2/p')
     torch=$(OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive \
             /usr/bin/python3 bench/train_torch.py "$WORK/run_$threads/config.json" "$STEPS")  # the full config coremesh wrote
     set -- $ours

@@ -65,7 +65,7 @@ for c in $candidates; do
   start=$(date +%s.%N)
   # shellcheck disable=SC2046
   "$COREMESH" train --config "$CONFIG" $(flags "$c") --steps "$steps" --warmup 20 --val-every 0 --ckpt-every 0 \
-    --sample-tokens 0 --report false --no-progress --out "$OUT/run-$c" >"$OUT/run-$c.log" 2>&1
+    --sample-tokens 0 --report false --no-progress --overwrite --out "$OUT/run-$c" >"$OUT/run-$c.log" 2>&1
   secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
   line=$("$COREMESH" eval --checkpoint "$OUT/run-$c" --data "$OUT/heldout.txt" | tail -1)
   bpb=$(echo "$line" | sed -n 's/.* = \([0-9.]*\) bits\/byte.*/\1/p')

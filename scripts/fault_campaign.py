@@ -85,7 +85,7 @@ class Campaign:
 
     def command(self, layout, out, *extra, net=False):
         flags, accum = LAYOUTS[layout]
-        train = [self.exe, "train", "--config", self.cfg, "--no-progress", "--out", out,
+        train = [self.exe, "train", "--config", self.cfg, "--no-progress", "--overwrite", "--out", out,
                  "--grad-accum", str(accum), *flags, *extra]
         if net and world(layout) > 1:
             return ["sh", os.path.join(ROOT, "tests", "shmem", "mpirun_net.sh"), str(world(layout))] + train

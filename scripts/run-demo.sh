@@ -95,4 +95,4 @@ echo "run-demo: training with layout $LAYOUT $(layout_flags "$LAYOUT")"
 # shellcheck disable=SC2046
 "$COREMESH" train --config "$OUT/demo-config.json" $(layout_flags "$LAYOUT") --dry-run
 # shellcheck disable=SC2046
-"$COREMESH" train --config "$OUT/demo-config.json" $(layout_flags "$LAYOUT")
+"$COREMESH" train --config "$OUT/demo-config.json" $(layout_flags "$LAYOUT") --overwrite  # each `make run` starts over

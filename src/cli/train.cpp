@@ -31,6 +31,7 @@
 #include "coremesh/train/safetensors.hpp"
 #include "coremesh/train/progress_bar.hpp"
 #include "coremesh/train/trainer.hpp"
+#include "coremesh/train/checkpoint.hpp"
 #include "coremesh/train/tuning.hpp"
 #include "config_flags.hpp"
 #include "pe_setup.hpp"
@@ -43,7 +44,7 @@ namespace {
 struct TrainFlags {
   ConfigFlags flags;
   std::string resume, profile_dir, tune_cache;
-  bool dry_run = false, no_progress = false;
+  bool dry_run = false, no_progress = false, overwrite = false;
   bool tune = false, tune_only = false;  // --tune; the `tune` command
   runtime::TuneOptions tuning;
 };
@@ -62,6 +63,26 @@ void tune_tilings(const TrainFlags& f, const train::TrainConfig& cfg, runtime::D
   bar.reset();
   fmt::print("{}\ntuning cache: {}\n", t.summary(), std::filesystem::absolute(f.tune_cache).string());
   std::fflush(stdout);
+}
+
+// A new run may not write into a directory that holds another run's
+// checkpoints: its metrics and checkpoints would mix with that run's, and a
+// later --resume would take whichever step is highest. --resume continues
+// that run; --overwrite deletes its checkpoints and metrics first.
+void claim_out_dir(const train::TrainConfig& cfg, const TrainFlags& f) {
+  if (!f.resume.empty() || f.tune_only) return;
+  const std::string dir = (std::filesystem::path(cfg.out_dir) / "checkpoints").string();
+  const std::string latest = train::latest_checkpoint(dir);
+  if (latest.empty()) return;
+  CM_CHECK(f.overwrite,
+           fmt::format("continue that run with --resume {0}, give another --out, or add --overwrite to delete its "
+                       "checkpoints and metrics.jsonl and start over",
+                       cfg.out_dir),
+           "'{}' holds another run's checkpoints (the latest: {})", cfg.out_dir,
+           std::filesystem::path(latest).filename().string());
+  train::remove_checkpoints(dir);
+  std::error_code ec;
+  std::filesystem::remove(std::filesystem::path(cfg.out_dir) / "metrics.jsonl", ec);
 }
 
 // What the process holds besides tensors: this executable and its libraries
@@ -183,6 +204,7 @@ int run_train(const TrainFlags& f) {
     return 0;
   }
   cfg.validate();
+  if (!under_launcher()) claim_out_dir(cfg, f);  // under a launcher: the leader, below
   if (world > 1 && !under_launcher()) {  // start the PEs, each running this command
     parallel::Mesh(cfg.parallel, world, split_sizes(cfg));  // a bad layout is refused before any PE starts
     const int status = launch_self(world, parallel::ParallelPlan::symmetric_bytes(train::plan_config(cfg), world));
@@ -219,6 +241,7 @@ int run_train(const TrainFlags& f) {
       std::fflush(stdout);
     }
     if (leader && !f.tune_only) {
+      if (under_launcher()) claim_out_dir(cfg, f);
       train::write_file_atomic((std::filesystem::path(cfg.out_dir) / "config.json").string(),
                                train::to_json(cfg).dump(2) + "\n");
       print_dry_run(cfg);
@@ -309,6 +332,8 @@ void register_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train the MoE transformer on text (bytes, or --tokenizer)");
   cmd->add_option("--resume", f->resume, "checkpoint file or run directory to continue from");
   cmd->add_flag("--dry-run", f->dry_run, "print parameter count, FLOPs per token and memory; do not train");
+  cmd->add_flag("--overwrite", f->overwrite,
+                "start over in a --out that holds another run's checkpoints (deletes them and its metrics.jsonl)");
   cmd->add_option("--profile", f->profile_dir, "write kernel_details.csv and a Chrome trace here");
   cmd->add_flag("--no-progress", f->no_progress, "no progress output");
   cmd->add_option("--tune-cache", f->tune_cache, "tuned tilings to use (written by `coremesh tune` or --tune)");

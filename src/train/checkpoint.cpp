@@ -219,6 +219,13 @@ std::string latest_checkpoint(const std::string& dir) {
   return all.empty() ? "" : all.back().second;
 }
 
+void remove_checkpoints(const std::string& dir) {
+  for (const auto& [step, path] : list_checkpoints(dir)) {
+    std::error_code ec;
+    fs::remove(path, ec);
+  }
+}
+
 void prune_checkpoints(const std::string& dir, int keep) {
   // a write cut short by a kill leaves ".step_<n>.safetensors.tmp.<pid>" of a dead process
   std::error_code ec;

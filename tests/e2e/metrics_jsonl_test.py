@@ -73,4 +73,24 @@ if again[:3] != first[:3]:
 for a, b in zip(again[3:], first[3:]):
     if json.loads(a)["loss"] != json.loads(b)["loss"]:
         fail(f"resumed step {json.loads(a)['step']} has loss {json.loads(a)['loss']}, the first run {json.loads(b)['loss']}")
-print("PASS: dp 2 leader-only metrics.jsonl, resume keeps 1..3 and rewrites 4..6 with the same losses")
+
+# A new run into the same directory is refused (its checkpoints and metrics
+# would mix with this run's), and nothing of the run changes; --overwrite
+# starts over: the old checkpoints and lines go, the new run's come.
+saved = {p.name: p.read_bytes() for p in (run / "checkpoints").glob("step_*.safetensors")}
+before = metrics.read_bytes()
+done = subprocess.run([exe, "train", "--config", str(work / "cfg.json"), "--no-progress", "--steps", "2"],
+                      capture_output=True, text=True, timeout=240)
+out = done.stdout + done.stderr
+if done.returncode == 0 or "holds another run's checkpoints (the latest: step_00000006.safetensors)" not in out \
+        or "--resume" not in out or "--overwrite" not in out:
+    fail("a new run into a run's directory is not refused with what to do", out)
+if {p.name: p.read_bytes() for p in (run / "checkpoints").glob("step_*.safetensors")} != saved \
+        or metrics.read_bytes() != before:
+    fail("the refused run changed the run's checkpoints or metrics")
+log = train("--steps", "2", "--overwrite")
+names = sorted(p.name for p in (run / "checkpoints").glob("step_*.safetensors"))
+if names != ["step_00000002.safetensors"] or [json.loads(line)["step"] for line in lines()] != [1, 2]:
+    fail(f"--overwrite left checkpoints {names} and steps {[json.loads(line)['step'] for line in lines()]}", log)
+print("PASS: dp 2 leader-only metrics.jsonl, resume keeps 1..3 and rewrites 4..6 with the same losses; "
+      "a new run into the directory is refused, --overwrite starts over")

@@ -25,7 +25,7 @@ python3 "$here/tiny_run.py" "$work" 7 '{"model": {"d_model": 256, "n_layers": 3,
 # runs counts.
 for attempt in 1 2 3; do
   rm -rf "$work/profile"
-  SHMEM_SYMMETRIC_SIZE=512M "$here/../shmem/mpirun_net.sh" 2 "$exe" train --config "$work/cfg.json" --no-progress \
+  SHMEM_SYMMETRIC_SIZE=512M "$here/../shmem/mpirun_net.sh" 2 "$exe" train --config "$work/cfg.json" --no-progress --overwrite \
     --profile "$work/profile" >"$work/log" 2>&1 || { cat "$work/log"; echo "FAIL: the ep=2 run failed"; exit 1; }
   grep -q "moe slice 1 of stream" "$work/profile/pe0/trace_pe0.json" ||
     { echo "FAIL: the trace has no track of its own for slice 1"; exit 1; }

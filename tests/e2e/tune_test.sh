@@ -19,7 +19,7 @@ loss() { sed -n 's/^done: .* loss \([0-9.]*\).*/\1/p' "$1"; }
 train() {  # log, then flags
   local log=$1
   shift
-  "$exe" train --config "$work/cfg.json" --no-progress --out "$work/run" "$@" >"$log" 2>&1 || { cat "$log"; fail "train $*"; }
+  "$exe" train --config "$work/cfg.json" --no-progress --overwrite --out "$work/run" "$@" >"$log" 2>&1 || { cat "$log"; fail "train $*"; }
 }
 
 for layout in one tp2; do

@@ -60,6 +60,8 @@ void check_compatible(const CheckpointState& ckpt, const model::ModelConfig& con
 std::string checkpoint_path(const std::string& dir, int64_t step);
 // The checkpoint with the highest step in `dir`, "" if none.
 std::string latest_checkpoint(const std::string& dir);
+// Deletes every checkpoint of `dir` (a run started over in its directory).
+void remove_checkpoints(const std::string& dir);
 // Deletes all but the newest `keep` checkpoints of `dir` (keep <= 0: none
 // deleted) and the temporaries of writes whose process died (kill -9).
 void prune_checkpoints(const std::string& dir, int keep);
