@@ -260,6 +260,13 @@ int run_train(const TrainFlags& f) {
     if (!f.resume.empty()) {
       trainer->resume(f.resume);
       if (leader) fmt::print("resumed from '{}' at step {}\n", f.resume, trainer->step());
+      CM_CHECK(trainer->step() <= cfg.steps, fmt::format("give --steps above {} to train further", trainer->step()),
+               "checkpoint '{}' is at step {}, past this run's {} steps", f.resume, trainer->step(), cfg.steps);
+      if (trainer->step() == cfg.steps) {
+        if (leader) fmt::print("nothing to train: the run is at step {} of {} (give --steps above {} to train further)\n",
+                               cfg.steps, cfg.steps, cfg.steps);
+        return 0;
+      }
     }
     trainer->stop_when([] { return stop_signal() != 0; });
     if (!f.profile_dir.empty()) runtime::profiler_start();

@@ -74,6 +74,16 @@ for a, b in zip(again[3:], first[3:]):
     if json.loads(a)["loss"] != json.loads(b)["loss"]:
         fail(f"resumed step {json.loads(a)['step']} has loss {json.loads(a)['loss']}, the first run {json.loads(b)['loss']}")
 
+# Resuming a finished run trains nothing and changes nothing; a checkpoint past --steps is refused.
+before = metrics.read_bytes()
+log = train("--resume", str(run))
+if "nothing to train: the run is at step 6 of 6" not in log or metrics.read_bytes() != before:
+    fail("resuming a finished run did not say so, or changed metrics.jsonl", log)
+done = subprocess.run([exe, "train", "--config", str(work / "cfg.json"), "--no-progress", "--resume", str(run),
+                       "--steps", "4"], capture_output=True, text=True, timeout=240)
+if done.returncode == 0 or "is at step 6, past this run's 4 steps" not in done.stdout + done.stderr:
+    fail("a checkpoint past --steps is not refused", done.stdout + done.stderr)
+
 # A new run into the same directory is refused (its checkpoints and metrics
 # would mix with this run's), and nothing of the run changes; --overwrite
 # starts over: the old checkpoints and lines go, the new run's come.
@@ -93,4 +103,5 @@ names = sorted(p.name for p in (run / "checkpoints").glob("step_*.safetensors"))
 if names != ["step_00000002.safetensors"] or [json.loads(line)["step"] for line in lines()] != [1, 2]:
     fail(f"--overwrite left checkpoints {names} and steps {[json.loads(line)['step'] for line in lines()]}", log)
 print("PASS: dp 2 leader-only metrics.jsonl, resume keeps 1..3 and rewrites 4..6 with the same losses; "
+      "a finished run resumes to nothing, a checkpoint past --steps is refused; "
       "a new run into the directory is refused, --overwrite starts over")
