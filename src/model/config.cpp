@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/core/fields.hpp"
+#include "coremesh/core/json.hpp"
 
 namespace coremesh::model {
 
@@ -163,14 +163,7 @@ ModelConfig model_config_from_json(const nlohmann::json& j) { return model_field
 nlohmann::json to_json(const ModelConfig& c) { return model_fields().to_json(c); }
 
 ModelConfig load_model_config(const std::string& path) {
-  std::ifstream in(path);
-  CM_CHECK(in.good(), "check the path", "cannot open model config '{}'", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    CM_THROW(InvalidArgument, "fix the JSON syntax", "cannot parse '{}': {}", path, e.what());
-  }
+  const nlohmann::json j = load_user_json(path, "model config", "check the path");
   return model_config_from_json(j.contains("model") ? j.at("model") : j);
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "coremesh/core/error.hpp"
+#include "coremesh/core/json.hpp"
 
 namespace coremesh::sim {
 
@@ -319,16 +320,8 @@ nlohmann::json to_json(const Cluster& c) {
 }
 
 Cluster load_cluster(const std::string& path) {
-  std::ifstream in(path);
-  CM_CHECK(in.good(), "check the path (clusters/ holds examples; `coremesh calibrate` writes one)",
-           "cannot open cluster file '{}'", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    CM_THROW(InvalidArgument, "fix the JSON syntax", "cannot parse cluster file '{}': {}", path, e.what());
-  }
-  return cluster_from_json(j);
+  return cluster_from_json(load_user_json(
+      path, "cluster file", "check the path (clusters/ holds examples; `coremesh calibrate` writes one)"));
 }
 
 void save_cluster(const Cluster& c, const std::string& path) {

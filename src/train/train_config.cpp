@@ -2,6 +2,7 @@
 
 #include "coremesh/core/allocator.hpp"
 #include "coremesh/core/error.hpp"
+#include "coremesh/core/json.hpp"
 #include "coremesh/model/layout.hpp"
 #include "coremesh/parallel/schedule_simulator.hpp"
 #include "coremesh/train/lr_schedule.hpp"
@@ -96,13 +97,7 @@ TrainConfig train_config_from_json(const nlohmann::json& j, TrainConfig c) {
 }
 
 TrainConfig train_config_from_text(std::string_view text, const std::string& source) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    CM_THROW(InvalidArgument, "fix the JSON syntax", "cannot parse '{}': {}", source, e.what());
-  }
-  return train_config_from_json(j);
+  return train_config_from_json(parse_user_json(text, source));
 }
 
 nlohmann::json to_json(const TrainConfig& c) {

@@ -8,6 +8,7 @@
 
 #include "../../src/cli/commands.hpp"
 #include "../../src/cli/field_flags.hpp"
+#include "coremesh/core/json.hpp"
 #include "coremesh/train/trainer.hpp"
 
 using namespace coremesh;
@@ -180,6 +181,22 @@ TEST(ConfigTable, UnknownKeysListTheKnownOnes) {
   e = error_of([] { train::train_config_from_json(json::parse(R"({"parallel": {"cp_comm": "star"}})")); });
   EXPECT_NE(e.find("unknown cp_comm 'star'"), std::string::npos) << e;
   EXPECT_NE(e.find("ring|ulysses"), std::string::npos) << e;
+}
+
+// A key written twice in one object is refused (a parser keeps one value
+// silently); the same key in two objects is fine.
+TEST(ConfigTable, AKeyTwiceInOneObjectIsRefused) {
+  std::string e = error_of([] {
+    train::train_config_from_text(R"({"model": {"n_layers": 4}, "train": {"steps": 5, "lr": 1e-3, "steps": 50}})", "c.json");
+  });
+  EXPECT_NE(e.find("'c.json' gives the key \"steps\" twice in one object"), std::string::npos) << e;
+  EXPECT_NE(e.find("keep one \"steps\""), std::string::npos) << e;
+  e = error_of([] { train::train_config_from_text(R"({"model": {"n_layers": 4}} {)", "c.json"); });
+  EXPECT_NE(e.find("cannot parse 'c.json'"), std::string::npos) << e;
+  const json j = parse_user_json(R"({"a": {"x": 1, "y": [{"x": 2}, {"x": 3}]}, "b": {"x": 4}})", "j.json");
+  EXPECT_EQ(j["b"]["x"], 4);
+  EXPECT_NE(error_of([] { parse_user_json(R"({"a": [{"x": 1, "x": 2}]})", "j.json"); }).find("\"x\" twice"),
+            std::string::npos);
 }
 
 TEST(ConfigTable, RenamedFieldsStillReadAndChecksComeFromTheTable) {
