@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -21,6 +22,8 @@ class LineIterator : public sentencepiece::SentenceIterator {
  public:
   LineIterator(const std::vector<std::string>& paths, double val_fraction) {
     for (const auto& path : paths) {
+      CM_CHECK(!std::filesystem::is_directory(path), "name the text files inside it (e.g. --data dir/*.txt)",
+               "data file '{}' is a directory", path);
       std::ifstream in(path, std::ios::binary);
       CM_CHECK(in.good(), "check the --data path", "cannot open data file '{}'", path);
       std::stringstream ss;

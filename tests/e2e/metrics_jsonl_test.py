@@ -98,10 +98,15 @@ if done.returncode == 0 or "holds another run's checkpoints (the latest: step_00
 if {p.name: p.read_bytes() for p in (run / "checkpoints").glob("step_*.safetensors")} != saved \
         or metrics.read_bytes() != before:
     fail("the refused run changed the run's checkpoints or metrics")
+done = subprocess.run([exe, "train", "--config", str(work / "cfg.json"), "--no-progress", "--steps", "2",
+                       "--overwrite", "--data", str(work / "missing.txt")], capture_output=True, text=True, timeout=240)
+if done.returncode == 0 or {p.name: p.read_bytes() for p in (run / "checkpoints").glob("step_*.safetensors")} != saved \
+        or metrics.read_bytes() != before:
+    fail("--overwrite of a run that cannot start deleted the old run's files", done.stdout + done.stderr)
 log = train("--steps", "2", "--overwrite")
 names = sorted(p.name for p in (run / "checkpoints").glob("step_*.safetensors"))
 if names != ["step_00000002.safetensors"] or [json.loads(line)["step"] for line in lines()] != [1, 2]:
     fail(f"--overwrite left checkpoints {names} and steps {[json.loads(line)['step'] for line in lines()]}", log)
 print("PASS: dp 2 leader-only metrics.jsonl, resume keeps 1..3 and rewrites 4..6 with the same losses; "
       "a finished run resumes to nothing, a checkpoint past --steps is refused; "
-      "a new run into the directory is refused, --overwrite starts over")
+      "a new run into the directory is refused, --overwrite starts over (only once the run can start)")

@@ -129,6 +129,13 @@ TEST_F(TokenizerTest, CorruptOrMissingFilesAreRefusedWithAMessage) {
   TokenizerTrainOptions o;
   o.data = {dir->path + "/text.txt"}, o.vocab_size = 100;
   EXPECT_THROW(train_tokenizer(o, dir->path + "/small.model"), InvalidArgument);
+  o.data = {dir->path}, o.vocab_size = 400;
+  try {
+    train_tokenizer(o, dir->path + "/dir.model");
+    ADD_FAILURE() << "a directory was read as a data file";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(TokenizerTest, VocabMismatchIsRefusedSayingWhatToSet) {
@@ -258,7 +265,8 @@ TEST_F(TokenizerTest, TheCliTrainsATokenizerAndUsesIt) {
   ASSERT_EQ(std::system(eval.c_str()), 0) << read_all(d + "/eval.txt");
   EXPECT_NE(read_all(d + "/eval.txt").find("bits/byte"), std::string::npos) << read_all(d + "/eval.txt");
   // a vocab given that is not the tokenizer's is refused, saying what to set
-  const std::string bad = "'" + exe + "' train --config " + d + "/cfg.json --vocab-size 256 > " + d + "/bad.txt 2>&1";
+  const std::string bad = "'" + exe + "' train --config " + d + "/cfg.json --vocab-size 256 --out " + d + "/bad > " + d +
+                          "/bad.txt 2>&1";
   EXPECT_NE(std::system(bad.c_str()), 0);
   EXPECT_NE(read_all(d + "/bad.txt").find("set model.vocab_size to 380"), std::string::npos) << read_all(d + "/bad.txt");
 }
