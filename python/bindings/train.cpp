@@ -84,6 +84,14 @@ py::list validation_list(const std::vector<train::ValRecord>& validation) {
   return out;
 }
 
+// A run from step 0 into out_dir: another run's checkpoints there are refused
+// unless overwrite, which deletes them and metrics.jsonl (as `coremesh train`).
+void begin_run(const std::string& out_dir, bool overwrite) {
+  if (overwrite) return train::start_over(out_dir);
+  train::refuse_other_run(out_dir, "resume that run (Trainer.resume), give another out_dir, or pass overwrite=True to "
+                                   "delete its checkpoints and metrics.jsonl and start over");
+}
+
 }  // namespace
 
 void bind_train(py::module_& m) {
@@ -125,11 +133,13 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
              py::gil_scoped_release nogil;
              return std::make_unique<train::Trainer>(cfg);
            }), py::arg("config"), py::arg("progress") = false)
-      .def("run", [](train::Trainer& t, int64_t until_step, bool save_at_end) {
+      .def("run", [](train::Trainer& t, int64_t until_step, bool save_at_end, bool overwrite) {
+             if (t.step() == 0) begin_run(t.config().out_dir, overwrite);
              const train::TrainResult r = without_gil([&] { return t.run(until_step, save_at_end); });
              return result_dict(r);
-           }, py::arg("until_step") = -1, py::arg("save_at_end") = true,
-           "Trains until `until_step` (default: the config's steps) -> result dict.")
+           }, py::arg("until_step") = -1, py::arg("save_at_end") = true, py::arg("overwrite") = false,
+           "Trains until `until_step` (default: the config's steps) -> result dict. From step 0, out_dir may not "
+           "hold another run's checkpoints unless overwrite=True, which deletes them and metrics.jsonl first.")
       .def("queue_step", &train::Trainer::queue_step, py::call_guard<py::gil_scoped_release>(),
            "Launches one optimizer step on the trainer's stream and returns without waiting.")
       .def("finish_step", [](train::Trainer& t) {
@@ -157,11 +167,12 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
       .def_property_readonly("validation", [](const train::Trainer& t) { return validation_list(t.validation()); },
                              "[{'step', 'loss'}] of every validation.");
 
-  m.def("run", [](const py::object& config, int64_t steps, bool progress) {
+  m.def("run", [](const py::object& config, int64_t steps, bool progress, bool overwrite) {
           train::TrainConfig cfg = config_arg(config);
           if (steps >= 0) cfg.steps = steps;
           cfg.progress = progress;
           cfg.validate();
+          if (!overwrite) begin_run(cfg.out_dir, false);  // before the trainer's start-up costs
           struct Finished {
             train::TrainResult result;
             std::vector<train::StepRecord> records;
@@ -169,6 +180,7 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
           };
           const Finished f = without_gil([&] {
             train::Trainer trainer(cfg);
+            if (overwrite) train::start_over(cfg.out_dir);  // only once the run can start
             Finished done{trainer.run(), {}, {}};
             done.records = trainer.records();
             done.validation = trainer.validation();
@@ -178,10 +190,12 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
           out["records"] = step_list(f.records);
           out["validation"] = validation_list(f.validation);
           return out;
-        }, py::arg("config"), py::arg("steps") = -1, py::arg("progress") = false, R"doc(
+        }, py::arg("config"), py::arg("steps") = -1, py::arg("progress") = false, py::arg("overwrite") = false, R"doc(
 Trains a config (dict or JSON path) to the end -> {'steps_done', 'final_loss',
 'final_val_loss', 'mean_tokens_per_s', 'mean_mfu', 'checkpoint', 'report',
-'records': [per-step dicts], 'validation': [{'step', 'loss'}]}.)doc");
+'records': [per-step dicts], 'validation': [{'step', 'loss'}]}.
+out_dir may not hold another run's checkpoints unless overwrite=True, which
+deletes them and metrics.jsonl once the new run can start.)doc");
 }
 
 }  // namespace coremesh::python

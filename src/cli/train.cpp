@@ -65,26 +65,13 @@ void tune_tilings(const TrainFlags& f, const train::TrainConfig& cfg, runtime::D
   std::fflush(stdout);
 }
 
-// A new run may not write into a directory that holds another run's
-// checkpoints: its metrics and checkpoints would mix with that run's, and a
-// later --resume would take whichever step is highest. --resume continues
-// that run; --overwrite starts over (start_over, once this run can start).
-void refuse_foreign_out_dir(const train::TrainConfig& cfg, const TrainFlags& f) {
+// --resume continues the run in --out; --overwrite starts over (train::start_over,
+// once this run can start).
+void refuse_other_run(const train::TrainConfig& cfg, const TrainFlags& f) {
   if (!f.resume.empty() || f.tune_only || f.overwrite) return;
-  const std::string latest = train::latest_checkpoint((std::filesystem::path(cfg.out_dir) / "checkpoints").string());
-  CM_CHECK(latest.empty(),
-           fmt::format("continue that run with --resume {0}, give another --out, or add --overwrite to delete its "
-                       "checkpoints and metrics.jsonl and start over",
-                       cfg.out_dir),
-           "'{}' holds another run's checkpoints (the latest: {})", cfg.out_dir,
-           std::filesystem::path(latest).filename().string());
-}
-
-// --overwrite: the previous run's checkpoints and metrics go.
-void start_over(const train::TrainConfig& cfg) {
-  train::remove_checkpoints((std::filesystem::path(cfg.out_dir) / "checkpoints").string());
-  std::error_code ec;
-  std::filesystem::remove(std::filesystem::path(cfg.out_dir) / "metrics.jsonl", ec);
+  train::refuse_other_run(cfg.out_dir, fmt::format("continue that run with --resume {0}, give another --out, or add "
+                                                   "--overwrite to delete its checkpoints and metrics.jsonl and start over",
+                                                   cfg.out_dir));
 }
 
 // What the process holds besides tensors: this executable and its libraries
@@ -206,7 +193,7 @@ int run_train(const TrainFlags& f) {
     return 0;
   }
   cfg.validate();
-  if (!under_launcher()) refuse_foreign_out_dir(cfg, f);  // under a launcher: the leader, below
+  if (!under_launcher()) refuse_other_run(cfg, f);  // under a launcher: the leader, below
   if (world > 1 && !under_launcher()) {  // start the PEs, each running this command
     parallel::Mesh(cfg.parallel, world, split_sizes(cfg));  // a bad layout is refused before any PE starts
     const int status = launch_self(world, parallel::ParallelPlan::symmetric_bytes(train::plan_config(cfg), world));
@@ -243,7 +230,7 @@ int run_train(const TrainFlags& f) {
       std::fflush(stdout);
     }
     if (leader && !f.tune_only) {
-      if (under_launcher()) refuse_foreign_out_dir(cfg, f);
+      if (under_launcher()) refuse_other_run(cfg, f);
       print_dry_run(cfg);
     }
     runtime::Device& dev = device ? *device : runtime::Device::default_device();
@@ -270,7 +257,7 @@ int run_train(const TrainFlags& f) {
     }
     // the run directory changes only now that the run can start (its model, data and checkpoint accepted)
     if (leader) {
-      if (f.resume.empty() && f.overwrite) start_over(cfg);
+      if (f.resume.empty() && f.overwrite) train::start_over(cfg.out_dir);
       train::write_file_atomic((std::filesystem::path(cfg.out_dir) / "config.json").string(),
                                train::to_json(cfg).dump(2) + "\n");
     }

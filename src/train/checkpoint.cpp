@@ -219,11 +219,16 @@ std::string latest_checkpoint(const std::string& dir) {
   return all.empty() ? "" : all.back().second;
 }
 
-void remove_checkpoints(const std::string& dir) {
-  for (const auto& [step, path] : list_checkpoints(dir)) {
-    std::error_code ec;
-    fs::remove(path, ec);
-  }
+void refuse_other_run(const std::string& out_dir, const std::string& ways_out) {
+  const std::string latest = latest_checkpoint((fs::path(out_dir) / "checkpoints").string());
+  CM_CHECK(latest.empty(), ways_out, "'{}' holds another run's checkpoints (the latest: {})", out_dir,
+           fs::path(latest).filename().string());
+}
+
+void start_over(const std::string& out_dir) {
+  std::error_code ec;
+  for (const auto& [step, path] : list_checkpoints((fs::path(out_dir) / "checkpoints").string())) fs::remove(path, ec);
+  fs::remove(fs::path(out_dir) / "metrics.jsonl", ec);
 }
 
 void prune_checkpoints(const std::string& dir, int keep) {

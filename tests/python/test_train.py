@@ -77,6 +77,21 @@ def test_trainer_steps_validates_and_resumes(config, tmp_path):
     assert record["step"] == 8 and trainer.step == 9 and record["loss"] > 0
 
 
+def test_a_new_run_refuses_another_runs_directory(config):
+    out = config["train"]["out_dir"]
+    config["train"]["warmup_steps"] = 1
+    first = train.run(config, steps=2)
+    kept = open(first["checkpoint"], "rb").read(), open(out + "/metrics.jsonl").read()
+    with pytest.raises(cm.InvalidArgument, match="(?s)holds another run.s checkpoints.*overwrite=True"):
+        train.run(config, steps=3)
+    with pytest.raises(cm.InvalidArgument, match="holds another run's checkpoints"):
+        train.Trainer(config).run(until_step=1)
+    assert (open(first["checkpoint"], "rb").read(), open(out + "/metrics.jsonl").read()) == kept
+    train.run(config, steps=3, overwrite=True)  # the old run goes: only the new one's files stay
+    assert os.listdir(out + "/checkpoints") == ["step_00000003.safetensors"]
+    assert [json.loads(line)["step"] for line in open(out + "/metrics.jsonl")] == [1, 2, 3]
+
+
 def test_config_is_validated_with_a_hint(config):
     full = train.config(config)
     assert full["train"]["batch_size"] == 4 and "lr" in full["train"] and "d_model" in full["model"]
@@ -106,7 +121,7 @@ def test_tune_writes_a_cache_that_trains_to_the_same_losses(config, tmp_path):
     heuristic = train.run(config)["records"]
     try:
         assert cm.runtime.load_tuning_cache(str(cache)) == len(entries)
-        tuned = train.run(config)["records"]
+        tuned = train.run(config, overwrite=True)["records"]
     finally:
         cm.runtime.drop_tuned_tilings()
     assert [r["loss"] for r in tuned] == [r["loss"] for r in heuristic]

@@ -60,8 +60,13 @@ void check_compatible(const CheckpointState& ckpt, const model::ModelConfig& con
 std::string checkpoint_path(const std::string& dir, int64_t step);
 // The checkpoint with the highest step in `dir`, "" if none.
 std::string latest_checkpoint(const std::string& dir);
-// Deletes every checkpoint of `dir` (a run started over in its directory).
-void remove_checkpoints(const std::string& dir);
+// A new run may not write into a run directory that holds another run's
+// checkpoints: its metrics and checkpoints would mix with that run's, and a
+// later resume would take whichever step is highest. Throws InvalidArgument
+// naming the latest one, with `ways_out` (the caller's options) as the hint.
+void refuse_other_run(const std::string& out_dir, const std::string& ways_out);
+// Deletes a run directory's checkpoints and metrics.jsonl (a run started over).
+void start_over(const std::string& out_dir);
 // Deletes all but the newest `keep` checkpoints of `dir` (keep <= 0: none
 // deleted) and the temporaries of writes whose process died (kill -9).
 void prune_checkpoints(const std::string& dir, int keep);

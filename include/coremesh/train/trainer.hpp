@@ -115,6 +115,7 @@ class Trainer {
   runtime::TuneWorkload tuning_workload();
 
   int64_t step() const { return step_; }
+  const TrainConfig& config() const { return cfg_; }
   // Tokens of one optimizer step over every data-parallel rank.
   int64_t tokens_per_step() const;
   int cores() const { return cores_; }
