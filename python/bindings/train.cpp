@@ -86,8 +86,13 @@ py::list validation_list(const std::vector<train::ValRecord>& validation) {
 
 // A run from step 0 into out_dir: another run's checkpoints there are refused
 // unless overwrite, which deletes them and metrics.jsonl (as `coremesh train`).
-void begin_run(const std::string& out_dir, bool overwrite) {
-  if (overwrite) return train::start_over(out_dir);
+// Only the leader deletes: the others could do it after the leader's run had
+// started its new metrics.jsonl.
+void begin_run(const std::string& out_dir, bool overwrite, bool leader) {
+  if (overwrite) {
+    if (leader) train::start_over(out_dir);
+    return;
+  }
   train::refuse_other_run(out_dir, "resume that run (Trainer.resume), give another out_dir, or pass overwrite=True to "
                                    "delete its checkpoints and metrics.jsonl and start over");
 }
@@ -134,7 +139,7 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
              return std::make_unique<train::Trainer>(cfg);
            }), py::arg("config"), py::arg("progress") = false)
       .def("run", [](train::Trainer& t, int64_t until_step, bool save_at_end, bool overwrite) {
-             if (t.step() == 0) begin_run(t.config().out_dir, overwrite);
+             if (t.step() == 0) begin_run(t.config().out_dir, overwrite, t.leader());
              const train::TrainResult r = without_gil([&] { return t.run(until_step, save_at_end); });
              return result_dict(r);
            }, py::arg("until_step") = -1, py::arg("save_at_end") = true, py::arg("overwrite") = false,
@@ -172,7 +177,7 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
           if (steps >= 0) cfg.steps = steps;
           cfg.progress = progress;
           cfg.validate();
-          if (!overwrite) begin_run(cfg.out_dir, false);  // before the trainer's start-up costs
+          if (!overwrite) begin_run(cfg.out_dir, false, true);  // before the trainer's start-up costs
           struct Finished {
             train::TrainResult result;
             std::vector<train::StepRecord> records;
@@ -180,7 +185,7 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
           };
           const Finished f = without_gil([&] {
             train::Trainer trainer(cfg);
-            if (overwrite) train::start_over(cfg.out_dir);  // only once the run can start
+            if (overwrite) begin_run(cfg.out_dir, true, trainer.leader());  // only once the run can start
             Finished done{trainer.run(), {}, {}};
             done.records = trainer.records();
             done.validation = trainer.validation();
