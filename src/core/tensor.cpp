@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "coremesh/core/allocator.hpp"
@@ -40,14 +41,23 @@ float load_float(const void* p, DType dtype) {
   return 0;
 }
 
+// v truncated toward zero; a value outside I (nan, inf) is refused, not saturated.
+template <typename I>
+I to_int(float v, DType dtype) {
+  constexpr float lo = float(std::numeric_limits<I>::min());  // -2^31 or -2^63, exact
+  CM_CHECK(v >= lo && v < -lo, "clamp the values into the integer range first, or keep a floating-point dtype",
+           "{} does not fit in {}", v, dtype_name(dtype));
+  return static_cast<I>(v);
+}
+
 void store_float(void* p, DType dtype, float v) {
   switch (dtype) {
     case DType::f32: *static_cast<float*>(p) = v; break;
     case DType::bf16: *static_cast<bf16*>(p) = to_bf16(v); break;
     case DType::f8e4m3: *static_cast<f8e4m3*>(p) = to_f8e4m3(v); break;
     case DType::f8e5m2: *static_cast<f8e5m2*>(p) = to_f8e5m2(v); break;
-    case DType::i32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
-    case DType::i64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
+    case DType::i32: *static_cast<int32_t*>(p) = to_int<int32_t>(v, dtype); break;
+    case DType::i64: *static_cast<int64_t*>(p) = to_int<int64_t>(v, dtype); break;
   }
 }
 
@@ -92,14 +102,21 @@ std::string shape_str(const Shape& shape) {
 }
 
 int64_t shape_numel(const Shape& shape) {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  int64_t n = 1;
+  for (int64_t s : shape)
+    CM_CHECK(!__builtin_mul_overflow(n, s, &n), "use sizes whose product fits in 63 bits",
+             "shape {} has more elements than an int64 counts", shape_str(shape));
+  return n;
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
   for (int64_t s : shape)
     CM_CHECK(s >= 0, "sizes must be >= 0", "negative size in shape {}", shape_str(shape));
+  const int64_t n = shape_numel(shape);
+  CM_CHECK(n <= INT64_MAX / int64_t(dtype_size(dtype)), "use sizes whose bytes fit in 63 bits",
+           "shape {} of {} has more bytes than an int64 counts", shape_str(shape), dtype_name(dtype));
   Tensor t;
-  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
+  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(n) * dtype_size(dtype));
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;
@@ -156,7 +173,10 @@ Tensor Tensor::view(const Shape& shape) const {
                shape_str(shape));
       infer = static_cast<int>(i);
     } else {
-      known *= resolved[i];
+      CM_CHECK(resolved[i] >= 0, "sizes must be >= 0 (-1: inferred)", "negative size in view shape {}",
+               shape_str(shape));
+      CM_CHECK(!__builtin_mul_overflow(known, resolved[i], &known), "use sizes whose product fits in 63 bits",
+               "view shape {} has more elements than an int64 counts", shape_str(shape));
     }
   }
   if (infer >= 0) resolved[infer] = known == 0 ? 0 : numel() / known;

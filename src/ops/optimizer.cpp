@@ -239,6 +239,12 @@ void launch_adamw(const Tensor& param, const Tensor& grad, const Tensor& m, cons
     check_f32(grad_scale, "grad_scale");
     detail::check_shape(grad_scale, {1}, "grad_scale");
   }
+  // each would turn every parameter into nan or inf on the first step
+  CM_CHECK(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1, "use betas in [0, 1)",
+           "adamw beta1 {} / beta2 {}", c.beta1, c.beta2);
+  CM_CHECK(c.eps > 0 && std::isfinite(c.eps) && std::isfinite(c.lr) && c.lr >= 0 && std::isfinite(c.weight_decay),
+           "use a finite lr >= 0, a finite eps > 0 and a finite weight_decay", "adamw lr {}, eps {}, weight_decay {}",
+           c.lr, c.eps, c.weight_decay);
   const bool late = values != nullptr;
   const AdamWStepValues at = late ? *values : AdamWStepValues{};
   if (late) {

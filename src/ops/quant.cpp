@@ -177,6 +177,9 @@ Tensor dequantize_fp8_weight(const QuantizedTensor& q) {
 
 Tensor cast(const Tensor& x, DType dtype) {
   detail::check_contiguous(x, "x");
+  for (DType t : {x.dtype(), dtype})
+    CM_CHECK(t != DType::i32 && t != DType::i64, "cast converts between f32, bf16 and fp8 (Tensor.to converts integers)",
+             "cast of {} to {}", x.describe(), dtype_name(dtype));
   Tensor y = Tensor::empty(x.shape(), dtype);
   const int64_t n = x.numel();
   detail::launch_rows("cast", detail::KernelKind::vector, {x.shape()}, {x.dtype(), dtype}, "", {{x}, {y}},

@@ -31,8 +31,8 @@ const FieldTable<TrainConfig>& train_fields() {
           .add("warmup_steps", [](T& c) -> auto& { return c.warmup_steps; }, "linear warmup steps",
                non_negative<int64_t>())
           .flag("warmup")
-          .add("beta1", [](T& c) -> auto& { return c.adam.beta1; }, "AdamW beta1", in_range<double>(0.0, 1.0))
-          .add("beta2", [](T& c) -> auto& { return c.adam.beta2; }, "AdamW beta2", in_range<double>(0.0, 1.0))
+          .add("beta1", [](T& c) -> auto& { return c.adam.beta1; }, "AdamW beta1", in_range_below<double>(0.0, 1.0))
+          .add("beta2", [](T& c) -> auto& { return c.adam.beta2; }, "AdamW beta2", in_range_below<double>(0.0, 1.0))
           .add("eps", [](T& c) -> auto& { return c.adam.eps; }, "AdamW epsilon", positive<double>())
           .add("weight_decay", [](T& c) -> auto& { return c.adam.weight_decay; }, "AdamW weight decay (matrices)",
                non_negative<double>())
@@ -92,8 +92,12 @@ TrainConfig train_config_from_json(const nlohmann::json& j, TrainConfig c) {
            "the config is not a JSON object");
   if (j.contains("model")) c.model = model::model_config_from_json(j.at("model"));
   if (j.contains("parallel")) c.parallel = parallel::parallel_fields().from_json(j.at("parallel"), c.parallel);
-  const nlohmann::json& t = j.contains("train") ? j.at("train") : j;
-  return train_fields().from_json(t, c, {"model", "train", "parallel"});
+  if (!j.contains("train"))  // the flat form: the train fields at the top
+    return train_fields().from_json(j, c, {"model", "parallel"});
+  for (const auto& [key, value] : j.items())
+    CM_CHECK(key == "model" || key == "train" || key == "parallel",
+             "the config's sections are \"model\", \"train\" and \"parallel\"", "unknown config section '{}'", key);
+  return train_fields().from_json(j.at("train"), c);
 }
 
 TrainConfig train_config_from_text(std::string_view text, const std::string& source) {

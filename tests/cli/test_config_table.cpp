@@ -171,6 +171,12 @@ TEST(ConfigTable, UnknownKeysListTheKnownOnes) {
   std::string e = error_of([] { train::train_config_from_json(json::parse(R"({"train": {"stesp": 3}})")); });
   EXPECT_NE(e.find("unknown train config field 'stesp'"), std::string::npos) << e;
   EXPECT_NE(e.find("known train fields: data, tokenizer, val_fraction, batch_size"), std::string::npos) << e;
+  // a misspelt section beside "train" (it was ignored: "paralel" trained on one PE)
+  e = error_of([] { train::train_config_from_json(json::parse(R"({"paralel": {"dp": 2}, "train": {"steps": 3}})")); });
+  EXPECT_NE(e.find("unknown config section 'paralel'"), std::string::npos) << e;
+  EXPECT_NE(e.find(R"("model", "train" and "parallel")"), std::string::npos) << e;
+  e = error_of([] { train::train_config_from_json(json::parse(R"({"paralel": {"dp": 2}, "steps": 3})")); });
+  EXPECT_NE(e.find("unknown train config field 'paralel'"), std::string::npos) << e;  // the flat form
   e = error_of([] { train::train_config_from_json(json::parse(R"({"parallel": {"dq": 2}})")); });
   EXPECT_NE(e.find("known parallel fields: dp, cp, pp, ep, tp"), std::string::npos) << e;
   e = error_of([] { train::train_config_from_json(json::parse(R"({"train": {"steps": 2.5}})")); });

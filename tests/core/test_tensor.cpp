@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 
 #include "coremesh/core/env.hpp"
 #include "coremesh/core/error.hpp"
@@ -98,6 +99,14 @@ TEST(Tensor, BadUseGivesAHint) {
   EXPECT_THROW(t.select(2, 0), InvalidArgument);
   EXPECT_THROW(t.item({2, 0}), InvalidArgument);
   EXPECT_THROW(Tensor::empty({-1}), InvalidArgument);
+  EXPECT_THROW(Tensor::empty({3, int64_t{0x5555555555555556}}), InvalidArgument);  // numel wraps to 2
+  EXPECT_THROW(Tensor::empty({int64_t{1} << 61}), InvalidArgument);                  // bytes wrap
+  EXPECT_THROW(t.view({-2, -2}), InvalidArgument);
+  EXPECT_THROW(Tensor::zeros({2}).view({3, int64_t{0x5555555555555556}}), InvalidArgument);
+  for (float bad : {std::nanf(""), 1e20f, -1e20f, 2147483648.0f})  // not saturated to INT_MIN
+    EXPECT_THROW(Tensor::full({1}, bad).to(DType::i32), InvalidArgument) << bad;
+  EXPECT_THROW(Tensor::full({1}, std::numeric_limits<float>::infinity(), DType::i64), InvalidArgument);
+  EXPECT_EQ(Tensor::full({1}, -2147483648.0f).to(DType::i32).data<int32_t>()[0], INT32_MIN);
   EXPECT_THROW(Tensor().raw_data(), InvalidArgument);
   EXPECT_THROW((Tensor::from_vector<float>({1, 2, 3}, {2, 2})), InvalidArgument);
 }

@@ -245,6 +245,15 @@ TEST(OpsOptimizer, FlatRejectsBadArguments) {
   EXPECT_EQ(step(g, {{50, 10, true}, {20, 31, false}}), "segment 1 [20, 51) overlaps segment 0 [50, 60)");
   EXPECT_NE(sq({{0, 10, false}, {5, 1, false}}).find("overlaps"), std::string::npos);
   EXPECT_EQ(step(g, {{5, 0, true}, {0, 10, false}}), "");  // empty segments overlap nothing
+  // hyperparameters that would make every parameter nan or inf at once
+  for (auto bad : std::vector<std::function<void(AdamWConfig&)>>{
+           [](AdamWConfig& c) { c.beta1 = 1; }, [](AdamWConfig& c) { c.beta2 = 1; }, [](AdamWConfig& c) { c.beta2 = -0.1f; },
+           [](AdamWConfig& c) { c.eps = 0; }, [](AdamWConfig& c) { c.lr = std::nanf(""); },
+           [](AdamWConfig& c) { c.weight_decay = INFINITY; }}) {
+    AdamWConfig c;
+    bad(c);
+    EXPECT_NE(invalid_argument_of([&] { adamw_step(p, g, m, v, {{0, 100, true}}, c, 1); }).find("adamw"), std::string::npos);
+  }
 }
 
 // The lr and step read from tensors as the kernel runs: the same bits as

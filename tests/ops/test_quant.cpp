@@ -71,6 +71,9 @@ TEST(OpsQuant, BF16InputAndCast) {
     EXPECT_TRUE(bitwise_equal(c, x.to(DType::f8e4m3)));
     EXPECT_TRUE(bitwise_equal(f, x.to(DType::f32)));
   });
+  // integers are refused at the call, not by the kernel later
+  EXPECT_THROW(cast(x, DType::i32), InvalidArgument);
+  EXPECT_THROW(cast(Tensor::zeros({2}, DType::i64), DType::f32), InvalidArgument);
 }
 
 // ---- the e4m3 encode, element by element

@@ -42,7 +42,8 @@ Tensor dequantize_fp8_weight(const QuantizedTensor& q);
 // tokens (DeepSeek-V3 re-tiles 1x128 tiles into 128x1 ones for it).
 Tensor fp8_round_transposed(const Tensor& t);
 
-// Element-wise conversion on the current stream (bf16/fp8 exact rounding).
+// Element-wise conversion between f32, bf16 and fp8 on the current stream
+// (bf16/fp8 exact rounding).
 Tensor cast(const Tensor& x, DType dtype);
 
 namespace reference {
