@@ -44,6 +44,24 @@ int64_t expert_at(const int32_t* idx, int64_t i, int64_t E) {
   return e;
 }
 
+// permute's (T,k) row_of (i64) and the (R,C) f32 rows it points into.
+void check_rows(const Tensor& row_of, const Tensor& rows, const char* what) {
+  detail::check_contiguous(row_of, "row_of");
+  detail::check_dtype(row_of, DType::i64, "row_of");
+  CM_CHECK(row_of.dim() == 2, "pass permute's (T,k) row_of", "row_of must be (T,k), got {}", row_of.describe());
+  detail::check_contiguous(rows, what);
+  detail::check_dtype(rows, DType::f32, what);
+  CM_CHECK(rows.dim() == 2, "pass (rows, C) rows", "{} must be (rows, C), got {}", what, rows.describe());
+}
+
+// Row of assignment i, checked against the R rows (-1: dropped, passes through).
+int64_t row_at(const Tensor& row_of, int64_t i, int64_t R) {
+  const int64_t row = row_of.data<int64_t>()[i];
+  CM_CHECK(row >= -1 && row < R, "pass the row_of that permute returned with these rows",
+           "row_of[{}] = {} for {} rows", i, row, R);
+  return row;
+}
+
 }  // namespace
 
 Tensor router_scores(const Tensor& logits, ScoreFunc func) {
@@ -138,8 +156,11 @@ Tensor topk_route_backward(const Tensor& dweights, const Tensor& scores, const R
                            const TopKConfig& cfg) {
   check_scores(scores, "scores");
   check_indices(routing.indices);
-  detail::check_shape(dweights, routing.indices.shape(), "dweights");
   const int64_t T = scores.size(0), E = scores.size(1), k = routing.indices.size(1);
+  detail::check_shape(routing.indices, {T, k}, "indices");
+  detail::check_shape(dweights, {T, k}, "dweights");
+  detail::check_dtype(dweights, DType::f32, "dweights");
+  detail::check_contiguous(dweights, "dweights");
   Tensor ds = Tensor::empty({T, E});
   Tensor idx = routing.indices;
   detail::launch_rows("topk_route_backward", kVector, {scores.shape()}, {DType::f32},
@@ -153,7 +174,7 @@ Tensor topk_route_backward(const Tensor& dweights, const Tensor& scores, const R
                           std::fill(out, out + E, 0.0f);
                           float Z = 0.0f, dot = 0.0f;
                           for (int64_t j = 0; j < k; ++j)
-                            if (ix[j] >= 0) Z += s[ix[j]], dot += dw[j] * s[ix[j]];
+                            if (expert_at(ix, j, E) >= 0) Z += s[ix[j]], dot += dw[j] * s[ix[j]];
                           for (int64_t j = 0; j < k; ++j) {
                             if (ix[j] < 0) continue;
                             out[ix[j]] += cfg.renorm ? cfg.route_scale * (dw[j] / (Z + 1e-20f) - dot / ((Z + 1e-20f) * (Z + 1e-20f)))
@@ -274,7 +295,9 @@ AuxLoss switch_aux_loss(const Tensor& scores, const Tensor& indices, int64_t E, 
 }
 
 int64_t expert_capacity(int64_t tokens, int64_t k, int64_t E, float factor) {
-  CM_CHECK(E > 0 && factor > 0, "use E > 0 and a positive capacity factor", "E={} factor={}", E, factor);
+  CM_CHECK(E > 0 && factor > 0 && std::isfinite(factor) && tokens >= 0 && k >= 1,
+           "use tokens >= 0, k >= 1, E > 0 and a finite positive capacity factor", "tokens={} k={} E={} factor={}",
+           tokens, k, E, factor);
   return static_cast<int64_t>(std::ceil(double(factor) * double(tokens * k) / double(E)));
 }
 
@@ -284,7 +307,7 @@ int64_t expert_capacity(int64_t tokens, int64_t k, int64_t E, float factor) {
 Routing apply_capacity(const Routing& routing, int64_t E, int64_t capacity, DropPolicy policy) {
   check_indices(routing.indices);
   detail::check_shape(routing.weights, routing.indices.shape(), "weights");
-  CM_CHECK(capacity >= 0, "use a capacity >= 0", "capacity {}", capacity);
+  CM_CHECK(capacity >= 0 && E > 0, "use E > 0 experts and a capacity >= 0", "E={} capacity={}", E, capacity);
   Routing out{Tensor::empty(routing.indices.shape(), DType::i32), Tensor::empty(routing.weights.shape())};
   const int64_t n = routing.indices.numel();
   Tensor in_idx = routing.indices, in_w = routing.weights, idx = out.indices, w = out.weights;
@@ -318,6 +341,7 @@ Permutation permute(const Tensor& x, const Tensor& indices, int64_t E, const Ten
   detail::check_contiguous(x, "x");
   detail::check_dtype(x, DType::f32, "x");
   check_indices(indices);
+  CM_CHECK(E > 0, "pass the number of experts (> 0)", "permute over E={} experts", E);
   const int64_t T = indices.size(0), k = indices.size(1);
   CM_CHECK(x.dim() == 2 && x.size(0) == T, "x must be (T,C) with one row per token",
            "x {} for indices {}", x.describe(), indices.describe());
@@ -359,8 +383,7 @@ Permutation permute(const Tensor& x, const Tensor& indices, int64_t E, const Ten
 
 // x rows were copied to xp rows: dx[t] = sum_j dxp[row_of[t,j]]
 Tensor permute_backward(const Tensor& dxp, const Tensor& row_of, const Tensor& out) {
-  detail::check_contiguous(dxp, "dxp");
-  detail::check_dtype(row_of, DType::i64, "row_of");
+  check_rows(row_of, dxp, "dxp");
   const int64_t T = row_of.size(0), k = row_of.size(1), C = dxp.size(1);
   if (out.defined()) check_output(out, {T, C}, "permute_backward");
   Tensor dx = out.defined() ? out : Tensor::empty({T, C});
@@ -370,7 +393,7 @@ Tensor permute_backward(const Tensor& dxp, const Tensor& row_of, const Tensor& o
                           float* out = dx.data<float>() + t * C;
                           std::fill(out, out + C, 0.0f);
                           for (int64_t j = 0; j < k; ++j) {
-                            const int64_t row = row_of.data<int64_t>()[t * k + j];
+                            const int64_t row = row_at(row_of, t * k + j, dxp.size(0));
                             if (row < 0) continue;
                             const float* g = dxp.data<float>() + row * C;
                             for (int64_t c = 0; c < C; ++c) out[c] += g[c];
@@ -381,10 +404,10 @@ Tensor permute_backward(const Tensor& dxp, const Tensor& row_of, const Tensor& o
 }
 
 Tensor unpermute(const Tensor& yp, const Tensor& row_of, const Tensor& weights, const Tensor& out) {
-  detail::check_contiguous(yp, "yp");
-  detail::check_dtype(yp, DType::f32, "yp");
-  detail::check_dtype(row_of, DType::i64, "row_of");
+  check_rows(row_of, yp, "yp");
   detail::check_shape(weights, row_of.shape(), "weights");
+  detail::check_dtype(weights, DType::f32, "weights");
+  detail::check_contiguous(weights, "weights");
   const int64_t T = row_of.size(0), k = row_of.size(1), C = yp.size(1);
   if (out.defined()) check_output(out, {T, C}, "unpermute");
   Tensor y = out.defined() ? out : Tensor::empty({T, C});
@@ -395,7 +418,7 @@ Tensor unpermute(const Tensor& yp, const Tensor& row_of, const Tensor& weights, 
                           float* out = y.data<float>() + t * C;
                           std::fill(out, out + C, 0.0f);
                           for (int64_t j = 0; j < k; ++j) {
-                            const int64_t row = row_of.data<int64_t>()[t * k + j];
+                            const int64_t row = row_at(row_of, t * k + j, yp.size(0));
                             if (row < 0) continue;
                             const float wj = weights.data<float>()[t * k + j];
                             const float* src = yp.data<float>() + row * C;
@@ -409,10 +432,14 @@ Tensor unpermute(const Tensor& yp, const Tensor& row_of, const Tensor& weights, 
 // y[t] = sum_j w[t,j] yp[r(t,j)]:  dyp[r(t,j)] = w[t,j] dy[t],  dw[t,j] = dy[t] . yp[r(t,j)]
 UnpermuteGrads unpermute_backward(const Tensor& dy, const Tensor& yp, const Tensor& row_of,
                                   const Tensor& weights, const Tensor& dyp_out, const Tensor& dweights_out) {
-  detail::check_contiguous(dy, "dy");
-  detail::check_contiguous(yp, "yp");
+  check_rows(row_of, yp, "yp");
   const int64_t T = row_of.size(0), k = row_of.size(1), C = yp.size(1);
+  detail::check_contiguous(dy, "dy");
+  detail::check_dtype(dy, DType::f32, "dy");
   detail::check_shape(dy, {T, C}, "dy");
+  detail::check_contiguous(weights, "weights");
+  detail::check_dtype(weights, DType::f32, "weights");
+  detail::check_shape(weights, {T, k}, "weights");
   // Rows no token points at are zeroed by the kernel (its blocks share them
   // out like the tokens), not on the host: a replayed graph runs no host code.
   if (dyp_out.defined()) check_output(dyp_out, yp.shape(), "unpermute_backward");
@@ -432,7 +459,7 @@ UnpermuteGrads unpermute_backward(const Tensor& dy, const Tensor& yp, const Tens
                         for (int64_t t = t0; t < t1; ++t) {
                           const float* g = dy.data<float>() + t * C;
                           for (int64_t j = 0; j < k; ++j) {
-                            const int64_t row = row_of.data<int64_t>()[t * k + j];
+                            const int64_t row = row_at(row_of, t * k + j, R);
                             if (row < 0) {
                               dw.data<float>()[t * k + j] = 0.0f;
                               continue;

@@ -325,6 +325,39 @@ TEST(OpsMoE, PermuteAndCombineGradients) {
             }), 1e-2);
 }
 
+// Routing tensors that do not belong together are refused: sizes at the
+// call, ids and rows out of range by the kernel (they used to be read and
+// written past the ends of the tensors).
+TEST(OpsMoE, MismatchedRoutingTensorsAreRefused) {
+  const int64_t T = 4, E = 8, C = 8, k = 2;
+  Tensor scores = reference::softmax(randn({T, E}, 40)), x = randn({T, C}, 41);
+  Routing r = reference::topk_route(scores, {}, {k, 1, 1, false, 1.0f});
+  Permutation p;
+  run_on_stream([&] { p = permute(x, r.indices, E); });
+  Tensor dw = randn({T, k}, 42), dy = randn({T, C}, 43);
+  EXPECT_THROW(topk_route_backward(randn({1, k}, 44), randn({3000, E}, 45), Routing{r.indices.slice(0, 0, 1), dw.slice(0, 0, 1)}, {k, 1, 1, false, 1.0f}),
+               InvalidArgument);  // 1 row of indices for 3000 of scores
+  EXPECT_THROW(permute_backward(randn({2, C}, 46), p.row_of.to(DType::i32)), InvalidArgument);
+  EXPECT_THROW(unpermute_backward(dy, p.x, p.row_of, randn({1}, 47)), InvalidArgument);
+  EXPECT_THROW(permute(x, r.indices, -1), InvalidArgument);
+  EXPECT_THROW(apply_capacity(r, 0, 1, DropPolicy::position), InvalidArgument);
+  runtime::StreamGuard guard(test_stream());
+  Tensor bad_ids = r.indices.contiguous();
+  bad_ids.data<int32_t>()[1] = 1000000;
+  topk_route_backward(dw, scores, Routing{bad_ids, r.weights}, {k, 1, 1, false, 1.0f});
+  EXPECT_THROW(test_stream().synchronize(), Error);
+  Tensor bad_rows = p.row_of.contiguous();
+  bad_rows.data<int64_t>()[1] = int64_t{1} << 40;
+  permute_backward(p.x, bad_rows);
+  EXPECT_THROW(test_stream().synchronize(), Error);
+  unpermute(p.x, bad_rows, r.weights);
+  EXPECT_THROW(test_stream().synchronize(), Error);
+  unpermute_backward(dy, p.x, bad_rows, r.weights);
+  EXPECT_THROW(test_stream().synchronize(), Error);
+  permute_backward(randn({2, C}, 48), p.row_of);  // rows 2.. of dxp missing
+  EXPECT_THROW(test_stream().synchronize(), Error);
+}
+
 TEST(OpsMoE, PermuteAndItsGradientBuildInAGivenTensor) {
   const int64_t T = 9, E = 3, C = 5, k = 2;
   Tensor x = randn({T, C}, 17), dy = randn({T, C}, 18), yp = randn({T * k, C}, 19);
