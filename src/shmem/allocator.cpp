@@ -23,6 +23,7 @@ std::optional<size_t> SymmetricAllocator::allocate(size_t bytes, size_t alignmen
            "pass a power of two as the alignment", "alignment {} is not a power of two",
            alignment);
   alignment = std::max(alignment, kHeapAlignment);
+  if (bytes > capacity_) return std::nullopt;  // also keeps align_up below from wrapping (SIZE_MAX)
   bytes = align_up(std::max<size_t>(bytes, 1), kHeapAlignment);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     const size_t start = it->first, length = it->second;

@@ -7,6 +7,11 @@
 //
 // The typed shmem_ctx_* routines come from the same type tables as the
 // default-context ones and call them with the PE translated to the world.
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <vector>
+
 #include "c_api.hpp"
 #include "coremesh/core/error.hpp"
 
@@ -18,13 +23,48 @@ struct cm_shmem_ctx {
 };
 
 namespace {
+// The contexts created and not destroyed. A handle is looked up here before
+// it is read, so that a destroyed or made-up one is refused (as team handles
+// are), not dereferenced; programs hold a few contexts.
+std::mutex g_contexts_mutex;
+std::vector<std::unique_ptr<cm_shmem_ctx>> g_contexts;
+
+// The live context `ctx` (not SHMEM_CTX_DEFAULT); its team checked live too.
+const cm_shmem_ctx& live_context(shmem_ctx_t ctx, const char* api) {
+  CM_CHECK(ctx != SHMEM_CTX_INVALID, "create the context first (and check its return code)",
+           "{}: SHMEM_CTX_INVALID passed", api);
+  std::lock_guard lock(g_contexts_mutex);
+  for (const auto& live : g_contexts)
+    if (live.get() == ctx) {
+      if (ctx->team) coremesh::shmem::capi::team(coremesh::shmem::capi::handle(ctx->team), api);
+      return *ctx;
+    }
+  CM_THROW(coremesh::InvalidArgument, "pass SHMEM_CTX_DEFAULT or a context created and not yet destroyed",
+           "{}: context handle {} is not a live context (destroyed, or not made by shmem_ctx_create)", api,
+           static_cast<const void*>(ctx));
+}
+
+int create_context(in::TeamData* team, long options, shmem_ctx_t* ctx, const char* api) {
+  CM_CHECK(ctx != nullptr, "pass the address of a shmem_ctx_t", "{}: ctx is NULL", api);
+  *ctx = SHMEM_CTX_INVALID;
+  in::state(api);
+  constexpr long known = SHMEM_CTX_SERIALIZED | SHMEM_CTX_PRIVATE | SHMEM_CTX_NOSTORE;
+  if ((options & ~known) != 0) {  // a failed creation: nonzero, which the program checks
+    std::fprintf(stderr, "%s: unknown option bits %#lx (returning nonzero); pass options made of "
+                 "SHMEM_CTX_SERIALIZED, SHMEM_CTX_PRIVATE and SHMEM_CTX_NOSTORE\n", api, options & ~known);
+    return 1;
+  }
+  std::lock_guard lock(g_contexts_mutex);
+  g_contexts.push_back(std::make_unique<cm_shmem_ctx>(cm_shmem_ctx{team, options}));
+  *ctx = g_contexts.back().get();
+  return 0;
+}
+
 // The world PE of `pe` on `ctx`.
 int world_pe(shmem_ctx_t ctx, int pe, const char* api) {
   if (ctx == SHMEM_CTX_DEFAULT) return pe;
   CM_C_API(api, {
-    CM_CHECK(ctx != SHMEM_CTX_INVALID, "create the context first (and check its return code)",
-             "{}: SHMEM_CTX_INVALID passed", api);
-    const in::TeamData* team = ctx->team;
+    const in::TeamData* team = live_context(ctx, api).team;
     if (team == nullptr) return pe;
     CM_CHECK(pe >= 0 && pe < team->size(), "a team context's PE numbers are team-relative",
              "{}: PE {} is not in {} ({} PEs)", api, pe, team->label, team->size());
@@ -36,16 +76,16 @@ int world_pe(shmem_ctx_t ctx, int pe, const char* api) {
 extern "C" {
 
 int shmem_ctx_create(long options, shmem_ctx_t* ctx) {
-  *ctx = new cm_shmem_ctx{nullptr, options};
-  return 0;
+  CM_C_API("shmem_ctx_create", return create_context(nullptr, options, ctx, "shmem_ctx_create"));
 }
 int shmem_team_create_ctx(shmem_team_t team, long options, shmem_ctx_t* ctx) {
-  *ctx = SHMEM_CTX_INVALID;
-  if (team == SHMEM_TEAM_INVALID) return 1;
+  if (team == SHMEM_TEAM_INVALID) {
+    if (ctx) *ctx = SHMEM_CTX_INVALID;
+    return 1;
+  }
   CM_C_API("shmem_team_create_ctx", {
     in::TeamData* t = coremesh::shmem::capi::team(team, "shmem_team_create_ctx");
-    *ctx = new cm_shmem_ctx{t == &in::state().world ? nullptr : t, options};
-    return 0;
+    return create_context(t == &in::state().world ? nullptr : t, options, ctx, "shmem_team_create_ctx");
   });
 }
 int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t* team) {
@@ -53,21 +93,34 @@ int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t* team) {
     *team = SHMEM_TEAM_INVALID;
     return 1;
   }
-  *team = ctx == SHMEM_CTX_DEFAULT || ctx->team == nullptr
-              ? SHMEM_TEAM_WORLD
-              : coremesh::shmem::capi::handle(ctx->team);
-  return 0;
+  CM_C_API("shmem_ctx_get_team", {
+    const in::TeamData* t = ctx == SHMEM_CTX_DEFAULT ? nullptr : live_context(ctx, "shmem_ctx_get_team").team;
+    *team = t == nullptr ? SHMEM_TEAM_WORLD : coremesh::shmem::capi::handle(const_cast<in::TeamData*>(t));
+    return 0;
+  });
 }
 void shmem_ctx_destroy(shmem_ctx_t ctx) {
   if (ctx == SHMEM_CTX_INVALID || ctx == SHMEM_CTX_DEFAULT) return;
-  in::quiet();  // destroying a context completes its operations
-  delete ctx;
+  CM_C_API("shmem_ctx_destroy", {
+    live_context(ctx, "shmem_ctx_destroy");
+    in::quiet();  // destroying a context completes its operations
+    std::lock_guard lock(g_contexts_mutex);
+    std::erase_if(g_contexts, [ctx](const auto& live) { return live.get() == ctx; });
+  });
 }
 void shmem_ctx_fence(shmem_ctx_t ctx) {
-  if (ctx != SHMEM_CTX_INVALID) in::fence();
+  if (ctx == SHMEM_CTX_INVALID) return;
+  CM_C_API("shmem_ctx_fence", {
+    if (ctx != SHMEM_CTX_DEFAULT) live_context(ctx, "shmem_ctx_fence");
+    in::fence();
+  });
 }
 void shmem_ctx_quiet(shmem_ctx_t ctx) {
-  if (ctx != SHMEM_CTX_INVALID) in::quiet();
+  if (ctx == SHMEM_CTX_INVALID) return;
+  CM_C_API("shmem_ctx_quiet", {
+    if (ctx != SHMEM_CTX_DEFAULT) live_context(ctx, "shmem_ctx_quiet");
+    in::quiet();
+  });
 }
 
 #define CM_CTX_PE(NAME) world_pe(ctx, pe, "shmem_ctx_" NAME)

@@ -16,6 +16,7 @@ namespace coremesh::shmem::internal {
 
 namespace {
 std::unique_ptr<State> g_state;
+bool g_finalized = false;  // since the last init: a call now comes after shmem_finalize
 
 void set_wait_policy(int n_pes) {
   auto& policy = wait_policy();
@@ -112,6 +113,8 @@ int TeamData::index_of(int world_pe) const {
 bool is_initialized() { return g_state != nullptr; }
 
 State& state(const char* api) {
+  CM_CHECK(g_state != nullptr || !g_finalized, "make shmem_finalize the program's last OpenSHMEM call",
+           "{} called after shmem_finalize", api);
   CM_CHECK(g_state != nullptr, "call shmem_init() (or create a coremesh::shmem::Session) first",
            "{} called before shmem init", api);
   return *g_state;
@@ -144,6 +147,7 @@ void init(size_t requested_heap_bytes) {
   set_wait_policy(s->n_pes);
   runtime::profiler_set_pe(s->my_pe);
   g_state = std::move(s);
+  g_finalized = false;
   Group world = team_group(g_state->world, "shmem_init");
   group_sync(world, "shmem_init");
   report_environment(*g_state);
@@ -156,6 +160,7 @@ void finalize() {
   group_sync(world, "shmem_finalize");
   g_state->transport->close();
   g_state.reset();
+  g_finalized = true;
   runtime::profiler_set_pe(-1);
 }
 

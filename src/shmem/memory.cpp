@@ -82,7 +82,7 @@ void sym_free(void* ptr, const char* api) {
 }
 
 void* sym_realloc(void* ptr, size_t bytes, const char* api) {
-  if (ptr == nullptr) return sym_alloc(bytes, kHeapAlignment, false, api);
+  if (ptr == nullptr) return sym_alloc(bytes, kHeapAlignment, false, api, OnFull::null);  // as shmem_malloc
   State& s = state(api);
   if (bytes == 0) {
     sym_free(ptr, api);

@@ -65,6 +65,22 @@ int main(void) {
   CHECK(shmem_calloc(SIZE_MAX / 2, 4) == NULL);
   CHECK(shmem_calloc((size_t)1 << 33, (size_t)1 << 33) == NULL);
   shmem_free(NULL);
+  /* sizes near SIZE_MAX (a negative count times a size): NULL, and the heap
+   * stays whole (they used to wrap around to a block inside another) */
+  void* before = shmem_malloc(64);
+  CHECK(shmem_malloc((size_t)-1 * sizeof(long)) == NULL);
+  CHECK(shmem_malloc(SIZE_MAX - 1000) == NULL);
+  CHECK(shmem_align(4096, SIZE_MAX - 1000) == NULL);
+  CHECK(shmem_calloc(1, SIZE_MAX - 1000) == NULL);
+  CHECK(shmem_realloc(NULL, SIZE_MAX - 1000) == NULL);
+  CHECK(shmem_realloc(NULL, (size_t)1 << 40) == NULL); /* as shmem_malloc: NULL, the job goes on */
+  void* after = shmem_malloc(64);
+  CHECK(after != NULL && after != before);
+  shmem_free(after);
+  shmem_free(before);
+  /* a context with options nobody defined: nonzero, SHMEM_CTX_INVALID */
+  shmem_ctx_t bad_ctx;
+  CHECK(shmem_ctx_create(0x7fff0000L, &bad_ctx) != 0 && bad_ctx == SHMEM_CTX_INVALID);
 
   /* realloc: NULL -> malloc; keeps the contents; 0 -> free */
   long* r = shmem_realloc(NULL, 4 * sizeof(long));

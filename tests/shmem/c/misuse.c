@@ -54,6 +54,33 @@ int main(int argc, char** argv) {
     shmem_team_destroy(team);
     shmem_team_sync(team);
   }
+  if (!strcmp(mode, "destroyed_context") && me == 0) {
+    shmem_ctx_t ctx;
+    if (shmem_ctx_create(0, &ctx) != 0) return 2;
+    shmem_ctx_destroy(ctx);
+    shmem_ctx_long_p(ctx, heap, 7, 1);
+  }
+  if (!strcmp(mode, "context_destroyed_twice")) {
+    shmem_ctx_t ctx;
+    if (shmem_ctx_create(SHMEM_CTX_PRIVATE, &ctx) != 0) return 2;
+    shmem_ctx_destroy(ctx);
+    shmem_ctx_destroy(ctx);
+  }
+  if (!strcmp(mode, "made_up_context") && me == 0) shmem_ctx_long_p((shmem_ctx_t)(uintptr_t)0x5000, heap, 1, 0);
+  if (!strcmp(mode, "context_of_destroyed_team")) {
+    shmem_team_t team;
+    shmem_ctx_t ctx;
+    if (shmem_team_split_strided(SHMEM_TEAM_WORLD, 0, 1, npes, NULL, 0, &team) != 0) return 2;
+    if (shmem_team_create_ctx(team, 0, &ctx) != 0) return 2;
+    shmem_team_destroy(team);
+    shmem_ctx_long_p(ctx, heap, 7, 0);
+  }
+  if (!strcmp(mode, "after_finalize")) {
+    shmem_finalize();
+    shmem_long_p(heap, 1, 0);
+    printf("PE %d: misuse not caught (%s)\n", me, mode);
+    return 0;
+  }
   if (!strcmp(mode, "made_up_team") && me == 0) {
     shmem_team_t team = (shmem_team_t)(uintptr_t)0x5000;
     (void)shmem_team_n_pes(team);
