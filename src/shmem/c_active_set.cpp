@@ -40,25 +40,25 @@ void shmem_sync(int start, int log_stride, int size, long* psync) {
                           int log_stride, int size, long* psync) {                             \
     CM_C_API("shmem_broadcast" #S,                                                             \
              in::broadcast(active_set(start, log_stride, size, psync, "shmem_broadcast" #S),   \
-                           dest, source, nelems * (S / 8), root, false, "shmem_broadcast" #S)); \
+                           dest, source, in::array_bytes(nelems, S / 8), root, false, "shmem_broadcast" #S)); \
   }                                                                                            \
   void shmem_collect##S(void* dest, const void* source, size_t nelems, int start,             \
                         int log_stride, int size, long* psync) {                               \
     CM_C_API("shmem_collect" #S,                                                               \
              in::collect(active_set(start, log_stride, size, psync, "shmem_collect" #S), dest, \
-                         source, nelems * (S / 8), "shmem_collect" #S));                       \
+                         source, in::array_bytes(nelems, S / 8), "shmem_collect" #S));                       \
   }                                                                                            \
   void shmem_fcollect##S(void* dest, const void* source, size_t nelems, int start,            \
                          int log_stride, int size, long* psync) {                              \
     CM_C_API("shmem_fcollect" #S,                                                              \
              in::fcollect(active_set(start, log_stride, size, psync, "shmem_fcollect" #S),     \
-                          dest, source, nelems * (S / 8), "shmem_fcollect" #S));               \
+                          dest, source, in::array_bytes(nelems, S / 8), "shmem_fcollect" #S));               \
   }                                                                                            \
   void shmem_alltoall##S(void* dest, const void* source, size_t nelems, int start,            \
                          int log_stride, int size, long* psync) {                              \
     CM_C_API("shmem_alltoall" #S,                                                              \
              in::alltoall(active_set(start, log_stride, size, psync, "shmem_alltoall" #S),     \
-                          dest, source, nelems * (S / 8), "shmem_alltoall" #S));               \
+                          dest, source, in::array_bytes(nelems, S / 8), "shmem_alltoall" #S));               \
   }                                                                                            \
   void shmem_alltoalls##S(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,        \
                           size_t nelems, int start, int log_stride, int size, long* psync) {   \

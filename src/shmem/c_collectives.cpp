@@ -72,26 +72,26 @@ int shmem_alltoallsmem(shmem_team_t t, void* dest, const void* source, ptrdiff_t
 #define CM_DEF_COLL(T, N)                                                                      \
   int shmem_##N##_broadcast(shmem_team_t t, T* dest, const T* source, size_t nelems, int root) { \
     CM_C_API("shmem_" #N "_broadcast", {                                                       \
-      in::broadcast(group(t, "shmem_broadcast"), dest, source, nelems * sizeof(T), root, true, \
+      in::broadcast(group(t, "shmem_broadcast"), dest, source, in::array_bytes(nelems, sizeof(T)), root, true, \
                     "shmem_" #N "_broadcast");                                                 \
       return 0;                                                                                \
     });                                                                                        \
   }                                                                                            \
   int shmem_##N##_collect(shmem_team_t t, T* dest, const T* source, size_t nelems) {           \
     CM_C_API("shmem_" #N "_collect", {                                                         \
-      in::collect(group(t, "shmem_collect"), dest, source, nelems * sizeof(T), "shmem_" #N "_collect"); \
+      in::collect(group(t, "shmem_collect"), dest, source, in::array_bytes(nelems, sizeof(T)), "shmem_" #N "_collect"); \
       return 0;                                                                                \
     });                                                                                        \
   }                                                                                            \
   int shmem_##N##_fcollect(shmem_team_t t, T* dest, const T* source, size_t nelems) {          \
     CM_C_API("shmem_" #N "_fcollect", {                                                        \
-      in::fcollect(group(t, "shmem_fcollect"), dest, source, nelems * sizeof(T), "shmem_" #N "_fcollect"); \
+      in::fcollect(group(t, "shmem_fcollect"), dest, source, in::array_bytes(nelems, sizeof(T)), "shmem_" #N "_fcollect"); \
       return 0;                                                                                \
     });                                                                                        \
   }                                                                                            \
   int shmem_##N##_alltoall(shmem_team_t t, T* dest, const T* source, size_t nelems) {          \
     CM_C_API("shmem_" #N "_alltoall", {                                                        \
-      in::alltoall(group(t, "shmem_alltoall"), dest, source, nelems * sizeof(T), "shmem_" #N "_alltoall"); \
+      in::alltoall(group(t, "shmem_alltoall"), dest, source, in::array_bytes(nelems, sizeof(T)), "shmem_" #N "_alltoall"); \
       return 0;                                                                                \
     });                                                                                        \
   }                                                                                            \

@@ -9,18 +9,18 @@ extern "C" {
 
 #define CM_DEF_RMA(T, N)                                                                      \
   void shmem_##N##_put(T* dest, const T* source, size_t nelems, int pe) {                     \
-    CM_C_API("shmem_" #N "_put", in::put(dest, source, nelems * sizeof(T), pe, "shmem_" #N "_put")); \
+    CM_C_API("shmem_" #N "_put", in::put(dest, source, in::array_bytes(nelems, sizeof(T)), pe, "shmem_" #N "_put")); \
   }                                                                                           \
   void shmem_##N##_get(T* dest, const T* source, size_t nelems, int pe) {                     \
-    CM_C_API("shmem_" #N "_get", in::get(dest, source, nelems * sizeof(T), pe, "shmem_" #N "_get")); \
+    CM_C_API("shmem_" #N "_get", in::get(dest, source, in::array_bytes(nelems, sizeof(T)), pe, "shmem_" #N "_get")); \
   }                                                                                           \
   void shmem_##N##_put_nbi(T* dest, const T* source, size_t nelems, int pe) {                 \
     CM_C_API("shmem_" #N "_put_nbi",                                                          \
-             in::put_nbi(dest, source, nelems * sizeof(T), pe, "shmem_" #N "_put_nbi"));      \
+             in::put_nbi(dest, source, in::array_bytes(nelems, sizeof(T)), pe, "shmem_" #N "_put_nbi"));      \
   }                                                                                           \
   void shmem_##N##_get_nbi(T* dest, const T* source, size_t nelems, int pe) {                 \
     CM_C_API("shmem_" #N "_get_nbi",                                                          \
-             in::get_nbi(dest, source, nelems * sizeof(T), pe, "shmem_" #N "_get_nbi"));      \
+             in::get_nbi(dest, source, in::array_bytes(nelems, sizeof(T)), pe, "shmem_" #N "_get_nbi"));      \
   }                                                                                           \
   void shmem_##N##_p(T* dest, T value, int pe) {                                              \
     CM_C_API("shmem_" #N "_p", in::put(dest, &value, sizeof(T), pe, "shmem_" #N "_p"));       \
@@ -43,31 +43,31 @@ extern "C" {
   void shmem_##N##_put_signal(T* dest, const T* source, size_t nelems, uint64_t* sig_addr,    \
                               uint64_t signal, int sig_op, int pe) {                          \
     CM_C_API("shmem_" #N "_put_signal",                                                       \
-             in::put_signal(dest, source, nelems * sizeof(T), sig_addr, signal, sig_op, pe,   \
+             in::put_signal(dest, source, in::array_bytes(nelems, sizeof(T)), sig_addr, signal, sig_op, pe,   \
                             false, "shmem_" #N "_put_signal"));                               \
   }                                                                                           \
   void shmem_##N##_put_signal_nbi(T* dest, const T* source, size_t nelems, uint64_t* sig_addr, \
                                   uint64_t signal, int sig_op, int pe) {                      \
     CM_C_API("shmem_" #N "_put_signal_nbi",                                                   \
-             in::put_signal(dest, source, nelems * sizeof(T), sig_addr, signal, sig_op, pe,   \
+             in::put_signal(dest, source, in::array_bytes(nelems, sizeof(T)), sig_addr, signal, sig_op, pe,   \
                             true, "shmem_" #N "_put_signal_nbi"));                            \
   }
 CM_SHMEM_RMA_TYPES(CM_DEF_RMA)
 
 #define CM_DEF_SIZED(S)                                                                       \
   void shmem_put##S(void* dest, const void* source, size_t nelems, int pe) {                  \
-    CM_C_API("shmem_put" #S, in::put(dest, source, nelems * (S / 8), pe, "shmem_put" #S));    \
+    CM_C_API("shmem_put" #S, in::put(dest, source, in::array_bytes(nelems, S / 8), pe, "shmem_put" #S));    \
   }                                                                                           \
   void shmem_get##S(void* dest, const void* source, size_t nelems, int pe) {                  \
-    CM_C_API("shmem_get" #S, in::get(dest, source, nelems * (S / 8), pe, "shmem_get" #S));    \
+    CM_C_API("shmem_get" #S, in::get(dest, source, in::array_bytes(nelems, S / 8), pe, "shmem_get" #S));    \
   }                                                                                           \
   void shmem_put##S##_nbi(void* dest, const void* source, size_t nelems, int pe) {            \
     CM_C_API("shmem_put" #S "_nbi",                                                           \
-             in::put_nbi(dest, source, nelems * (S / 8), pe, "shmem_put" #S "_nbi"));         \
+             in::put_nbi(dest, source, in::array_bytes(nelems, S / 8), pe, "shmem_put" #S "_nbi"));         \
   }                                                                                           \
   void shmem_get##S##_nbi(void* dest, const void* source, size_t nelems, int pe) {            \
     CM_C_API("shmem_get" #S "_nbi",                                                           \
-             in::get_nbi(dest, source, nelems * (S / 8), pe, "shmem_get" #S "_nbi"));         \
+             in::get_nbi(dest, source, in::array_bytes(nelems, S / 8), pe, "shmem_get" #S "_nbi"));         \
   }                                                                                           \
   void shmem_iput##S(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,            \
                      size_t nelems, int pe) {                                                 \
@@ -82,13 +82,13 @@ CM_SHMEM_RMA_TYPES(CM_DEF_RMA)
   void shmem_put##S##_signal(void* dest, const void* source, size_t nelems, uint64_t* sig_addr, \
                              uint64_t signal, int sig_op, int pe) {                           \
     CM_C_API("shmem_put" #S "_signal",                                                        \
-             in::put_signal(dest, source, nelems * (S / 8), sig_addr, signal, sig_op, pe,     \
+             in::put_signal(dest, source, in::array_bytes(nelems, S / 8), sig_addr, signal, sig_op, pe,     \
                             false, "shmem_put" #S "_signal"));                                \
   }                                                                                           \
   void shmem_put##S##_signal_nbi(void* dest, const void* source, size_t nelems,               \
                                  uint64_t* sig_addr, uint64_t signal, int sig_op, int pe) {   \
     CM_C_API("shmem_put" #S "_signal_nbi",                                                    \
-             in::put_signal(dest, source, nelems * (S / 8), sig_addr, signal, sig_op, pe,     \
+             in::put_signal(dest, source, in::array_bytes(nelems, S / 8), sig_addr, signal, sig_op, pe,     \
                             true, "shmem_put" #S "_signal_nbi"));                             \
   }
 CM_SHMEM_SIZES(CM_DEF_SIZED)

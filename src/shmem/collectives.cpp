@@ -91,14 +91,14 @@ void alltoalls(const Group& g, void* dest, const void* src, ptrdiff_t dst, ptrdi
                size_t nelems, size_t elem_bytes, const char* api) {
   CM_CHECK(dst >= 1 && sst >= 1, "strides count elements and must be >= 1",
            "{}: strides dst {} sst {}", api, dst, sst);
-  const size_t count = nelems * g.size;
+  const size_t count = array_bytes(nelems, size_t(g.size));  // elements over the team
   if (count == 0) {
     begin_call(g);
     group_sync(g, api);
     return;
   }
-  sym_offset(dest, ((count - 1) * dst + 1) * elem_bytes, api);
-  const size_t src_offset = sym_offset(src, ((count - 1) * sst + 1) * elem_bytes, api);
+  sym_offset(dest, span_bytes(count, size_t(dst), elem_bytes), api);
+  const size_t src_offset = sym_offset(src, span_bytes(count, size_t(sst), elem_bytes), api);
   begin_call(g);
   group_sync(g, api);
   std::vector<std::byte> scratch;

@@ -210,6 +210,16 @@ size_t sym_offset(const void* addr, size_t bytes, const char* api) {
   return 0;
 }
 
+size_t span_bytes(size_t count, size_t stride, size_t elem_bytes) {
+  if (count == 0) return 0;
+  size_t elems = 0, bytes = 0;
+  CM_CHECK(!__builtin_mul_overflow(count - 1, stride, &elems) && !__builtin_add_overflow(elems, 1, &elems) &&
+               !__builtin_mul_overflow(elems, elem_bytes, &bytes),
+           "pass the number of elements (not a negative count) and strides that fit the arrays",
+           "{} elements of {} B, {} apart, span more bytes than the address space", count, elem_bytes, stride);
+  return bytes;
+}
+
 void check_pe(int pe, const char* api) {
   const State& s = state(api);
   CM_CHECK(pe >= 0 && pe < s.n_pes, "PE numbers run from 0 to shmem_n_pes() - 1",

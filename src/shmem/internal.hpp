@@ -86,6 +86,12 @@ void finalize();
 // (segment_bytes + offset in the data segment). local_address maps an
 // offset back to this PE's memory.
 size_t sym_offset(const void* addr, size_t bytes, const char* api);
+// The bytes of `count` elements `stride` elements apart (the first to the end
+// of the last), refused when they overflow size_t (a negative count cast, a
+// made-up stride): the transfer's checks would pass a wrapped small size.
+// The C API's error names the call.
+size_t span_bytes(size_t count, size_t stride, size_t elem_bytes);
+inline size_t array_bytes(size_t count, size_t elem_bytes) { return span_bytes(count, 1, elem_bytes); }
 void check_pe(int pe, const char* api);
 std::byte* local_address(size_t offset);
 inline SyncArea* my_sync_area(size_t offset) {

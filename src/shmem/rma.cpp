@@ -8,10 +8,18 @@
 
 namespace coremesh::shmem::internal {
 
+namespace {
+// The local end of a transfer (any memory of this PE, but not NULL).
+void check_local(const void* p, const char* what, const char* api) {
+  CM_CHECK(p != nullptr, "pass the local array of the transfer", "{}: the local {} is NULL", api, what);
+}
+}  // namespace
+
 // Zero-length transfers are no-ops whatever the addresses (NULL included).
 void put(void* dest, const void* src, size_t bytes, int pe, const char* api) {
   if (bytes == 0) return;
   check_pe(pe, api);
+  check_local(src, "source", api);
   const size_t offset = sym_offset(dest, bytes, api);
   state(api).transport->put(pe, offset, src, bytes);
 }
@@ -19,6 +27,7 @@ void put(void* dest, const void* src, size_t bytes, int pe, const char* api) {
 void get(void* dest, const void* src, size_t bytes, int pe, const char* api) {
   if (bytes == 0) return;
   check_pe(pe, api);
+  check_local(dest, "target", api);
   const size_t offset = sym_offset(src, bytes, api);
   state(api).transport->get(dest, pe, offset, bytes);
 }
@@ -26,6 +35,7 @@ void get(void* dest, const void* src, size_t bytes, int pe, const char* api) {
 void put_nbi(void* dest, const void* src, size_t bytes, int pe, const char* api) {
   if (bytes == 0) return;
   check_pe(pe, api);
+  check_local(src, "source", api);
   const size_t offset = sym_offset(dest, bytes, api);
   state(api).transport->put_nbi(pe, offset, src, bytes);
 }
@@ -33,6 +43,7 @@ void put_nbi(void* dest, const void* src, size_t bytes, int pe, const char* api)
 void get_nbi(void* dest, const void* src, size_t bytes, int pe, const char* api) {
   if (bytes == 0) return;
   check_pe(pe, api);
+  check_local(dest, "target", api);
   const size_t offset = sym_offset(src, bytes, api);
   state(api).transport->get_nbi(dest, pe, offset, bytes);
 }
@@ -45,8 +56,7 @@ size_t strided_offset(const void* sym, ptrdiff_t stride, size_t nelems, size_t e
                       const char* api) {
   CM_CHECK(stride >= 1, "strides count elements and must be >= 1", "{}: stride {} < 1", api,
            stride);
-  const size_t span = (nelems - 1) * static_cast<size_t>(stride) * elem_bytes + elem_bytes;
-  return sym_offset(sym, span, api);
+  return sym_offset(sym, span_bytes(nelems, static_cast<size_t>(stride), elem_bytes), api);
 }
 }  // namespace
 
@@ -56,6 +66,7 @@ void iput(void* dest, const void* src, ptrdiff_t dst, ptrdiff_t sst, size_t nele
           size_t elem_bytes, int pe, const char* api) {
   if (nelems == 0) return;
   check_pe(pe, api);
+  check_local(src, "source", api);
   const size_t offset = strided_offset(dest, dst, nelems, elem_bytes, api);
   CM_CHECK(sst >= 1, "strides count elements and must be >= 1", "{}: source stride {} < 1", api,
            sst);
@@ -75,6 +86,7 @@ void iget(void* dest, const void* src, ptrdiff_t dst, ptrdiff_t sst, size_t nele
           size_t elem_bytes, int pe, const char* api) {
   if (nelems == 0) return;
   check_pe(pe, api);
+  check_local(dest, "target", api);
   const size_t offset = strided_offset(src, sst, nelems, elem_bytes, api);
   CM_CHECK(dst >= 1, "strides count elements and must be >= 1", "{}: target stride {} < 1", api,
            dst);

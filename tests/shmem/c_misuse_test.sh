@@ -43,4 +43,8 @@ expect context_destroyed_twice shmem_ctx_destroy "is not a live context"
 expect made_up_context shmem_ctx_long_p "context handle 0x5000 is not a live context"
 expect context_of_destroyed_team shmem_ctx_long_p "is not a live team"
 expect after_finalize shmem_long_p "called after shmem_finalize"
+expect count_wraps shmem_long_put "span more bytes than the address space"
+expect stride_wraps shmem_long_iput "span more bytes than the address space"
+expect alltoalls_stride_wraps shmem_long_alltoalls "span more bytes than the address space"
+expect get_into_null shmem_long_get "the local target is NULL"
 exit $failed

@@ -81,6 +81,10 @@ int main(int argc, char** argv) {
     printf("PE %d: misuse not caught (%s)\n", me, mode);
     return 0;
   }
+  if (!strcmp(mode, "count_wraps") && me == 0) shmem_long_put(heap, source, ((size_t)1 << 61) + 2, 1);
+  if (!strcmp(mode, "stride_wraps") && me == 0) shmem_long_iput(heap, source, (ptrdiff_t)1 << 60, 1, 3, 1);
+  if (!strcmp(mode, "alltoalls_stride_wraps")) shmem_long_alltoalls(SHMEM_TEAM_WORLD, heap, heap, (ptrdiff_t)1 << 61, 1, 1);
+  if (!strcmp(mode, "get_into_null") && me == 0) shmem_long_get(NULL, heap, 4, 1);
   if (!strcmp(mode, "made_up_team") && me == 0) {
     shmem_team_t team = (shmem_team_t)(uintptr_t)0x5000;
     (void)shmem_team_n_pes(team);
