@@ -21,6 +21,8 @@
 
 #include <cctype>
 #include <cstring>
+#include <exception>
+#include <utility>
 
 #include "common.hpp"
 #include "coremesh/runtime/stream.hpp"
@@ -45,8 +47,15 @@ struct BufferLayout {
   std::vector<Py_ssize_t> shape, strides;
 };
 
+// NumPy's np.asarray(t) probes the buffer protocol and, when the export
+// fails, clears the error and makes a 0-d object array; the error (a failed
+// kernel the export waited for) would be lost. It is kept here for
+// Tensor.__array__, which NumPy calls next, to raise.
+thread_local std::exception_ptr g_export_error;
+
 int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
   view->obj = nullptr;
+  g_export_error = nullptr;
   try {
     const Tensor& t = py::cast<const Tensor&>(py::handle(obj));
     CM_CHECK(t.defined(), "create the tensor first", "cannot export an undefined tensor");
@@ -79,9 +88,17 @@ int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
     view->internal = layout;
     return 0;
   } catch (...) {
-    set_python_error(std::current_exception());
+    g_export_error = std::current_exception();
+    set_python_error(g_export_error);
     return -1;
   }
+}
+
+// A NumPy array over t's memory, raising what the export raised.
+py::object numpy_view(const py::object& self) {
+  if (std::exception_ptr e = std::exchange(g_export_error, nullptr)) std::rethrow_exception(e);
+  wait_for_device();  // a kernel's error raises here, not inside NumPy's probe
+  return py::module_::import("numpy").attr("asarray")(py::memoryview(self));
 }
 
 void tensor_releasebuffer(PyObject*, Py_buffer* view) {
@@ -245,14 +262,18 @@ from_numpy shares memory instead of copying.)doc");
       .def("slice", &Tensor::slice, py::arg("dim"), py::arg("start"), py::arg("end"))
       .def("select", &Tensor::select, py::arg("dim"), py::arg("index"))
       .def("transpose", &Tensor::transpose, py::arg("dim0"), py::arg("dim1"))
-      .def("numpy", [](py::object self) { return py::module_::import("numpy").attr("asarray")(self); },
-           "A NumPy array over the same memory (waits for the device first).")
+      .def("numpy", &numpy_view, "A NumPy array over the same memory (waits for the device first).")
+      .def("__array__", [](const py::object& self, const py::object& dtype, const py::object&) {
+             py::object a = numpy_view(self);
+             return dtype.is_none() ? a : a.attr("astype")(dtype);
+           }, py::arg("dtype") = py::none(), py::arg("copy") = py::none(),
+           "NumPy's fallback when the buffer export failed: raises the export's error.")
       .def("asnumpy", [](py::object self) {
              const Tensor& t = py::cast<const Tensor&>(self);
              CM_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::i32 || t.dtype() == DType::i64,
                       "read the values with t.to(coremesh.float32).asnumpy(), or the raw codes with t.numpy()",
                       "asnumpy() of a {} tensor: NumPy has no {}", dtype_name(t.dtype()), dtype_name(t.dtype()));
-             return py::module_::import("numpy").attr("asarray")(self);
+             return numpy_view(self);
            }, "MindSpore's spelling of numpy(): a NumPy array over the same memory (waits for the device "
               "first); f32, i32 and i64 tensors (convert bf16/fp8 with to(coremesh.float32)).")
       .def("item", [](const Tensor& t) {

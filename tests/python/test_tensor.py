@@ -135,6 +135,24 @@ def test_bad_buffers_are_refused_with_a_hint():
         cm.zeros([2]).item()
 
 
+def test_a_failed_kernel_raises_from_every_numpy_export():
+    # NumPy's np.asarray swallows a buffer export's error and made a 0-d object array
+    table, ids = cm.zeros([5, 4]), cm.from_numpy(np.array([0, 9], np.int64))
+    for export in (np.asarray, lambda t: np.array(t, dtype=np.float64), lambda t: t.numpy(), lambda t: t.asnumpy()):
+        with pytest.raises(cm.KernelError, match="id 9 at 1 is out of range"):
+            export(ops.embedding(table, ids))
+    assert np.array(cm.full([2], 1.5), dtype=np.float64).dtype == np.float64  # __array__'s dtype
+
+
+def test_sizes_that_overflow_and_integers_out_of_range_are_refused():
+    with pytest.raises(cm.InvalidArgument, match="more elements than an int64 counts"):
+        cm.zeros([3, 0x5555555555555556])  # its 8 bytes segfaulted on use
+    with pytest.raises(cm.InvalidArgument, match="negative size"):
+        cm.zeros([2]).view(-2, -1)
+    with pytest.raises(cm.InvalidArgument, match="does not fit in i32"):
+        cm.full([2], float("nan")).to("i32")  # was INT_MIN
+
+
 def test_tensor_copies_and_converts():
     src = np.array([[1.0, 2.0], [3.0, 4.0]])  # float64 -> f32
     t = cm.tensor(src)
