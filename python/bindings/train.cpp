@@ -6,9 +6,8 @@
 // with KeyboardInterrupt at the next host wait (resume from a checkpoint).
 #include <nlohmann/json.hpp>
 
-#include <fstream>
-
 #include "common.hpp"
+#include "coremesh/core/json.hpp"
 #include "coremesh/train/trainer.hpp"
 #include "coremesh/train/tuning.hpp"
 
@@ -19,17 +18,19 @@ using nlohmann::json;
 
 json json_arg(const py::object& config) {
   if (py::isinstance<py::dict>(config)) {
-    const auto text = py::module_::import("json").attr("dumps")(config).cast<std::string>();
-    return json::parse(text);
+    std::string text;
+    try {
+      text = py::module_::import("json").attr("dumps")(config, py::arg("allow_nan") = false).cast<std::string>();
+    } catch (py::error_already_set& e) {  // nan/inf (ValueError) or a value JSON has no form for (TypeError)
+      if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
+      CM_THROW(InvalidArgument, "give finite numbers (not nan or inf), strings, booleans, lists and dicts",
+               "the config dict is not JSON: {}", e.what());
+    }
+    return parse_user_json(text, "the config dict");
   }
-  const auto path = py::str(py::module_::import("os").attr("fspath")(config)).cast<std::string>();
-  std::ifstream in(path);
-  CM_CHECK(in.good(), "pass a dict or the path of a JSON config", "cannot open config '{}'", path);
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    CM_THROW(InvalidArgument, "fix the JSON syntax", "cannot parse '{}': {}", path, e.what());
-  }
+  const py::module_ os = py::module_::import("os");
+  const auto path = os.attr("fsdecode")(os.attr("fspath")(config)).cast<std::string>();
+  return load_user_json(path, "config", "pass a dict or the path of a JSON config");
 }
 
 py::object to_python(const json& j) { return py::module_::import("json").attr("loads")(j.dump()); }

@@ -1,5 +1,6 @@
 #include "coremesh/core/json.hpp"
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -32,6 +33,7 @@ nlohmann::json parse_user_json(std::string_view text, const std::string& source)
 }
 
 nlohmann::json load_user_json(const std::string& path, const std::string& what, const std::string& hint) {
+  CM_CHECK(!std::filesystem::is_directory(path), hint, "{} '{}' is a directory", what, path);
   std::ifstream in(path);
   CM_CHECK(in.good(), hint, "cannot open {} '{}'", what, path);
   std::stringstream text;

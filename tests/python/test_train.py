@@ -100,6 +100,18 @@ def test_config_is_validated_with_a_hint(config):
         train.run(config)
     with pytest.raises(cm.InvalidArgument, match="cannot open config"):
         train.Trainer("/nonexistent/cfg.json")
+    with pytest.raises(cm.InvalidArgument, match="is a directory"):
+        train.config("/tmp")
+    with pytest.raises(cm.InvalidArgument, match="cannot open config '/nonexistent.json'"):
+        train.config(b"/nonexistent.json")  # a bytes path is a path
+    config["train"]["batch_size"] = 4
+    config["train"]["lr"] = float("nan")
+    with pytest.raises(cm.InvalidArgument, match="(?s)not JSON.*HINT: give finite numbers"):
+        train.config(config)
+    config["train"]["lr"] = 1e-3
+    config["paralel"] = {"dp": 2}  # a misspelt section was ignored
+    with pytest.raises(cm.InvalidArgument, match="unknown config section 'paralel'"):
+        train.config(config)
 
 
 def _write(config, tmp_path):
