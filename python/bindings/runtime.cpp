@@ -31,7 +31,9 @@ py::dict limits_dict(const CoreLimits& limits) {
 Device& device_arg(const py::object& device) {
   Device& dev = Device::default_device();
   if (device.is_none() || py::isinstance<Device>(device)) return dev;
-  const int id = device.cast<int>();
+  CM_CHECK(py::hasattr(device, "__index__"), "pass runtime.current_device(), its id or None",
+           "{} is not a device", py::repr(device).cast<std::string>());
+  const int64_t id = py::module_::import("operator").attr("index")(device).cast<int64_t>();
   CM_CHECK(id == dev.id(), "pass runtime.current_device() (or its id)",
            "device {} does not exist: this process has device {}", id, dev.id());
   return dev;
@@ -165,6 +167,7 @@ current and has these core limits; both are restored on exit.)doc");
           runtime::OpCache::global().clear();
         }, "Back to the ops' heuristic tilings (undoes load_tuning_cache).");
   m.def("set_wait_timeout", [](double seconds) {
+          CM_CHECK(seconds > 0 && seconds <= 1e9, "give a number of seconds in (0, 1e9]", "wait timeout {} s", seconds);
           runtime::set_wait_timeout(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1e3)));
         }, py::arg("seconds"), "Watchdog of host waits (default COREMESH_WAIT_TIMEOUT_S, 300).");
   m.def("get_wait_timeout", [] { return runtime::wait_timeout().count() / 1e3; });

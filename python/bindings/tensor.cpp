@@ -175,9 +175,25 @@ Tensor tensor_from_data(const py::object& data, const py::object& dtype) {
   return target == held ? t : t.to(target);
 }
 
-Shape shape_arg(const py::object& shape) {
-  if (py::isinstance<py::int_>(shape)) return {shape.cast<int64_t>()};
-  return shape.cast<Shape>();
+// One size of `shape`: an int or anything with __index__ (numpy's integers).
+int64_t size_arg(const py::handle& size, const py::handle& shape) {
+  try {
+    return py::module_::import("operator").attr("index")(size).cast<int64_t>();
+  } catch (const py::error_already_set&) {  // no __index__ (TypeError), or past int64 (OverflowError)
+  } catch (const py::cast_error&) {
+  }
+  CM_THROW(InvalidArgument, "pass sizes as ints (or a sequence of ints) that fit in int64",
+           "shape {}: {} is not an int64 size", py::repr(shape).cast<std::string>(), py::repr(size).cast<std::string>());
+}
+
+Shape shape_arg(const py::handle& shape) {
+  if (py::hasattr(shape, "__index__")) return {size_arg(shape, shape)};
+  CM_CHECK(py::isinstance<py::sequence>(shape) && !py::isinstance<py::str>(shape),
+           "pass the shape as an int or a sequence of ints", "shape {} is not a sequence of sizes",
+           py::repr(shape).cast<std::string>());
+  Shape out;
+  for (const py::handle size : shape) out.push_back(size_arg(size, shape));
+  return out;
 }
 
 py::tuple to_tuple(const Shape& values) {
@@ -256,8 +272,8 @@ from_numpy shares memory instead of copying.)doc");
       .def("__len__", [](const Tensor& t) { return t.dim() == 0 ? 0 : t.size(0); })
       .def("__repr__", &Tensor::describe)
       .def("view", [](const Tensor& t, const py::args& shape) {
-             return t.view(shape.size() == 1 && !py::isinstance<py::int_>(shape[0])
-                               ? shape[0].cast<Shape>() : shape.cast<Shape>());
+             return t.view(shape.size() == 1 && !py::hasattr(shape[0], "__index__") ? shape_arg(shape[0])
+                                                                                    : shape_arg(shape));
            }, "A view with another shape (contiguous tensors; one dimension may be -1).")
       .def("slice", &Tensor::slice, py::arg("dim"), py::arg("start"), py::arg("end"))
       .def("select", &Tensor::select, py::arg("dim"), py::arg("index"))

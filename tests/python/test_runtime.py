@@ -96,6 +96,11 @@ def test_invalid_limits_are_refused_with_a_hint():
         with pytest.raises(ValueError):
             runtime.set_stream_limit(s, cube_num=cube, vector_num=vector)
     assert runtime.get_device_limit(device) == {"cube_core_num": 4, "vector_core_num": 4}
+    with pytest.raises(cm.InvalidArgument, match="'cpu' is not a device"):
+        runtime.set_device_limit("cpu", cube_num=1)
+    for seconds in (float("inf"), float("nan"), 1e300, 0):  # inf was "must be positive"
+        with pytest.raises(cm.InvalidArgument, match="seconds in"):
+            runtime.set_wait_timeout(seconds)
     before = runtime.current_stream()
     with pytest.raises(cm.InvalidArgument):
         with StreamLimitCtx(s, cube_num=9):

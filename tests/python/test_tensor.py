@@ -151,6 +151,10 @@ def test_sizes_that_overflow_and_integers_out_of_range_are_refused():
         cm.zeros([2]).view(-2, -1)
     with pytest.raises(cm.InvalidArgument, match="does not fit in i32"):
         cm.full([2], float("nan")).to("i32")  # was INT_MIN
+    assert cm.empty(np.int64(3)).shape == (3,) and cm.zeros([4]).view(np.int64(2), 2).shape == (2, 2)
+    for bad in ([2.5], "abc", [2**70]):  # were pybind11's "Unable to cast Python instance"
+        with pytest.raises(cm.InvalidArgument, match="int64 size|not a sequence of sizes"):
+            cm.empty(bad)
 
 
 def test_tensor_copies_and_converts():
