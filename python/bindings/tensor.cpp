@@ -296,7 +296,10 @@ from_numpy shares memory instead of copying.)doc");
              CM_CHECK(t.numel() == 1, "use numpy() for tensors of more than one element",
                       "item() needs one element, {} has {}", t.describe(), t.numel());
              wait_for_device();
-             return t.to_float_vector()[0];
+             if (t.dtype() == DType::i64 || t.dtype() == DType::i32)  // exact: through a float lost bits past 2^24
+               return py::object(py::int_(t.dtype() == DType::i64 ? t.contiguous().data<int64_t>()[0]
+                                                                  : t.contiguous().data<int32_t>()[0]));
+             return py::object(py::float_(t.to_float_vector()[0]));
            })
       .def("contiguous", [](const Tensor& t) {
              if (!t.is_contiguous()) wait_for_device();

@@ -30,6 +30,7 @@ struct Dims {
 };
 
 Dims check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, float scale) {
+  CM_CHECK(std::isfinite(scale), "pass a finite scale (<= 0: 1/sqrt(head size))", "attention scale {}", scale);
   for (const Tensor* t : {&q, &k, &v}) {
     detail::check_contiguous(*t, "q/k/v");
     detail::check_dtype(*t, DType::f32, "q/k/v");

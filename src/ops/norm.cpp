@@ -33,6 +33,7 @@ void check_norm_inputs(const Tensor& x, const Tensor& w) {
 }
 
 void run_forward(const char* name, const Forward& f) {
+  CM_CHECK(f.eps >= 0 && std::isfinite(f.eps), "use a finite eps >= 0 (1e-6 in most models)", "{} eps {}", name, f.eps);
   const int64_t R = detail::rows_of(f.x), C = f.x.size(-1);
   detail::launch_rows(name, detail::KernelKind::vector, {f.x.shape()}, {DType::f32},
                       detail::key_attrs({{"eps", f.eps}}),

@@ -72,6 +72,8 @@ void check_f32(const Tensor& t, const char* what) {
 }
 
 std::string rope_attrs(const RopeConfig& cfg) {
+  CM_CHECK(cfg.base > 0 && std::isfinite(cfg.base), "use a finite base > 0 (10000 in most models)",
+           "rope base {}", cfg.base);
   return detail::key_attrs({{"base", cfg.base}, {"interleaved", cfg.interleaved}});
 }
 

@@ -1,6 +1,8 @@
 // Flash attention (MHA, GQA, causal and not, odd lengths spanning several
 // tiles) vs the materialized reference; backward vs reference and finite
 // differences; LSE merge equals attention over the union of keys; RoPE.
+#include <cmath>
+
 #include "coremesh/ops/attention.hpp"
 #include "coremesh/ops/rope.hpp"
 #include "harness.hpp"
@@ -154,6 +156,14 @@ TEST(OpsRope, PackedQkvRejectsBadShapes) {
   EXPECT_THROW(rope_qkv(Tensor::zeros({1, 3, 30}), 4, 3, pos), InvalidArgument);  // 3 !| 4
   EXPECT_THROW(rope_qkv(Tensor::zeros({1, 3, 30}), 4, 2, pos), InvalidArgument);  // 30 != 8*D
   EXPECT_THROW(rope_qkv(Tensor::zeros({1, 4, 48}), 4, 2, pos), InvalidArgument);  // positions
+}
+
+// Scalars that would turn every output into nan are refused at the call.
+TEST(OpsAttention, NonFiniteScalarsAreRefused) {
+  Tensor pos = rope_positions(3), x = Tensor::zeros({1, 3, 2, 8});
+  for (float base : {0.0f, -2.0f, std::nanf("")}) EXPECT_THROW(rope(x, pos, {base, false}), InvalidArgument) << base;
+  EXPECT_THROW(flash_attention(x, x, x, true, std::nanf("")), InvalidArgument);
+  EXPECT_THROW(flash_attention(x, x, x, true, INFINITY), InvalidArgument);
 }
 
 }  // namespace

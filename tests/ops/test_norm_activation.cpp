@@ -41,6 +41,12 @@ TEST(OpsNorm, RMSNormForwardBackward) {
   EXPECT_LT(grad_check(w, g.dw, loss), 1e-2);
 }
 
+TEST(OpsNorm, NegativeOrNanEpsIsRefused) {
+  Tensor x = Tensor::zeros({2, 4}), w = Tensor::full({4}, 1.0f);
+  for (float eps : {-1e-6f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
+    EXPECT_THROW(rmsnorm(x, w, eps), InvalidArgument) << eps;
+}
+
 TEST(OpsNorm, BackwardAddsIncomingGradientAndAccumulatesDw) {
   Tensor x = randn({23, 70}, 31), w = randn({70}, 32), dy = randn({23, 70}, 33);
   Tensor plus = randn({23, 70}, 34), dw0 = randn({70}, 35);

@@ -164,6 +164,7 @@ def test_tensor_copies_and_converts():
     np.testing.assert_array_equal(np.asarray(t), src.astype(np.float32))
     assert cm.tensor([1, 2, 3]).dtype == "i64"
     assert cm.full([1], 2.5).item() == 2.5
+    assert cm.from_numpy(np.array([2**62 + 1])).item() == 2**62 + 1  # exact (was a float)
     z = cm.zeros([2, 2]).fill_(3.0)
     np.testing.assert_array_equal(np.asarray(z.clone()), np.full((2, 2), 3.0))
     assert repr(cm.zeros([2, 3], "i32")) == "Tensor([2, 3], i32)"
