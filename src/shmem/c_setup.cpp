@@ -189,6 +189,8 @@ int shmem_team_translate_pe(shmem_team_t src, int src_pe, shmem_team_t dest) {
 // num_contexts.
 int shmem_team_split_strided(shmem_team_t parent, int start, int stride, int size,
                              const shmem_team_config_t* config, long mask, shmem_team_t* new_team) {
+  CM_C_API("shmem_team_split_strided", CM_CHECK(new_team != nullptr, "pass the address of a shmem_team_t",
+                                                "shmem_team_split_strided: new_team is NULL"));
   *new_team = SHMEM_TEAM_INVALID;
   if (parent == SHMEM_TEAM_INVALID || team_contexts(config, mask) < 0) return 1;
   CM_C_API("shmem_team_split_strided", {
@@ -205,6 +207,8 @@ int shmem_team_split_strided(shmem_team_t parent, int start, int stride, int siz
 int shmem_team_split_2d(shmem_team_t parent, int xrange, const shmem_team_config_t* xconfig,
                         long xmask, shmem_team_t* xteam, const shmem_team_config_t* yconfig,
                         long ymask, shmem_team_t* yteam) {
+  CM_C_API("shmem_team_split_2d", CM_CHECK(xteam != nullptr && yteam != nullptr, "pass the addresses of two shmem_team_t",
+                                           "shmem_team_split_2d: xteam or yteam is NULL"));
   *xteam = *yteam = SHMEM_TEAM_INVALID;
   if (parent == SHMEM_TEAM_INVALID || xrange < 1 || team_contexts(xconfig, xmask) < 0 ||
       team_contexts(yconfig, ymask) < 0)

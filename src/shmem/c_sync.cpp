@@ -44,6 +44,8 @@ template <typename T>
 size_t wait_set(T* ivars, size_t n, const int* status, int cmp_value, const T* values,
                 bool vector, size_t* indices, Mode mode, const char* api) {
   const cm::Cmp c = cmp(cmp_value, api);
+  CM_CHECK(mode != Mode::some || indices != nullptr || n == 0, "pass an array of n size_t for the indices",
+           "{}: indices is NULL", api);
   size_t result = 0;
   std::vector<size_t> found(n);
   auto ready = [&] {

@@ -40,8 +40,11 @@ void* sym_alloc(size_t bytes, size_t alignment, bool zero, const char* api, OnFu
   // OpenSHMEM 1.5, 9.3.1: an alignment that is not a power of two, or one
   // larger than the heap's base alignment (1 GiB), cannot be met: NULL on
   // every PE (they all passed it), not an error.
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kHeapBaseAlignment)
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kHeapBaseAlignment) {
+    std::fprintf(stderr, "%s: alignment %zu is not a power of two up to %zu (returning NULL)\n", api, alignment,
+                 size_t(kHeapBaseAlignment));
     return nullptr;
+  }
   std::optional<size_t> offset;
   {
     std::lock_guard lock(s.mutex);

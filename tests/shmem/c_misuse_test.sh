@@ -47,4 +47,6 @@ expect count_wraps shmem_long_put "span more bytes than the address space"
 expect stride_wraps shmem_long_iput "span more bytes than the address space"
 expect alltoalls_stride_wraps shmem_long_alltoalls "span more bytes than the address space"
 expect get_into_null shmem_long_get "the local target is NULL"
+expect split_into_null shmem_team_split_strided "new_team is NULL"
+expect wait_some_null_indices shmem_long_wait_until_some "indices is NULL"
 exit $failed

@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
   if (!strcmp(mode, "stride_wraps") && me == 0) shmem_long_iput(heap, source, (ptrdiff_t)1 << 60, 1, 3, 1);
   if (!strcmp(mode, "alltoalls_stride_wraps")) shmem_long_alltoalls(SHMEM_TEAM_WORLD, heap, heap, (ptrdiff_t)1 << 61, 1, 1);
   if (!strcmp(mode, "get_into_null") && me == 0) shmem_long_get(NULL, heap, 4, 1);
+  if (!strcmp(mode, "split_into_null")) shmem_team_split_strided(SHMEM_TEAM_WORLD, 0, 1, npes, NULL, 0, NULL);
+  if (!strcmp(mode, "wait_some_null_indices") && me == 0) (void)shmem_long_wait_until_some(heap, 4, NULL, NULL, SHMEM_CMP_EQ, 0);
   if (!strcmp(mode, "made_up_team") && me == 0) {
     shmem_team_t team = (shmem_team_t)(uintptr_t)0x5000;
     (void)shmem_team_n_pes(team);
