@@ -105,7 +105,7 @@ Tensor tensor_from_dlpack(const py::object& obj, const py::object& dtype) {
            "from_dlpack: device type {} is not the CPU", dl.device.device_type);
   const DType dt = from_dl_type(dl.dtype, dtype);
   const Shape shape(dl.shape, dl.shape + dl.ndim);
-  if (dl.strides != nullptr) {
+  if (dl.strides != nullptr && shape_numel(shape) > 0) {  // no element: any strides lay it out
     int64_t expected = 1;
     for (int d = dl.ndim - 1; d >= 0; --d) {
       CM_CHECK(shape[d] == 1 || dl.strides[d] == expected, "call .contiguous() on it first",

@@ -114,6 +114,7 @@ def test_coremesh_results_reach_torch_through_dlpack():
 def test_numpy_dlpack_producer():
     a = np.arange(4, dtype=np.float32)
     assert cm.from_dlpack(a).data_ptr() == address(a)
+    assert cm.from_dlpack(torch.zeros(0, 3)).shape == (0, 3)  # no element: its strides do not matter
 
 
 def test_bad_buffers_are_refused_with_a_hint():
