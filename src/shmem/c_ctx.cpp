@@ -4,6 +4,7 @@
 // any context complete / order at least that context's operations (they
 // do this PE's all, which OpenSHMEM allows). SHMEM_CTX_PRIVATE and
 // SHMEM_CTX_SERIALIZED are accepted: the library is thread safe anyway.
+// Handles are checked against the live contexts before they are read.
 //
 // The typed shmem_ctx_* routines come from the same type tables as the
 // default-context ones and call them with the PE translated to the world.
