@@ -15,6 +15,9 @@ namespace coremesh::shmem::capi {
 internal::TeamData* team(shmem_team_t handle, const char* api);
 shmem_team_t handle(internal::TeamData* team);
 Cmp cmp(int value, const char* api);
+// Contexts of `team` become orphans, refused on use (its team is gone);
+// nullptr: every context is forgotten (shmem_finalize).
+void orphan_contexts(const internal::TeamData* team);
 
 }  // namespace coremesh::shmem::capi
 

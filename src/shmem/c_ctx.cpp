@@ -4,46 +4,58 @@
 // any context complete / order at least that context's operations (they
 // do this PE's all, which OpenSHMEM allows). SHMEM_CTX_PRIVATE and
 // SHMEM_CTX_SERIALIZED are accepted: the library is thread safe anyway.
-// Handles are checked against the live contexts before they are read.
+// Handles are checked to name a live slot of the context table before use.
 //
 // The typed shmem_ctx_* routines come from the same type tables as the
 // default-context ones and call them with the PE translated to the world.
 #include <cstdio>
-#include <memory>
+#include <atomic>
+#include <cstdint>
 #include <mutex>
-#include <vector>
 
 #include "c_api.hpp"
 #include "coremesh/core/error.hpp"
 
 namespace in = coremesh::shmem::internal;
 
+// A context slot: free, live, or orphaned (its team was destroyed first).
+enum class Slot : uint8_t { free, live, orphan };
+
 struct cm_shmem_ctx {
-  in::TeamData* team = nullptr;  // nullptr: the world
+  std::atomic<Slot> state{Slot::free};
+  in::TeamData* team = nullptr;  // nullptr: the world; written before state turns live
   long options = 0;
 };
 
 namespace {
-// The contexts created and not destroyed. A handle is looked up here before
-// it is read, so that a destroyed or made-up one is refused (as team handles
-// are), not dereferenced; programs hold a few contexts.
-std::mutex g_contexts_mutex;
-std::vector<std::unique_ptr<cm_shmem_ctx>> g_contexts;
+// Contexts live in a fixed table, so that checking a handle on every
+// shmem_ctx_* call costs no lock and no search: it must point at a slot, and
+// the slot must be live. A destroyed, orphaned or made-up handle is refused
+// with a message instead of being read. Slots are reused round robin, so a
+// stale handle rarely names a newer context.
+constexpr size_t kMaxContexts = 4096;
+cm_shmem_ctx g_slots[kMaxContexts];
+std::mutex g_slots_mutex;  // creation, destruction, orphaning
+size_t g_next_slot = 0;
 
-// The live context `ctx` (not SHMEM_CTX_DEFAULT); its team checked live too.
+bool is_slot(shmem_ctx_t ctx) {
+  const auto p = reinterpret_cast<uintptr_t>(ctx), lo = reinterpret_cast<uintptr_t>(&g_slots[0]);
+  return p >= lo && p < lo + sizeof(g_slots) && (p - lo) % sizeof(cm_shmem_ctx) == 0;
+}
+
+// The live context `ctx` (not SHMEM_CTX_DEFAULT).
 const cm_shmem_ctx& live_context(shmem_ctx_t ctx, const char* api) {
   CM_CHECK(ctx != SHMEM_CTX_INVALID, "create the context first (and check its return code)",
            "{}: SHMEM_CTX_INVALID passed", api);
-  std::lock_guard lock(g_contexts_mutex);
-  for (const auto& live : g_contexts)
-    if (live.get() == ctx) {
-      if (ctx->team) coremesh::shmem::capi::team(coremesh::shmem::capi::handle(ctx->team), api);
-      return *ctx;
-    }
-  CM_THROW(coremesh::InvalidArgument, "pass SHMEM_CTX_DEFAULT or a context created and not yet destroyed",
+  const Slot state = is_slot(ctx) ? ctx->state.load(std::memory_order_acquire) : Slot::free;
+  CM_CHECK(state != Slot::orphan, "destroy a team's contexts before the team (shmem_ctx_destroy)",
+           "{}: the team of context {} was destroyed", api, static_cast<const void*>(ctx));
+  CM_CHECK(state == Slot::live, "pass SHMEM_CTX_DEFAULT or a context created and not yet destroyed",
            "{}: context handle {} is not a live context (destroyed, or not made by shmem_ctx_create)", api,
            static_cast<const void*>(ctx));
+  return *ctx;
 }
+
 
 int create_context(in::TeamData* team, long options, shmem_ctx_t* ctx, const char* api) {
   CM_CHECK(ctx != nullptr, "pass the address of a shmem_ctx_t", "{}: ctx is NULL", api);
@@ -55,10 +67,19 @@ int create_context(in::TeamData* team, long options, shmem_ctx_t* ctx, const cha
                  "SHMEM_CTX_SERIALIZED, SHMEM_CTX_PRIVATE and SHMEM_CTX_NOSTORE\n", api, options & ~known);
     return 1;
   }
-  std::lock_guard lock(g_contexts_mutex);
-  g_contexts.push_back(std::make_unique<cm_shmem_ctx>(cm_shmem_ctx{team, options}));
-  *ctx = g_contexts.back().get();
-  return 0;
+  std::lock_guard lock(g_slots_mutex);
+  for (size_t tried = 0; tried < kMaxContexts; ++tried) {
+    cm_shmem_ctx& slot = g_slots[g_next_slot];
+    g_next_slot = (g_next_slot + 1) % kMaxContexts;
+    if (slot.state.load(std::memory_order_relaxed) != Slot::free) continue;
+    slot.team = team, slot.options = options;
+    slot.state.store(Slot::live, std::memory_order_release);
+    *ctx = &slot;
+    return 0;
+  }
+  std::fprintf(stderr, "%s: all %zu contexts are in use (returning nonzero); destroy contexts no longer needed\n",
+               api, kMaxContexts);
+  return 1;
 }
 
 // The world PE of `pe` on `ctx`.
@@ -73,6 +94,17 @@ int world_pe(shmem_ctx_t ctx, int pe, const char* api) {
   });
 }
 }  // namespace
+
+namespace coremesh::shmem::capi {
+void orphan_contexts(const internal::TeamData* team) {
+  std::lock_guard lock(g_slots_mutex);
+  for (cm_shmem_ctx& slot : g_slots) {
+    if (team == nullptr) slot.state.store(Slot::free, std::memory_order_release);
+    else if (slot.team == team && slot.state.load(std::memory_order_relaxed) == Slot::live)
+      slot.state.store(Slot::orphan, std::memory_order_release);
+  }
+}
+}  // namespace coremesh::shmem::capi
 
 extern "C" {
 
@@ -103,10 +135,13 @@ int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t* team) {
 void shmem_ctx_destroy(shmem_ctx_t ctx) {
   if (ctx == SHMEM_CTX_INVALID || ctx == SHMEM_CTX_DEFAULT) return;
   CM_C_API("shmem_ctx_destroy", {
-    live_context(ctx, "shmem_ctx_destroy");
     in::quiet();  // destroying a context completes its operations
-    std::lock_guard lock(g_contexts_mutex);
-    std::erase_if(g_contexts, [ctx](const auto& live) { return live.get() == ctx; });
+    std::lock_guard lock(g_slots_mutex);
+    Slot state = is_slot(ctx) ? ctx->state.load(std::memory_order_relaxed) : Slot::free;
+    CM_CHECK(state != Slot::free, "destroy each context once, and only contexts made by shmem_ctx_create",
+             "shmem_ctx_destroy: context handle {} is not a live context (destroyed, or not made by "
+             "shmem_ctx_create)", static_cast<const void*>(ctx));
+    ctx->state.store(Slot::free, std::memory_order_release);
   });
 }
 void shmem_ctx_fence(shmem_ctx_t ctx) {

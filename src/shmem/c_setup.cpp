@@ -46,7 +46,10 @@ in::TeamData* team(shmem_team_t handle, const char* api) {
 }
 
 shmem_team_t handle(in::TeamData* team) {
-  return team == nullptr ? SHMEM_TEAM_INVALID : reinterpret_cast<shmem_team_t>(team);
+  if (team == nullptr) return SHMEM_TEAM_INVALID;
+  if (in::is_initialized() && team == &in::state().world) return SHMEM_TEAM_WORLD;
+  if (in::is_initialized() && team == &in::state().shared) return SHMEM_TEAM_SHARED;
+  return reinterpret_cast<shmem_team_t>(team);
 }
 
 Cmp cmp(int value, const char* api) {
@@ -91,7 +94,12 @@ int shmem_init_thread(int requested, int* provided) {
   return 0;
 }
 void shmem_query_thread(int* provided) { *provided = SHMEM_THREAD_MULTIPLE; }
-void shmem_finalize(void) { CM_C_API("shmem_finalize", in::finalize()); }
+void shmem_finalize(void) {
+  CM_C_API("shmem_finalize", {
+    coremesh::shmem::capi::orphan_contexts(nullptr);
+    in::finalize();
+  });
+}
 void shmem_global_exit(int status) { in::global_exit(status); }
 int shmem_my_pe(void) { CM_C_API("shmem_my_pe", return in::state("shmem_my_pe").my_pe); }
 int shmem_n_pes(void) { CM_C_API("shmem_n_pes", return in::state("shmem_n_pes").n_pes); }
@@ -228,7 +236,11 @@ int shmem_team_split_2d(shmem_team_t parent, int xrange, const shmem_team_config
 }
 void shmem_team_destroy(shmem_team_t t) {
   if (t == SHMEM_TEAM_INVALID) return;
-  CM_C_API("shmem_team_destroy", in::team_destroy(team(t, "shmem_team_destroy")));
+  CM_C_API("shmem_team_destroy", {
+    in::TeamData* dying = team(t, "shmem_team_destroy");
+    coremesh::shmem::capi::orphan_contexts(dying);
+    in::team_destroy(dying);
+  });
 }
 
 }  // extern "C"

@@ -86,6 +86,24 @@ int main(void) {
   unsigned all = 0;
   for (int p = 0; p < npes; ++p) all |= 1u << (p % 30);
   CHECK(shmem_uint_atomic_fetch(bits, 0) == all);
+  /* a context on SHMEM_TEAM_SHARED (every PE of this host): its team is the
+   * predefined handle, and it works like any other */
+  shmem_ctx_t shared;
+  CHECK(shmem_team_create_ctx(SHMEM_TEAM_SHARED, 0, &shared) == 0);
+  shmem_team_t of_shared;
+  CHECK(shmem_ctx_get_team(shared, &of_shared) == 0 && of_shared == SHMEM_TEAM_SHARED);
+  const int shared_right = (shmem_team_my_pe(SHMEM_TEAM_SHARED) + 1) % shmem_team_n_pes(SHMEM_TEAM_SHARED);
+  shmem_ctx_long_p(shared, &counter[3], 7, shared_right);
+  shmem_ctx_quiet(shared);
+  shmem_ctx_destroy(shared);
+  shmem_barrier_all();
+  CHECK(counter[3] == 7);
+  /* contexts are reused after destruction; many in turn work */
+  for (int i = 0; i < 5000; ++i) {
+    shmem_ctx_t c;
+    CHECK(shmem_ctx_create(0, &c) == 0);
+    shmem_ctx_destroy(c);
+  }
   shmem_ctx_fence(SHMEM_CTX_INVALID); /* no-ops */
   shmem_ctx_quiet(SHMEM_CTX_INVALID);
   shmem_ctx_destroy(SHMEM_CTX_INVALID);
