@@ -167,7 +167,8 @@ current and has these core limits; both are restored on exit.)doc");
           runtime::OpCache::global().clear();
         }, "Back to the ops' heuristic tilings (undoes load_tuning_cache).");
   m.def("set_wait_timeout", [](double seconds) {
-          CM_CHECK(seconds > 0 && seconds <= 1e9, "give a number of seconds in (0, 1e9]", "wait timeout {} s", seconds);
+          CM_CHECK(seconds >= 1e-3 && seconds <= 1e15, "give a number of seconds in [0.001, 1e15]", "wait timeout {} s",
+                   seconds);
           runtime::set_wait_timeout(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1e3)));
         }, py::arg("seconds"), "Watchdog of host waits (default COREMESH_WAIT_TIMEOUT_S, 300).");
   m.def("get_wait_timeout", [] { return runtime::wait_timeout().count() / 1e3; });

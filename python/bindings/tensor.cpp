@@ -49,13 +49,17 @@ struct BufferLayout {
 
 // NumPy's np.asarray(t) probes the buffer protocol and, when the export
 // fails, clears the error and makes a 0-d object array; the error (a failed
-// kernel the export waited for) would be lost. It is kept here for
-// Tensor.__array__, which NumPy calls next, to raise.
-thread_local std::exception_ptr g_export_error;
+// kernel the export waited for) would be lost. It is kept here, with the
+// tensor it is of, for Tensor.__array__, which NumPy calls next, to raise.
+struct ExportError {
+  PyObject* tensor = nullptr;
+  std::exception_ptr error;
+};
+thread_local ExportError g_export_error;
 
 int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
   view->obj = nullptr;
-  g_export_error = nullptr;
+  g_export_error = {};
   try {
     const Tensor& t = py::cast<const Tensor&>(py::handle(obj));
     CM_CHECK(t.defined(), "create the tensor first", "cannot export an undefined tensor");
@@ -88,16 +92,16 @@ int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
     view->internal = layout;
     return 0;
   } catch (...) {
-    g_export_error = std::current_exception();
-    set_python_error(g_export_error);
+    g_export_error = {obj, std::current_exception()};
+    set_python_error(g_export_error.error);
     return -1;
   }
 }
 
-// A NumPy array over t's memory, raising what the export raised.
+// A NumPy array over t's memory; a kernel's error raises here, not inside
+// NumPy's probe (memoryview raises what the export raises).
 py::object numpy_view(const py::object& self) {
-  if (std::exception_ptr e = std::exchange(g_export_error, nullptr)) std::rethrow_exception(e);
-  wait_for_device();  // a kernel's error raises here, not inside NumPy's probe
+  wait_for_device();
   return py::module_::import("numpy").attr("asarray")(py::memoryview(self));
 }
 
@@ -175,6 +179,11 @@ Tensor tensor_from_data(const py::object& data, const py::object& dtype) {
   return target == held ? t : t.to(target);
 }
 
+bool is_sequence(const py::handle& x) {
+  return py::isinstance<py::sequence>(x) && !py::isinstance<py::str>(x) && !py::isinstance<py::bytes>(x) &&
+         !(py::hasattr(x, "ndim") && x.attr("ndim").cast<int>() == 0);  // a 0-d array is one size
+}
+
 // One size of `shape`: an int or anything with __index__ (numpy's integers).
 int64_t size_arg(const py::handle& size, const py::handle& shape) {
   try {
@@ -186,11 +195,9 @@ int64_t size_arg(const py::handle& size, const py::handle& shape) {
            "shape {}: {} is not an int64 size", py::repr(shape).cast<std::string>(), py::repr(size).cast<std::string>());
 }
 
+// A shape: a sequence of sizes (a list, a tuple, a NumPy array) or one size.
 Shape shape_arg(const py::handle& shape) {
-  if (py::hasattr(shape, "__index__")) return {size_arg(shape, shape)};
-  CM_CHECK(py::isinstance<py::sequence>(shape) && !py::isinstance<py::str>(shape),
-           "pass the shape as an int or a sequence of ints", "shape {} is not a sequence of sizes",
-           py::repr(shape).cast<std::string>());
+  if (!is_sequence(shape)) return {size_arg(shape, shape)};
   Shape out;
   for (const py::handle size : shape) out.push_back(size_arg(size, shape));
   return out;
@@ -272,16 +279,18 @@ from_numpy shares memory instead of copying.)doc");
       .def("__len__", [](const Tensor& t) { return t.dim() == 0 ? 0 : t.size(0); })
       .def("__repr__", &Tensor::describe)
       .def("view", [](const Tensor& t, const py::args& shape) {
-             return t.view(shape.size() == 1 && !py::hasattr(shape[0], "__index__") ? shape_arg(shape[0])
-                                                                                    : shape_arg(shape));
+             return t.view(shape.size() == 1 && is_sequence(shape[0]) ? shape_arg(shape[0]) : shape_arg(shape));
            }, "A view with another shape (contiguous tensors; one dimension may be -1).")
       .def("slice", &Tensor::slice, py::arg("dim"), py::arg("start"), py::arg("end"))
       .def("select", &Tensor::select, py::arg("dim"), py::arg("index"))
       .def("transpose", &Tensor::transpose, py::arg("dim0"), py::arg("dim1"))
       .def("numpy", &numpy_view, "A NumPy array over the same memory (waits for the device first).")
-      .def("__array__", [](const py::object& self, const py::object& dtype, const py::object&) {
+      .def("__array__", [](const py::object& self, const py::object& dtype, const py::object& copy) {
+             const ExportError failed = std::exchange(g_export_error, {});
+             if (failed.tensor == self.ptr() && failed.error) std::rethrow_exception(failed.error);
              py::object a = numpy_view(self);
-             return dtype.is_none() ? a : a.attr("astype")(dtype);
+             if (!dtype.is_none()) a = a.attr("astype")(dtype);
+             return copy.is_none() || !copy.cast<bool>() ? a : a.attr("copy")();
            }, py::arg("dtype") = py::none(), py::arg("copy") = py::none(),
            "NumPy's fallback when the buffer export failed: raises the export's error.")
       .def("asnumpy", [](py::object self) {

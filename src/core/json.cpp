@@ -33,7 +33,8 @@ nlohmann::json parse_user_json(std::string_view text, const std::string& source)
 }
 
 nlohmann::json load_user_json(const std::string& path, const std::string& what, const std::string& hint) {
-  CM_CHECK(!std::filesystem::is_directory(path), hint, "{} '{}' is a directory", what, path);
+  std::error_code ec;  // an unreadable path is "cannot open" below
+  CM_CHECK(!std::filesystem::is_directory(path, ec), hint, "{} '{}' is a directory", what, path);
   std::ifstream in(path);
   CM_CHECK(in.good(), hint, "cannot open {} '{}'", what, path);
   std::stringstream text;

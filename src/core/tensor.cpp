@@ -61,6 +61,19 @@ void store_float(void* p, DType dtype, float v) {
   }
 }
 
+bool is_integer(DType dtype) { return dtype == DType::i32 || dtype == DType::i64; }
+
+int64_t load_int(const void* p, DType dtype) {
+  return dtype == DType::i32 ? *static_cast<const int32_t*>(p) : *static_cast<const int64_t*>(p);
+}
+
+void store_int(void* p, DType dtype, int64_t v) {
+  if (dtype == DType::i64) return void(*static_cast<int64_t*>(p) = v);
+  CM_CHECK(v >= INT32_MIN && v <= INT32_MAX, "clamp the values into the i32 range first, or keep i64",
+           "{} does not fit in i32", v);
+  *static_cast<int32_t*>(p) = static_cast<int32_t>(v);
+}
+
 // Calls fn(element offset) for every element of a strided tensor in row-major order.
 template <typename Fn>
 void for_each_offset(const Shape& shape, const Shape& strides, int64_t base, Fn&& fn) {
@@ -247,10 +260,12 @@ void Tensor::copy_from(const Tensor& src) {
   char* dst_base = static_cast<char*>(storage_->data());
   const char* src_base = static_cast<const char*>(src.storage_->data());
   const size_t src_esize = dtype_size(src.dtype_);
+  const bool int_pair = is_integer(src.dtype_) && is_integer(dtype_);
   for_each_offset(src.shape_, src.strides_, src.offset_, [&](int64_t i, int64_t off) {
     void* dst = dst_base + dst_offsets[static_cast<size_t>(i)] * static_cast<int64_t>(esize);
     const void* s = src_base + off * static_cast<int64_t>(src_esize);
     if (src.dtype_ == dtype_) std::memcpy(dst, s, esize);
+    else if (int_pair) store_int(dst, dtype_, load_int(s, src.dtype_));  // exact, not through a float
     else store_float(dst, dtype_, load_float(s, src.dtype_));
   });
 }

@@ -9,6 +9,14 @@
 
 namespace coremesh::train {
 
+namespace {
+// The optimizer runs on floats: a beta the float rounds to 1 is refused here,
+// not at the first step.
+std::function<std::string(const double&)> adam_beta() {
+  return [](const double& v) { return v >= 0 && float(v) < 1.0f ? "" : fmt::format("{} must be in [0, 1) as a float", v); };
+}
+}  // namespace
+
 const FieldTable<TrainConfig>& train_fields() {
   using T = TrainConfig;
   static const FieldTable<T> t =
@@ -31,8 +39,8 @@ const FieldTable<TrainConfig>& train_fields() {
           .add("warmup_steps", [](T& c) -> auto& { return c.warmup_steps; }, "linear warmup steps",
                non_negative<int64_t>())
           .flag("warmup")
-          .add("beta1", [](T& c) -> auto& { return c.adam.beta1; }, "AdamW beta1", in_range_below<double>(0.0, 1.0))
-          .add("beta2", [](T& c) -> auto& { return c.adam.beta2; }, "AdamW beta2", in_range_below<double>(0.0, 1.0))
+          .add("beta1", [](T& c) -> auto& { return c.adam.beta1; }, "AdamW beta1", adam_beta())
+          .add("beta2", [](T& c) -> auto& { return c.adam.beta2; }, "AdamW beta2", adam_beta())
           .add("eps", [](T& c) -> auto& { return c.adam.eps; }, "AdamW epsilon", positive<double>())
           .add("weight_decay", [](T& c) -> auto& { return c.adam.weight_decay; }, "AdamW weight decay (matrices)",
                non_negative<double>())

@@ -107,6 +107,11 @@ TEST(Tensor, BadUseGivesAHint) {
     EXPECT_THROW(Tensor::full({1}, bad).to(DType::i32), InvalidArgument) << bad;
   EXPECT_THROW(Tensor::full({1}, std::numeric_limits<float>::infinity(), DType::i64), InvalidArgument);
   EXPECT_EQ(Tensor::full({1}, -2147483648.0f).to(DType::i32).data<int32_t>()[0], INT32_MIN);
+  // integer to integer: exact (a float has 24 bits), range-checked
+  Tensor big = Tensor::from_vector<int64_t>({2147483647, -2147483647 - 1, 16777217}, {3});
+  EXPECT_EQ(big.to(DType::i32).data<int32_t>()[0], INT32_MAX);
+  EXPECT_EQ(big.to(DType::i32).data<int32_t>()[2], 16777217);
+  EXPECT_THROW(Tensor::from_vector<int64_t>({int64_t{1} << 40}, {1}).to(DType::i32), InvalidArgument);
   EXPECT_THROW(Tensor().raw_data(), InvalidArgument);
   EXPECT_THROW((Tensor::from_vector<float>({1, 2, 3}, {2, 2})), InvalidArgument);
 }

@@ -342,11 +342,11 @@ TEST(OpsMoE, MismatchedRoutingTensorsAreRefused) {
   EXPECT_THROW(permute(x, r.indices, -1), InvalidArgument);
   EXPECT_THROW(apply_capacity(r, 0, 1, DropPolicy::position), InvalidArgument);
   runtime::StreamGuard guard(test_stream());
-  Tensor bad_ids = r.indices.contiguous();
+  Tensor bad_ids = r.indices.clone();  // clone: contiguous() of a contiguous tensor shares its storage
   bad_ids.data<int32_t>()[1] = 1000000;
   topk_route_backward(dw, scores, Routing{bad_ids, r.weights}, {k, 1, 1, false, 1.0f});
   EXPECT_THROW(test_stream().synchronize(), Error);
-  Tensor bad_rows = p.row_of.contiguous();
+  Tensor bad_rows = p.row_of.clone();
   bad_rows.data<int64_t>()[1] = int64_t{1} << 40;
   permute_backward(p.x, bad_rows);
   EXPECT_THROW(test_stream().synchronize(), Error);

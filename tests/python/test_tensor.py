@@ -1,6 +1,8 @@
 """coremesh.Tensor and zero-copy exchange with NumPy (buffer protocol) and
 PyTorch (DLPack): same memory address both ways, dtypes, views, bad input."""
 
+import hashlib
+
 import numpy as np
 import pytest
 import torch
@@ -143,6 +145,10 @@ def test_a_failed_kernel_raises_from_every_numpy_export():
         with pytest.raises(cm.KernelError, match="id 9 at 1 is out of range"):
             export(ops.embedding(table, ids))
     assert np.array(cm.full([2], 1.5), dtype=np.float64).dtype == np.float64  # __array__'s dtype
+    strided = cm.zeros([4, 3]).transpose(0, 1)
+    with pytest.raises(cm.InvalidArgument, match="strided"):
+        hashlib.sha256(strided)  # a failed export (it asks for contiguous bytes) that reaches the caller
+    assert cm.zeros([2]).numpy().shape == (2,)  # ... is not raised again by another tensor
 
 
 def test_sizes_that_overflow_and_integers_out_of_range_are_refused():
@@ -153,6 +159,7 @@ def test_sizes_that_overflow_and_integers_out_of_range_are_refused():
     with pytest.raises(cm.InvalidArgument, match="does not fit in i32"):
         cm.full([2], float("nan")).to("i32")  # was INT_MIN
     assert cm.empty(np.int64(3)).shape == (3,) and cm.zeros([4]).view(np.int64(2), 2).shape == (2, 2)
+    assert cm.zeros(np.array([2, 3])).shape == (2, 3) and cm.zeros([6]).view(np.array([3, 2])).shape == (3, 2)
     for bad in ([2.5], "abc", [2**70]):  # were pybind11's "Unable to cast Python instance"
         with pytest.raises(cm.InvalidArgument, match="int64 size|not a sequence of sizes"):
             cm.empty(bad)

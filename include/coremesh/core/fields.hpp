@@ -65,13 +65,6 @@ std::function<std::string(const T&)> in_range(T lo, T hi) {
   };
 }
 
-template <class T>
-std::function<std::string(const T&)> in_range_below(T lo, T hi) {  // [lo, hi)
-  return [lo, hi](const T& v) {
-    return v >= lo && v < hi ? "" : fmt::format("{} must be in [{}, {})", v, lo, hi);
-  };
-}
-
 template <class Config>
 class FieldTable {
  public:

@@ -74,8 +74,11 @@ int main(void) {
   CHECK(shmem_calloc(1, SIZE_MAX - 1000) == NULL);
   CHECK(shmem_realloc(NULL, SIZE_MAX - 1000) == NULL);
   CHECK(shmem_realloc(NULL, (size_t)1 << 40) == NULL); /* as shmem_malloc: NULL, the job goes on */
-  void* after = shmem_malloc(64);
-  CHECK(after != NULL && after != before);
+  long* after = shmem_malloc(64);
+  CHECK(after != NULL && ((char*)after >= (char*)before + 64 || (char*)after + 64 <= (char*)before));
+  shmem_long_p(after, me, (me + 1) % npes); /* symmetric (the wrapped size left one below the heap) */
+  shmem_barrier_all();
+  CHECK(after[0] == (me + npes - 1) % npes);
   shmem_free(after);
   shmem_free(before);
   /* a context with options nobody defined: nonzero, SHMEM_CTX_INVALID */
