@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "c_api.hpp"
 #include "coremesh/core/error.hpp"
@@ -34,9 +35,13 @@ in::TeamData* team(shmem_team_t handle, const char* api) {
   CM_CHECK(handle != SHMEM_TEAM_INVALID, "check the result of the team split",
            "{}: SHMEM_TEAM_INVALID passed", api);
   // A handle is a TeamData*: look it up among the live teams before using
-  // it, so that a destroyed or made-up handle is refused instead of read.
-  for (const auto& live : s.teams)
-    if (reinterpret_cast<shmem_team_t>(live.get()) == handle) return live.get();
+  // it, so that a destroyed or made-up handle is refused instead of read
+  // (under the table's lock: another thread may be splitting or destroying).
+  {
+    std::lock_guard lock(s.mutex);
+    for (const auto& live : s.teams)
+      if (reinterpret_cast<shmem_team_t>(live.get()) == handle) return live.get();
+  }
   CM_CHECK(false,
            "pass SHMEM_TEAM_WORLD, SHMEM_TEAM_SHARED or a team returned by a split and not yet "
            "destroyed",
