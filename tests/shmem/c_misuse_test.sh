@@ -49,4 +49,5 @@ expect alltoalls_stride_wraps shmem_long_alltoalls "span more bytes than the add
 expect get_into_null shmem_long_get "the local target is NULL"
 expect split_into_null shmem_team_split_strided "new_team is NULL"
 expect wait_some_null_indices shmem_long_wait_until_some "indices is NULL"
+expect fetch_into_null shmem_long_atomic_fetch_inc_nbi "the fetch address is NULL"
 exit $failed

@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
   if (!strcmp(mode, "get_into_null") && me == 0) shmem_long_get(NULL, heap, 4, 1);
   if (!strcmp(mode, "split_into_null")) shmem_team_split_strided(SHMEM_TEAM_WORLD, 0, 1, npes, NULL, 0, NULL);
   if (!strcmp(mode, "wait_some_null_indices") && me == 0) (void)shmem_long_wait_until_some(heap, 4, NULL, NULL, SHMEM_CMP_EQ, 0);
+  if (!strcmp(mode, "fetch_into_null") && me == 0) shmem_long_atomic_fetch_inc_nbi(NULL, heap, 1);
   if (!strcmp(mode, "made_up_team") && me == 0) {
     shmem_team_t team = (shmem_team_t)(uintptr_t)0x5000;
     (void)shmem_team_n_pes(team);
