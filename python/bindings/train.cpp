@@ -85,18 +85,9 @@ py::list validation_list(const std::vector<train::ValRecord>& validation) {
   return out;
 }
 
-// A run from step 0 into out_dir: another run's checkpoints there are refused
-// unless overwrite, which deletes them and metrics.jsonl (as `coremesh train`).
-// Only the leader deletes: the others could do it after the leader's run had
-// started its new metrics.jsonl.
-void begin_run(const std::string& out_dir, bool overwrite, bool leader) {
-  if (overwrite) {
-    if (leader) train::start_over(out_dir);
-    return;
-  }
-  train::refuse_other_run(out_dir, "resume that run (Trainer.resume), give another out_dir, or pass overwrite=True to "
-                                   "delete its checkpoints and metrics.jsonl and start over");
-}
+constexpr const char* kOtherRunHint =
+    "resume that run (Trainer.resume), give another out_dir, or pass overwrite=True to delete its checkpoints and "
+    "metrics.jsonl and start over";
 
 }  // namespace
 
@@ -140,12 +131,15 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
              return std::make_unique<train::Trainer>(cfg);
            }), py::arg("config"), py::arg("progress") = false)
       .def("run", [](train::Trainer& t, int64_t until_step, bool save_at_end, bool overwrite) {
-             if (t.step() == 0) begin_run(t.config().out_dir, overwrite, t.leader());
-             const train::TrainResult r = without_gil([&] { return t.run(until_step, save_at_end); });
+             const train::TrainResult r = without_gil([&] {
+               t.claim_out_dir(overwrite, kOtherRunHint);
+               return t.run(until_step, save_at_end);
+             });
              return result_dict(r);
            }, py::arg("until_step") = -1, py::arg("save_at_end") = true, py::arg("overwrite") = false,
-           "Trains until `until_step` (default: the config's steps) -> result dict. From step 0, out_dir may not "
-           "hold another run's checkpoints unless overwrite=True, which deletes them and metrics.jsonl first.")
+           "Trains until `until_step` (default: the config's steps) -> result dict. Unless the trainer resumed, "
+           "out_dir may not hold another run's checkpoints unless overwrite=True, which deletes them and "
+           "metrics.jsonl first (save_checkpoint refuses them too).")
       .def("queue_step", &train::Trainer::queue_step, py::call_guard<py::gil_scoped_release>(),
            "Launches one optimizer step on the trainer's stream and returns without waiting.")
       .def("finish_step", [](train::Trainer& t) {
@@ -178,7 +172,7 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
           if (steps >= 0) cfg.steps = steps;
           cfg.progress = progress;
           cfg.validate();
-          if (!overwrite) begin_run(cfg.out_dir, false, true);  // before the trainer's start-up costs
+          if (!overwrite) train::refuse_other_run(cfg.out_dir, kOtherRunHint);  // before the trainer's start-up costs
           struct Finished {
             train::TrainResult result;
             std::vector<train::StepRecord> records;
@@ -186,7 +180,7 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
           };
           const Finished f = without_gil([&] {
             train::Trainer trainer(cfg);
-            if (overwrite) begin_run(cfg.out_dir, true, trainer.leader());  // only once the run can start
+            trainer.claim_out_dir(overwrite, kOtherRunHint);  // deletes only once the run can start
             Finished done{trainer.run(), {}, {}};
             done.records = trainer.records();
             done.validation = trainer.validation();

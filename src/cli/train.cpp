@@ -65,13 +65,16 @@ void tune_tilings(const TrainFlags& f, const train::TrainConfig& cfg, runtime::D
   std::fflush(stdout);
 }
 
-// --resume continues the run in --out; --overwrite starts over (train::start_over,
-// once this run can start).
+std::string other_run_hint(const train::TrainConfig& cfg) {
+  return fmt::format("continue that run with --resume {0}, give another --out, or add --overwrite to delete its "
+                     "checkpoints and metrics.jsonl and start over", cfg.out_dir);
+}
+
+// --resume continues the run in --out; --overwrite starts over
+// (Trainer::claim_out_dir, once this run can start).
 void refuse_other_run(const train::TrainConfig& cfg, const TrainFlags& f) {
   if (!f.resume.empty() || f.tune_only || f.overwrite) return;
-  train::refuse_other_run(cfg.out_dir, fmt::format("continue that run with --resume {0}, give another --out, or add "
-                                                   "--overwrite to delete its checkpoints and metrics.jsonl and start over",
-                                                   cfg.out_dir));
+  train::refuse_other_run(cfg.out_dir, other_run_hint(cfg));
 }
 
 // What the process holds besides tensors: this executable and its libraries
@@ -256,8 +259,8 @@ int run_train(const TrainFlags& f) {
       }
     }
     // the run directory changes only now that the run can start (its model, data and checkpoint accepted)
+    if (f.resume.empty()) trainer->claim_out_dir(f.overwrite, other_run_hint(cfg));
     if (leader) {
-      if (f.resume.empty() && f.overwrite) train::start_over(cfg.out_dir);
       train::write_file_atomic((std::filesystem::path(cfg.out_dir) / "config.json").string(),
                                train::to_json(cfg).dump(2) + "\n");
     }

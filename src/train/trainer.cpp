@@ -12,6 +12,7 @@
 #include "coremesh/core/error.hpp"
 #include "coremesh/core/log.hpp"
 #include "coremesh/graph/exec.hpp"
+#include "coremesh/parallel/comm.hpp"
 #include "coremesh/runtime/capture.hpp"
 #include "coremesh/train/generate.hpp"
 #include "coremesh/train/metrics.hpp"
@@ -171,7 +172,23 @@ CheckpointState Trainer::checkpoint_state() {
   return s;
 }
 
+void Trainer::claim_out_dir(bool start_over, const std::string& ways_out) {
+  if (owns_out_dir_) return;
+  const std::string hint = !ways_out.empty() ? ways_out
+                                             : "resume that run, give another out_dir, or start over (coremesh train "
+                                               "--overwrite; Python: overwrite=True), which deletes its checkpoints "
+                                               "and metrics.jsonl";
+  // The leader looks (the other PEs may not share its file system); all agree.
+  const bool other_run = leader() && !start_over && !latest_checkpoint((fs::path(cfg_.out_dir) / "checkpoints").string()).empty();
+  const bool refused = plan_->world() > 1 ? parallel::max_over_world({int64_t(other_run)})[0] > 0 : other_run;
+  if (other_run) refuse_other_run(cfg_.out_dir, hint);  // throws, naming the latest
+  CM_CHECK(!refused, hint, "'{}' holds another run's checkpoints (PE 0 found them)", cfg_.out_dir);
+  if (start_over && leader()) train::start_over(cfg_.out_dir);
+  owns_out_dir_ = true;
+}
+
 std::string Trainer::save_checkpoint_now() {
+  claim_out_dir();
   stream_.synchronize();  // the weights and the optimizer state as of the last step
   const std::string dir = (fs::path(cfg_.out_dir) / "checkpoints").string();
   const std::string path = checkpoint_path(dir, step_);
@@ -225,6 +242,7 @@ void Trainer::resume(const std::string& where) {
   train_loader_->set_position(s.data_position);
   step_ = s.step;
   resumed_from_ = path;
+  owns_out_dir_ = true;  // continuing that run
   metrics_.reset();  // the next run() continues the checkpoint's run's metrics
 }
 
@@ -495,6 +513,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   const double flops_tok = model::flops_per_token(cfg_.model, cfg_.seq_len);
   const int pes = plan_->world();  // MFU over every PE's cores
   const double peak = measured_peak_flops(cores_) * pes;
+  claim_out_dir();
   Progress progress(cfg_.steps, step_, cfg_.log_every, stderr, cfg_.progress ? -1 : 0);
   TrainResult result;
   if (leader() && !metrics_)

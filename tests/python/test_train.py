@@ -86,6 +86,13 @@ def test_a_new_run_refuses_another_runs_directory(config):
         train.run(config, steps=3)
     with pytest.raises(cm.InvalidArgument, match="holds another run's checkpoints"):
         train.Trainer(config).run(until_step=1)
+    stepped = train.Trainer(config)  # steps without run(): saving would prune the other run's checkpoint
+    stepped.queue_step()
+    stepped.finish_step()
+    with pytest.raises(cm.InvalidArgument, match="holds another run's checkpoints"):
+        stepped.save_checkpoint()
+    with pytest.raises(cm.InvalidArgument, match="holds another run's checkpoints"):
+        stepped.run(until_step=2)
     assert (open(first["checkpoint"], "rb").read(), open(out + "/metrics.jsonl").read()) == kept
     train.run(config, steps=3, overwrite=True)  # the old run goes: only the new one's files stay
     assert os.listdir(out + "/checkpoints") == ["step_00000003.safetensors"]

@@ -106,7 +106,15 @@ class Trainer {
   // A continuation of cfg.sample_prompt (cfg.sample_tokens tokens) sampled
   // with cfg.sample_temperature and sample_top_k, seed cfg.seed + step().
   std::string sample();
+  // Saves the step's checkpoint into out_dir/checkpoints (the newest
+  // keep_checkpoints stay); claims out_dir first (below).
   std::string save_checkpoint_now();
+  // A trainer writes into out_dir (checkpoints, metrics.jsonl) only once it
+  // owns it: after resume(), or once the leader found no other run's
+  // checkpoints there (start_over: deletes them first, on the leader).
+  // run() and save_checkpoint_now() claim it; a caller with its own wording
+  // claims it before them. Throws InvalidArgument with `ways_out` as the hint.
+  void claim_out_dir(bool start_over = false, const std::string& ways_out = "");
 
   // The tiling tuner's workload (runtime/tuner.hpp): the whole step on the
   // next step's batches, read once, each run from the state it starts in
@@ -168,6 +176,7 @@ class Trainer {
   bool stop_agreed_ = false;
   std::unique_ptr<MetricsLog> metrics_;  // the leader's, from the first run()
   std::string resumed_from_;             // the checkpoint resume() loaded
+  bool owns_out_dir_ = false;            // see claim_out_dir()
   // the step in flight between queue_step() and finish_step()
   bool step_queued_ = false;
   double step_start_ = 0;

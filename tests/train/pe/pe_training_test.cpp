@@ -128,12 +128,16 @@ TrainConfig layout_config(const Layout& L, int ranks, const std::string& dir) {
 // same names and values as one PE's checkpoint) and resumes under another.
 TEST(ParallelTraining, CheckpointsMoveBetweenLayouts) {
   const int n = shmem::n_pes(), me = shmem::my_pe();
+  int round = 0;
   for (const Resume& R : resumes(n)) {
+    // each round's runs in their own directories: a run refuses another run's checkpoints
+    const auto dir = [&](const std::string& name) { return job_dir(name + std::to_string(round)); };
+    ++round;
     SCOPED_TRACE(::testing::Message() << "dp " << R.from.dp << " ep " << R.from.ep << " zero " << R.from.zero
                                       << " -> " << (R.to.dp ? "" : "one PE ") << "dp " << R.to.dp << " ep " << R.to.ep
                                       << " zero " << R.to.zero);
     const int ranks = R.from.dp * R.from.ep;
-    const std::string local = job_dir("ckpt") + "_" + std::to_string(me);
+    const std::string local = dir("ckpt") + "_" + std::to_string(me);
     // The 1-PE reference: 10 steps straight, and its checkpoint at step 5.
     Trainer ref(layout_config({0, 0, 0, true}, ranks, local + "_ref"), one_core());
     const std::string ref5 = ref.run(5, true).checkpoint;
@@ -141,7 +145,7 @@ TEST(ParallelTraining, CheckpointsMoveBetweenLayouts) {
     // Layout `from` for 5 steps: its checkpoint is the 1-PE one.
     std::string ckpt;
     {
-      Trainer a(layout_config(R.from, ranks, job_dir("ckpt_from")), one_core());
+      Trainer a(layout_config(R.from, ranks, dir("ckpt_from")), one_core());
       ckpt = a.run(5, true).checkpoint;
     }
     const double saved = worst_difference(load_checkpoint(ckpt), load_checkpoint(ref5));
@@ -151,7 +155,7 @@ TEST(ParallelTraining, CheckpointsMoveBetweenLayouts) {
     EXPECT_LE(saved, 1e-5);
     // Layout `to` resumes it and trains 5 more steps.
     const bool one = R.to.dp == 0;
-    Trainer b(layout_config(R.to, ranks, one ? local + "_to" : job_dir("ckpt_to")), one_core());
+    Trainer b(layout_config(R.to, ranks, one ? local + "_to" : dir("ckpt_to")), one_core());
     b.resume(ckpt);
     EXPECT_EQ(b.step(), 5);
     b.run(-1, false);
@@ -167,7 +171,7 @@ TEST(ParallelTraining, CheckpointsMoveBetweenLayouts) {
     EXPECT_LE(worst, 1e-6);
     // The same layout resumes bit-exactly: against that layout's own straight run.
     if (R.to.dp == R.from.dp && R.to.ep == R.from.ep && R.to.zero == R.from.zero) {
-      Trainer straight(layout_config(R.from, ranks, job_dir("ckpt_straight")), one_core());
+      Trainer straight(layout_config(R.from, ranks, dir("ckpt_straight")), one_core());
       straight.run(-1, false);
       for (size_t s = 0; s < 5; ++s) EXPECT_EQ(b.records()[s].loss, straight.records()[5 + s].loss) << "step " << 5 + s;
       for (const auto& p : b.model().params())
