@@ -104,6 +104,7 @@ Tensor gelu_backward(const Tensor& dy, const Tensor& x, GeluApprox approx) {
 void swiglu_out(const Tensor& gate_up, const Tensor& out) {
   check_f32(gate_up, "gate_up");
   check_f32(out, "out");
+  detail::check_disjoint(out, "out", gate_up, "gate_up");
   CM_CHECK(gate_up.dim() >= 1 && gate_up.size(-1) % 2 == 0, "pass the fused (..., 2F) projection",
            "swiglu input {} has an odd last dimension", gate_up.describe());
   const int64_t F = gate_up.size(-1) / 2, R = detail::rows_of(gate_up);

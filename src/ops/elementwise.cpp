@@ -38,6 +38,8 @@ void check_same_f32(const char* name, const Tensor& a, const Tensor& b, const Te
 
 void binary_out(const char* name, const Tensor& a, const Tensor& b, const Tensor& out, detail::BinaryRow fn) {
   check_same_f32(name, a, b, out);
+  detail::check_disjoint(out, "out", a, "a", /*in_place=*/true);
+  detail::check_disjoint(out, "out", b, "b", /*in_place=*/true);
   const int64_t n = a.numel();
   detail::Plan plan = detail::plan(name, KernelKind::vector, {a.shape(), b.shape()}, {a.dtype(), b.dtype()}, "",
                                    [n](int max_blocks) {
@@ -76,6 +78,8 @@ void add_bias_out(const Tensor& x, const Tensor& bias, const Tensor& out) {
   }
   CM_CHECK(x.dim() >= 1 && bias.dim() == 1 && bias.size(0) == x.size(-1), "bias must be (C) for x (..., C)",
            "add_bias of {} and {}", x.describe(), bias.describe());
+  detail::check_disjoint(out, "out", x, "x", /*in_place=*/true);
+  detail::check_disjoint(out, "out", bias, "bias");
   detail::check_shape(out, x.shape(), "out");
   const int64_t C = x.size(-1);
   detail::launch_rows("add_bias", KernelKind::vector, {x.shape(), bias.shape()}, {DType::f32}, "",

@@ -235,6 +235,8 @@ std::vector<detail::Tiling> matmul_tilings(const runtime::OpKey& key, const deta
 
 void matmul_out(const Tensor& a, const Tensor& b, Tensor& c, bool ta, bool tb, float beta) {
   const Dims d = check_matmul(a, b, &c, ta, tb);
+  detail::check_disjoint(c, "c", a, "a");
+  detail::check_disjoint(c, "c", b, "b");
   detail::blas_single_thread();
   detail::Plan plan = detail::plan("matmul", detail::KernelKind::cube, {a.shape(), b.shape()}, {a.dtype(), b.dtype()},
                                    matmul_attrs(ta, tb, beta), [&](int mb) { return matmul_tiling(d, mb); });

@@ -260,6 +260,8 @@ void grouped_matmul_out(const Tensor& x, const Tensor& w, const Tensor& offsets,
   detail::check_contiguous(y, "y");
   detail::check_shape(y, {x.size(0), N}, "y");
   detail::check_dtype(y, DType::f32, "y");
+  for (const auto& [in, name] : {std::pair{x, "x"}, std::pair{w, "w"}, std::pair{offsets, "offsets"}})
+    detail::check_disjoint(y, "y", in, name);
   check_groups(groups, w.size(0));
   Problem p{w.size(0), x.size(0), N, K, layout, {x}, {w}, {y}, offsets, {}, {}, groups};
   run_forward(p);

@@ -32,6 +32,21 @@ void check_norm_inputs(const Tensor& x, const Tensor& w) {
            "rmsnorm weight {} does not match input {}", w.describe(), x.describe());
 }
 
+// Row by row, each output row may be an input's own row (in place); the
+// weights and rstd are read or written across rows.
+void check_norm_outputs(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& h, const Tensor& y,
+                        const Tensor& rstd) {
+  for (const auto& [out, out_name] : {std::pair{h, "h"}, std::pair{y, "y"}}) {
+    detail::check_disjoint(out, out_name, x, "x", /*in_place=*/true);
+    detail::check_disjoint(out, out_name, residual, "residual", /*in_place=*/true);
+    detail::check_disjoint(out, out_name, w, "w");
+    detail::check_disjoint(rstd, "rstd", out, out_name);
+  }
+  detail::check_disjoint(y, "y", h, "h", /*in_place=*/true);
+  for (const auto& [in, in_name] : {std::pair{x, "x"}, std::pair{residual, "residual"}, std::pair{w, "w"}})
+    detail::check_disjoint(rstd, "rstd", in, in_name);
+}
+
 void run_forward(const char* name, const Forward& f) {
   CM_CHECK(f.eps >= 0 && std::isfinite(f.eps), "use a finite eps >= 0 (1e-6 in most models)", "{} eps {}", name, f.eps);
   const int64_t R = detail::rows_of(f.x), C = f.x.size(-1);
@@ -76,6 +91,7 @@ void rmsnorm_out(const Tensor& x, const Tensor& w, float eps, const Tensor& y, c
   detail::check_shape(y, x.shape(), "y");
   detail::check_contiguous(y, "y");
   detail::check_shape(rstd, {detail::rows_of(x)}, "rstd");
+  check_norm_outputs(x, {}, w, {}, y, rstd);
   run_forward("rmsnorm", Forward{x, {}, w, {}, y, rstd, {}, {}, eps});
 }
 
@@ -96,6 +112,7 @@ void rmsnorm_residual_out(const Tensor& x, const Tensor& residual, const Tensor&
     detail::check_contiguous(t, name);
   }
   detail::check_shape(out.rstd, {detail::rows_of(x)}, "rstd");
+  check_norm_outputs(x, residual, w, out.h, out.y, out.rstd);
   run_forward("rmsnorm_residual", Forward{x, residual, w, out.h, out.y, out.rstd, {}, {}, eps});
 }
 

@@ -55,6 +55,9 @@ void quantize_fp8_act_out(const Tensor& x, const Tensor& data, const Tensor& sca
   detail::check_dtype(data, DType::f8e4m3, "data");
   detail::check_shape(scale, {M, Kb}, "scale");
   detail::check_dtype(scale, DType::f32, "scale");
+  detail::check_disjoint(data, "data", x, "x");
+  detail::check_disjoint(scale, "scale", x, "x");
+  detail::check_disjoint(scale, "scale", data, "data");
   detail::launch_rows(
       "quantize_fp8_act", detail::KernelKind::vector, {x.shape()}, {x.dtype()}, "", {{x}, {data, scale}}, M, K,
       [x, data, scale, K, Kb](int64_t r0, int64_t r1) {

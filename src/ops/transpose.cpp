@@ -215,6 +215,7 @@ void transpose_out(const Tensor& x, const Tensor& y) {
   std::swap(want[want.size() - 2], want[want.size() - 1]);
   detail::check_shape(y, want, "y");
   detail::check_dtype(y, x.dtype(), "y");
+  detail::check_disjoint(y, "y", x, "x");
   const int64_t R = x.size(-2), C = x.size(-1), G = R * C == 0 ? 0 : x.numel() / (R * C);
   switch (dtype_size(x.dtype())) {
     case 1: return run<uint8_t>(x, y, G, R, C);

@@ -40,5 +40,27 @@ TEST(Elementwise, AddBiasRefusesAMismatchedBias) {
   });
 }
 
+// An output shifted over an input would read what the kernel already wrote:
+// refused; exactly the input (in place) is fine.
+TEST(Elementwise, AnOutputOverlappingAnInputIsRefusedUnlessInPlace) {
+  run_on_stream([] {
+    Tensor buf = randn({24}, 8);
+    Tensor x = buf.slice(0, 0, 20), shifted = buf.slice(0, 4, 24), ones = randn({20}, 9);
+    try {
+      add_out(x, ones, shifted);
+      ADD_FAILURE() << "a shifted output was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("overlaps a"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("in place"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(mul_out(ones, x, shifted), InvalidArgument);
+    EXPECT_THROW(add_bias_out(x.view({4, 5}), buf.slice(0, 2, 7), x.view({4, 5})), InvalidArgument);
+    const Tensor want = add(x, ones);
+    add_out(x, ones, x);  // in place
+    test_stream().synchronize();
+    EXPECT_TRUE(bitwise_equal(x, want));
+  });
+}
+
 }  // namespace
 }  // namespace coremesh::ops

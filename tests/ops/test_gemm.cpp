@@ -136,5 +136,21 @@ TEST(OpsGemm, BackwardAllTransposes) {
   }
 }
 
+TEST(Gemm, AnOutputSharingAnInputsMemoryIsRefused) {
+  run_on_stream([] {
+    Tensor a = randn({16, 16}, 1), b = randn({16, 16}, 2);
+    EXPECT_THROW(matmul_out(a, b, a), InvalidArgument);
+    EXPECT_THROW(matmul_out(a, b, b), InvalidArgument);
+    Tensor rows = randn({32, 16}, 3);
+    Tensor top = rows.slice(0, 0, 16), middle = rows.slice(0, 8, 24);
+    EXPECT_THROW(matmul_out(top, b, middle), InvalidArgument);
+    Tensor bottom = rows.slice(0, 16, 32);
+    const Tensor want = matmul(top, b);
+    matmul_out(top, b, bottom);  // the same buffer, other rows: fine
+    test_stream().synchronize();
+    EXPECT_TRUE(bitwise_equal(bottom, want));
+  });
+}
+
 }  // namespace
 }  // namespace coremesh::ops

@@ -152,5 +152,30 @@ TEST(OpsActivation, GradientChecks) {
   EXPECT_LT(check(x, g, [&] { return softmax(x); }, dy), 1e-2);
 }
 
+// Row by row, the normalized rows may replace their inputs; weights, rstd
+// and the SwiGLU output may not overlap what the kernel reads.
+TEST(OpsNorm, OutputsInPlaceOrDisjoint) {
+  run_on_stream([] {
+    Tensor x = randn({6, 32}, 1), res = randn({6, 32}, 2), w = randn({32}, 3);
+    const RMSNormOut want = rmsnorm(x, w);
+    const RMSNormResidualOut want_res = rmsnorm_residual(x, res, w);
+    Tensor y = x.clone(), rstd = Tensor::empty({6});
+    rmsnorm_out(y, w, 1e-6f, y, rstd);  // in place
+    Tensor h = x.clone(), r = res.clone();
+    rmsnorm_residual_out(h, r, w, 1e-6f, {h, r, Tensor::empty({6})});  // h over x, y over the residual
+    test_stream().synchronize();
+    EXPECT_TRUE(bitwise_equal(y, want.y));
+    EXPECT_TRUE(bitwise_equal(h, want_res.h));
+    EXPECT_TRUE(bitwise_equal(r, want_res.y));
+    Tensor rows = randn({7, 32}, 4);
+    EXPECT_THROW(rmsnorm_out(rows.slice(0, 0, 6), w, 1e-6f, rows.slice(0, 1, 7), rstd), InvalidArgument);
+    EXPECT_THROW(rmsnorm_out(x, w, 1e-6f, y, x.view({-1}).slice(0, 0, 6)), InvalidArgument);  // rstd in x
+    Tensor wy = randn({1, 32}, 5);
+    EXPECT_THROW(rmsnorm_out(wy, wy.view({32}), 1e-6f, wy, Tensor::empty({1})), InvalidArgument);  // y over w
+    Tensor gate_up = randn({6, 64}, 6);
+    EXPECT_THROW(swiglu_out(gate_up, gate_up.view({-1}).slice(0, 0, 6 * 32).view({6, 32})), InvalidArgument);
+  });
+}
+
 }  // namespace
 }  // namespace coremesh::ops

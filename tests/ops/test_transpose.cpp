@@ -67,6 +67,8 @@ TEST(OpsTranspose, EmptyAndInvalid) {
   EXPECT_THROW(transpose(randn({4, 6}, 3).transpose(0, 1)), InvalidArgument);  // not contiguous
   EXPECT_THROW(transpose_out(randn({4, 6}, 3), Tensor::empty({4, 6})), InvalidArgument);
   EXPECT_THROW(transpose_out(randn({4, 6}, 3), Tensor::empty({6, 4}, DType::bf16)), InvalidArgument);
+  Tensor square = randn({8, 8}, 4);
+  EXPECT_THROW(transpose_out(square, square), InvalidArgument);  // in place would mix the halves
 }
 
 }  // namespace
