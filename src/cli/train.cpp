@@ -70,8 +70,8 @@ std::string other_run_hint(const train::TrainConfig& cfg) {
                      "checkpoints and metrics.jsonl and start over", cfg.out_dir);
 }
 
-// --resume continues the run in --out; --overwrite starts over
-// (Trainer::claim_out_dir, once this run can start).
+// Before the start-up costs; a --resume is judged by Trainer::claim_out_dir
+// once the run can start (--overwrite: starts over then).
 void refuse_other_run(const train::TrainConfig& cfg, const TrainFlags& f) {
   if (!f.resume.empty() || f.tune_only || f.overwrite) return;
   train::refuse_other_run(cfg.out_dir, other_run_hint(cfg));
@@ -259,7 +259,7 @@ int run_train(const TrainFlags& f) {
       }
     }
     // the run directory changes only now that the run can start (its model, data and checkpoint accepted)
-    if (f.resume.empty()) trainer->claim_out_dir(f.overwrite, other_run_hint(cfg));
+    trainer->claim_out_dir(f.overwrite, other_run_hint(cfg));
     if (leader) {
       train::write_file_atomic((std::filesystem::path(cfg.out_dir) / "config.json").string(),
                                train::to_json(cfg).dump(2) + "\n");

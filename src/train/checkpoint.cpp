@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "coremesh/core/error.hpp"
 #include "coremesh/train/safetensors.hpp"
 #include "coremesh/train/tokenizer.hpp"
@@ -229,6 +231,26 @@ void start_over(const std::string& out_dir) {
   std::error_code ec;
   for (const auto& [step, path] : list_checkpoints((fs::path(out_dir) / "checkpoints").string())) fs::remove(path, ec);
   fs::remove(fs::path(out_dir) / "metrics.jsonl", ec);
+}
+
+std::string set_aside_after(const std::string& out_dir, int64_t step) {
+  const fs::path dir = fs::path(out_dir) / "checkpoints";
+  std::vector<std::string> later;
+  for (const auto& [s, path] : list_checkpoints(dir.string()))
+    if (s > step) later.push_back(path);
+  if (later.empty()) return "";
+  fs::path aside = dir / fmt::format("superseded_after_step_{}", step);
+  for (int n = 2; fs::exists(aside); ++n) aside = dir / fmt::format("superseded_after_step_{}_{}", step, n);
+  try {
+    fs::create_directory(aside);
+    for (const auto& path : later) fs::rename(path, aside / fs::path(path).filename());
+    const fs::path metrics = fs::path(out_dir) / "metrics.jsonl";
+    if (fs::exists(metrics)) fs::copy_file(metrics, aside / "metrics.jsonl");
+  } catch (const fs::filesystem_error& e) {
+    CM_THROW(InvalidArgument, "make the run directory writable, or resume into another --out / out_dir",
+             "cannot set the checkpoints past step {} aside into '{}': {}", step, aside.string(), e.what());
+  }
+  return aside.string();
 }
 
 void prune_checkpoints(const std::string& dir, int keep) {

@@ -172,6 +172,17 @@ CheckpointState Trainer::checkpoint_state() {
   return s;
 }
 
+namespace {
+
+// Whether `checkpoint` is one of out_dir's own (out_dir/checkpoints/step_N).
+bool checkpoint_of(const std::string& out_dir, const std::string& checkpoint) {
+  std::error_code ec;
+  const fs::path dir = fs::weakly_canonical(fs::path(out_dir) / "checkpoints", ec);
+  return !ec && fs::weakly_canonical(checkpoint, ec).parent_path() == dir && !ec;
+}
+
+}  // namespace
+
 void Trainer::claim_out_dir(bool start_over, const std::string& ways_out) {
   if (owns_out_dir_) return;
   const std::string hint = !ways_out.empty() ? ways_out
@@ -179,11 +190,20 @@ void Trainer::claim_out_dir(bool start_over, const std::string& ways_out) {
                                                "--overwrite; Python: overwrite=True), which deletes its checkpoints "
                                                "and metrics.jsonl";
   // The leader looks (the other PEs may not share its file system); all agree.
-  const bool other_run = leader() && !start_over && !latest_checkpoint((fs::path(cfg_.out_dir) / "checkpoints").string()).empty();
+  const bool own_run = !resumed_from_.empty() && checkpoint_of(cfg_.out_dir, resumed_from_);
+  const bool other_run = leader() && !own_run && !start_over &&
+                         !latest_checkpoint((fs::path(cfg_.out_dir) / "checkpoints").string()).empty();
   const bool refused = plan_->world() > 1 ? parallel::max_over_world({int64_t(other_run)})[0] > 0 : other_run;
   if (other_run) refuse_other_run(cfg_.out_dir, hint);  // throws, naming the latest
   CM_CHECK(!refused, hint, "'{}' holds another run's checkpoints (PE 0 found them)", cfg_.out_dir);
-  if (start_over && leader()) train::start_over(cfg_.out_dir);
+  if (leader() && own_run) {  // resumed from an earlier checkpoint of this run: the later ones go aside
+    const std::string aside = set_aside_after(cfg_.out_dir, step_);
+    if (!aside.empty())
+      CM_LOG_WARN("resumed at step {} of a run that went further: its later checkpoints and metrics.jsonl are "
+                  "now in '{}'", step_, aside);
+  } else if (leader() && start_over) {
+    train::start_over(cfg_.out_dir);
+  }
   owns_out_dir_ = true;
 }
 
@@ -242,7 +262,7 @@ void Trainer::resume(const std::string& where) {
   train_loader_->set_position(s.data_position);
   step_ = s.step;
   resumed_from_ = path;
-  owns_out_dir_ = true;  // continuing that run
+  owns_out_dir_ = false;  // claim_out_dir() decides what this run may write where
   metrics_.reset();  // the next run() continues the checkpoint's run's metrics
 }
 

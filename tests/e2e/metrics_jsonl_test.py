@@ -2,7 +2,10 @@
 """metrics.jsonl through the command line, on two PEs (dp 2):
   - only the leader writes it: one line per step, steps 1..N once each;
   - `--resume` from a checkpoint of a run that went further keeps the lines
-    up to the checkpoint byte for byte and appends the rest, none twice;
+    up to the checkpoint byte for byte and appends the rest, none twice; the
+    later checkpoints and the old lines are set aside, not lost;
+  - a new run, or another directory's run resumed, may not write among a
+    run's checkpoints unless --overwrite;
   - report.html is drawn from it (its summary names the file).
 usage: metrics_jsonl_test.py <coremesh executable> <work dir>"""
 import json
@@ -73,6 +76,12 @@ if again[:3] != first[:3]:
 for a, b in zip(again[3:], first[3:]):
     if json.loads(a)["loss"] != json.loads(b)["loss"]:
         fail(f"resumed step {json.loads(a)['step']} has loss {json.loads(a)['loss']}, the first run {json.loads(b)['loss']}")
+# The first run's later checkpoints would outrank the new ones (pruning and
+# --resume take the highest step): they were set aside, with its metrics.
+aside = run / "checkpoints" / "superseded_after_step_3"
+if sorted(p.name for p in aside.glob("*")) != ["metrics.jsonl", "step_00000006.safetensors"] \
+        or (aside / "metrics.jsonl").read_text().splitlines() != first or "superseded_after_step_3" not in log:
+    fail(f"the abandoned checkpoints were not set aside whole (and said so): {sorted(aside.glob('*'))}", log)
 
 # Resuming a finished run trains nothing and changes nothing; a checkpoint past --steps is refused.
 before = metrics.read_bytes()
@@ -107,6 +116,22 @@ log = train("--steps", "2", "--overwrite")
 names = sorted(p.name for p in (run / "checkpoints").glob("step_*.safetensors"))
 if names != ["step_00000002.safetensors"] or [json.loads(line)["step"] for line in lines()] != [1, 2]:
     fail(f"--overwrite left checkpoints {names} and steps {[json.loads(line)['step'] for line in lines()]}", log)
+
+# Resuming another directory's run into this one is refused as a new run is;
+# with --overwrite it continues there.
+other = work / "other"
+train("--resume", str(run / "checkpoints" / "step_00000002.safetensors"), "--out", str(other), "--steps", "3")
+saved = {p.name: p.read_bytes() for p in (run / "checkpoints").glob("step_*.safetensors")}
+done = subprocess.run([exe, "train", "--config", str(work / "cfg.json"), "--no-progress", "--steps", "4",
+                       "--resume", str(other)], capture_output=True, text=True, timeout=240)
+if done.returncode == 0 or "holds another run's checkpoints (the latest: step_00000002.safetensors)" not in \
+        done.stdout + done.stderr or {p.name: p.read_bytes() for p in (run / "checkpoints").glob("step_*.safetensors")} != saved:
+    fail("resuming another directory's run into a run's directory is not refused", done.stdout + done.stderr)
+log = train("--steps", "4", "--resume", str(other), "--overwrite")
+names = sorted(p.name for p in (run / "checkpoints").glob("step_*.safetensors"))
+if names != ["step_00000004.safetensors"] or [json.loads(line)["step"] for line in lines()] != [1, 2, 3, 4]:
+    fail(f"--resume with --overwrite left checkpoints {names} and steps {[json.loads(line)['step'] for line in lines()]}", log)
 print("PASS: dp 2 leader-only metrics.jsonl, resume keeps 1..3 and rewrites 4..6 with the same losses; "
       "a finished run resumes to nothing, a checkpoint past --steps is refused; "
-      "a new run into the directory is refused, --overwrite starts over (only once the run can start)")
+      "a new run into the directory is refused, --overwrite starts over (only once the run can start); "
+      "a rollback sets the later checkpoints aside; another directory's run resumes here only with --overwrite")

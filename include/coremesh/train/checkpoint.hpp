@@ -67,6 +67,12 @@ std::string latest_checkpoint(const std::string& dir);
 void refuse_other_run(const std::string& out_dir, const std::string& ways_out);
 // Deletes a run directory's checkpoints and metrics.jsonl (a run started over).
 void start_over(const std::string& out_dir);
+// A run resumed from an earlier checkpoint of its own directory: the
+// checkpoints past `step` (the abandoned branch) would outrank the new ones
+// (pruning and --resume take the highest step), so they move, with a copy of
+// metrics.jsonl, into <out_dir>/checkpoints/superseded_after_step_<step>[_<n>].
+// Returns that directory, or "" when no checkpoint is past `step`.
+std::string set_aside_after(const std::string& out_dir, int64_t step);
 // Deletes all but the newest `keep` checkpoints of `dir` (keep <= 0: none
 // deleted) and the temporaries of writes whose process died (kill -9).
 void prune_checkpoints(const std::string& dir, int keep);

@@ -110,10 +110,12 @@ class Trainer {
   // keep_checkpoints stay); claims out_dir first (below).
   std::string save_checkpoint_now();
   // A trainer writes into out_dir (checkpoints, metrics.jsonl) only once it
-  // owns it: after resume(), or once the leader found no other run's
-  // checkpoints there (start_over: deletes them first, on the leader).
-  // run() and save_checkpoint_now() claim it; a caller with its own wording
-  // claims it before them. Throws InvalidArgument with `ways_out` as the hint.
+  // owns it: when it resumed from one of out_dir's own checkpoints (the
+  // checkpoints past it, an abandoned branch, are set aside: set_aside_after),
+  // or when the leader found no other run's checkpoints there (start_over:
+  // deletes them first, on the leader). run() and save_checkpoint_now() claim
+  // it; a caller with its own wording claims it before them. Throws
+  // InvalidArgument with `ways_out` as the hint.
   void claim_out_dir(bool start_over = false, const std::string& ways_out = "");
 
   // The tiling tuner's workload (runtime/tuner.hpp): the whole step on the
