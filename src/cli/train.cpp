@@ -70,9 +70,22 @@ std::string other_run_hint(const train::TrainConfig& cfg) {
                      "checkpoints and metrics.jsonl and start over", cfg.out_dir);
 }
 
+// <out>/config.json is the run's full config: it may not replace the --config
+// file the user wrote, unless the run continues (--resume) or starts over
+// (--overwrite) the run in that directory, whose record it is.
+void check_config_survives(const train::TrainConfig& cfg, const TrainFlags& f) {
+  if (f.flags.config.empty() || !f.resume.empty() || f.overwrite) return;
+  std::error_code ec;
+  const auto target = std::filesystem::path(cfg.out_dir) / "config.json";
+  CM_CHECK(!std::filesystem::equivalent(f.flags.config, target, ec),
+           "give --out another directory (the run writes its full config as <out>/config.json)",
+           "--out '{}' holds the --config file '{}': the run would replace it", cfg.out_dir, f.flags.config);
+}
+
 // Before the start-up costs; a --resume is judged by Trainer::claim_out_dir
 // once the run can start (--overwrite: starts over then).
 void refuse_other_run(const train::TrainConfig& cfg, const TrainFlags& f) {
+  check_config_survives(cfg, f);
   if (!f.resume.empty() || f.tune_only || f.overwrite) return;
   train::refuse_other_run(cfg.out_dir, other_run_hint(cfg));
 }

@@ -79,6 +79,7 @@ void TrainConfig::validate() const {
   model.validate();
   std::vector<std::string> p = train_fields().problems(*this);
   if (data.empty()) p.push_back("no training data: pass --data <text file> or set train.data");
+  if (out_dir.empty()) p.push_back("out_dir is empty: give the run a directory (--out DIR or train.out_dir)");
   if (seq_len > model.max_seq_len)
     p.push_back(fmt::format("seq_len = {} exceeds model.max_seq_len = {}: lower seq_len or raise max_seq_len",
                             seq_len, model.max_seq_len));

@@ -559,6 +559,9 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
       result.stopped = true;
       break;
     }
+    // The last step's checkpoint comes before its validation and samples: a
+    // stop while they run (however long) loses no trained step.
+    if (done == end && save_at_end) result.checkpoint = save_checkpoint_now();
     if ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || done == cfg_.steps) {
       val = validate();
       if (val >= 0) val_records_.push_back({r.step, val, last_val_bpb_});
@@ -593,7 +596,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   // Runs long enough to report MFU take the higher of the peaks measured at
   // their start and end (the core's speed drifts).
   result.mean_mfu = flops_tok * result.mean_tokens_per_s / (sec >= 2 ? remeasure_peak_flops(cores_) * pes : peak);
-  if (save_at_end || result.stopped) result.checkpoint = save_checkpoint_now();
+  if ((save_at_end || result.stopped) && result.checkpoint.empty()) result.checkpoint = save_checkpoint_now();
   if (cfg_.report && leader()) {
     fs::create_directories(cfg_.out_dir);
     result.report = write_report((fs::path(cfg_.out_dir) / "report.html").string(), report_data());

@@ -13,6 +13,9 @@
   train_stop_test.py COREMESH WORK kill9 ROUNDS
       1 PE, a checkpoint every step; killed with SIGKILL while a checkpoint's
       temporary file exists. The latest checkpoint must load and resume.
+  train_stop_test.py COREMESH WORK final_validation
+      1 PE; the run's last checkpoint is written before its final validation,
+      which is long here: a SIGKILL while it runs loses no trained step.
   train_stop_test.py COREMESH WORK disk_full
       A file size limit below a checkpoint's size (RLIMIT_FSIZE, SIGXFSZ
       ignored), then a run directory on a tmpfs with room for one checkpoint
@@ -176,6 +179,27 @@ def stop_test(launch, signame):
           f"final checkpoint identical to the uninterrupted run ({ref_seconds:.1f} s)")
 
 
+def final_validation_test():
+    cfg = config({"steps": 3, "val_batches": 1000000, "sample_tokens": 0})
+    log = os.path.join(work, "final.log")
+    with open(log, "w") as out:
+        job = subprocess.Popen(command("single", cfg), stdout=out, stderr=subprocess.STDOUT, env=env)
+    ckpt = os.path.join(work, "run", "checkpoints", "step_00000003.safetensors")
+    deadline = time.time() + 60
+    while not os.path.exists(ckpt) and job.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)  # into the validation
+    if job.poll() is not None or not os.path.exists(ckpt):
+        job.kill()
+        fail("the last step's checkpoint was not written while the final validation ran", log)
+    job.kill()
+    job.wait()
+    if run(command("single", cfg, "--resume", os.path.join(work, "run")), os.path.join(work, "resume.log")) != 0 or \
+            "nothing to train: the run is at step 3 of 3" not in open(os.path.join(work, "resume.log")).read():
+        fail("the checkpoint written before the final validation does not resume", os.path.join(work, "resume.log"))
+    print("killed during the final validation: the checkpoint of step 3 was there and resumes")
+
+
 def kill9_test(rounds):
     # a model big enough that a checkpoint (~14 MiB) takes a while to write
     cfg = config({"steps": 100000, "ckpt_every": 1, "keep_checkpoints": 2, "batch_size": 2, "seq_len": 16},
@@ -208,7 +232,7 @@ def kill9_test(rounds):
         step = int(latest[5:13])
         check = os.path.join(work, f"check{r}.log")
         if run(command("single", cfg, "--resume", os.path.join(work, "run"), "--steps", str(step + 1),
-                       "--out", os.path.join(work, "check")), check) != 0:
+                       "--out", os.path.join(work, f"check{r}")), check) != 0:  # its own directory each round
             fail(f"round {r}: the latest checkpoint {latest} does not resume", check)
     # the next save that completes removes the killed writers' temporaries
     dead = [n for n in os.listdir(ckdir) if ".tmp." in n]
@@ -278,6 +302,8 @@ def disk_full_tmpfs_test():
 
 if mode == "stop":
     stop_test(sys.argv[4], sys.argv[5])
+elif mode == "final_validation":
+    final_validation_test()
 elif mode == "kill9":
     kill9_test(int(sys.argv[4]))
 elif mode == "disk_full":

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Command-line misuse found by sweeps: each is refused with what to change
+# (a HINT line, no raw library error), and nothing the user saved changes.
+# Usage: cli_misuse_test.sh <coremesh executable> <work dir>
+set -euo pipefail
+exe=$1
+work=$2
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+python3 "$(dirname "$0")/tiny_run.py" "$work" 3 '{"train": {"steps": 2, "warmup_steps": 1, "val_every": 0}}'
+
+# refused WANT CMD...: CMD exits nonzero with WANT and a HINT in its output
+refused() {
+  local want=$1 out status=0
+  shift
+  out=$("$@" 2>&1) || status=$?
+  [ "$status" -ne 0 ] || { echo "$out"; fail "accepted: $*"; }
+  grep -qF -- "$want" <<<"$out" || { echo "$out"; fail "'$want' not said for: $*"; }
+  grep -q "HINT" <<<"$out" || { echo "$out"; fail "no HINT for: $*"; }
+  if grep -qE "basic_string|json.exception|basic_filebuf|stoll|stoull" <<<"$out"; then echo "$out"; fail "a raw library error for: $*"; fi
+  echo "refused: $want"
+}
+
+# The user's --config file in --out would be replaced by the run's full config.
+mkdir -p "$work/mine"
+cp "$work/cfg.json" "$work/mine/config.json"
+refused "holds the --config file" "$exe" train --config "$work/mine/config.json" --out "$work/mine" --no-progress
+cmp -s "$work/cfg.json" "$work/mine/config.json" || fail "the user's config.json changed"
+refused "out_dir is empty" "$exe" train --config "$work/cfg.json" --out "" --no-progress
