@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +47,16 @@ uint64_t hash_tensors(const NamedTensors& all) {
     h = hash_bytes(c.raw_data(), c.nbytes(), h);
   }
   return h;
+}
+
+// The metadata (but this field) and each tensor's name, dtype and shape in the
+// order the data checksum takes them: a flipped step, config or offset shows.
+std::string header_checksum(const std::map<std::string, std::string>& meta, const NamedTensors& all) {
+  std::string text;
+  for (const auto& [key, value] : meta)
+    if (key != "header_checksum") text += key + '\0' + value + '\0';
+  for (const auto& [name, t] : all) text += fmt::format("{}\n{}{}\n", name, dtype_name(t.dtype()), shape_str(t.shape()));
+  return fmt::format("{:016x}", hash_bytes(text.data(), text.size()));
 }
 
 const char* kHint = "the checkpoint is damaged or incomplete; resume from an earlier checkpoint";
@@ -102,6 +113,7 @@ void save_checkpoint(const std::string& path, const CheckpointState& s) {
       {"checksum", fmt::format("{:016x}", hash_tensors(all))},
       {"tokenizer", to_base64(s.tokenizer)},
       {"tokenizer_checksum", fmt::format("{:016x}", hash_bytes(s.tokenizer.data(), s.tokenizer.size()))}};
+  meta["header_checksum"] = header_checksum(meta, all);
   write_safetensors(path, all, meta);
 }
 
@@ -127,22 +139,38 @@ CheckpointState load_checkpoint(const std::string& path) {
            "checkpoint '{}' is corrupt: data checksum {} does not match the recorded {}", path,
            actual, meta("checksum"));
   CheckpointState s;
-  try {
-    s.config = model::model_config_from_json(nlohmann::json::parse(meta("model_config")));
-    s.train_config = nlohmann::json::parse(meta("train_config"));
-    s.step = std::stoll(meta("step"));
-    s.rng_state = std::stoull(meta("rng_state"));
-    s.data_position.epoch = std::stoull(meta("data_epoch"));
-    s.data_position.cursor = std::stoull(meta("data_cursor"));
-  } catch (const std::exception& e) {
-    CM_THROW(InvalidArgument, kHint, "checkpoint '{}' has malformed metadata: {}", path, e.what());
-  }
-  s.data_fingerprint = meta("data_fingerprint");
   if (f.metadata.count("tokenizer")) {  // checkpoints before tokenizers: bytes
     CM_CHECK(from_base64(meta("tokenizer"), s.tokenizer) &&
                  meta("tokenizer_checksum") == fmt::format("{:016x}", hash_bytes(s.tokenizer.data(), s.tokenizer.size())),
              kHint, "checkpoint '{}' is corrupt: its tokenizer does not match its recorded checksum", path);
   }
+  if (f.metadata.count("header_checksum"))  // checkpoints before it: the data checksum only
+    CM_CHECK(header_checksum(f.metadata, all) == meta("header_checksum"), kHint,
+             "checkpoint '{}' is corrupt: its header (step, configs, data position, tensor names, dtypes, shapes) "
+             "does not match its recorded checksum", path);
+  auto count = [&](const char* key) {  // a whole non-negative decimal number
+    const std::string& text = meta(key);
+    uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    CM_CHECK(ec == std::errc() && end == text.data() + text.size() && !text.empty(), kHint,
+             "checkpoint '{}' has malformed metadata: {} is '{}', not a non-negative integer", path, key, text);
+    return v;
+  };
+  s.step = int64_t(count("step"));
+  CM_CHECK(s.step >= 0, kHint, "checkpoint '{}' has malformed metadata: step {}", path, meta("step"));
+  s.rng_state = count("rng_state");
+  s.data_position.epoch = count("data_epoch");
+  s.data_position.cursor = count("data_cursor");
+  for (const char* key : {"model_config", "train_config"}) {
+    try {
+      const nlohmann::json j = nlohmann::json::parse(meta(key));
+      if (std::string(key) == "model_config") s.config = model::model_config_from_json(j);
+      else s.train_config = j;
+    } catch (const std::exception& e) {
+      CM_THROW(InvalidArgument, kHint, "checkpoint '{}' has malformed metadata: {}: {}", path, key, e.what());
+    }
+  }
+  s.data_fingerprint = meta("data_fingerprint");
   if (!s.tokenizer.empty()) {
     const int pieces = Tokenizer::from_serialized(s.tokenizer, "the tokenizer of checkpoint '" + path + "'").vocab_size();
     CM_CHECK(s.config.vocab_size == pieces, kHint,

@@ -94,6 +94,15 @@ TEST(Checkpoint, CorruptFilesAreRefusedWithAReason) {
   flipped[flipped.size() - 100] ^= 0x10;
   write(flipped);
   EXPECT_NE(load_error(path).find("is corrupt: data checksum"), std::string::npos) << load_error(path);
+  // One flipped digit of the header: the step, the data position, a config.
+  for (const std::string field : {"\"step\":\"42\"", "\"data_cursor\":\"17\"", "\"seed\\\":5"}) {
+    std::string edited = bytes;
+    const size_t at = edited.find(field);
+    ASSERT_NE(at, std::string::npos) << field;
+    edited[edited.find_last_of("0123456789", at + field.size())] ^= 0x01;  // 42 -> 43, 17 -> 16, 5 -> 4
+    write(edited);
+    EXPECT_NE(load_error(path).find("is corrupt: its header"), std::string::npos) << field << ": " << load_error(path);
+  }
   // Truncated (a crash of a non-atomic writer would look like this).
   write(bytes.substr(0, bytes.size() / 2));
   EXPECT_NE(load_error(path).find("truncated"), std::string::npos) << load_error(path);

@@ -6,6 +6,8 @@
 //   metadata  format, version, step, model_config (JSON), train_config (JSON),
 //             rng_state, data_epoch, data_cursor, data_fingerprint,
 //             checksum (64-bit hash of the data section, hex),
+//             header_checksum (of the other metadata and each tensor's
+//             name, dtype and shape; absent in older checkpoints),
 //             tokenizer (the run's SentencePiece model proto, base64; "" or
 //             absent: bytes) and tokenizer_checksum (its hash, hex)
 // Writes are atomic (write_file_atomic). Loading checks the format, version,
