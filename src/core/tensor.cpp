@@ -151,6 +151,8 @@ Tensor Tensor::full(const Shape& shape, float value, DType dtype) {
 Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner) {
   Tensor t;
   size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  CM_CHECK(data != nullptr || bytes == 0, "wrap memory that exists (a null pointer holds no elements)",
+           "Tensor::wrap of a null pointer as {} elements", shape_numel(shape));
   t.storage_ = std::make_shared<Storage>(data, bytes, [owner](void*) {});
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
@@ -240,6 +242,7 @@ Tensor Tensor::clone() const {
 }
 
 Tensor Tensor::to(DType dtype) const {
+  CM_CHECK(defined(), "create the tensor before using it", "tensor is undefined");
   if (dtype == dtype_) return *this;
   Tensor t = empty(shape_, dtype);
   t.copy_from(*this);
@@ -247,6 +250,8 @@ Tensor Tensor::to(DType dtype) const {
 }
 
 void Tensor::copy_from(const Tensor& src) {
+  CM_CHECK(defined() && src.defined(), "create both tensors before copying", "copy {} an undefined tensor",
+           defined() ? "from" : "into");
   CM_CHECK(src.shape_ == shape_, "copy between tensors of equal shape",
            "copy from {} into {}", shape_str(src.shape_), shape_str(shape_));
   const size_t esize = dtype_size(dtype_);
@@ -283,6 +288,7 @@ void Tensor::fill(float value) {
 }
 
 float Tensor::item(std::initializer_list<int64_t> index) const {
+  CM_CHECK(defined(), "create the tensor before using it", "tensor is undefined");
   CM_CHECK(static_cast<int>(index.size()) == dim(), "give one index per dimension",
            "{} indices for a tensor of rank {}", index.size(), dim());
   int64_t off = offset_;
@@ -297,6 +303,7 @@ float Tensor::item(std::initializer_list<int64_t> index) const {
 }
 
 std::vector<float> Tensor::to_float_vector() const {
+  CM_CHECK(defined(), "create the tensor before using it", "tensor is undefined");
   std::vector<float> out(static_cast<size_t>(numel()));
   const char* base = static_cast<const char*>(storage_->data());
   const size_t esize = dtype_size(dtype_);

@@ -163,8 +163,9 @@ Tensor swiglu_backward(const Tensor& dy, const Tensor& gate_up) {
 // y[r,c] = exp(x[r,c] - max_r) / sum_j exp(x[r,j] - max_r)
 Tensor softmax(const Tensor& x) {
   check_f32(x, "x");
+  CM_CHECK(x.dim() >= 1, "pass rows (..., C): softmax normalizes the last dimension", "softmax of a 0-d tensor");
   Tensor y = Tensor::empty(x.shape());
-  const int64_t C = x.dim() ? x.size(-1) : 1, R = detail::rows_of(x);
+  const int64_t C = x.size(-1), R = detail::rows_of(x);
   detail::launch_rows("softmax", detail::KernelKind::vector, {x.shape()}, {DType::f32}, "", {{x}, {y}}, R, 3 * C,
                       [x, y, C](int64_t r0, int64_t r1) {
                         for (int64_t r = r0; r < r1; ++r) {
@@ -183,8 +184,9 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y) {
   check_f32(y, "y");
   check_f32(dy, "dy");
   detail::check_shape(dy, y.shape(), "dy");
+  CM_CHECK(y.dim() >= 1, "pass rows (..., C): softmax normalizes the last dimension", "softmax_backward of a 0-d tensor");
   Tensor dx = Tensor::empty(y.shape());
-  const int64_t C = y.dim() ? y.size(-1) : 1, R = detail::rows_of(y);
+  const int64_t C = y.size(-1), R = detail::rows_of(y);
   detail::launch_rows("softmax_backward", detail::KernelKind::vector, {y.shape()}, {DType::f32}, "",
                       {{dy, y}, {dx}}, R, 3 * C, [dy, y, dx, C](int64_t r0, int64_t r1) {
                         for (int64_t r = r0; r < r1; ++r) {

@@ -63,7 +63,7 @@ Dims check_matmul(const Tensor& a, const Tensor& b, const Tensor* c, bool ta, bo
   const int64_t kb = tb ? b.size(-1) : b.size(-2), n = tb ? b.size(-2) : b.size(-1);
   CM_CHECK(k == kb, "op(a) is (M,K), op(b) is (K,N)", "matmul inner sizes differ: {}{} @ {}{}",
            shape_str(a.shape()), ta ? "^T" : "", shape_str(b.shape()), tb ? "^T" : "");
-  const int64_t batch = std::max(ba, bb);
+  const int64_t batch = a.dim() == 3 ? ba : bb;  // a 2-D operand is shared by every batch (even none)
   if (c) {
     const Shape want = (a.dim() == 3 || b.dim() == 3) ? Shape{batch, m, n} : Shape{m, n};
     detail::check_shape(*c, want, "c");
@@ -86,10 +86,10 @@ const float* f32_elems(const Tensor& t, int64_t offset, int64_t count, std::vect
 // The grid of the Bt x gm x gn output tiles over at most max_blocks blocks.
 detail::Tiling matmul_tiling(const Dims& d, int max_blocks) {
   detail::Tiling t;
-  auto [gm, gn] = choose_grid(d.m, d.n, d.k, ceil_div(max_blocks, d.batch));
+  auto [gm, gn] = choose_grid(d.m, d.n, d.k, ceil_div(max_blocks, std::max<int64_t>(d.batch, 1)));
   t.tile_m = ceil_div(std::max<int64_t>(d.m, 1), gm);
   t.tile_n = ceil_div(std::max<int64_t>(d.n, 1), gn);
-  t.block_dim = static_cast<int>(std::min<int64_t>(max_blocks, d.batch * gm * gn));
+  t.block_dim = static_cast<int>(std::clamp<int64_t>(d.batch * gm * gn, 1, max_blocks));
   return t;
 }
 

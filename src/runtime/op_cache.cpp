@@ -30,6 +30,12 @@ uint64_t OpCache::hash_key(const std::string& text) {
 
 namespace {
 
+// A tuned tiling (read from a file) replaces the heuristic only where it fits
+// the op: an op that tiles by M and N needs tiles of at least 1.
+bool fits(const Tiling& heuristic, const Tiling& tuned) {
+  return (heuristic.tile_m <= 0 || tuned.tile_m > 0) && (heuristic.tile_n <= 0 || tuned.tile_n > 0);
+}
+
 Tiling clamped(Tiling t, int max_blocks) {
   t.block_dim = std::clamp(t.block_dim, 1, max_blocks);
   t.align = std::max<int64_t>(t.align, 1);
@@ -67,7 +73,11 @@ std::pair<uint64_t, Tiling> OpCache::get(const OpKey& key, KernelKind kind,
     e.tiling = clamped(f->second, e.max_blocks);
   } else if (heuristic_only > 0) {
   } else if (auto t = tuned_.find(text); t != tuned_.end()) {
-    e.tiling = clamped(t->second, e.max_blocks);
+    if (fits(e.heuristic, t->second))
+      e.tiling = clamped(t->second, e.max_blocks);
+    else
+      CM_LOG_WARN("the tuning cache's tiling for {} ({}) has a tile of 0 where the op tiles by rows and columns: "
+                  "the heuristic tiling is used; run `coremesh tune` again", text, describe(t->second));
   } else if (!tuned_.empty()) {
     if (!warned_untuned_)
       CM_LOG_WARN("the tuning cache has no tiling for {} (nor maybe for others; COREMESH_LOG_LEVEL=debug lists "
@@ -89,7 +99,8 @@ Tiling OpCache::peek(const OpKey& key, KernelKind kind, const Tiling& heuristic)
   std::lock_guard lock(mutex_);
   if (auto f = forced_.find(text); f != forced_.end()) return clamped(f->second, most);
   if (auto it = entries_.find(text); it != entries_.end()) return it->second.tiling;
-  if (auto t = tuned_.find(text); t != tuned_.end() && heuristic_only == 0) return clamped(t->second, most);
+  if (auto t = tuned_.find(text); t != tuned_.end() && heuristic_only == 0 && fits(heuristic, t->second))
+    return clamped(t->second, most);
   return clamped(heuristic, most);
 }
 
@@ -123,7 +134,7 @@ void OpCache::unforce_all() {
   forced_.clear();
   for (auto& [text, e] : entries_) {
     auto t = tuned_.find(text);
-    e.tiling = t == tuned_.end() ? e.heuristic : clamped(t->second, e.max_blocks);
+    e.tiling = t == tuned_.end() || !fits(e.heuristic, t->second) ? e.heuristic : clamped(t->second, e.max_blocks);
   }
 }
 

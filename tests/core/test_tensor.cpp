@@ -113,6 +113,12 @@ TEST(Tensor, BadUseGivesAHint) {
   EXPECT_EQ(big.to(DType::i32).data<int32_t>()[2], 16777217);
   EXPECT_THROW(Tensor::from_vector<int64_t>({int64_t{1} << 40}, {1}).to(DType::i32), InvalidArgument);
   EXPECT_THROW(Tensor().raw_data(), InvalidArgument);
+  EXPECT_THROW(Tensor().item({}), InvalidArgument);  // these read through the null storage
+  EXPECT_THROW(Tensor().to(DType::bf16), InvalidArgument);
+  EXPECT_THROW(Tensor().to_float_vector(), InvalidArgument);
+  EXPECT_THROW(t.copy_from(Tensor()), InvalidArgument);
+  EXPECT_THROW(Tensor::wrap(nullptr, {4}, DType::f32), InvalidArgument);
+  EXPECT_EQ(Tensor::wrap(nullptr, {0}, DType::f32).numel(), 0);
   EXPECT_THROW((Tensor::from_vector<float>({1, 2, 3}, {2, 2})), InvalidArgument);
 }
 

@@ -152,5 +152,15 @@ TEST(Gemm, AnOutputSharingAnInputsMemoryIsRefused) {
   });
 }
 
+// No batches: a 2-D operand is shared by none of them (it gave [1, M, N] and
+// read the empty operand; both 3-D divided by zero).
+TEST(Gemm, ZeroBatchesGiveAnEmptyBatch) {
+  run_on_stream([] {
+    EXPECT_EQ(matmul(Tensor::empty({0, 4, 8}), randn({8, 4}, 1)).shape(), (Shape{0, 4, 4}));
+    EXPECT_EQ(matmul(randn({4, 8}, 2), Tensor::empty({0, 8, 4})).shape(), (Shape{0, 4, 4}));
+    EXPECT_EQ(matmul(Tensor::empty({0, 4, 8}), Tensor::empty({0, 8, 4})).shape(), (Shape{0, 4, 4}));
+  });
+}
+
 }  // namespace
 }  // namespace coremesh::ops

@@ -172,6 +172,8 @@ TEST(OpsNorm, OutputsInPlaceOrDisjoint) {
     EXPECT_THROW(rmsnorm_out(x, w, 1e-6f, y, x.view({-1}).slice(0, 0, 6)), InvalidArgument);  // rstd in x
     Tensor wy = randn({1, 32}, 5);
     EXPECT_THROW(rmsnorm_out(wy, wy.view({32}), 1e-6f, wy, Tensor::empty({1})), InvalidArgument);  // y over w
+    EXPECT_THROW(softmax(Tensor::full({}, 2.0f)), InvalidArgument);  // returned uninitialized memory
+    EXPECT_THROW(softmax_backward(Tensor::full({}, 1.0f), Tensor::full({}, 1.0f)), InvalidArgument);
     Tensor gate_up = randn({6, 64}, 6);
     EXPECT_THROW(swiglu_out(gate_up, gate_up.view({-1}).slice(0, 0, 6 * 32).view({6, 32})), InvalidArgument);
   });

@@ -61,6 +61,20 @@ TEST(OpCache, PeekAnswersLikeALookupAndMakesNoEntry) {
   cache.clear();
 }
 
+// A tuned tiling with a tile of 0 for an op that tiles by rows and columns
+// (a hand-edited cache) is not used: it divided by zero.
+TEST(OpCache, ATunedTileOfZeroFallsBackToTheHeuristic) {
+  OpCache& cache = OpCache::global();
+  cache.clear();
+  const OpKey key{"tiles_test", {{64, 64}}, {DType::f32}, {2, 2}, ""};
+  const Tiling heuristic{2, 1, 32, 32};
+  cache.set_tuned({{key.text(), Tiling{2, 1, 0, 16}}});
+  EXPECT_EQ(cache.peek(key, KernelKind::cube, heuristic).tile_m, 32);
+  EXPECT_EQ(cache.get(key, KernelKind::cube, [&](int) { return heuristic; }).second.tile_m, 32);
+  cache.set_tuned({});
+  cache.clear();
+}
+
 TEST(Profiler, TraceHasOneTrackPerStreamAndPerCore) {
   Device device({.cores = 2});
   Stream s1(device), s2(device);
