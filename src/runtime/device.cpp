@@ -250,14 +250,20 @@ void Device::synchronize() {
   }
   // A kernel error on one stream still waits for the others; anything else
   // (a watchdog timeout, an exception from the host wait hook) ends the wait.
+  // Every stream's error is reported (synchronize clears them).
   std::exception_ptr first;
+  std::string all;
+  int failed = 0;
   for (auto& s : streams) {
     try {
       s->synchronize();
-    } catch (const KernelError&) {
+    } catch (const KernelError& e) {
       if (!first) first = std::current_exception();
+      all += fmt::format("\n  - {}", e.message());
+      ++failed;
     }
   }
+  if (failed > 1) CM_THROW(KernelError, "fix the first; the others may follow from it", "{} streams failed:{}", failed, all);
   if (first) std::rethrow_exception(first);
 }
 

@@ -105,6 +105,7 @@ struct WorkItem {
   std::shared_ptr<Recording> recording;
   std::shared_ptr<DagRun> dag;
   std::shared_ptr<ParkedWait> value_wait;
+  uint64_t seq = 0;  // its stream's enqueue count before it
 };
 
 // One KernelDag's nodes and the state of its current run (dag.cpp).
@@ -174,7 +175,12 @@ struct StreamImpl : std::enable_shared_from_this<StreamImpl> {
   std::condition_variable idle_cv;
   std::deque<WorkItem> queue;
   bool busy = false;  // the head item is in flight
-  std::exception_ptr error;
+  std::exception_ptr error;  // the first error since the last one was reported
+  // Items queued when an error is reported are skipped (kernels) or carry it
+  // (records) all the same: they were launched to run after the failed one.
+  uint64_t enqueued = 0, poisoned_below = 0;
+  std::exception_ptr poison;
+  void set_error(std::exception_ptr e);  // under mutex
   // The in-flight item, kept for the watchdog's message (described lazily).
   std::shared_ptr<KernelRun> head_kernel;
   std::shared_ptr<Recording> head_wait;

@@ -57,12 +57,17 @@ std::string StreamImpl::describe_head() const {
 void StreamImpl::enqueue(WorkItem item) {
   {
     std::lock_guard lock(mutex);
+    item.seq = enqueued++;
     queue.push_back(std::move(item));
     pending.fetch_add(1, std::memory_order_relaxed);
     queued_items().fetch_add(1, std::memory_order_relaxed);
     if (busy) return;
   }
   pump();
+}
+
+void StreamImpl::set_error(std::exception_ptr e) {
+  if (e && !error) error = e;
 }
 
 void StreamImpl::item_done(std::exception_ptr item_error) {
@@ -73,7 +78,7 @@ void StreamImpl::item_done(std::exception_ptr item_error) {
     head_wait.reset();
     head_dag.reset();
     head_value_wait.reset();
-    if (item_error && !error) error = item_error;
+    set_error(item_error);
     pending.fetch_sub(1, std::memory_order_release);
     queued_items().fetch_sub(1, std::memory_order_relaxed);
   }
@@ -101,7 +106,7 @@ void StreamImpl::pump() {
     if (!start(item, finished_error)) return;  // completes asynchronously
     std::lock_guard lock(mutex);
     busy = false;
-    if (finished_error && !error) error = finished_error;
+    set_error(finished_error);
     pending.fetch_sub(1, std::memory_order_release);
     queued_items().fetch_sub(1, std::memory_order_relaxed);
   }
@@ -111,7 +116,7 @@ bool StreamImpl::start(WorkItem& item, std::exception_ptr& finished_error) {
   std::exception_ptr current_error;
   {
     std::lock_guard lock(mutex);
-    current_error = error;
+    current_error = error ? error : item.seq < poisoned_below ? poison : nullptr;
   }
   switch (item.type) {
     case WorkItem::Type::kernel: {
@@ -171,6 +176,7 @@ bool StreamImpl::start(WorkItem& item, std::exception_ptr& finished_error) {
 void StreamImpl::rethrow_pending_error(std::unique_lock<std::mutex>& lock) {
   if (!error) return;
   std::exception_ptr e = error;
+  poison = error, poisoned_below = enqueued;  // what is still queued was launched to follow the failure
   error = nullptr;
   lock.unlock();
   std::rethrow_exception(e);

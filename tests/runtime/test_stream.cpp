@@ -105,6 +105,59 @@ TEST(Stream, KernelErrorIsReportedByQuery) {
   EXPECT_TRUE(s.query());
 }
 
+// query() may report an error while work launched after the failed kernel
+// still waits in the queue (here behind an event of a slow stream): that work
+// is skipped all the same, and an event recorded after it carries the error.
+TEST(Stream, WorkQueuedBeforeAQueryReportsAnErrorIsSkipped) {
+  Device device(two_cores());
+  Stream s(device), slow(device), other(device);
+  std::latch release(1);
+  slow.launch({"slow", KernelKind::vector, 1, 0}, [&](const BlockContext&) { release.wait(); });
+  Event gate;
+  gate.record(slow);
+  std::atomic<int> consumer{0}, downstream{0};
+  s.launch({"producer", KernelKind::vector, 1, 0}, [](const BlockContext&) { throw std::runtime_error("bad"); });
+  gate.wait(s);
+  s.launch({"consumer", KernelKind::vector, 1, 0}, [&](const BlockContext&) { consumer++; });
+  Event after;
+  after.record(s);
+  after.wait(other);
+  other.launch({"downstream", KernelKind::vector, 1, 0}, [&](const BlockContext&) { downstream++; });
+  bool reported = false;
+  for (int i = 0; i < 10000 && !reported; ++i) {
+    try {
+      s.query();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    } catch (const KernelError&) {
+      reported = true;
+    }
+  }
+  ASSERT_TRUE(reported);
+  release.count_down();
+  s.synchronize();  // reported once
+  EXPECT_THROW(other.synchronize(), KernelError);
+  EXPECT_EQ(consumer.load(), 0);
+  EXPECT_EQ(downstream.load(), 0);
+  s.launch({"later", KernelKind::vector, 1, 0}, [&](const BlockContext&) { consumer++; });
+  s.synchronize();
+  EXPECT_EQ(consumer.load(), 1);
+}
+
+// Device::synchronize reports every failed stream's error (it clears them all).
+TEST(Stream, DeviceSynchronizeReportsEveryStreamsError) {
+  Device device(two_cores());
+  Stream a(device), b(device);
+  a.launch({"a_kernel", KernelKind::vector, 1, 0}, [](const BlockContext&) { throw std::runtime_error("a failed"); });
+  b.launch({"b_kernel", KernelKind::vector, 1, 0}, [](const BlockContext&) { throw std::runtime_error("b failed"); });
+  try {
+    device.synchronize();
+    FAIL() << "no error";
+  } catch (const KernelError& e) {
+    EXPECT_NE(std::string(e.what()).find("a failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("b failed"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Stream, WatchdogNamesTheStreamAndWhatItWaitsOn) {
   Device device(two_cores());
   Stream producer(device), consumer(device);
