@@ -23,7 +23,10 @@ std::atomic<int> g_next_device_id{0};
 // right after (see Device::Impl::submit).
 thread_local const Device::Impl* t_completing_on = nullptr;
 thread_local bool t_runtime_thread = false;
+thread_local const KernelRun* t_running_kernel = nullptr;
 }  // namespace
+
+const KernelRun* running_kernel() { return t_running_kernel; }
 
 std::atomic<uint64_t>& work_progress() {
   static std::atomic<uint64_t> blocks{0};
@@ -212,6 +215,11 @@ Device::~Device() {
     CM_LOG_ERROR("device {} destroyed with a pending error: {}", impl_->id, e.what());
   }
   impl_->default_stream.reset();
+  {
+    std::lock_guard lock(impl_->streams_mutex);
+    for (auto& weak : impl_->streams)
+      if (auto s = weak.lock()) s->device_gone.store(true, std::memory_order_release);
+  }
   impl_->shutdown();
 }
 
@@ -241,6 +249,9 @@ CoreLimits Device::limit() const { return impl_->limit(); }
 Stream& Device::default_stream() { return *impl_->default_stream; }
 
 void Device::synchronize() {
+  if (const KernelRun* k = running_kernel(); k && k->stream && k->stream->device == impl_.get())
+    CM_THROW(InvalidArgument, "a kernel cannot wait for its own device: wait from the host, or record an event",
+             "Device::synchronize() from inside kernel '{}' of that device", k->info.name);
   if (impl_->capturing_streams.load() > 0) capture_refuse_device_sync(*impl_);
   std::vector<std::shared_ptr<StreamImpl>> streams;
   {
@@ -373,12 +384,14 @@ void Device::Impl::run_block(KernelRun& run, int block, int core) {
   int64_t expected = run.start_ns.load();
   while (start < expected && !run.start_ns.compare_exchange_weak(expected, start)) {
   }
+  t_running_kernel = &run;
   try {
     run.body(BlockContext{block, run.info.block_dim, core});
   } catch (...) {
     std::lock_guard lock(run.error_mutex);
     if (!run.error) run.error = std::current_exception();
   }
+  t_running_kernel = nullptr;
   const int64_t end = profiler_now_ns();
   note_work_progress();
   if (run.profiled) run.blocks[static_cast<size_t>(block)] = BlockRecord{block, core, start, end};

@@ -162,8 +162,14 @@ struct EventImpl {
   }
 };
 
+// The kernel whose block this thread runs (nullptr outside kernel bodies): a
+// body that waits for its own stream or device would wait for itself.
+const KernelRun* running_kernel();
+
 struct StreamImpl : std::enable_shared_from_this<StreamImpl> {
   Device::Impl* device = nullptr;
+  std::atomic<bool> device_gone{false};  // set by ~Device: `device` dangles
+  void check_device() const;
   int id = 0;
   int priority = 0;
 

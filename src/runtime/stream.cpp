@@ -36,7 +36,14 @@ void set_wait_timeout(std::chrono::milliseconds timeout) {
 // ---------------------------------------------------------------------------
 // StreamImpl
 
+void StreamImpl::check_device() const {
+  CM_CHECK(!device_gone.load(std::memory_order_acquire),
+           "keep a Device alive while its streams are used (a Stream handle outlived it)",
+           "stream {} is used after its device was destroyed", id);
+}
+
 CoreLimits StreamImpl::effective_limits() const {
+  check_device();
   const CoreLimits device_limit = device->limit();
   const int cube = cube_limit.load();
   const int vector = vector_limit.load();
@@ -55,6 +62,7 @@ std::string StreamImpl::describe_head() const {
 }
 
 void StreamImpl::enqueue(WorkItem item) {
+  check_device();
   {
     std::lock_guard lock(mutex);
     item.seq = enqueued++;
@@ -183,6 +191,10 @@ void StreamImpl::rethrow_pending_error(std::unique_lock<std::mutex>& lock) {
 }
 
 void StreamImpl::synchronize() {
+  check_device();
+  if (const KernelRun* k = running_kernel(); k && k->stream.get() == this)
+    CM_THROW(InvalidArgument, "a kernel cannot wait for its own stream: wait from the host or another stream",
+             "Stream::synchronize() of stream {} from inside its kernel '{}'", id, k->info.name);
   std::unique_lock lock(mutex);
   const auto idle = [&] { return !busy && queue.empty(); };
   if (!idle()) {
@@ -210,6 +222,7 @@ void StreamImpl::synchronize() {
 }
 
 bool StreamImpl::query() {
+  check_device();
   std::unique_lock lock(mutex);
   rethrow_pending_error(lock);
   return !busy && queue.empty();
@@ -222,7 +235,10 @@ Stream::Stream(Device& device, int priority) : impl_(device.impl().make_stream(p
 
 int Stream::id() const { return impl_->id; }
 int Stream::priority() const { return impl_->priority; }
-Device& Stream::device() const { return *impl_->device->owner; }
+Device& Stream::device() const {
+  impl_->check_device();
+  return *impl_->device->owner;
+}
 
 void Stream::launch(const LaunchInfo& info, KernelBody body) {
   const CoreLimits limits = impl_->effective_limits();
@@ -279,6 +295,7 @@ void Stream::wait_stream(Stream& other) {
 }
 
 void Stream::set_limit(int cube_num, int vector_num) {
+  impl_->check_device();
   const CoreLimits spec = impl_->device->spec;
   validate_limit_value(cube_num, spec.cube, "cube", "stream");
   validate_limit_value(vector_num, spec.vector, "vector", "stream");

@@ -1,5 +1,7 @@
 // Streams: ordering, asynchrony, errors, watchdog.
 #include <atomic>
+#include <functional>
+#include <vector>
 #include <memory>
 #include <chrono>
 #include <cstdlib>
@@ -155,6 +157,39 @@ TEST(Stream, DeviceSynchronizeReportsEveryStreamsError) {
   } catch (const KernelError& e) {
     EXPECT_NE(std::string(e.what()).find("a failed"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("b failed"), std::string::npos) << e.what();
+  }
+}
+
+// A body that waits for its own stream or device would wait for itself
+// (until the watchdog): refused at once, reported as the kernel's error.
+TEST(Stream, AKernelWaitingForItsOwnStreamOrDeviceIsRefused) {
+  Device device(two_cores());
+  Stream s(device);
+  s.launch({"waits_for_itself", KernelKind::vector, 1, 0}, [&](const BlockContext&) { s.synchronize(); });
+  try {
+    s.synchronize();
+    FAIL() << "no error";
+  } catch (const KernelError& e) {
+    EXPECT_NE(std::string(e.what()).find("from inside its kernel 'waits_for_itself'"), std::string::npos) << e.what();
+  }
+  s.launch({"waits_for_device", KernelKind::vector, 1, 0}, [&](const BlockContext&) { device.synchronize(); });
+  EXPECT_THROW(s.synchronize(), KernelError);
+}
+
+// A Stream handle that outlives its Device is refused, not a use-after-free.
+TEST(Stream, AStreamUsedAfterItsDeviceIsRefused) {
+  auto device = std::make_unique<Device>(two_cores());
+  Stream s(*device);
+  device.reset();
+  for (auto use : std::vector<std::function<void()>>{
+           [&] { s.launch({"k", KernelKind::vector, 1, 0}, [](const BlockContext&) {}); },
+           [&] { s.synchronize(); }, [&] { s.query(); }, [&] { s.record_event(); }, [&] { s.set_limit(1, 1); }}) {
+    try {
+      use();
+      ADD_FAILURE() << "accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("after its device was destroyed"), std::string::npos) << e.what();
+    }
   }
 }
 
