@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -36,6 +37,9 @@ struct ConfigFlags {
     train::TrainConfig cfg;
     bool vocab_in_file = false;
     if (!config.empty()) {
+      std::error_code ec;
+      CM_CHECK(!std::filesystem::is_directory(config, ec), "pass the JSON file, not its directory",
+               "--config '{}' is a directory", config);
       std::ifstream in(config);
       CM_CHECK(in.good(), "check the --config path", "cannot open config '{}'", config);
       const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

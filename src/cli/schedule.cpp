@@ -7,6 +7,7 @@
 //   coremesh schedule --schedule dualpipe --executed             # what training runs
 //   coremesh schedule --schedule zbv --text-only > mine.txt      # edit, then:
 //   coremesh schedule --load mine.txt
+#include <cmath>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -81,6 +82,8 @@ std::optional<std::string> textbook(const Schedule& s, const Costs& c) {
 
 void print_schedule(const Schedule& s, const Costs& costs, const ScheduleFlags& f, bool formula) {
   const Simulation sim = parallel::simulate(s, costs);  // validates first
+  CM_CHECK(std::isfinite(sim.step_time), "give smaller --costs (a time unit in which they are small numbers)",
+           "--costs: the schedule's step time overflows ({:g})", sim.step_time);
   fmt::print(
       "schedule {}: placement {}, pp {}, {} chunk(s) per rank, {} micro-batches, {} stages\n",
       s.name, parallel::placement_name(s.placement), s.ranks, s.chunks, s.micro_batches,

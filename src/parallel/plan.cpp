@@ -122,7 +122,7 @@ std::vector<std::string> layout_problems(const PlanConfig& c, int world) {
   refuse(p.moe_replicas > 1 && c.shape.moe_layers.empty(),
          fmt::format("moe_replicas {} slices the MoE layers' tokens and this model has none: set moe_replicas to 1",
                      p.moe_replicas));
-  refuse(p.moe_replicas > cp_tokens(c),
+  refuse(cp_tokens(c) > 0 && p.moe_replicas > cp_tokens(c),  // no tokens: the batch's own check says so
          fmt::format("moe_replicas {} is more slices than a micro-batch has tokens ({}): choose at most {}",
                      p.moe_replicas, cp_tokens(c), cp_tokens(c)));
   refuse(p.comm_cores > 0 && p.moe_replicas == 1,

@@ -70,8 +70,9 @@ std::string generate(model::Model& model, const Tokenizer& tokenizer, const std:
                      const SampleOptions& o, const OnProgress& on_progress) {
   const model::ModelConfig& c = model.config();
   CM_CHECK(!prompt.empty(), "give a prompt of at least one byte", "empty prompt");
-  CM_CHECK(o.tokens >= 0 && o.top_k >= 0 && o.temperature >= 0,
-           "use tokens >= 0, top_k >= 0 and temperature >= 0", "bad sampling options");
+  CM_CHECK(o.tokens >= 0 && o.top_k >= 0 && o.temperature >= 0 && std::isfinite(o.temperature),
+           "use tokens >= 0, top_k >= 0 and a finite temperature >= 0 (0: greedy)",
+           "bad sampling options: tokens {}, top_k {}, temperature {}", o.tokens, o.top_k, o.temperature);
   CM_CHECK(tokenizer.byte_level() ? c.vocab_size >= 256 : c.vocab_size == tokenizer.vocab_size(),
            "generate with the tokenizer the model was trained with",
            "the model's vocab_size {} does not fit the tokenizer ({})", c.vocab_size, tokenizer.describe());

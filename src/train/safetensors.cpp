@@ -195,10 +195,11 @@ namespace {
 // What to do when writing `bytes` bytes into `dir` failed with `err`.
 std::string write_hint(int err, const fs::path& dir, size_t bytes) {
   const double mib = double(bytes) / double(1 << 20);
+  const std::string size = mib >= 0.1 ? fmt::format("{:.1f} MiB", mib) : fmt::format("{} bytes", bytes);
   if (err == ENOSPC || err == EDQUOT)
-    return fmt::format("free at least {:.1f} MiB on the file system of '{}' (df -h '{}'), or write elsewhere",
-                       mib, dir.string(), dir.string());
-  if (err == EFBIG) return fmt::format("raise the file size limit (ulimit -f) above {:.1f} MiB", mib);
+    return fmt::format("free at least {} on the file system of '{}' (df -h '{}'), or write elsewhere", size,
+                       dir.string(), dir.string());
+  if (err == EFBIG) return fmt::format("raise the file size limit (ulimit -f) above {}", size);
   return fmt::format("check the disk and the permissions of '{}'", dir.string());
 }
 }  // namespace

@@ -182,7 +182,10 @@ Tokenizer train_tokenizer(const TokenizerTrainOptions& o, const std::string& out
     } restore{std::cerr.rdbuf(log.rdbuf())};
     return sentencepiece::SentencePieceTrainer::Train(args, &lines, &proto);
   }();
-  CM_CHECK(status.ok(), "use a smaller --vocab, or more text in lines under 16384 bytes",
+  const bool too_small = status.ToString().find("smaller than required_chars") != std::string::npos;
+  CM_CHECK(status.ok(),
+           too_small ? "use a larger --vocab: at least the number of distinct characters of the text"
+                     : "use a smaller --vocab, or more text in lines under 16384 bytes",
            "SentencePiece could not train a {} vocabulary of {}: {}{}", o.model, o.vocab_size, status.ToString(),
            log.str().empty() ? "" : "\n" + log.str());
   Tokenizer t = Tokenizer::from_serialized(proto, "the trained model");

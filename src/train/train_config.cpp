@@ -75,11 +75,33 @@ const FieldTable<TrainConfig>& train_fields() {
   return t;
 }
 
+namespace {
+
+// Whether `s` is well-formed UTF-8 (the config is written as JSON, which must be).
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
+    i += n;
+  }
+  return true;
+}
+
+}  // namespace
+
 void TrainConfig::validate() const {
   model.validate();
   std::vector<std::string> p = train_fields().problems(*this);
   if (data.empty()) p.push_back("no training data: pass --data <text file> or set train.data");
   if (out_dir.empty()) p.push_back("out_dir is empty: give the run a directory (--out DIR or train.out_dir)");
+  if (!valid_utf8(sample_prompt)) p.push_back("sample_prompt is not UTF-8 text: give a prompt in UTF-8");
+  std::error_code ec;
+  if (!parallel.schedule_file.empty() && !std::filesystem::is_regular_file(parallel.schedule_file, ec))
+    p.push_back(fmt::format("schedule_file '{}' is not a file: give a schedule's text form (coremesh schedule --text-only)",
+                            parallel.schedule_file));
   if (seq_len > model.max_seq_len)
     p.push_back(fmt::format("seq_len = {} exceeds model.max_seq_len = {}: lower seq_len or raise max_seq_len",
                             seq_len, model.max_seq_len));
@@ -101,8 +123,12 @@ TrainConfig train_config_from_json(const nlohmann::json& j, TrainConfig c) {
            "the config is not a JSON object");
   if (j.contains("model")) c.model = model::model_config_from_json(j.at("model"));
   if (j.contains("parallel")) c.parallel = parallel::parallel_fields().from_json(j.at("parallel"), c.parallel);
-  if (!j.contains("train"))  // the flat form: the train fields at the top
+  if (!j.contains("train")) {  // the flat form: the train fields at the top (none of them an object)
+    for (const auto& [key, value] : j.items())
+      CM_CHECK(key == "model" || key == "parallel" || !value.is_object(),
+               "the config's sections are \"model\", \"train\" and \"parallel\"", "unknown config section '{}'", key);
     return train_fields().from_json(j, c, {"model", "parallel"});
+  }
   for (const auto& [key, value] : j.items())
     CM_CHECK(key == "model" || key == "train" || key == "parallel",
              "the config's sections are \"model\", \"train\" and \"parallel\"", "unknown config section '{}'", key);

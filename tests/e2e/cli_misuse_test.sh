@@ -27,3 +27,16 @@ cp "$work/cfg.json" "$work/mine/config.json"
 refused "holds the --config file" "$exe" train --config "$work/mine/config.json" --out "$work/mine" --no-progress
 cmp -s "$work/cfg.json" "$work/mine/config.json" || fail "the user's config.json changed"
 refused "out_dir is empty" "$exe" train --config "$work/cfg.json" --out "" --no-progress
+refused "is a directory" "$exe" train --config "$work/mine" --no-progress
+refused "sample_prompt is not UTF-8" "$exe" train --config "$work/cfg.json" --sample-prompt "$(printf '\xff')" --no-progress
+refused "schedule_file '$work/nope' is not a file" "$exe" train --config "$work/cfg.json" --schedule-file "$work/nope" --no-progress
+echo '{"modle": {"d_model": 64}, "data": ["x.txt"]}' >"$work/flat.json"
+refused "unknown config section 'modle'" "$exe" train --config "$work/flat.json" --no-progress
+out=$("$exe" train --config "$work/cfg.json" --batch-size 0 --no-progress 2>&1 || true)
+if grep -q "moe_replicas" <<<"$out"; then echo "$out"; fail "a zero batch also gave the layout's advice"; fi
+refused "step time overflows" "$exe" schedule --schedule 1f1b --costs 1e307,2e307,1e307,0
+
+# A trained run for the commands that read one.
+"$exe" train --config "$work/cfg.json" --no-progress >"$work/train.log" 2>&1 || { cat "$work/train.log"; fail "training failed"; }
+refused "temperature inf" "$exe" generate --checkpoint "$work/run" --prompt "And " --temperature inf --no-progress
+echo "PASS"
