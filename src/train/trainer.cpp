@@ -116,6 +116,7 @@ CheckpointState Trainer::checkpoint_state() {
   s.config = cfg_.model;
   s.train_config = to_json(cfg_)["train"];
   s.train_config["adam_steps"] = opt_->steps();
+  s.train_config["tokens"] = tokens_done_;  // trained on so far (the batch or layout may change on resume)
   s.step = step_;
   s.rng_state = rng_.state();
   s.data_position = train_loader_->position();
@@ -261,6 +262,7 @@ void Trainer::resume(const std::string& where) {
   rng_.set_state(s.rng_state);
   train_loader_->set_position(s.data_position);
   step_ = s.step;
+  tokens_done_ = s.train_config.value("tokens", step_ * tokens_per_step());  // older checkpoints: this run's rate
   resumed_from_ = path;
   owns_out_dir_ = false;  // claim_out_dir() decides what this run may write where
   metrics_.reset();  // the next run() continues the checkpoint's run's metrics
@@ -524,6 +526,7 @@ StepRecord& Trainer::finish_step() {
   }
   records_.push_back(r);
   ++step_;
+  tokens_done_ += tokens_per_step();
   return records_.back();
 }
 
@@ -547,7 +550,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
     StepRecord& r = finish_step();  // advances step_
     const int64_t done = r.step + 1;
     r.mfu = flops_tok * r.tokens_per_s / peak;
-    MetricsLine line{r, -1, done * tokens_per_step(), last_load_.load, memory_now(), std::nullopt, 0};
+    MetricsLine line{r, -1, tokens_done_, last_load_.load, memory_now(), std::nullopt, 0};
     line.memory.optimizer_state_bytes = opt_->state_bytes();
     val = -1;
     if (stop_agreed_ && done < end) {  // every PE stops here; the checkpoint follows the loop

@@ -175,6 +175,29 @@ TEST(MetricsLog, ResumeKeepsTheLinesUpToTheCheckpointAndAppendsTheRest) {
   }
 }
 
+// "tokens" counts what was trained on: a resume with a larger batch adds the
+// new batch's tokens to the checkpoint's count (it was steps x the new batch).
+TEST(MetricsLog, TokensCountAcrossAResumeWithAnotherBatch) {
+  TempDir d;
+  TrainConfig c = tiny_config(d.path);
+  c.out_dir = d.path + "/first";
+  std::string ckpt;
+  {
+    Trainer first(c);
+    ckpt = first.run(2, true).checkpoint;
+  }
+  const int64_t before = int64_t(c.batch_size) * c.seq_len;
+  c.batch_size *= 2;
+  c.out_dir = d.path + "/second";
+  Trainer second(c);
+  second.resume(ckpt);
+  second.run(4, false);
+  const std::vector<json> lines = json_lines(second.metrics_path());
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[1]["tokens"].get<int64_t>(), 2 * before);
+  EXPECT_EQ(lines[3]["tokens"].get<int64_t>(), 2 * before + 2 * (2 * before));
+}
+
 TEST(MetricsLog, ResumingIntoAnotherDirectoryCarriesTheHistory) {
   TempDir d;
   TrainConfig c = tiny_config(d.path);

@@ -171,6 +171,7 @@ class Trainer {
   LrSchedule lr_;
   model::Rng rng_;
   int64_t step_ = 0;
+  int64_t tokens_done_ = 0;  // over every data-parallel rank, since the run began (across resumes)
   std::vector<StepRecord> records_;
   std::vector<ValRecord> val_records_;
   double last_val_bpb_ = -1;
