@@ -131,6 +131,8 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
              return std::make_unique<train::Trainer>(cfg);
            }), py::arg("config"), py::arg("progress") = false)
       .def("run", [](train::Trainer& t, int64_t until_step, bool save_at_end, bool overwrite) {
+             CM_CHECK(until_step <= t.config().steps, "raise the config's steps to train further",
+                      "until_step {} is past the config's {} steps", until_step, t.config().steps);
              const train::TrainResult r = without_gil([&] {
                t.claim_out_dir(overwrite, kOtherRunHint);
                return t.run(until_step, save_at_end);

@@ -6,7 +6,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <tuple>
+
+#include <fmt/ranges.h>
 
 #include "coremesh/core/allocator.hpp"
 #include "coremesh/core/error.hpp"
@@ -229,6 +232,30 @@ std::string Trainer::save_checkpoint_now() {
   return path;
 }
 
+// A resume may change how the run goes on (lr, batch, clipping, ...): the
+// leader says which settings differ from the checkpoint's run. The split
+// between training and validation text may not move: validation would score
+// text the run already trained on.
+void Trainer::report_changed_settings(const nlohmann::json& saved, const std::string& path) const {
+  static const std::set<std::string> kept{"steps", "out_dir", "log_every", "report", "val_every", "val_batches",
+                                           "ckpt_every", "keep_checkpoints", "cores", "graph", "data", "tokenizer",
+                                           "sample_tokens", "sample_prompt", "sample_temperature", "sample_top_k",
+                                           "adam_steps", "tokens"};
+  const nlohmann::json now = to_json(cfg_)["train"];
+  if (saved.contains("val_fraction"))
+    CM_CHECK(saved["val_fraction"] == now["val_fraction"],
+             fmt::format("resume with val_fraction {} (another one moves the validation split into text the run "
+                         "already trained on)", saved["val_fraction"].dump()),
+             "checkpoint '{}' was trained with val_fraction {}, this run has {}", path, saved["val_fraction"].dump(),
+             now["val_fraction"].dump());
+  std::vector<std::string> changed;
+  for (const auto& [key, value] : now.items())
+    if (!kept.count(key) && saved.contains(key) && saved[key] != value)
+      changed.push_back(fmt::format("{} {} -> {}", key, saved[key].dump(), value.dump()));
+  if (!changed.empty() && leader())
+    CM_LOG_WARN("resuming '{}' with settings other than its run's: {}", path, fmt::join(changed, ", "));
+}
+
 void Trainer::resume(const std::string& where) {
   std::string path = where;
   if (fs::is_directory(where)) {
@@ -249,6 +276,7 @@ void Trainer::resume(const std::string& where) {
            "resume with the tokenizer the checkpoint was trained with (train.tokenizer / --tokenizer)",
            "checkpoint '{}' was trained with {}, this run uses {}", path,
            s.tokenizer.empty() ? "bytes" : "another tokenizer", cfg_.tokenizer.empty() ? "bytes" : "'" + cfg_.tokenizer + "'");
+  report_changed_settings(s.train_config, path);
   stream_.synchronize();
   load_state(*model_, *opt_, s.params, s.adam_m, s.adam_v);
   std::map<std::string, Tensor> bufs(s.buffers.begin(), s.buffers.end());
@@ -262,6 +290,8 @@ void Trainer::resume(const std::string& where) {
   rng_.set_state(s.rng_state);
   train_loader_->set_position(s.data_position);
   step_ = s.step;
+  std::erase_if(records_, [&](const StepRecord& r) { return r.step >= step_; });  // an in-process rewind
+  std::erase_if(val_records_, [&](const ValRecord& r) { return r.step >= step_; });
   tokens_done_ = s.train_config.value("tokens", step_ * tokens_per_step());  // older checkpoints: this run's rate
   resumed_from_ = path;
   owns_out_dir_ = false;  // claim_out_dir() decides what this run may write where

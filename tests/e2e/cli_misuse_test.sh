@@ -39,4 +39,8 @@ refused "step time overflows" "$exe" schedule --schedule 1f1b --costs 1e307,2e30
 # A trained run for the commands that read one.
 "$exe" train --config "$work/cfg.json" --no-progress >"$work/train.log" 2>&1 || { cat "$work/train.log"; fail "training failed"; }
 refused "temperature inf" "$exe" generate --checkpoint "$work/run" --prompt "And " --temperature inf --no-progress
+# A resume that moves the validation split is refused; other changed settings are named.
+refused "val_fraction" "$exe" train --config "$work/cfg.json" --resume "$work/run" --steps 3 --val-fraction 0.3 --no-progress
+out=$("$exe" train --config "$work/cfg.json" --resume "$work/run" --steps 3 --lr 0.0005 --no-progress 2>&1) || { echo "$out"; fail "resume with another lr failed"; }
+grep -q "settings other than its run's: lr" <<<"$out" || { echo "$out"; fail "the changed lr was not named"; }
 echo "PASS"

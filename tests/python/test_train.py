@@ -72,9 +72,13 @@ def test_trainer_steps_validates_and_resumes(config, tmp_path):
     a, b = trainer.run(until_step=8, save_at_end=False), resumed.run(until_step=8, save_at_end=False)
     assert a["final_loss"] == b["final_loss"]  # a resumed run continues bit-exactly
     assert len(a["final_balance"]) == 1  # one MoE layer
+    with pytest.raises(cm.InvalidArgument, match="past the config's"):
+        trainer.run(until_step=config["train"]["steps"] + 1)
     trainer.queue_step()  # returns at once; Python may work meanwhile
     record = trainer.finish_step()
     assert record["step"] == 8 and trainer.step == 9 and record["loss"] > 0
+    trainer.resume(first["checkpoint"])  # rewound in-process: the records past it go
+    assert [r["step"] for r in trainer.records] == list(range(6))
 
 
 def test_a_new_run_refuses_another_runs_directory(config):

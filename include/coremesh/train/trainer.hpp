@@ -180,6 +180,7 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;  // the leader's, from the first run()
   std::string resumed_from_;             // the checkpoint resume() loaded
   bool owns_out_dir_ = false;            // see claim_out_dir()
+  void report_changed_settings(const nlohmann::json& saved, const std::string& path) const;
   // the step in flight between queue_step() and finish_step()
   bool step_queued_ = false;
   double step_start_ = 0;
