@@ -6,6 +6,8 @@
 // with KeyboardInterrupt at the next host wait (resume from a checkpoint).
 #include <nlohmann/json.hpp>
 
+#include <csignal>
+
 #include "common.hpp"
 #include "coremesh/core/json.hpp"
 #include "coremesh/train/trainer.hpp"
@@ -85,6 +87,34 @@ py::list validation_list(const std::vector<train::ValRecord>& validation) {
   return out;
 }
 
+// Ctrl-C during a run (the GIL released, so Python's own handler would act
+// only after it): the trainer stops after its step on every PE and saves, as
+// `coremesh train` does; then the caller gets KeyboardInterrupt naming the
+// checkpoint. The process's previous handler comes back after the run.
+class StopOnInterrupt {
+ public:
+  explicit StopOnInterrupt(train::Trainer& t) : previous_(std::signal(SIGINT, on_signal)) {
+    flag_ = 0;
+    t.stop_when([] { return flag_ != 0; });
+  }
+  ~StopOnInterrupt() { std::signal(SIGINT, previous_); }
+  StopOnInterrupt(const StopOnInterrupt&) = delete;
+  StopOnInterrupt& operator=(const StopOnInterrupt&) = delete;
+  // After the run: KeyboardInterrupt when it stopped for Ctrl-C.
+  static void raise_if_stopped(const train::TrainResult& r) {
+    if (!r.stopped || flag_ == 0) return;
+    const std::string text = fmt::format("stopped after step {}; checkpoint: {} (resume it to continue)",
+                                         r.steps_done, r.checkpoint);
+    PyErr_SetString(PyExc_KeyboardInterrupt, text.c_str());
+    throw py::error_already_set();
+  }
+
+ private:
+  static void on_signal(int) { flag_ = 1; }
+  static inline volatile std::sig_atomic_t flag_ = 0;
+  void (*previous_)(int);
+};
+
 constexpr const char* kOtherRunHint =
     "resume that run (Trainer.resume), give another out_dir, or pass overwrite=True to delete its checkpoints and "
     "metrics.jsonl and start over";
@@ -133,10 +163,15 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
       .def("run", [](train::Trainer& t, int64_t until_step, bool save_at_end, bool overwrite) {
              CM_CHECK(until_step <= t.config().steps, "raise the config's steps to train further",
                       "until_step {} is past the config's {} steps", until_step, t.config().steps);
-             const train::TrainResult r = without_gil([&] {
-               t.claim_out_dir(overwrite, kOtherRunHint);
-               return t.run(until_step, save_at_end);
-             });
+             train::TrainResult r;
+             {
+               StopOnInterrupt stop(t);
+               r = without_gil([&] {
+                 t.claim_out_dir(overwrite, kOtherRunHint);
+                 return t.run(until_step, save_at_end);
+               });
+             }
+             StopOnInterrupt::raise_if_stopped(r);
              return result_dict(r);
            }, py::arg("until_step") = -1, py::arg("save_at_end") = true, py::arg("overwrite") = false,
            "Trains until `until_step` (default: the config's steps) -> result dict. Unless the trainer resumed, "
@@ -183,11 +218,13 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
           const Finished f = without_gil([&] {
             train::Trainer trainer(cfg);
             trainer.claim_out_dir(overwrite, kOtherRunHint);  // deletes only once the run can start
+            StopOnInterrupt stop(trainer);
             Finished done{trainer.run(), {}, {}};
             done.records = trainer.records();
             done.validation = trainer.validation();
             return done;
           });
+          StopOnInterrupt::raise_if_stopped(f.result);
           py::dict out = result_dict(f.result);
           out["records"] = step_list(f.records);
           out["validation"] = validation_list(f.validation);
@@ -197,7 +234,8 @@ Trains a config (dict or JSON path) to the end -> {'steps_done', 'final_loss',
 'final_val_loss', 'mean_tokens_per_s', 'mean_mfu', 'checkpoint', 'report',
 'records': [per-step dicts], 'validation': [{'step', 'loss'}]}.
 out_dir may not hold another run's checkpoints unless overwrite=True, which
-deletes them and metrics.jsonl once the new run can start.)doc");
+deletes them and metrics.jsonl once the new run can start. Ctrl-C stops after
+the step, saves a checkpoint and raises KeyboardInterrupt naming it.)doc");
 }
 
 }  // namespace coremesh::python

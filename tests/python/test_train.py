@@ -6,6 +6,8 @@ import json
 import os
 import re
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -150,3 +152,25 @@ def test_tune_writes_a_cache_that_trains_to_the_same_losses(config, tmp_path):
     assert [r["loss"] for r in tuned] == [r["loss"] for r in heuristic]
     with pytest.raises(cm.InvalidArgument):
         cm.runtime.load_tuning_cache(str(tmp_path / "missing.json"))
+
+
+def test_ctrl_c_stops_after_the_step_and_saves(config, tmp_path):
+    config["train"].update(steps=100000, val_every=0, ckpt_every=0, sample_tokens=0)
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import json, sys\nfrom coremesh import train\n"
+        "try:\n    train.run(json.loads(sys.argv[1]))\n"
+        "except KeyboardInterrupt as e:\n    print('interrupted:', e, flush=True)\n    sys.exit(3)\n")
+    job = subprocess.Popen([sys.executable, str(script), json.dumps(config)], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    metrics = os.path.join(config["train"]["out_dir"], "metrics.jsonl")
+    for _ in range(600):  # until a few steps are done
+        if os.path.exists(metrics) and len(open(metrics).readlines()) >= 3:
+            break
+        time.sleep(0.05)
+    job.send_signal(2)  # SIGINT, as Ctrl-C
+    out, _ = job.communicate(timeout=60)
+    assert job.returncode == 3, out
+    saved = re.search(r"stopped after step (\d+); checkpoint: (\S+)", out)
+    assert saved and os.path.exists(saved.group(2)), out
+    assert int(saved.group(1)) >= 3 and len(open(metrics).readlines()) == int(saved.group(1))
