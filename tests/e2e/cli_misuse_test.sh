@@ -43,4 +43,8 @@ refused "temperature inf" "$exe" generate --checkpoint "$work/run" --prompt "And
 refused "val_fraction" "$exe" train --config "$work/cfg.json" --resume "$work/run" --steps 3 --val-fraction 0.3 --no-progress
 out=$("$exe" train --config "$work/cfg.json" --resume "$work/run" --steps 3 --lr 0.0005 --no-progress 2>&1) || { echo "$out"; fail "resume with another lr failed"; }
 grep -q "settings other than its run's: lr" <<<"$out" || { echo "$out"; fail "the changed lr was not named"; }
+# Resuming without the run's model: the hint names its config.json.
+refused "--config $work/run/config.json" "$exe" train --data "$work/corpus.txt" --resume "$work/run" --out "$work/run" --no-progress
+mkfifo "$work/fifo"
+refused "is not a regular file" timeout 20 "$exe" train --config "$work/cfg.json" --data "$work/fifo" --out "$work/f" --no-progress
 echo "PASS"

@@ -53,10 +53,13 @@ CheckpointState load_checkpoint(const std::string& path);
 
 // Throws InvalidArgument listing every difference between the checkpoint and
 // what is being trained (model config fields, parameter names and shapes).
+// `hint`: what to do ("": train with the checkpoint's config, naming its
+// run's config.json when the checkpoint sits in a run directory).
 void check_compatible(const CheckpointState& ckpt, const model::ModelConfig& config,
-                      const std::vector<std::pair<std::string, Shape>>& params, const std::string& path);
+                      const std::vector<std::pair<std::string, Shape>>& params, const std::string& path,
+                      const std::string& hint = "");
 void check_compatible(const CheckpointState& ckpt, const model::ModelConfig& config,
-                      const NamedTensors& params, const std::string& path);
+                      const NamedTensors& params, const std::string& path, const std::string& hint = "");
 
 // <dir>/step_<step, 8 digits>.safetensors
 std::string checkpoint_path(const std::string& dir, int64_t step);
