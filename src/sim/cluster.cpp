@@ -1,5 +1,6 @@
 #include "coremesh/sim/cluster.hpp"
 
+#include <set>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -198,6 +199,12 @@ std::vector<std::string> Cluster::problems() const {
   if (devices < 1) out.push_back(fmt::format("devices is {}: give the cluster's device count (>= 1)", devices));
   if (host_devices < 1)
     out.push_back(fmt::format("host.devices is {}: give the devices per host (>= 1)", host_devices));
+  else if (devices >= 1 && devices % host_devices != 0)
+    out.push_back(fmt::format("host.devices is {} but devices is {}: give whole hosts (devices a multiple of "
+                              "host.devices)", host_devices, devices));
+  if (!(device.memory_bytes >= 0) || !std::isfinite(device.memory_bytes))
+    out.push_back(fmt::format("device.memory_bytes is {}: give the device's memory in bytes (0: unknown)",
+                              device.memory_bytes));
   if (cpu_cores < 0) out.push_back("host.cpu_cores is negative: give 0 (devices do not share) or the host's cores");
   if (!(busy_gemm_slowdown >= 1 && busy_memory_slowdown >= 1))
     out.push_back("host.busy_gemm_slowdown and busy_memory_slowdown are factors >= 1 (1: a busy host is not slower)");
@@ -235,6 +242,12 @@ std::vector<std::string> Cluster::problems() const {
 
 Cluster cluster_from_json(const nlohmann::json& j) {
   Cluster c;
+  CM_CHECK(j.is_object(), "write the cluster file as a JSON object (docs/simulator.md)",
+           "cluster file: not a JSON object but {}", j.type_name());
+  static const std::set<std::string> kKeys{"schema", "name", "sources", "devices", "device", "host", "links", "measured"};
+  for (const auto& [key, value] : j.items())
+    CM_CHECK(kKeys.count(key), "its fields are schema, name, sources, devices, device, host, links and measured "
+             "(docs/simulator.md)", "cluster file: unknown field '{}'", key);
   try {
     const std::string schema = j.value("schema", "");
     CM_CHECK(schema == kClusterSchema, fmt::format("start the file with \"schema\": \"{}\"", kClusterSchema),

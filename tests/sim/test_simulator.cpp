@@ -179,6 +179,25 @@ TEST(Cluster, FileRoundTripsAndRefusesBadFields) {
   schema["schema"] = "coremesh-cluster/0";
   EXPECT_THROW(sim::cluster_from_json(schema), InvalidArgument);
   EXPECT_THROW(sim::load_cluster("/nonexistent/cluster.json"), Error);
+  // a misspelt field, a file that is no object, hosts that do not divide the devices, negative memory
+  auto refused = [](const nlohmann::json& file, const std::string& words) {
+    try {
+      sim::cluster_from_json(file);
+      ADD_FAILURE() << "accepted: " << file.dump();
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  nlohmann::json extra = j;
+  extra["linkz"] = 1;
+  refused(extra, "unknown field 'linkz'");
+  refused(nlohmann::json::array(), "not a JSON object");
+  nlohmann::json hosts = j;
+  hosts["devices"] = 2048, hosts["host"]["devices"] = 3;
+  refused(hosts, "give whole hosts");
+  nlohmann::json memory = j;
+  memory["device"]["memory_bytes"] = -1;
+  refused(memory, "device.memory_bytes is -1");
 }
 
 TEST(Simulator, OnePeIsTheSumOfItsKernels) {
