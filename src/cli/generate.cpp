@@ -11,6 +11,7 @@
 // (train::ProgressBar) unless --no-progress.
 #include <fmt/format.h>
 
+#include <charconv>
 #include <filesystem>
 #include <limits>
 #include <fstream>
@@ -123,7 +124,17 @@ void register_generate_command(CLI::App& app) {
   cmd->add_option("--tokens", f->o.tokens, "tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", f->o.temperature, "0: greedy; higher: more random")->capture_default_str();
   cmd->add_option("--top-k", f->o.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
-  cmd->add_option("--seed", f->o.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--seed", f->o.seed, "sampling seed")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {  // CLI11 wraps -1 and saturates 1e30 into the same seed
+            uint64_t v = 0;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+            return ec == std::errc() && end == text.data() + text.size()
+                       ? ""
+                       : "give a whole number in [0, 18446744073709551615], not '" + text + "'";
+          },
+          "UINT"));
   cmd->add_flag("--no-progress", f->no_progress, "no progress bar (on stderr)");
   cmd->callback([f] {
     Loaded l = load(f->checkpoint, f->config);

@@ -47,4 +47,6 @@ grep -q "settings other than its run's: lr" <<<"$out" || { echo "$out"; fail "th
 refused "--config $work/run/config.json" "$exe" train --data "$work/corpus.txt" --resume "$work/run" --out "$work/run" --no-progress
 mkfifo "$work/fifo"
 refused "is not a regular file" timeout 20 "$exe" train --config "$work/cfg.json" --data "$work/fifo" --out "$work/f" --no-progress
+out=$("$exe" generate --checkpoint "$work/run" --prompt "a" --seed -1 2>&1) && { echo "$out"; fail "--seed -1 was accepted (it wrapped)"; }
+grep -q "give a whole number" <<<"$out" || { echo "$out"; fail "--seed -1 was not explained"; }
 echo "PASS"
