@@ -255,6 +255,11 @@ std::string latest_checkpoint(const std::string& dir) {
   return all.empty() ? "" : all.back().second;
 }
 
+std::string previous_checkpoint(const std::string& dir) {
+  auto all = list_checkpoints(dir);
+  return all.size() < 2 ? "" : all[all.size() - 2].second;
+}
+
 void refuse_other_run(const std::string& out_dir, const std::string& ways_out) {
   const std::string latest = latest_checkpoint((fs::path(out_dir) / "checkpoints").string());
   CM_CHECK(latest.empty(), ways_out, "'{}' holds another run's checkpoints (the latest: {})", out_dir,

@@ -264,7 +264,16 @@ void Trainer::resume(const std::string& where) {
     CM_CHECK(!path.empty(), "pass a checkpoint file or a directory holding step_*.safetensors",
              "no checkpoint found in '{}'", where);
   }
-  CheckpointState s = load_checkpoint(path);
+  CheckpointState s;
+  try {
+    s = load_checkpoint(path);
+  } catch (const InvalidArgument& e) {  // a damaged newest checkpoint of a directory: name the one before
+    const std::string before = previous_checkpoint(fs::path(path).parent_path().string());
+    if (!fs::is_directory(where) || before.empty()) throw;
+    CM_THROW(InvalidArgument,
+             fmt::format("resume from the checkpoint before it: --resume {} (and move the damaged one away)", before),
+             "{}", e.message());
+  }
   std::vector<std::pair<std::string, Shape>> whole;  // the 1-PE model's names and shapes
   for (const auto& p : model::layout_params(cfg_.model).params) whole.emplace_back(p.name, p.shape);
   check_compatible(s, cfg_.model, whole, path);

@@ -156,6 +156,27 @@ TEST(Trainer, MismatchedOrCorruptCheckpointIsRefused) {
   EXPECT_EQ(t3.step(), 0);  // nothing was half-loaded into the step count
 }
 
+// A damaged newest checkpoint of a run directory names the one before it.
+TEST(Trainer, ADamagedNewestCheckpointNamesThePreviousOne) {
+  TempDir d;
+  TrainConfig c = small_config(d.path);
+  c.ckpt_every = 1;
+  std::string newest;
+  {
+    Trainer t(c);
+    newest = t.run(2, true).checkpoint;
+  }
+  std::filesystem::resize_file(newest, std::filesystem::file_size(newest) / 2);
+  Trainer t2(c);
+  try {
+    t2.resume(c.out_dir);
+    FAIL() << "accepted a truncated checkpoint";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--resume " + c.out_dir + "/checkpoints/step_00000001.safetensors"),
+              std::string::npos) << e.what();
+  }
+}
+
 // A step queues all of its kernels without waiting for any: with the
 // trainer's stream held behind an event of a gate stream, queue_step()
 // returns, and every kernel of the step starts only after that. A host

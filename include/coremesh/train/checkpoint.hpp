@@ -65,6 +65,8 @@ void check_compatible(const CheckpointState& ckpt, const model::ModelConfig& con
 std::string checkpoint_path(const std::string& dir, int64_t step);
 // The checkpoint with the highest step in `dir`, "" if none.
 std::string latest_checkpoint(const std::string& dir);
+// The one before it, "" if none.
+std::string previous_checkpoint(const std::string& dir);
 // A new run may not write into a run directory that holds another run's
 // checkpoints: its metrics and checkpoints would mix with that run's, and a
 // later resume would take whichever step is highest. Throws InvalidArgument
