@@ -1,3 +1,5 @@
+#include <deque>
+
 #include "coremesh/core/error.hpp"
 #include "coremesh/runtime/stream.hpp"
 #include "internal.hpp"
@@ -6,6 +8,12 @@ namespace coremesh::runtime {
 
 namespace {
 std::atomic<uint64_t> g_next_event_id{1};
+
+// Waiters released while this thread already runs waiters: a waiter restarts
+// its stream, which may complete the next recording of a chain of streams.
+// Run nested, a chain of thousands of streams overflows the stack; queued
+// here, the outermost complete() runs them one after another.
+thread_local std::deque<std::function<void()>>* t_released = nullptr;
 }  // namespace
 
 void Recording::complete(std::exception_ptr stream_error) {
@@ -18,7 +26,22 @@ void Recording::complete(std::exception_ptr stream_error) {
     to_run.swap(waiters);
   }
   done_cv.notify_all();
+  if (to_run.empty()) return;
+  if (t_released) {
+    for (auto& fn : to_run) t_released->push_back([fn = std::move(fn), stream_error] { fn(stream_error); });
+    return;
+  }
+  std::deque<std::function<void()>> released;
+  t_released = &released;
+  struct Reset {
+    ~Reset() { t_released = nullptr; }
+  } reset;
   for (auto& fn : to_run) fn(stream_error);
+  while (!released.empty()) {
+    auto fn = std::move(released.front());
+    released.pop_front();
+    fn();
+  }
 }
 
 bool Recording::on_complete(std::function<void(std::exception_ptr)> fn) {

@@ -1,6 +1,7 @@
 // Events: record/wait semantics, timing, error propagation.
 #include <atomic>
 #include <latch>
+#include <vector>
 
 #include "coremesh/core/error.hpp"
 #include "helpers.hpp"
@@ -137,6 +138,26 @@ TEST(Event, ErrorTravelsToWaitingStreams) {
   EXPECT_FALSE(ran) << "work depending on a failed kernel must not run";
   EXPECT_THROW(e.synchronize(), KernelError);
   EXPECT_THROW(a.synchronize(), KernelError);
+}
+
+// 20,000 streams, each waiting for an event of the one before, all parked
+// behind one gate: opening it completes the whole chain on one thread. Each
+// completion releases the next stream; they run one after another, not nested
+// (nested, the chain overflowed the stack).
+TEST(Event, ALongChainAcrossStreamsCompletesWithoutNesting) {
+  Device device(four_cores());
+  constexpr int kStreams = 20000;
+  std::vector<Stream> streams;
+  streams.reserve(kStreams);
+  for (int i = 0; i < kStreams; ++i) streams.emplace_back(device);
+  std::latch open(1);
+  streams[0].launch({"gate", KernelKind::vector, 1, 0}, [&](const BlockContext&) { open.wait(); });
+  for (int i = 1; i < kStreams; ++i) streams[i].wait_event(streams[i - 1].record_event());
+  std::atomic<bool> ran{false};
+  streams.back().launch({"last", KernelKind::vector, 1, 0}, [&](const BlockContext&) { ran = true; });
+  open.count_down();
+  streams.back().synchronize();
+  EXPECT_TRUE(ran);
 }
 
 }  // namespace

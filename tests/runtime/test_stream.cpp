@@ -25,6 +25,19 @@ using namespace testing;
 
 DeviceOptions two_cores() { return {.cores = 2, .cube_cores = 4, .vector_cores = 4}; }
 
+// Polls query() until it reports the stream's kernel error (or 1 s passes).
+bool query_reports_an_error(Stream& s) {
+  for (int i = 0; i < 10000; ++i) {
+    try {
+      s.query();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    } catch (const KernelError&) {
+      return true;
+    }
+  }
+  return false;
+}
+
 TEST(Stream, RunsItsWorkInOrder) {
   Device device(two_cores());
   Stream s(device);
@@ -94,16 +107,7 @@ TEST(Stream, KernelErrorIsReportedByQuery) {
   Stream s(device);
   s.launch({"explodes", KernelKind::vector, 1, 0},
            [](const BlockContext&) { throw std::runtime_error("bad"); });
-  bool thrown = false;
-  for (int i = 0; i < 10000 && !thrown; ++i) {
-    try {
-      s.query();
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    } catch (const KernelError&) {
-      thrown = true;
-    }
-  }
-  EXPECT_TRUE(thrown);
+  EXPECT_TRUE(query_reports_an_error(s));
   EXPECT_TRUE(s.query());
 }
 
@@ -125,16 +129,7 @@ TEST(Stream, WorkQueuedBeforeAQueryReportsAnErrorIsSkipped) {
   after.record(s);
   after.wait(other);
   other.launch({"downstream", KernelKind::vector, 1, 0}, [&](const BlockContext&) { downstream++; });
-  bool reported = false;
-  for (int i = 0; i < 10000 && !reported; ++i) {
-    try {
-      s.query();
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    } catch (const KernelError&) {
-      reported = true;
-    }
-  }
-  ASSERT_TRUE(reported);
+  ASSERT_TRUE(query_reports_an_error(s));
   release.count_down();
   s.synchronize();  // reported once
   EXPECT_THROW(other.synchronize(), KernelError);
