@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -166,6 +167,40 @@ struct EventImpl {
 // body that waits for its own stream or device would wait for itself.
 const KernelRun* running_kernel();
 
+// Scopes that override one value and restore it when they end, also when
+// they end out of order (a heap-held guard, interleaved Python generators): a
+// scope that ends under a younger one hands its saved value to that one, which
+// restores it in turn. Not thread-safe: the owner locks.
+template <typename T>
+class ScopedOverrides {
+ public:
+  uint64_t push(T saved) {
+    entries_.push_back({++last_token_, std::move(saved)});
+    return last_token_;
+  }
+  // The value to restore, or nothing while a younger scope is still open (or
+  // the token is unknown).
+  std::optional<T> pop(uint64_t token) {
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      if (entries_[i].token != token) continue;
+      T saved = std::move(entries_[i].saved);
+      entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
+      if (i == entries_.size()) return saved;
+      entries_[i].saved = std::move(saved);
+      return std::nullopt;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  struct Entry {
+    uint64_t token;
+    T saved;
+  };
+  std::vector<Entry> entries_;
+  uint64_t last_token_ = 0;
+};
+
 struct StreamImpl : std::enable_shared_from_this<StreamImpl> {
   Device::Impl* device = nullptr;
   std::atomic<bool> device_gone{false};  // set by ~Device: `device` dangles
@@ -176,6 +211,7 @@ struct StreamImpl : std::enable_shared_from_this<StreamImpl> {
   // Raw stream limit, 0 = unset (falls back to the device).
   std::atomic<int> cube_limit{0};
   std::atomic<int> vector_limit{0};
+  ScopedOverrides<CoreLimits> limit_guards;  // StreamLimitGuards, under `mutex`
 
   std::mutex mutex;
   std::condition_variable idle_cv;

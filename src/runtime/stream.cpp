@@ -322,21 +322,34 @@ void set_current_stream(const Stream& stream) { t_current_stream = stream.impl()
 
 void synchronize() { Device::default_device().synchronize(); }
 
-StreamGuard::StreamGuard(const Stream& stream) : previous_(current_stream()) {
+namespace {
+thread_local ScopedOverrides<std::shared_ptr<StreamImpl>> t_stream_guards;
+}  // namespace
+
+StreamGuard::StreamGuard(const Stream& stream) : token_(t_stream_guards.push(t_current_stream)) {
   set_current_stream(stream);
 }
-StreamGuard::~StreamGuard() { set_current_stream(previous_); }
-
-StreamLimitGuard::StreamLimitGuard(const Stream& stream, int cube_num, int vector_num)
-    : stream_(stream),
-      current_(stream),
-      saved_{stream.impl()->cube_limit.load(), stream.impl()->vector_limit.load()} {
-  stream_.set_limit(cube_num, vector_num);
+StreamGuard::~StreamGuard() {
+  if (auto previous = t_stream_guards.pop(token_)) t_current_stream = std::move(*previous);
 }
 
+// The limit is set before the guard is pushed: a refused value leaves nothing to restore.
+StreamLimitGuard::StreamLimitGuard(const Stream& stream, int cube_num, int vector_num)
+    : stream_(stream), current_(stream), token_([&] {
+        StreamImpl& s = *stream.impl();
+        std::lock_guard lock(s.mutex);
+        const CoreLimits saved{s.cube_limit.load(), s.vector_limit.load()};
+        stream_.set_limit(cube_num, vector_num);
+        return s.limit_guards.push(saved);
+      }()) {}
+
 StreamLimitGuard::~StreamLimitGuard() {
-  stream_.impl()->cube_limit = saved_.cube;
-  stream_.impl()->vector_limit = saved_.vector;
+  StreamImpl& s = *stream_.impl();
+  std::lock_guard lock(s.mutex);
+  if (auto saved = s.limit_guards.pop(token_)) {
+    s.cube_limit = saved->cube;
+    s.vector_limit = saved->vector;
+  }
 }
 
 void set_stream_limit(Stream& stream, int cube_num, int vector_num) {

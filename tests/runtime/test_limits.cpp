@@ -1,4 +1,5 @@
 // Core limits: validation, resolution order, guards, capture at launch.
+#include <memory>
 #include <atomic>
 #include <latch>
 #include <thread>
@@ -75,6 +76,26 @@ TEST(Limits, StreamLimitGuardScopesAndNests) {
   }
   EXPECT_EQ(get_stream_limit(s), (CoreLimits{5, 6}));
   EXPECT_FALSE(current_stream() == s);
+}
+
+// Guards ended out of order (heap-held, or Python contexts of interleaved
+// generators) still restore what was there before the first one.
+TEST(Limits, GuardsEndedOutOfOrderRestoreTheLimitAndStreamBeforeThem) {
+  Device device(spec_8x6());
+  Stream s(device), other(device);
+  set_stream_limit(s, 5, -1);
+  const Stream before = current_stream();
+  auto outer = std::make_unique<StreamLimitGuard>(s, 3, 2);
+  auto inner = std::make_unique<StreamLimitGuard>(s, 2, 1);
+  auto current = std::make_unique<StreamGuard>(other);
+  outer.reset();  // ends first: the younger guards stay in force
+  EXPECT_EQ(get_stream_limit(s), (CoreLimits{2, 1}));
+  EXPECT_EQ(current_stream(), other);
+  current.reset();
+  EXPECT_EQ(current_stream(), s);
+  inner.reset();  // the last one restores what was there before `outer`
+  EXPECT_EQ(get_stream_limit(s), (CoreLimits{5, 6}));
+  EXPECT_EQ(current_stream(), before);
 }
 
 TEST(Limits, GuardWithInvalidValueRestoresTheCurrentStream) {

@@ -182,7 +182,8 @@ using HostWaitHook = void (*)();
 inline constexpr std::chrono::milliseconds kHostWaitHookPeriod{20};
 void set_host_wait_hook(HostWaitHook hook);
 
-// RAII `with StreamCtx(s)`: makes `stream` current for the scope.
+// RAII `with StreamCtx(s)`: makes `stream` current for the scope. Guards
+// ended out of order still restore what was current before the oldest.
 class StreamGuard {
  public:
   explicit StreamGuard(const Stream& stream);
@@ -191,11 +192,12 @@ class StreamGuard {
   StreamGuard& operator=(const StreamGuard&) = delete;
 
  private:
-  Stream previous_;
+  uint64_t token_;
 };
 
 // RAII `with StreamLimitCtx(s, cube, vector)`: sets the stream's limit and
-// makes the stream current for the scope; restores both afterwards.
+// makes the stream current for the scope; restores both afterwards (in any
+// order: see StreamGuard).
 class StreamLimitGuard {
  public:
   StreamLimitGuard(const Stream& stream, int cube_num = -1, int vector_num = -1);
@@ -206,7 +208,7 @@ class StreamLimitGuard {
  private:
   Stream stream_;
   StreamGuard current_;
-  CoreLimits saved_;  // raw stream limit (0 = unset) before the guard
+  uint64_t token_;
 };
 
 // The RFC's names (ms.runtime.set_stream_limit / reset / get).
