@@ -6,6 +6,8 @@
 // the spec raise coremesh.InvalidArgument. get_*_limit return
 // {'cube_core_num': c, 'vector_core_num': v}. Every wait releases the GIL.
 #include <memory>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "common.hpp"
@@ -45,14 +47,18 @@ template <typename Guard, typename... Args>
 struct Scope {
   Stream stream;
   std::tuple<Args...> args;
-  std::vector<std::unique_ptr<Guard>> active;
+  // The current stream is per thread: a context ends on the thread that entered it.
+  std::vector<std::pair<std::unique_ptr<Guard>, std::thread::id>> active;
 
   void enter() {
-    active.push_back(std::apply(
-        [&](auto... a) { return std::make_unique<Guard>(stream, a...); }, args));
+    active.emplace_back(std::apply([&](auto... a) { return std::make_unique<Guard>(stream, a...); }, args),
+                        std::this_thread::get_id());
   }
   void exit() {
     CM_CHECK(!active.empty(), "use the object in a with statement", "__exit__ without __enter__");
+    CM_CHECK(active.back().second == std::this_thread::get_id(),
+             "leave the with block on the thread that entered it",
+             "__exit__ on another thread than the __enter__ (the current stream is per thread)");
     active.pop_back();
   }
 };

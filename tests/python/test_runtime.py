@@ -154,6 +154,32 @@ def test_current_stream_is_per_thread():
     assert runtime.current_stream() == runtime.default_stream()
 
 
+def test_contexts_left_out_of_order_or_on_another_thread():
+    """Contexts of interleaved generators end out of order: the last one to end
+    restores the stream and limit from before the first. Leaving on another
+    thread is refused (the current stream belongs to the thread that entered)."""
+    s1, s2 = Stream(), Stream()
+    limit = StreamLimitCtx(s1, 1, 1)
+    c1, c2 = StreamCtx(s1), StreamCtx(s2)
+    before = runtime.get_stream_limit(s1)
+    c1.__enter__(), limit.__enter__(), c2.__enter__()
+    c1.__exit__(None, None, None)
+    assert runtime.current_stream() == s2
+    limit.__exit__(None, None, None)
+    c2.__exit__(None, None, None)
+    assert runtime.current_stream() == runtime.default_stream()
+    assert runtime.get_stream_limit(s1) == before
+    ctx = StreamCtx(s1)
+    ctx.__enter__()
+    errors = []
+    t = threading.Thread(target=lambda: errors.append(pytest.raises(cm.InvalidArgument, ctx.__exit__, None, None, None)))
+    t.start()
+    t.join()
+    assert "thread that entered it" in str(errors[0].value)
+    ctx.__exit__(None, None, None)
+    assert runtime.current_stream() == runtime.default_stream()
+
+
 def test_queued_kernel_keeps_numpy_and_torch_memory_alive():
     s = Stream()
     gate = Gate(s)
