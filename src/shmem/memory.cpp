@@ -35,6 +35,10 @@ void agree(State& s, const char* api, const char* what, int64_t a, int64_t b) {
 void* sym_alloc(size_t bytes, size_t alignment, bool zero, const char* api, OnFull on_full) {
   State& s = state(api);
   if (bytes == 0) return nullptr;
+  // OpenSHMEM 1.5, 9.3: the implicit barrier quiets the default context. A
+  // put still in flight would land after the barrier (in a realloc's old
+  // block, or in one freed and handed out again).
+  quiet();
   agree(s, api, "{} B at alignment {}", static_cast<int64_t>(bytes),
         static_cast<int64_t>(alignment));
   // OpenSHMEM 1.5, 9.3.1: an alignment that is not a power of two, or one

@@ -105,6 +105,35 @@ int main(void) {
   for (int i = 0; z && i < 4096; ++i) CHECK(z[i] == 0);
   shmem_free(z);
 
+  /* 9.3: the allocation routines' implicit barrier quiets the default
+   * context: a put still in flight when they are called has landed when they
+   * return (a large non-blocking put keeps the copy engine busy), also in a
+   * block that realloc moves, whose old place the next malloc hands out */
+  {
+    const size_t big = (size_t)24 << 20;
+    unsigned char* busy = shmem_malloc(big);
+    long* blk = shmem_calloc(8, sizeof(long));
+    static unsigned char big_src[(size_t)24 << 20];
+    static long sevens[8] = {7, 7, 7, 7, 7, 7, 7, 7};
+    memset(big_src, 0xab, big);
+    shmem_barrier_all();
+    if (me == 0) {
+      shmem_putmem_nbi(busy, big_src, big, 1 % npes);
+      shmem_long_put_nbi(blk, sevens, 8, 1 % npes);
+    }
+    long* moved = shmem_realloc(blk, 4096 * sizeof(long));
+    long* fresh = shmem_calloc(8, sizeof(long));
+    if (me == 1 % npes) {
+      CHECK(busy[big - 1] == 0xab);
+      for (int i = 0; moved && i < 8; ++i) CHECK(moved[i] == 7);
+    }
+    shmem_barrier_all();
+    for (int i = 0; fresh && i < 8; ++i) CHECK(fresh[i] == 0);
+    shmem_free(fresh);
+    shmem_free(moved);
+    shmem_free(busy);
+  }
+
   /* a full heap: a null pointer on every PE, not the end of the job (the
    * library says why on stderr); the heap stays usable, and a realloc that
    * cannot grow leaves its block as it was */
