@@ -1,6 +1,7 @@
 // C API: setup, query, memory, ordering, locks, teams.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -76,6 +77,8 @@ namespace {
 void finalize_at_exit() {
   CM_C_API("shmem_finalize (at exit)", in::finalize());
 }
+// The thread level shmem_init_thread provided, for shmem_query_thread.
+int g_thread_level = SHMEM_THREAD_MULTIPLE;
 int team_contexts(const shmem_team_config_t* config, long mask) {
   return config && (mask & SHMEM_TEAM_NUM_CONTEXTS) ? config->num_contexts : 0;
 }
@@ -94,11 +97,15 @@ int shmem_init_thread(int requested, int* provided) {
   shmem_init();
   // Everything but collectives on one team is thread safe (RMA, atomics,
   // waits, allocation under a mutex); concurrent collectives on one team are
-  // erroneous in OpenSHMEM anyway.
-  if (provided) *provided = requested < SHMEM_THREAD_MULTIPLE ? requested : SHMEM_THREAD_MULTIPLE;
+  // erroneous in OpenSHMEM anyway. So the level asked for is the level given.
+  g_thread_level = std::clamp(requested, int(SHMEM_THREAD_SINGLE), int(SHMEM_THREAD_MULTIPLE));
+  if (provided) *provided = g_thread_level;
   return 0;
 }
-void shmem_query_thread(int* provided) { *provided = SHMEM_THREAD_MULTIPLE; }
+// 1.5, 9.1.3: the level shmem_init_thread provided (shmem_init: MULTIPLE).
+void shmem_query_thread(int* provided) {
+  if (provided) *provided = g_thread_level;
+}
 void shmem_finalize(void) {
   CM_C_API("shmem_finalize", {
     coremesh::shmem::capi::orphan_contexts(nullptr);

@@ -1,7 +1,9 @@
 /* contexts: shmem_ctx_create with each option, every shmem_ctx_* routine
  * family (typed, sized, mem, signal, AMOs, fence/quiet) and the C11
  * generic forms that take a context first; SHMEM_CTX_DEFAULT works as a
- * context; destroyed contexts complete their operations. */
+ * context; destroyed contexts complete their operations. Initialized with
+ * shmem_init_thread: shmem_query_thread reports the level it provided
+ * (9.1.3). */
 #include <shmem.h>
 #include <stdint.h>
 #include <string.h>
@@ -10,7 +12,10 @@
 #define N 64
 
 int main(void) {
-  shmem_init();
+  int provided = -1, queried = -2;
+  CHECK(shmem_init_thread(SHMEM_THREAD_SERIALIZED, &provided) == 0);
+  shmem_query_thread(&queried);
+  CHECK(provided == SHMEM_THREAD_SERIALIZED && queried == provided);
   const int me = shmem_my_pe(), npes = shmem_n_pes();
   const int right = (me + 1) % npes, left = (me + npes - 1) % npes;
   long* dst = shmem_calloc(N, sizeof(long));
