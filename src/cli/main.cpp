@@ -29,7 +29,7 @@ ENVIRONMENT
   COREMESH_CORES           worker cores of the device (default: the CPUs)
   COREMESH_PIN             0: leave thread placement to the OS
   COREMESH_SPIN_US         microseconds workers spin before sleeping (default 50)
-  COREMESH_WAIT_TIMEOUT_S  a longer wait reports what it waits on (default 300)
+  COREMESH_WAIT_TIMEOUT_S  a longer wait reports what it waits on (default 300; 0: never)
   COREMESH_ALLOC_CACHE_MB  cached host memory cap (default 1024; 0: no cache)
   COREMESH_PROFILE=DIR     write kernel_details.csv and trace.json (Perfetto) at exit
   COREMESH_LOG_LEVEL       trace, debug, info, warn, error or off

@@ -32,6 +32,16 @@ double get_double(const char* name, double fallback) {
   return parsed;
 }
 
+double wait_timeout_s() {
+  constexpr const char* kName = "COREMESH_WAIT_TIMEOUT_S";
+  const auto value = get(kName);
+  if (value && (*value == "off" || *value == "inf")) return kNoWatchdogS;
+  const double s = get_double(kName, 300.0);
+  CM_CHECK(s >= 0, "set it to the seconds a wait may take, or 0 (or off) for no watchdog",
+           "{}='{}' is not a number of seconds", kName, *value);
+  return s == 0 ? kNoWatchdogS : std::min(s, kNoWatchdogS);
+}
+
 int64_t parse_size(const std::string& text) {
   char* end = nullptr;
   double number = std::strtod(text.c_str(), &end);

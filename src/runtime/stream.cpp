@@ -10,8 +10,7 @@ namespace coremesh::runtime {
 namespace {
 
 std::atomic<int64_t>& timeout_ms() {
-  static std::atomic<int64_t> ms{
-      static_cast<int64_t>(env::get_double("COREMESH_WAIT_TIMEOUT_S", 300.0) * 1000.0)};
+  static std::atomic<int64_t> ms{static_cast<int64_t>(env::wait_timeout_s() * 1000.0)};
   return ms;
 }
 

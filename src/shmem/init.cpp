@@ -25,7 +25,7 @@ void set_wait_policy(int n_pes) {
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   const int64_t default_spin_us = n_pes <= cpus ? 20 : 0;
   policy.spin_ns = env::get_int("COREMESH_SPIN_US", default_spin_us) * 1000;
-  policy.timeout_s = env::get_double("COREMESH_WAIT_TIMEOUT_S", 300.0);
+  policy.timeout_s = env::wait_timeout_s();
 }
 
 void init_team(TeamData& team, int slot, int n_pes, int my_pe, const char* label) {
@@ -89,7 +89,7 @@ void report_environment(const State& s) {
         "                          mpirun ucx (default) or mpi between hosts\n"
         "  COREMESH_PES_PER_HOST   under mpirun: PEs [0,k), [k,2k)... form a host (simulated\n"
         "                          hosts on one machine; 1: the network between all PEs)\n"
-        "  COREMESH_WAIT_TIMEOUT_S watchdog of every blocking wait (default 300)\n"
+        "  COREMESH_WAIT_TIMEOUT_S watchdog of every blocking wait (default 300 s; 0: none)\n"
         "  COREMESH_SPIN_US        spin before sleeping in a wait (default 20, 0 when PEs > CPUs)\n"
         "  COREMESH_SYMMETRIC_DATA 0: global variables are not symmetric\n");
   }

@@ -14,6 +14,7 @@
 #include <functional>
 #include <string>
 
+#include "coremesh/core/env.hpp"
 #include "layout.hpp"
 
 namespace coremesh::shmem::internal {
@@ -97,7 +98,7 @@ void wait_until_ready(Bell& bell, Ready&& ready, const Describe& describe, doubl
       if (progress) progress();
     } while (clock::now() < spin_end);
   }
-  const double limit = timeout_s < 0 ? policy.timeout_s : timeout_s;
+  const double limit = std::min(timeout_s < 0 ? policy.timeout_s : timeout_s, env::kNoWatchdogS);
   const auto deadline = start + std::chrono::duration_cast<clock::duration>(
                                     std::chrono::duration<double>(limit));
   if (PollHook hook = poll_hook()) {

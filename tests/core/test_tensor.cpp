@@ -1,6 +1,7 @@
 // Tensor, storage, errors, logging and environment parsing.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -171,6 +172,28 @@ TEST(Env, ParsesNumbersAndSizes) {
   EXPECT_EQ(env::parse_size("2G"), 2ll << 30);
   EXPECT_THROW(env::parse_size("3X"), InvalidArgument);
   EXPECT_THROW(env::parse_size("-1"), InvalidArgument);
+}
+
+// OpenSHMEM waits block until their condition holds: 0, inf and off turn the
+// watchdog off; values past any clock's range are capped (1e10 s overflowed
+// the nanosecond deadline into the past: every wait failed at once).
+TEST(Env, WaitTimeoutZeroOrInfiniteMeansNoWatchdog) {
+  const auto timeout_with = [](const char* value) {
+    setenv("COREMESH_WAIT_TIMEOUT_S", value, 1);
+    return env::wait_timeout_s();
+  };
+  const char* saved = std::getenv("COREMESH_WAIT_TIMEOUT_S");
+  const std::string restore = saved ? saved : "";
+  EXPECT_EQ(timeout_with("60"), 60.0);
+  EXPECT_EQ(timeout_with("0.5"), 0.5);
+  for (const char* none : {"0", "inf", "off", "1e10", "1e300"}) EXPECT_EQ(timeout_with(none), env::kNoWatchdogS) << none;
+  EXPECT_LT(std::chrono::steady_clock::now().time_since_epoch() + std::chrono::seconds(int64_t(env::kNoWatchdogS)),
+            std::chrono::steady_clock::duration::max());
+  EXPECT_THROW(timeout_with("-1"), InvalidArgument);
+  EXPECT_THROW(timeout_with("nan"), InvalidArgument);
+  EXPECT_THROW(timeout_with("soon"), InvalidArgument);
+  if (saved) setenv("COREMESH_WAIT_TIMEOUT_S", restore.c_str(), 1);
+  else unsetenv("COREMESH_WAIT_TIMEOUT_S");
 }
 
 }  // namespace
