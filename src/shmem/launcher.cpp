@@ -113,7 +113,8 @@ class Job {
   void start_pe(int pe, int stdout_fd, int stderr_fd);
   void reap();
   void forward(int sig);
-  void begin_stop(const std::string& why);
+  // `cause`: the PE that stops the job, not counted among the others while it runs.
+  void begin_stop(const std::string& why, int cause = -1);
   void cleanup();
   int live() const {
     int n = 0;
@@ -202,10 +203,11 @@ void Job::forward(int sig) {
     if (p.running) kill(p.pid, sig);
 }
 
-void Job::begin_stop(const std::string& why) {
+void Job::begin_stop(const std::string& why, int cause) {
   if (stopping_) return;
   stopping_ = true;
-  std::string msg = fmt::format("coremesh run: {}; stopping the other {} PEs\n", why, live());
+  const bool cause_runs = cause >= 0 && cause < static_cast<int>(pes_.size()) && pes_[cause].running;
+  std::string msg = fmt::format("coremesh run: {}; stopping the other {} PEs\n", why, live() - cause_runs);
   (void)!write(2, msg.data(), msg.size());
   internal::ring(job_->abort);  // PEs blocked in waits notice within 100 ms
   for (const Pe& p : pes_)
@@ -219,8 +221,8 @@ void Job::reap() {
   // abort exits before the caller is reaped.
   if (!stopping_ && job_->global_exit) {
     stop_code_ = job_->abort_status;
-    begin_stop(fmt::format("PE {} called shmem_global_exit({})", job_->abort_pe,
-                           job_->abort_status));
+    begin_stop(fmt::format("PE {} called shmem_global_exit({})", job_->abort_pe, job_->abort_status),
+               job_->abort_pe);
   }
   for (int pe = 0; pe < static_cast<int>(pes_.size()); ++pe) {
     Pe& p = pes_[pe];

@@ -114,7 +114,8 @@ TEST(Launcher, ExitStatusOfFailingPeIsReturned) {
 TEST(Launcher, GlobalExitStopsEveryone) {
   RunResult r = run_job(4, "global_exit");
   EXPECT_EQ(r.status, 7) << r.output;
-  EXPECT_NE(r.output.find("PE 3 called shmem_global_exit(7)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("PE 3 called shmem_global_exit(7); stopping the other 3 PEs"), std::string::npos)
+      << r.output;
   EXPECT_LT(r.seconds, 5.0);
   expect_nothing_left(r);
 }
