@@ -25,7 +25,10 @@ namespace coremesh::python {
 namespace {
 
 constexpr const char* kSymmetricCapsule = "coremesh.symmetric";
-std::optional<shmem::Session> g_session;
+// Never destroyed: a session still open at exit is ended (or left) by
+// end_shmem_session_at_exit while Python and the runtime are whole; a static
+// destructor would run after them and crash.
+std::optional<shmem::Session>& g_session = *new std::optional<shmem::Session>;
 
 // Calls wait(slice_s) until it returns without a TimeoutError; between
 // slices runs signal handlers and drops released objects. Gives up with a
@@ -75,6 +78,12 @@ void free_symmetric(const py::array& array) {
   PyCapsule_SetContext(base.ptr(), reinterpret_cast<void*>(1));
 }
 
+void end_session() {
+  without_gil([] { runtime::synchronize(); });  // on-stream work may still use the heap
+  release_on_stream_arrays();
+  without_gil([] { g_session.reset(); });  // quiet + barrier, then unmap
+}
+
 void check_fits(const Buffer& into, const Buffer& from, const char* api) {
   CM_CHECK(into.code == from.code && into.itemsize == from.itemsize,
            "use arrays of the same dtype", "{}: element types differ ('{}' vs '{}')", api, into.code,
@@ -95,10 +104,7 @@ void bind_session_and_teams(py::module_& m) {
         "Joins the job (or starts a 1-PE one). heap_size: symmetric bytes per PE (0: "
         "COREMESH_HEAP_SIZE, else 128 MiB), the same on every PE.");
   m.def("finalize", [] {
-          if (!g_session) return;
-          without_gil([] { runtime::synchronize(); });  // on-stream work may still use the heap
-          release_on_stream_arrays();
-          without_gil([] { g_session.reset(); });  // quiet + barrier, then unmap
+          if (g_session) end_session();
         }, "Waits for queued work, then leaves the job (collective). Symmetric arrays die here.");
   m.def("initialized", &shmem::initialized);
   m.def("my_pe", &shmem::my_pe);
@@ -276,6 +282,12 @@ void bind_waits_and_atomics(py::module_& m) {
 }
 
 }  // namespace
+
+void end_shmem_session_at_exit() {
+  if (!g_session) return;
+  if (py::hasattr(py::module_::import("sys"), "last_value")) return;  // died of an exception
+  end_session();
+}
 
 Buffer buffer_arg(const py::handle& obj, const char* what, bool writable) {
   PyObject* raw = PyMemoryView_FromObject(obj.ptr());

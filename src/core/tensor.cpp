@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "coremesh/core/allocator.hpp"
 #include "coremesh/core/error.hpp"
@@ -249,6 +251,27 @@ Tensor Tensor::to(DType dtype) const {
   return t;
 }
 
+namespace {
+// [first byte, end) of the elements a view reaches.
+std::pair<uintptr_t, uintptr_t> byte_span(const Tensor& t) {
+  int64_t low = 0, high = 0;
+  for (size_t i = 0; i < t.shape().size(); ++i) {
+    const int64_t reach = (t.shape()[i] - 1) * t.strides()[i];
+    (reach < 0 ? low : high) += reach;
+  }
+  const auto at = reinterpret_cast<uintptr_t>(t.raw_data());
+  const auto size = static_cast<int64_t>(dtype_size(t.dtype()));
+  return {at + uintptr_t(low * size), at + uintptr_t((high + 1) * size)};
+}
+}  // namespace
+
+bool Tensor::overlaps(const Tensor& other) const {
+  if (!defined() || !other.defined() || numel() == 0 || other.numel() == 0) return false;
+  const auto [first, end] = byte_span(*this);
+  const auto [other_first, other_end] = byte_span(other);
+  return first < other_end && other_first < end;
+}
+
 void Tensor::copy_from(const Tensor& src) {
   CM_CHECK(defined() && src.defined(), "create both tensors before copying", "copy {} an undefined tensor",
            defined() ? "from" : "into");
@@ -258,6 +281,11 @@ void Tensor::copy_from(const Tensor& src) {
   if (src.dtype_ == dtype_ && src.is_contiguous() && is_contiguous()) {
     std::memmove(raw_data(), src.raw_data(), nbytes());
     return;
+  }
+  if (overlaps(src)) {  // element by element would read what it already overwrote
+    Tensor staged = empty(src.shape_, src.dtype_);
+    staged.copy_from(src);
+    return copy_from(staged);
   }
   std::vector<int64_t> dst_offsets;
   dst_offsets.reserve(static_cast<size_t>(numel()));

@@ -43,6 +43,22 @@ TEST(Tensor, ViewsShareStorage) {
   EXPECT_EQ(t.storage().use_count(), 5);
 }
 
+// A copy from a view of the same memory (here its own transpose) reads every
+// element before it writes one; element by element it read overwritten ones.
+TEST(Tensor, CopyFromAnOverlappingViewReadsBeforeItWrites) {
+  Tensor t = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2});
+  t.copy_from(t.transpose(0, 1));
+  EXPECT_EQ(t.to_float_vector(), (std::vector<float>{1, 3, 2, 4}));
+  Tensor shifted = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {6});
+  Tensor a = shifted.slice(0, 0, 4).view({2, 2}).transpose(0, 1);
+  Tensor b = shifted.slice(0, 2, 6).view({2, 2});
+  b.copy_from(a);  // a reads elements 0..3, b writes 2..5
+  EXPECT_EQ(shifted.to_float_vector(), (std::vector<float>{1, 2, 1, 3, 2, 4}));
+  EXPECT_FALSE(Tensor::zeros({2}).overlaps(Tensor::zeros({2})));
+  EXPECT_TRUE(shifted.slice(0, 1, 3).overlaps(shifted.slice(0, 2, 4)));
+  EXPECT_FALSE(shifted.slice(0, 0, 2).overlaps(shifted.slice(0, 2, 4)));
+}
+
 TEST(Tensor, ContiguousCopiesStridedViewsInOrder) {
   Tensor t = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5}, {2, 3});
   Tensor c = t.transpose(0, 1).contiguous();

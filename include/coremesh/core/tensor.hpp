@@ -63,6 +63,8 @@ class Tensor {
   int64_t numel() const noexcept { return shape_numel(shape_); }
   size_t nbytes() const noexcept { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   bool is_contiguous() const noexcept;
+  // Whether the bytes this view spans (first to last element) meet other's.
+  bool overlaps(const Tensor& other) const;
   const std::shared_ptr<Storage>& storage() const noexcept { return storage_; }
   int64_t offset() const noexcept { return offset_; }
 
@@ -88,7 +90,8 @@ class Tensor {
   // Element as float, by multi-index (for tests and debugging).
   float item(std::initializer_list<int64_t> index) const;
   std::vector<float> to_float_vector() const;
-  // Copies src into this tensor; shapes must match, dtypes may differ.
+  // Copies src into this tensor; shapes must match, dtypes may differ; src
+  // may overlap this tensor (it is read before anything is written).
   void copy_from(const Tensor& src);
   void fill(float value);
 

@@ -1,26 +1,8 @@
 #include "checks.hpp"
 
-#include <cstdint>
-#include <utility>
-
 #include "coremesh/core/error.hpp"
 
 namespace coremesh::ops::detail {
-namespace {
-
-// The bytes [first, end) a view can touch: from its lowest to its highest element.
-std::pair<uintptr_t, uintptr_t> byte_span(const Tensor& t) {
-  int64_t low = 0, high = 0;
-  for (size_t i = 0; i < t.shape().size(); ++i) {
-    const int64_t reach = (t.shape()[i] - 1) * t.strides()[i];
-    (reach < 0 ? low : high) += reach;
-  }
-  const auto at = reinterpret_cast<uintptr_t>(t.raw_data());
-  const auto size = static_cast<int64_t>(dtype_size(t.dtype()));
-  return {at + uintptr_t(low * size), at + uintptr_t((high + 1) * size)};
-}
-
-}  // namespace
 
 void check_contiguous(const Tensor& t, const char* what) {
   CM_CHECK(t.defined(), "pass a defined tensor", "{} is undefined", what);
@@ -39,10 +21,7 @@ void check_shape(const Tensor& t, const Shape& shape, const char* what) {
 }
 
 void check_disjoint(const Tensor& out, const char* out_what, const Tensor& in, const char* in_what, bool in_place) {
-  if (!out.defined() || !in.defined() || out.numel() == 0 || in.numel() == 0) return;
-  const auto [out_first, out_end] = byte_span(out);
-  const auto [in_first, in_end] = byte_span(in);
-  if (out_end <= in_first || in_end <= out_first) return;
+  if (!out.overlaps(in)) return;
   const bool same = out.raw_data() == in.raw_data() && out.shape() == in.shape() &&
                     out.strides() == in.strides() && out.dtype() == in.dtype();
   CM_CHECK(in_place && same,
