@@ -51,16 +51,33 @@ auto interruptible(Wait&& wait) {
   }
 }
 
+// A dimension: anything with __index__ (int, np.int64).
+py::ssize_t dimension_arg(const py::handle& d) {
+  CM_CHECK(py::hasattr(d, "__index__"), "give the shape as an int or a sequence of ints",
+           "shmem: {} is not a dimension", py::repr(d).cast<std::string>());
+  const py::object i = py::module_::import("operator").attr("index")(d);
+  CM_CHECK(i.cast<py::int_>() >= py::int_(0) && i.cast<py::int_>() <= py::int_(PY_SSIZE_T_MAX),
+           "pass non-negative dimensions", "shmem: dimension {} of a symmetric array is out of range",
+           py::repr(i).cast<std::string>());
+  return i.cast<py::ssize_t>();
+}
+
 py::array symmetric_array(const py::object& shape, const py::object& dtype, bool zero) {
   const py::dtype dt = py::dtype::from_args(dtype);
+  // Numbers only: the heap outlives Python objects, and strings are not what SHMEM moves.
+  CM_CHECK(std::string("biufc").find(dt.kind()) != std::string::npos,
+           "use a numeric dtype (bool, int, uint, float or complex)",
+           "shmem: a symmetric array cannot hold dtype {}", py::str(static_cast<py::object>(dt)).cast<std::string>());
   std::vector<py::ssize_t> dims;
-  if (py::isinstance<py::int_>(shape)) dims.push_back(shape.cast<py::ssize_t>());
-  else dims = shape.cast<std::vector<py::ssize_t>>();
+  if (py::hasattr(shape, "__index__")) dims.push_back(dimension_arg(shape));
+  else for (const py::handle d : py::iter(shape)) dims.push_back(dimension_arg(d));
   size_t bytes = static_cast<size_t>(dt.itemsize());
-  for (auto d : dims) {
-    CM_CHECK(d >= 0, "pass non-negative dimensions", "negative dimension {} in a symmetric array", d);
-    bytes *= static_cast<size_t>(d);
-  }
+  for (auto d : dims)
+    CM_CHECK(!__builtin_mul_overflow(bytes, static_cast<size_t>(d), &bytes), "use a smaller shape",
+             "shmem: a symmetric array of shape {} needs more bytes than the address space holds",
+             py::repr(shape).cast<std::string>());
+  CM_CHECK(bytes > 0, "give every dimension at least one element (symmetric allocation of 0 bytes gives no memory)",
+           "shmem: a symmetric array of shape {} is empty", py::repr(shape).cast<std::string>());
   void* ptr = without_gil([&] { return zero ? shmem::sym_calloc(1, bytes) : shmem::sym_malloc(bytes); });
   py::capsule owner(ptr, kSymmetricCapsule, nullptr);  // freed by shmem.free, not by Python
   return py::array(dt, dims, ptr, owner);
@@ -74,6 +91,8 @@ void free_symmetric(const py::array& array) {
   CM_CHECK(PyCapsule_GetContext(base.ptr()) == nullptr, "free each symmetric array once",
            "shmem.free: this array was already freed");
   void* ptr = PyCapsule_GetPointer(base.ptr(), kSymmetricCapsule);
+  without_gil([] { runtime::synchronize(); });  // on-stream work queued on it lands first
+  release_on_stream_arrays();
   without_gil([&] { shmem::sym_free(ptr); });
   PyCapsule_SetContext(base.ptr(), reinterpret_cast<void*>(1));
 }
@@ -205,9 +224,17 @@ py::object as_python(R&& value) {
 }
 
 // Calls op(T* element0) for the element type of the symmetric array `dest`.
+// An atomic, a wait or a test acts on element 0: the array needs one.
+Buffer element_arg(const py::handle& obj, const char* what, const char* api) {
+  Buffer b = buffer_arg(obj, what, true);
+  CM_CHECK(b.bytes >= b.itemsize && b.bytes > 0, "pass a slice of at least one element, a[i:i+1] for element i",
+           "shmem.{}: {} has no elements", api, what);
+  return b;
+}
+
 template <bool Floats, typename Op>
 py::object atomic_call(const py::handle& dest, const char* api, Op&& op) {
-  const Buffer b = buffer_arg(dest, "dest", true);
+  const Buffer b = element_arg(dest, "dest", api);
   return dispatch_element<Floats>(b, api, [&](auto zero) -> py::object {
     return as_python(op(static_cast<decltype(zero)*>(b.ptr)));
   });
@@ -228,7 +255,7 @@ void bind_integer_atomic(py::module_& m, const char* name) {
 
 void bind_waits_and_atomics(py::module_& m) {
   m.def("wait_until", [](const py::handle& ivar, const std::string& cmp, const py::object& value) {
-          const Buffer b = buffer_arg(ivar, "ivar", true);
+          const Buffer b = element_arg(ivar, "ivar", "wait_until");
           const shmem::Cmp c = cmp_arg(cmp);
           dispatch_element<false>(b, "wait_until", [&](auto zero) {
             using T = decltype(zero);
@@ -238,7 +265,7 @@ void bind_waits_and_atomics(py::module_& m) {
         }, py::arg("ivar"), py::arg("cmp"), py::arg("value"),
         "Waits until ivar[0] (symmetric, integer) <cmp> value on this PE.");
   m.def("test", [](const py::handle& ivar, const std::string& cmp, const py::object& value) {
-          const Buffer b = buffer_arg(ivar, "ivar", true);
+          const Buffer b = element_arg(ivar, "ivar", "test");
           return dispatch_element<false>(b, "test", [&](auto zero) {
             using T = decltype(zero);
             return shmem::test(static_cast<T*>(b.ptr), cmp_arg(cmp), value.cast<T>());
@@ -289,7 +316,22 @@ void end_shmem_session_at_exit() {
   end_session();
 }
 
+namespace {
+// Whether `obj` is (a view of) a symmetric array that shmem.free freed.
+bool freed_symmetric(const py::handle& obj) {
+  py::handle h = obj;
+  for (int depth = 0; depth < 64 && h && !h.is_none(); ++depth) {
+    if (PyCapsule_IsValid(h.ptr(), kSymmetricCapsule)) return PyCapsule_GetContext(h.ptr()) != nullptr;
+    if (!py::hasattr(h, "base")) return false;
+    h = h.attr("base");
+  }
+  return false;
+}
+}  // namespace
+
 Buffer buffer_arg(const py::handle& obj, const char* what, bool writable) {
+  CM_CHECK(!freed_symmetric(obj), "allocate a new one with shmem.zeros/empty",
+           "shmem: {} is a symmetric array that shmem.free freed (its memory may hold another array now)", what);
   PyObject* raw = PyMemoryView_FromObject(obj.ptr());
   if (raw == nullptr) throw py::error_already_set();
   Buffer b;

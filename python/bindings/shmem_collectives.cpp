@@ -37,6 +37,18 @@ Stream stream_arg(const std::optional<Stream>& stream) {
 
 size_t element_count(const Buffer& b) { return b.bytes / b.itemsize; }
 
+// Every (offset, count) of an alltoallv stays inside its array (in elements).
+void check_within(const std::vector<size_t>& counts, const std::vector<size_t>& offsets, size_t elements,
+                  const char* side, const char* array) {
+  CM_CHECK(counts.size() == offsets.size(), "give one count and one offset per member",
+           "alltoallv: {} {}_counts but {} {}_offsets", counts.size(), side, offsets.size(), side);
+  for (size_t i = 0; i < counts.size(); ++i)
+    CM_CHECK(offsets[i] <= elements && counts[i] <= elements - offsets[i],
+             fmt::format("make {} larger or the {} counts and offsets smaller", array, side),
+             "alltoallv: member {}: {}_offsets {} + {}_counts {} passes the end of {} ({} elements)", i, side,
+             offsets[i], side, counts[i], array, elements);
+}
+
 void check_same_type(const Buffer& a, const Buffer& b, const char* api) {
   CM_CHECK(a.code == b.code && a.itemsize == b.itemsize, "use arrays of the same dtype",
            "{}: element types differ ('{}' vs '{}')", api, a.code, b.code);
@@ -102,6 +114,8 @@ void bind_blocking(py::module_& m) {
                         const std::optional<shmem::Team>& team) {
           const Buffer d = buffer_arg(dest, "dest", true), s = buffer_arg(src, "src", false);
           check_same_type(d, s, "alltoallv");
+          check_within(recv_counts, recv_offsets, element_count(d), "recv", "dest");
+          check_within(send_counts, send_offsets, element_count(s), "send", "src");
           py::gil_scoped_release nogil;
           alltoallv_bytes(team_arg(team), d.ptr, recv_counts, recv_offsets, s.ptr, send_counts,
                           send_offsets, s.itemsize);

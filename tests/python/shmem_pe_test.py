@@ -230,6 +230,47 @@ def test_bad_calls_raise_with_a_hint(me):
         shmem.free(dest)
 
 
+def test_freed_arrays_empty_arrays_and_bad_shapes_are_refused(me):
+    pe, n = me
+    a = shmem.zeros(4, "int64")
+    shmem.free(a)
+    b = shmem.zeros(4, "int64")  # may reuse a's block
+    with pytest.raises(cm.InvalidArgument, match="shmem.free freed"):
+        shmem.put(a, np.full(4, 9, np.int64), pe)
+    with pytest.raises(cm.InvalidArgument, match="shmem.free freed"):
+        shmem.atomic_set(a[1:2], 9, pe)
+    with pytest.raises(cm.InvalidArgument, match="no elements"):
+        shmem.atomic_set(b[4:], 99, pe)  # element 0 of an empty view is past its end
+    with pytest.raises(cm.InvalidArgument, match="no elements"):
+        shmem.test(b[4:], "eq", 0)
+    assert list(b) == [0, 0, 0, 0]
+    for dtype in (object, "U10"):
+        with pytest.raises(cm.InvalidArgument, match="numeric dtype"):
+            shmem.empty(4, dtype)
+    with pytest.raises(cm.InvalidArgument, match="is empty"):
+        shmem.zeros((3, 0), "int64")
+    with pytest.raises(cm.InvalidArgument, match="address space"):
+        shmem.zeros([2**31, 2**31, 8], "int64")
+    c = shmem.zeros(np.int64(3), "int32")  # NumPy integers are dimensions
+    assert c.shape == (3,)
+    # alltoallv counts and offsets stay inside dest and src
+    dest, src = shmem.zeros(4, "int64"), shmem.zeros(64, "int64")
+    with pytest.raises(cm.InvalidArgument, match="passes the end of dest"):
+        shmem.alltoallv(dest, [32] * n, [0] * n, src, [1] * n, [0] * n)
+    with pytest.raises(cm.InvalidArgument, match="passes the end of src"):
+        shmem.alltoallv(dest, [1] * n, [0] * n, src, [1] * n, [64] * n)
+    # free waits for on-stream work queued on the array: the put lands in it,
+    # not in the next array the heap hands out
+    big = shmem.zeros(1 << 20, "float32")
+    shmem.put_on_stream(big, np.ones(1 << 20, np.float32), pe)
+    shmem.free(big)
+    fresh = shmem.zeros(1 << 20, "float32")
+    runtime.synchronize()
+    assert fresh.sum() == 0.0
+    for array in (fresh, dest, src, c, b):
+        shmem.free(array)
+
+
 def test_fused_tp_operators_equal_their_unfused_sequences(me):
     from coremesh import parallel
     pe, n = me

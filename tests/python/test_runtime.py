@@ -269,3 +269,25 @@ def test_ctrl_c_interrupts_waits():
     text = "".join(lines)
     assert proc.returncode == 0, text
     assert "interrupted stream" in text and "interrupted signal" in text and "clean exit" in text, text
+
+
+@pytest.mark.parametrize("ending, status", [("raise RuntimeError('a user error')", 1), ("pass", 0)])
+def test_a_shmem_script_that_does_not_finalize_exits_cleanly(tmp_path, ending, status):
+    """Without shmem.finalize(), a script that ends normally finalizes as a C
+    program does; one that dies of an exception exits with status 1 and its
+    traceback, and the launcher stops the other PEs (it segfaulted at exit)."""
+    script = tmp_path / "no_finalize.py"
+    script.write_text(textwrap.dedent(f"""
+        import numpy as np
+        from coremesh import shmem
+        shmem.init()
+        a = shmem.zeros(4, "int64")
+        shmem.put(a, np.full(4, shmem.my_pe(), np.int64), (shmem.my_pe() + 1) % shmem.n_pes())
+        {ending}
+    """))
+    run = subprocess.run([os.environ["COREMESH_RUN"], "run", "-n", "2", sys.executable, str(script)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == status, run.stderr
+    assert "Segmentation" not in run.stderr and "signal" not in run.stderr, run.stderr
+    if status:
+        assert "a user error" in run.stderr
