@@ -3,15 +3,14 @@
 #include <fmt/format.h>
 #include <sched.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "coremesh/core/error.hpp"
+#include "coremesh/core/file.hpp"
 #include "coremesh/core/log.hpp"
 
 #ifndef COREMESH_VERSION
@@ -76,19 +75,13 @@ void write_tuning_cache(const std::string& path, const TuningCacheFile& file) {
                          {"coremesh_version", file.coremesh_version},
                          {"machine", file.machine},
                          {"entries", std::move(entries)}};
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    CM_CHECK(out.good(), "pass a writable path to --tune-cache", "cannot write the tuning cache '{}': {}", tmp,
-             std::strerror(errno));
-    out << j.dump(1) << "\n";
-    CM_CHECK(out.good(), "free space on the disk or pass another path", "writing the tuning cache '{}' failed", tmp);
-  }
-  CM_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "pass a writable path to --tune-cache",
-           "renaming '{}' to '{}' failed: {}", tmp, path, std::strerror(errno));
+  write_file_atomic(path, j.dump(1) + "\n");
 }
 
 TuningCacheFile read_tuning_cache(const std::string& path) {
+  std::error_code ec;
+  CM_CHECK(!std::filesystem::is_directory(path, ec), "pass the cache file, not a directory",
+           "the tuning cache '{}' is a directory", path);
   std::ifstream in(path);
   CM_CHECK(in.good(), "run `coremesh tune` to make one, or fix the path", "cannot read the tuning cache '{}'", path);
   std::stringstream text;
@@ -97,7 +90,7 @@ TuningCacheFile read_tuning_cache(const std::string& path) {
     const nlohmann::json j = nlohmann::json::parse(text.str());
     CM_CHECK(j.value("format", "") == kFormat, "pass a file written by `coremesh tune`",
              "'{}' is not a coremesh tuning cache (format '{}')", path, j.value("format", ""));
-    CM_CHECK(j.value("version", 0) == kVersion, "run `coremesh tune` again to rewrite it",
+    CM_CHECK(j.value("version", 0) == kVersion, "delete it and run `coremesh tune` to make a new one",
              "the tuning cache '{}' has format version {}; this coremesh reads version {}", path, j.value("version", 0),
              kVersion);
     TuningCacheFile f;
@@ -118,29 +111,39 @@ TuningCacheFile read_tuning_cache(const std::string& path) {
     }
     return f;
   } catch (const nlohmann::json::exception& e) {
-    CM_THROW(InvalidArgument, "run `coremesh tune` again to rewrite it", "the tuning cache '{}' is malformed: {}", path,
+    CM_THROW(InvalidArgument, "delete it and run `coremesh tune` to make a new one",
+             "the tuning cache '{}' is malformed: {}", path,
              e.what());
   }
 }
 
 TuningCacheFile merge(TuningCacheFile base, const TuningCacheFile& updated) {
+  CM_CHECK(base.coremesh_version == updated.coremesh_version && base.machine == updated.machine,
+           "write the new tilings into another tuning cache", "cannot merge tilings of '{}' (coremesh {}) into a "
+           "cache of '{}' (coremesh {})", updated.machine, updated.coremesh_version, base.machine,
+           base.coremesh_version);
   std::map<std::string, TunedEntry> by_key;
-  if (base.coremesh_version == updated.coremesh_version && base.machine == updated.machine)
-    for (TunedEntry& e : base.entries) by_key[e.key] = std::move(e);
-  for (const TunedEntry& e : updated.entries) by_key[e.key] = e;
+  for (TunedEntry& e : base.entries) by_key[e.key] = std::move(e);
+  for (const TunedEntry& e : updated.entries) {
+    auto [it, fresh] = by_key.try_emplace(e.key, e);
+    if (!fresh && e.evaluations >= it->second.evaluations) it->second = e;
+  }
   TuningCacheFile out{updated.coremesh_version, updated.machine, {}};
   for (auto& [key, e] : by_key) out.entries.push_back(std::move(e));
   return out;
 }
 
+std::string stale_reason(const TuningCacheFile& f) {
+  if (f.coremesh_version != coremesh_version())
+    return fmt::format("it was made by coremesh {}, this is {}", f.coremesh_version, coremesh_version());
+  if (f.machine != machine_fingerprint())
+    return fmt::format("it was made on '{}', this is '{}'", f.machine, machine_fingerprint());
+  return "";
+}
+
 size_t load_tuning_cache(const std::string& path) {
   const TuningCacheFile f = read_tuning_cache(path);
-  std::string stale;
-  if (f.coremesh_version != coremesh_version())
-    stale = fmt::format("it was made by coremesh {}, this is {}", f.coremesh_version, coremesh_version());
-  else if (f.machine != machine_fingerprint())
-    stale = fmt::format("it was made on '{}', this is '{}'", f.machine, machine_fingerprint());
-  if (!stale.empty()) {
+  if (const std::string stale = stale_reason(f); !stale.empty()) {
     CM_LOG_WARN("ignoring the stale tuning cache '{}' ({}): heuristic tilings are used; run `coremesh tune` here",
                 path, stale);
     return 0;

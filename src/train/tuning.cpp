@@ -32,13 +32,21 @@ StepTuning tune_step_tilings(const TrainConfig& config, runtime::Device& device,
   CM_CHECK(!cache_path.empty(), "name the tuning cache to write", "no tuning cache path");
   // A file there is added to only if it is a tuning cache: never overwrite what the user saved.
   if (std::filesystem::exists(cache_path)) {
+    std::string stale;
     try {
-      runtime::read_tuning_cache(cache_path);
+      stale = runtime::stale_reason(runtime::read_tuning_cache(cache_path));
     } catch (const Error& e) {
-      CM_THROW(InvalidArgument, "pass the path of a tuning cache, or of a file that does not exist yet",
+      CM_THROW(InvalidArgument,
+               "pass the path of a tuning cache, or of a file that does not exist yet (delete this one if it is "
+               "a damaged cache)",
                "'{}' exists and is not a tuning cache this coremesh can add to ({}); it was left as it is",
                cache_path, e.message());
     }
+    // Its tilings belong to another machine or coremesh: adding ours would drop them.
+    CM_CHECK(stale.empty(),
+             "pass another --tune-cache for this machine, or delete the file to replace it",
+             "the tuning cache '{}' holds another machine's or coremesh's tilings ({}); it was left as it is",
+             cache_path, stale);
   }
   TrainConfig quiet = config;
   quiet.progress = quiet.report = false;
@@ -65,7 +73,7 @@ StepTuning tune_step_tilings(const TrainConfig& config, runtime::Device& device,
   for (int pe = 0; pe < t.pes; ++pe) {  // one writer at a time
     if (pe == me) {
       runtime::TuningCacheFile file = t.report.cache();
-      // the other PEs' keys, written since, and the older entries (a stale cache's are dropped)
+      // the other PEs' keys, written since, and the older entries
       if (std::filesystem::exists(cache_path)) file = runtime::merge(runtime::read_tuning_cache(cache_path), file);
       runtime::write_tuning_cache(cache_path, file);
     }

@@ -52,9 +52,31 @@ fi
 grep -q "is not a tuning cache" "$work/refused.log" || { cat "$work/refused.log"; fail "no clear refusal"; }
 cmp -s "$work/cfg.json" "$work/not_a_cache.json" || fail "the refused file changed"
 
-# a cache from another machine is ignored, with a warning that says why
+# a rerun under a time limit keeps the earlier search's picks (it measured nothing)
+python3 -c "import json,sys; print(sum(e['evaluations'] for e in json.load(open(sys.argv[1]))['entries']))" \
+  "$work/one.json" >"$work/evaluations_before"
+"$exe" tune --config "$work/cfg.json" --tune-cache "$work/one.json" --no-progress --tune-time-limit 0.001 \
+  >"$work/limited.log" 2>&1 || { cat "$work/limited.log"; fail "time-limited tune"; }
+after=$(python3 -c "import json,sys; print(sum(e['evaluations'] for e in json.load(open(sys.argv[1]))['entries']))" \
+  "$work/one.json")
+[ "$after" -ge "$(cat "$work/evaluations_before")" ] || fail "a time-limited rerun replaced measured picks ($after evaluations left)"
+
+# the cache is written through a temporary of its own: a user's NAME.tmp stays
+echo precious >"$work/fresh.json.tmp"
+"$exe" tune --config "$work/cfg.json" --tune-cache "$work/fresh.json" --no-progress --tune-time-limit 0.001 \
+  >"$work/fresh.log" 2>&1 || { cat "$work/fresh.log"; fail "tune into a new cache"; }
+[ "$(cat "$work/fresh.json.tmp")" = precious ] || fail "tune overwrote the user's fresh.json.tmp"
+
+# a cache from another machine is ignored, with a warning that says why, and
+# tune refuses to add to it (that would drop the other machine's tilings)
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); j['machine']='another machine | 64 cpus'; json.dump(j, open(sys.argv[1],'w'))" \
   "$work/one.json"
 train "$work/stale.log" --tune-cache "$work/one.json"
 grep -q "ignoring the stale tuning cache.*another machine" "$work/stale.log" || { cat "$work/stale.log"; fail "no stale warning"; }
+cp "$work/one.json" "$work/other_machine.json"
+if "$exe" tune --config "$work/cfg.json" --tune-cache "$work/one.json" --no-progress >"$work/other.log" 2>&1; then
+  fail "tune added to another machine's cache"
+fi
+grep -q "holds another machine's or coremesh's tilings" "$work/other.log" || { cat "$work/other.log"; fail "no clear refusal"; }
+cmp -s "$work/one.json" "$work/other_machine.json" || fail "the other machine's cache changed"
 echo "OK"

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "coremesh/core/error.hpp"
@@ -285,6 +286,27 @@ TEST_F(Tuner, StaleCachesAreIgnoredWithAWarning) {
     EXPECT_EQ(OpCache::global().tuned_count(), 0u);
   }
   std::remove(path.c_str());
+}
+
+// A rerun adds its keys; a key it searched less thoroughly (a short time
+// limit: the heuristic, 0 evaluations) keeps the earlier pick. Caches of other
+// machines are not merged (their tilings would be lost).
+TEST_F(Tuner, MergeKeepsTheMoreThoroughlySearchedPick) {
+  const auto entry = [](const char* key, int block_dim, int evaluations) {
+    return TunedEntry{key, "op", {block_dim, 1, 0, 0}, {1, 1, 0, 0}, 0, 0, 4, evaluations, 0};
+  };
+  const TuningCacheFile base{coremesh_version(), machine_fingerprint(),
+                             {entry("a", 3, 12), entry("b", 2, 5), entry("c", 4, 9)}};
+  const TuningCacheFile rerun{coremesh_version(), machine_fingerprint(),
+                              {entry("a", 1, 0), entry("b", 4, 5), entry("d", 2, 3)}};
+  const TuningCacheFile merged = merge(base, rerun);
+  std::map<std::string, int> picks;
+  for (const TunedEntry& e : merged.entries) picks[e.key] = e.tiling.block_dim;
+  EXPECT_EQ(picks, (std::map<std::string, int>{{"a", 3}, {"b", 4}, {"c", 4}, {"d", 2}}));
+  const TuningCacheFile other{coremesh_version(), "another machine | 64 cpus", {entry("a", 3, 12)}};
+  EXPECT_THROW(merge(other, rerun), InvalidArgument);
+  EXPECT_EQ(stale_reason(base), "");
+  EXPECT_NE(stale_reason(other).find("another machine"), std::string::npos);
 }
 
 TEST_F(Tuner, BadCacheFilesSayWhatToDo) {

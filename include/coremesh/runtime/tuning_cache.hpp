@@ -45,8 +45,13 @@ void write_tuning_cache(const std::string& path, const TuningCacheFile& file);
 // Reads `path`; throws InvalidArgument (saying what to fix) when it is missing
 // or malformed.
 TuningCacheFile read_tuning_cache(const std::string& path);
-// Entries of `updated` replace those of `base` with the same key; the rest stay.
+// Entries of `updated` replace those of `base` with the same key when they
+// were searched at least as thoroughly (as many evaluations: a rerun under a
+// short time limit keeps an earlier, longer search's pick); the rest stay.
+// Both must come from one machine and coremesh (stale_reason is empty).
 TuningCacheFile merge(TuningCacheFile base, const TuningCacheFile& updated);
+// Why `file` does not hold tilings for this machine and coremesh ("" if it does).
+std::string stale_reason(const TuningCacheFile& file);
 
 // Reads `path` and loads its tilings into OpCache::global() (its entries
 // made so far are dropped: the next lookups take the tuned tilings). A stale

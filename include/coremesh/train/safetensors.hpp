@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "coremesh/core/file.hpp"
 #include "coremesh/core/tensor.hpp"
 
 namespace coremesh::train {
@@ -50,9 +51,6 @@ void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
-// Atomic replacement of `path` by `bytes` (the mechanism write_safetensors uses).
-void write_file_atomic(const std::string& path, const std::string& bytes);
-// The same for the pieces written one after the other (none is copied).
-void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
+using coremesh::write_file_atomic;  // core/file.hpp: the mechanism write_safetensors uses
 
 }  // namespace coremesh::train

@@ -1,0 +1,83 @@
+#include "coremesh/core/file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "coremesh/core/error.hpp"
+
+namespace coremesh {
+namespace fs = std::filesystem;
+
+namespace {
+void fsync_path(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// What to do when writing `bytes` bytes into `dir` failed with `err`.
+std::string write_hint(int err, const fs::path& dir, size_t bytes) {
+  const double mib = double(bytes) / double(1 << 20);
+  const std::string size = mib >= 0.1 ? fmt::format("{:.1f} MiB", mib) : fmt::format("{} bytes", bytes);
+  if (err == ENOSPC || err == EDQUOT)
+    return fmt::format("free at least {} on the file system of '{}' (df -h '{}'), or write elsewhere", size,
+                       dir.string(), dir.string());
+  if (err == EFBIG) return fmt::format("raise the file size limit (ulimit -f) above {}", size);
+  return fmt::format("check the disk and the permissions of '{}'", dir.string());
+}
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  write_file_atomic(path, std::vector<std::string_view>{bytes});
+}
+
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
+  size_t total = 0;
+  for (std::string_view piece : pieces) total += piece.size();
+  fs::path target(path);
+  CM_CHECK(!path.empty(), "name the file to write", "no file name given");
+  std::error_code ec;
+  CM_CHECK(!fs::is_directory(target, ec), fmt::format("name a file, such as '{}'", (target / "NAME").string()),
+           "cannot write '{}': it is a directory", path);
+  fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  fs::create_directories(dir, ec);
+  std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  CM_CHECK(fd >= 0, write_hint(errno, dir, total), "cannot create '{}' to write '{}': {}", tmp, path,
+           std::strerror(errno));
+  // Any failure: the temporary goes, `path` keeps what it held.
+  auto fail = [&](const std::string& what, int err) {
+    ::unlink(tmp.c_str());
+    const std::string kept = fs::exists(target, ec) ? "it keeps its previous contents" : "no partial file was left";
+    CM_THROW(InvalidArgument, write_hint(err, dir, total), "cannot write '{}' ({} bytes): {}: {}; {}", path,
+             total, what, std::strerror(err), kept);
+  };
+  size_t done = 0;
+  for (std::string_view piece : pieces) {
+    for (size_t at = 0; at < piece.size();) {
+      ssize_t w = ::write(fd, piece.data() + at, piece.size() - at);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        const int err = w < 0 ? errno : ENOSPC;  // 0 bytes written: nothing more fits
+        ::close(fd);
+        fail(fmt::format("write failed after {} bytes", done), err);
+      }
+      at += size_t(w), done += size_t(w);
+    }
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("fsync failed", err);
+  }
+  if (::close(fd) != 0) fail("close failed", errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(fmt::format("renaming '{}' failed", tmp), errno);
+  fsync_path(dir.string(), O_RDONLY | O_DIRECTORY);
+}
+
+}  // namespace coremesh
