@@ -9,6 +9,7 @@
 // by bytes, the GEMM peak, and then starts 2 PEs that time put and each
 // collective over sizes from 8 B to 16 MiB and fit latency and bandwidth.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -469,11 +470,42 @@ void read_links(const nlohmann::json& links, sim::Link& link) {
   link.bandwidth = link.fitted.at(sim::Collective::put).bandwidth;
 }
 
+// Where the PEs leave their link figures: a private temporary file (named by
+// the parent, found by the PEs it launches), never a name beside --output.
+std::string links_file() {
+  if (const char* path = std::getenv("COREMESH_CALIBRATE_LINKS")) return path;
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            fmt::format("coremesh-calibrate-{}.links.json", ::getpid())).string();
+  ::setenv("COREMESH_CALIBRATE_LINKS", path.c_str(), 1);
+  return path;
+}
+
 nlohmann::json take_links(const std::string& path) {
+  std::ifstream in(path);
+  CM_CHECK(in.good(), "see the PEs' errors above", "the PEs wrote no link figures to '{}'", path);
   nlohmann::json links;
-  std::ifstream(path) >> links;
+  try {
+    in >> links;
+  } catch (const nlohmann::json::exception& e) {
+    CM_THROW(InvalidArgument, "see the PEs' errors above", "the link figures in '{}' are incomplete: {}", path,
+             e.what());
+  }
   std::filesystem::remove(path);
   return links;
+}
+
+// --output is checked before minutes of measuring: a directory, or a
+// directory that does not exist, would only fail at the end.
+void check_output_path(const std::string& out) {
+  namespace fs = std::filesystem;
+  CM_CHECK(!out.empty(), "name the cluster file to write, e.g. --output cluster.json", "--output is empty");
+  std::error_code ec;
+  CM_CHECK(!fs::is_directory(out, ec), fmt::format("name a file, such as '{}'", (fs::path(out) / "cluster.json").string()),
+           "--output '{}' is a directory", out);
+  const fs::path dir = fs::path(out).parent_path().empty() ? fs::path(".") : fs::path(out).parent_path();
+  CM_CHECK(fs::is_directory(dir, ec) && ::access(dir.c_str(), W_OK) == 0,
+           "create the directory first, or write the file elsewhere",
+           "--output '{}': the directory '{}' does not exist or is not writable", out, dir.string());
 }
 
 // This command again under mpirun, 2 PEs each its own host (COREMESH_PES_PER_HOST=1), the
@@ -485,7 +517,7 @@ int launch_network_pair() {
       "COREMESH_CALIBRATE_MODE=links "
       "mpirun -n 2 --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca osc pt2pt "
       "-x COREMESH_PES_PER_HOST -x COREMESH_TRANSPORT -x UCX_TLS -x UCX_NET_DEVICES -x SHMEM_SYMMETRIC_SIZE "
-      "-x OPENBLAS_NUM_THREADS -x COREMESH_CALIBRATE_MODE";
+      "-x OPENBLAS_NUM_THREADS -x COREMESH_CALIBRATE_MODE -x COREMESH_CALIBRATE_LINKS";
   std::vector<std::string> argv = command_line();
   argv[0] = std::filesystem::read_symlink("/proc/self/exe").string();
   for (const std::string& a : argv) {  // single-quoted for the shell
@@ -497,11 +529,12 @@ int launch_network_pair() {
 }
 
 void run_calibrate(const CalibrateFlags& f) {
-  const std::string links_path = f.out + ".links.json";
+  const std::string links_path = links_file();
   if (under_launcher()) {
     measure_links(links_path);
     return;
   }
+  check_output_path(f.out);
   const train::TrainConfig cfg = f.flags.read();
   cfg.model.validate();
   const CpuTimes start = cpu_times();

@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "coremesh/core/error.hpp"
+#include "coremesh/core/file.hpp"
 #include "coremesh/core/json.hpp"
 
 namespace coremesh::sim {
@@ -337,16 +337,6 @@ Cluster load_cluster(const std::string& path) {
       path, "cluster file", "check the path (clusters/ holds examples; `coremesh calibrate` writes one)"));
 }
 
-void save_cluster(const Cluster& c, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    CM_CHECK(out.good(), "check that the directory exists and is writable", "cannot write '{}'", tmp);
-    out << to_json(c).dump(2) << "\n";
-    CM_CHECK(out.good(), "check the free disk space", "writing '{}' failed", tmp);
-  }
-  CM_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "check the directory's permissions", "cannot rename '{}' to '{}'",
-           tmp, path);
-}
+void save_cluster(const Cluster& c, const std::string& path) { write_file_atomic(path, to_json(c).dump(2) + "\n"); }
 
 }  // namespace coremesh::sim

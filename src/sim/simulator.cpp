@@ -53,6 +53,27 @@ struct Sharing {
   double wait = 0;  // the partners' pace: compute takes this fraction longer
 };
 
+// How many PEs of the job share `pe`'s host.
+int pes_on_host(int world, int host_devices, int pe) {
+  const int first = pe / host_devices * host_devices;
+  return std::min(world, first + host_devices) - first;
+}
+
+// A CPU host's PE computes on its share of the cores (the trainer's
+// take_core_share), --cores at most.
+int pe_threads(const Cluster& cluster, int world, int pe, int cores) {
+  const int on_host = pes_on_host(world, cluster.host_devices, pe);
+  const int my_cores = cluster.cpu_cores > 0 ? std::max(1, cluster.cpu_cores / on_host) : 1;
+  return cores > 0 ? std::min(cores, my_cores) : my_cores;
+}
+
+// The peak of a PE: the device's, or, in a calibrated CPU cluster (peak
+// measured at c.threads cores), scaled to the PE's cores as its ops are.
+double pe_peak(const Cluster& c, const std::string& dtype, int threads) {
+  const double peak = c.peak(dtype);
+  return c.threads > 0 && c.cpu_cores > 0 ? peak * threads / c.threads : peak;
+}
+
 double ops_seconds(const std::vector<Op>& ops, const Cluster& c, Sharing s) {
   double t = 0;
   for (const Op& op : ops) t += c.sharing(s.pes_on_host, s.threads, op.kind) * c.op_seconds(op);
@@ -92,12 +113,6 @@ ChunkCost chunk_cost(const WorkloadShape& w, const parallel::PartRange& parts, c
   return out;
 }
 
-// How many PEs of the job share `pe`'s host.
-int pes_on_host(int world, int host_devices, int pe) {
-  const int first = pe / host_devices * host_devices;
-  return std::min(world, first + host_devices) - first;
-}
-
 }  // namespace
 
 SimResult simulate_step(const SimInput& in, const Cluster& cluster) {
@@ -132,10 +147,8 @@ SimResult simulate_step(const SimInput& in, const Cluster& cluster) {
     at[Dim::pp] = rank;
     const int pe = mesh.rank(at);
     const model::StageLayout stage = parallel::stage_of_pe(plan, world, pe);
-    // a CPU host's PE computes on its share of the cores (the trainer's take_core_share), --cores at most
     const int on_host = pes_on_host(world, cluster.host_devices, pe);
-    const int my_cores = cluster.cpu_cores > 0 ? std::max(1, cluster.cpu_cores / on_host) : 1;
-    Sharing share{on_host, cfg.cores > 0 ? std::min(cfg.cores, my_cores) : my_cores};
+    Sharing share{on_host, pe_threads(cluster, world, pe, cfg.cores)};
     if (world > 1)
       share.wait = cluster.cpu_cores > 0 && on_host * share.threads > cluster.cpu_cores ? cluster.crowded_partner_wait
                                                                                          : cluster.partner_wait;
@@ -207,7 +220,9 @@ SimResult simulate_step(const SimInput& in, const Cluster& cluster) {
   r.model_flops = model::flops_per_token(cfg.model, cfg.seq_len) * tokens;
   r.tokens_per_second = tokens / r.step_seconds;
   const std::string dtype = model::precision_name(cfg.model.precision);
-  r.mfu = r.model_flops / (r.step_seconds * world * cluster.peak(dtype));
+  double peak = 0;
+  for (int pe = 0; pe < world; ++pe) peak += pe_peak(cluster, dtype, pe_threads(cluster, world, pe, cfg.cores));
+  r.mfu = r.model_flops / (r.step_seconds * peak);
   return r;
 }
 
