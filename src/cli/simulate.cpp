@@ -86,6 +86,10 @@ void run_simulate(const SimulateFlags& f) {
                c.gradient_sync, c.optimizer, gb(c.peak_bytes));
   }
   if (!f.trace.empty()) fmt::print("trace: {} (open in ui.perfetto.dev beside a measured one)\n", f.trace);
+  if (cluster.device.memory_bytes > 0 && double(r.peak_bytes) > cluster.device.memory_bytes)
+    fmt::print("does not fit: {} per device at the peak, the device holds {} (more pp, tp or ep, ZeRO-1, smaller "
+               "micro-batches; `coremesh plan` ranks the layouts that fit)\n",
+               gb(r.peak_bytes), gb(int64_t(cluster.device.memory_bytes)));
 }
 
 void run_plan(const PlanFlags& f) {
@@ -107,6 +111,10 @@ void run_plan(const PlanFlags& f) {
   fmt::print("{} layouts of {} PEs on {}, global batch {} sequences of {} tokens; fastest first:\n", layouts.size(),
              req.pes, cluster.name, global, req.config.seq_len);
   fmt::print("{:>4}  {:<64} {:>10} {:>12} {:>6}  {}\n", "rank", "layout", "step s", "tokens/s", "MFU", "why");
+  if (!layouts.front().fits)
+    fmt::print("no layout fits the memory limit: each needs more than {} per device (see why below); raise "
+               "--memory-gb, add PEs or shrink the micro-batches\n",
+               gb(int64_t(req.memory_limit > 0 ? req.memory_limit : cluster.device.memory_bytes)));
   for (size_t i = 0; i < layouts.size() && int(i) < f.top; ++i) {
     const auto& l = layouts[i];
     std::string name = l.result.layout;

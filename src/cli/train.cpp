@@ -201,10 +201,9 @@ int run_train(const TrainFlags& f) {
   train::TrainConfig cfg = read_config(f);
   const int world = cfg.parallel.world();
   if (f.dry_run) {
-    cfg.model.validate();
+    cfg.validate(/*need_data=*/false);  // before anything is printed from the values
     print_dry_run(cfg);
     if (world > 1) print_layout(cfg);
-    if (!cfg.data.empty()) cfg.validate();
     fmt::print("config OK (dry run: nothing trained)\n");
     return 0;
   }
@@ -278,12 +277,16 @@ int run_train(const TrainFlags& f) {
                                train::to_json(cfg).dump(2) + "\n");
     }
     trainer->stop_when([] { return stop_signal() != 0; });
-    if (!f.profile_dir.empty()) runtime::profiler_start();
+    const std::string profile_dir =
+        f.profile_dir.empty() || world == 1 ? f.profile_dir : f.profile_dir + "/pe" + std::to_string(shmem::my_pe());
+    if (!profile_dir.empty()) {
+      runtime::prepare_profile_dir(profile_dir);  // before training: a bad path must not cost the run
+      runtime::profiler_start();
+    }
     r = trainer->run();
-    if (!f.profile_dir.empty()) {
+    if (!profile_dir.empty()) {
       runtime::profiler_stop();
-      const std::string dir = world > 1 ? f.profile_dir + "/pe" + std::to_string(shmem::my_pe()) : f.profile_dir;
-      for (const auto& p : runtime::profiler_export(dir)) fmt::print("profile: {}\n", p);
+      for (const auto& p : runtime::profiler_export(profile_dir)) fmt::print("profile: {}\n", p);
     }
     // measured, per PE: what ZeRO-1 shards, and the process's high-water mark
     rusage usage{};

@@ -1,5 +1,7 @@
 #include "coremesh/runtime/profiler.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -38,7 +40,15 @@ struct EnvProfiler {
   std::optional<std::string> dir = env::get("COREMESH_PROFILE");
   EnvProfiler() {
     state();  // construct the state first so it outlives this object
-    if (dir) profiler_start();
+    if (!dir) return;
+    try {  // said now, not after the run
+      prepare_profile_dir(*dir);
+    } catch (const Error& e) {
+      CM_LOG_ERROR("COREMESH_PROFILE: {}; no profile will be written (HINT: {})", e.message(), e.hint());
+      dir.reset();
+      return;
+    }
+    profiler_start();
   }
   ~EnvProfiler() {
     if (!dir) return;
@@ -186,11 +196,18 @@ void write_chrome_trace(const std::string& path) {
   out << json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
 }
 
-std::vector<std::string> profiler_export(const std::string& dir) {
+void prepare_profile_dir(const std::string& dir) {
+  CM_CHECK(!dir.empty(), "name the profile directory", "the profile directory is empty");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   CM_CHECK(!ec, "choose a directory you can write", "cannot create profile directory '{}': {}",
            dir, ec.message());
+  CM_CHECK(::access(dir.c_str(), W_OK) == 0, "choose a directory you can write",
+           "the profile directory '{}' is not writable", dir);
+}
+
+std::vector<std::string> profiler_export(const std::string& dir) {
+  prepare_profile_dir(dir);
   const std::string csv = (std::filesystem::path(dir) / ("kernel_details" + pe_suffix() + ".csv")).string();
   const std::string trace = (std::filesystem::path(dir) / ("trace" + pe_suffix() + ".json")).string();
   write_kernel_details_csv(csv);

@@ -129,6 +129,7 @@ SimResult simulate_step(const SimInput& in, const Cluster& cluster) {
     for (const auto& p : problems) all += "\n  " + p;
     CM_CHECK(problems.empty(), "change the layout's degrees as listed", "the layout cannot run:{}", all);
   }
+  cfg.validate(/*need_data=*/false);  // batch, seq_len, micro-batches: what the step is made of
   const parallel::Mesh mesh(par, world, parallel::split_sizes(plan.shape));
   const parallel::Schedule schedule = parallel::plan_schedule(par, cfg.grad_accum);
   const WorkloadShape shape{cfg, in.routing_skew};

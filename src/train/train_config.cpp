@@ -92,10 +92,10 @@ bool valid_utf8(const std::string& s) {
 
 }  // namespace
 
-void TrainConfig::validate() const {
+void TrainConfig::validate(bool need_data) const {
   model.validate();
   std::vector<std::string> p = train_fields().problems(*this);
-  if (data.empty()) p.push_back("no training data: pass --data <text file> or set train.data");
+  if (need_data && data.empty()) p.push_back("no training data: pass --data <text file> or set train.data");
   if (out_dir.empty()) p.push_back("out_dir is empty: give the run a directory (--out DIR or train.out_dir)");
   if (!valid_utf8(sample_prompt)) p.push_back("sample_prompt is not UTF-8 text: give a prompt in UTF-8");
   std::error_code ec;

@@ -35,6 +35,24 @@ refused "unknown config section 'modle'" "$exe" train --config "$work/flat.json"
 out=$("$exe" train --config "$work/cfg.json" --batch-size 0 --no-progress 2>&1 || true)
 if grep -q "moe_replicas" <<<"$out"; then echo "$out"; fail "a zero batch also gave the layout's advice"; fi
 refused "step time overflows" "$exe" schedule --schedule 1f1b --costs 1e307,2e307,1e307,0
+# Sizes that would take gigabytes (the OOM killer) or minutes are refused at once.
+refused "more than 100000" "$exe" schedule --schedule 1f1b --microbatches 100000000
+refused "more than 100000" "$exe" schedule --schedule 1f1b --pp 100000
+refused "more than 100000" "$exe" train --pp 2 --microbatches 100000000 --dry-run
+# Train settings are checked before a dry run, simulate or plan prints figures made of them.
+refused "batch_size = 0 must be positive" "$exe" train --batch-size 0 --dry-run
+cluster=$(dirname "$0")/../../clusters/h800-deepseek-v3.json
+refused "batch_size = -4 must be positive" "$exe" simulate --cluster "$cluster" --batch-size -4
+refused "seq_len" "$exe" plan --cluster "$cluster" --pes 8 --seq-len -4
+out=$("$exe" simulate --cluster "$cluster" --d-model 8192 --layers 48 --heads 64 --kv-heads 64 --dense-hidden 32768 \
+  --expert-hidden 4096 --experts 64 2>&1) || { echo "$out"; fail "simulate of a layout too large"; }
+grep -q "does not fit: .* the device holds 80 GB" <<<"$out" || { echo "$out"; fail "simulate did not say the layout does not fit"; }
+out=$("$exe" plan --cluster "$cluster" --pes 8 --memory-gb 0.0001 2>&1) || { echo "$out"; fail "plan under a tiny limit"; }
+grep -q "no layout fits the memory limit" <<<"$out" || { echo "$out"; fail "plan did not say nothing fits"; }
+# A profile directory that cannot be made is refused before training, not after it.
+echo hi >"$work/afile"
+refused "cannot create profile directory" "$exe" train --config "$work/cfg.json" --out "$work/profiled" --profile "$work/afile/sub" --no-progress
+[ ! -e "$work/profiled/checkpoints" ] || fail "trained before refusing the profile directory"
 
 # A trained run for the commands that read one.
 "$exe" train --config "$work/cfg.json" --no-progress >"$work/train.log" 2>&1 || { cat "$work/train.log"; fail "training failed"; }

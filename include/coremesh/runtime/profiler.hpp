@@ -62,6 +62,9 @@ void write_kernel_details_csv(const std::string& path);
 void write_chrome_trace(const std::string& path);
 // Writes both into `dir` (created if missing) and returns their paths.
 std::vector<std::string> profiler_export(const std::string& dir);
+// Creates `dir` if missing; throws InvalidArgument (what to change) if it
+// cannot be written. Called before the work to profile, not after it.
+void prepare_profile_dir(const std::string& dir);
 
 // Names stream `stream` of device `device` in the trace ("dev0 stream 5:
 // moe slice 0"); a later name replaces an earlier one.

@@ -50,7 +50,9 @@ struct TrainConfig {
   bool graph = false;    // capture one step and replay it (see Trainer::queue_step)
   bool progress = true;  // not a config field: the command line's --no-progress
 
-  void validate() const;  // every problem at once, each with what to change
+  // Every problem at once, each with what to change; need_data false: all
+  // but the data (a dry run sizes a config before its data exists).
+  void validate(bool need_data = true) const;
   int64_t tokens_per_step() const { return int64_t(batch_size) * seq_len * grad_accum; }
 };
 
