@@ -54,7 +54,9 @@ int64_t parse_size(const std::string& text) {
   else if (unit == "M" || unit == "MB" || unit == "MiB") scale = int64_t{1} << 20;
   else if (unit == "G" || unit == "GB" || unit == "GiB") scale = int64_t{1} << 30;
   else CM_CHECK(false, "use one of the units K, M, G", "'{}' has an unknown unit '{}'", text, unit);
-  return static_cast<int64_t>(number * static_cast<double>(scale));
+  const double bytes = number * static_cast<double>(scale);
+  CM_CHECK(bytes < 0x1p62, "write a size below 4 EiB, such as 64M or 2G", "'{}' is too large a size", text);
+  return static_cast<int64_t>(bytes);
 }
 
 }  // namespace coremesh::env

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -209,6 +210,7 @@ void Job::begin_stop(const std::string& why, int cause) {
   const bool cause_runs = cause >= 0 && cause < static_cast<int>(pes_.size()) && pes_[cause].running;
   std::string msg = fmt::format("coremesh run: {}; stopping the other {} PEs\n", why, live() - cause_runs);
   (void)!write(2, msg.data(), msg.size());
+  if (!job_->global_exit) std::snprintf(job_->stop_reason, sizeof job_->stop_reason, "%s", why.c_str());
   internal::ring(job_->abort);  // PEs blocked in waits notice within 100 ms
   for (const Pe& p : pes_)
     if (p.running) kill(p.pid, SIGTERM);

@@ -134,6 +134,7 @@ struct alignas(64) JobControl {
   int32_t abort_pe;
   int32_t abort_status;
   uint32_t global_exit;      // 1: abort_pe called shmem_global_exit
+  char stop_reason[112];     // the launcher's, written before it rings abort ("PE 1 was killed ...")
   PeSlot pes[1];             // n_pes entries (allocated past the struct)
 };
 inline constexpr uint64_t kJobMagic = 0x636d2d6a6f62ULL;  // "cm-job"

@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstring>
+#include <string>
 #include <ctime>
 
 #include "coremesh/core/error.hpp"
@@ -74,10 +76,13 @@ int wait_identity_pe() { return g_pe.load(); }
 void check_job_alive() {
   JobControl* job = g_job.load(std::memory_order_relaxed);
   if (job == nullptr || job->abort.seq.load(std::memory_order_acquire) == 0) return;
-  CM_THROW(Error, "see the failing PE's output above",
-           "PE {} stops: the job is being stopped because PE {} {} {}", g_pe.load(), job->abort_pe,
-           job->global_exit ? "called shmem_global_exit with status" : "exited with status",
-           job->abort_status);
+  if (job->global_exit)
+    CM_THROW(Error, "see the failing PE's output above",
+             "PE {} stops: the job is being stopped because PE {} called shmem_global_exit with status {}", g_pe.load(),
+             job->abort_pe, job->abort_status);
+  const std::string reason(job->stop_reason, strnlen(job->stop_reason, sizeof job->stop_reason));
+  CM_THROW(Error, "see the failing PE's output above", "PE {} stops: the job is being stopped ({})", g_pe.load(),
+           reason.empty() ? "by its launcher" : reason);
 }
 
 }  // namespace coremesh::shmem::internal

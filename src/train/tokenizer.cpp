@@ -160,9 +160,20 @@ Tokenizer train_tokenizer(const TokenizerTrainOptions& o, const std::string& out
            "vocab {} is too small for a byte-fallback model", o.vocab_size);
   CM_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "use a fraction in [0, 1)", "val_fraction {} is out of range",
            o.val_fraction);
+  CM_CHECK(o.threads >= 0, "use --threads 0 (every CPU) or a positive count", "--threads {} is negative", o.threads);
+  {  // the output is checked before the training it would throw away
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    CM_CHECK(!out_path.empty() && !fs::is_directory(out_path, ec), "name the model file to write, e.g. --out tok.model",
+             "the tokenizer output '{}' {}", out_path, out_path.empty() ? "is empty" : "is a directory");
+    const fs::path dir = fs::path(out_path).parent_path().empty() ? fs::path(".") : fs::path(out_path).parent_path();
+    CM_CHECK(!fs::exists(dir, ec) || fs::is_directory(dir, ec), "write the model into a directory",
+             "the tokenizer output '{}': '{}' is not a directory", out_path, dir.string());
+  }
   LineIterator lines(o.data, o.val_fraction);
   CM_CHECK(!lines.empty(), "give files with text in them", "the data files hold no text");
-  const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  // SentencePiece trains on at most 128 threads
+  const int threads = std::min(128, o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())));
   // Exact round trips: no normalization or whitespace changes, no dummy
   // prefix, every byte a piece; no BOS/EOS (training windows cut anywhere).
   const std::string args = fmt::format(
@@ -184,7 +195,8 @@ Tokenizer train_tokenizer(const TokenizerTrainOptions& o, const std::string& out
   }();
   const bool too_small = status.ToString().find("smaller than required_chars") != std::string::npos;
   CM_CHECK(status.ok(),
-           too_small ? "use a larger --vocab: at least the number of distinct characters of the text"
+           too_small ? "use a larger --vocab: the 256 byte pieces, every distinct character of the text and one "
+                       "more must fit (the first number above is the vocab, the second what it needs)"
                      : "use a smaller --vocab, or more text in lines under 16384 bytes",
            "SentencePiece could not train a {} vocabulary of {}: {}{}", o.model, o.vocab_size, status.ToString(),
            log.str().empty() ? "" : "\n" + log.str());

@@ -49,6 +49,16 @@ out=$("$exe" simulate --cluster "$cluster" --d-model 8192 --layers 48 --heads 64
 grep -q "does not fit: .* the device holds 80 GB" <<<"$out" || { echo "$out"; fail "simulate did not say the layout does not fit"; }
 out=$("$exe" plan --cluster "$cluster" --pes 8 --memory-gb 0.0001 2>&1) || { echo "$out"; fail "plan under a tiny limit"; }
 grep -q "no layout fits the memory limit" <<<"$out" || { echo "$out"; fail "plan did not say nothing fits"; }
+# Tokenizer training: an output that cannot be written is refused before training; thread counts
+# SentencePiece cannot take are refused (negative) or capped (it trains on at most 128).
+tr '.' '\n' <"$work/corpus.txt" >"$work/lines.txt"
+refused "is a directory" "$exe" tokenizer train --vocab 300 --data "$work/lines.txt" --out "$work"
+refused "is negative" "$exe" tokenizer train --vocab 300 --data "$work/lines.txt" --out "$work/t.model" --threads -5
+"$exe" tokenizer train --vocab 300 --data "$work/lines.txt" --out "$work/t.model" --threads 300 >"$work/tok.log" 2>&1 ||
+  { cat "$work/tok.log"; fail "--threads 300 (more than SentencePiece's 128)"; }
+# A heap size past any address space (it overflowed into a negative size)
+refused "too large a size" "$exe" run -n 1 --heap 1e30 /bin/true
+refused "too large a size" "$exe" run -n 1 --heap inf /bin/true
 # A profile directory that cannot be made is refused before training, not after it.
 echo hi >"$work/afile"
 refused "cannot create profile directory" "$exe" train --config "$work/cfg.json" --out "$work/profiled" --profile "$work/afile/sub" --no-progress
