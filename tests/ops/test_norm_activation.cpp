@@ -4,7 +4,9 @@
 #include "coremesh/ops/norm.hpp"
 #include "harness.hpp"
 
+#include <cmath>
 #include <limits>
+#include <vector>
 
 namespace coremesh::ops {
 namespace {
@@ -126,6 +128,21 @@ TEST(OpsActivation, SwiGLUAndSoftmax) {
   Tensor big = Tensor::from_vector<float>({1000.0f, 1001.0f, -1000.0f}, {1, 3}), yb;
   run_on_stream([&] { yb = softmax(big); });
   EXPECT_NEAR(yb.item({0, 1}), 1.0f / (1.0f + std::exp(-1.0f)), 1e-6);
+  // Masked entries (-inf), and logits more than 87.3 below the row's max
+  // (exp under FLT_MIN), are exactly 0, in the 8-wide and the scalar tail
+  // (they were 1.6e-38); NaN stays NaN.
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  std::vector<float> masked(19, -kInf);
+  masked[3] = 0.0f, masked[11] = 0.0f, masked[17] = -87.5f, masked[18] = -87.2f;
+  Tensor ym;
+  run_on_stream([&] { ym = softmax(Tensor::from_vector<float>(masked, {1, 19})); });
+  for (int64_t i = 0; i < 19; ++i)
+    if (i == 3 || i == 11) EXPECT_FLOAT_EQ(ym.item({0, i}), 0.5f);
+    else if (i == 18) EXPECT_GT(ym.item({0, i}), 0.0f);  // exp(-87.2) is a normal float
+    else EXPECT_EQ(ym.item({0, i}), 0.0f) << "entry " << i;
+  Tensor yn;
+  run_on_stream([&] { yn = softmax(Tensor::from_vector<float>({0.0f, std::nanf("")}, {1, 2})); });
+  EXPECT_TRUE(std::isnan(yn.item({0, 1})));
 }
 
 TEST(OpsActivation, GradientChecks) {

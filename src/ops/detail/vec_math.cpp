@@ -10,8 +10,10 @@ namespace coremesh::ops::detail {
 #ifdef CM_OPS_AVX2
 namespace {
 // Eight lanes of fast_exp (same polynomial and reduction).
-inline __m256 exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.7f));
+inline __m256 exp8(__m256 in) {
+  const __m256 zero = _mm256_cmp_ps(in, _mm256_set1_ps(kExpZeroBelow), _CMP_LT_OQ);
+  const __m256 nan = _mm256_cmp_ps(in, in, _CMP_UNORD_Q);
+  const __m256 x = _mm256_min_ps(_mm256_max_ps(in, _mm256_set1_ps(kExpZeroBelow)), _mm256_set1_ps(88.7f));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -24,7 +26,8 @@ inline __m256 exp8(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+  const __m256 e = _mm256_andnot_ps(zero, _mm256_mul_ps(y, _mm256_castsi256_ps(bits)));
+  return _mm256_blendv_ps(e, in, nan);
 }
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -19,10 +19,16 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// Below this exp(x) is under FLT_MIN: fast_exp returns 0 there (exactly 0
+// for -inf, the masked entries of a softmax), not a denormal.
+inline constexpr float kExpZeroBelow = -87.33654f;
+
 // exp(x) with ~2 ulp error (Cephes polynomial, Cody-Waite reduction);
-// inputs are clamped to [-87, 88.7] (x < -87 gives ~1.6e-38, not 0).
+// inputs above 88.7 are clamped there; NaN stays NaN.
 inline float fast_exp(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.7f ? 88.7f : x);
+  if (x < kExpZeroBelow) return 0.0f;
+  if (x != x) return x;
+  x = x > 88.7f ? 88.7f : x;
   const float n = __builtin_nearbyintf(x * 1.44269504088896341f);
   float r = x - n * 0.693359375f;
   r -= n * -2.12194440e-4f;
