@@ -126,8 +126,13 @@ DType buffer_dtype(const Py_buffer& b, const py::object& requested) {
   };
   if (!requested.is_none()) {
     const DType dtype = dtype_arg(requested);
+    // the documented pairs only: reading uint32 as i32 or int16 as bf16 would reinterpret silently
+    const bool signed_int = is_int && std::islower(code);
     const bool matches = static_cast<Py_ssize_t>(dtype_size(dtype)) == b.itemsize &&
-                         (dtype == DType::f32 ? code == 'f' : is_int);
+                         (dtype == DType::f32                              ? code == 'f'
+                          : dtype == DType::i32 || dtype == DType::i64     ? signed_int
+                          : dtype == DType::bf16                           ? code == 'H'
+                                                                           : code == 'B');
     if (!matches) fail();
     return dtype;
   }
@@ -177,6 +182,19 @@ Tensor tensor_from_data(const py::object& data, const py::object& dtype) {
   CM_ASSERT(size_t(array.nbytes()) == t.nbytes());
   if (t.nbytes() > 0) std::memcpy(t.raw_data(), array.data(), t.nbytes());
   return target == held ? t : t.to(target);
+}
+
+// Every element of `t` set to the number `value`, converted as Tensor(value,
+// t.dtype) converts it: integers exactly, fractions for an integer dtype refused.
+void fill_exactly(Tensor& t, const py::object& value) {
+  CM_CHECK(!py::isinstance<py::sequence>(value) || py::isinstance<py::str>(value), "pass one number",
+           "the fill value must be a number, not {}", py::repr(value).cast<std::string>());
+  const Tensor one = tensor_from_data(value, py::str(std::string(dtype_name(t.dtype()))));
+  const size_t size = dtype_size(t.dtype());
+  Tensor filled = Tensor::empty(t.shape(), t.dtype());
+  auto* out = static_cast<char*>(filled.numel() ? filled.raw_data() : nullptr);
+  for (int64_t i = 0; i < filled.numel(); ++i) std::memcpy(out + i * int64_t(size), one.raw_data(), size);
+  if (filled.numel()) t.copy_from(filled);
 }
 
 bool is_sequence(const py::handle& x) {
@@ -276,7 +294,10 @@ from_numpy shares memory instead of copying.)doc");
       .def("is_contiguous", &Tensor::is_contiguous)
       .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); },
            "Address of the first element (for identity checks).")
-      .def("__len__", [](const Tensor& t) { return t.dim() == 0 ? 0 : t.size(0); })
+      .def("__len__", [](const Tensor& t) {
+             if (t.dim() == 0) throw py::type_error("len() of a 0-d tensor (as NumPy and torch: use .item())");
+             return t.size(0);
+           })
       .def("__repr__", &Tensor::describe)
       .def("view", [](const Tensor& t, const py::args& shape) {
              return t.view(shape.size() == 1 && is_sequence(shape[0]) ? shape_arg(shape[0]) : shape_arg(shape));
@@ -319,8 +340,8 @@ from_numpy shares memory instead of copying.)doc");
              wait_for_device();
              return t.to(dtype_arg(dtype));
            }, py::arg("dtype"), "Converted copy on the host (exact rounding); ops.cast runs on a stream.")
-      .def("fill_", [](Tensor& t, float value) { wait_for_device(); t.fill(value); return t; },
-           py::arg("value"))
+      .def("fill_", [](Tensor& t, const py::object& value) { wait_for_device(); fill_exactly(t, value); return t; },
+           py::arg("value"), "Sets every element to value (integers exactly; fractions refused for integer dtypes).")
       .def("copy_", [](Tensor& t, const Tensor& src) { wait_for_device(); t.copy_from(src); return t; },
            py::arg("src"), "Copies src (same shape, any dtype) into this tensor.")
       .def("__dlpack__", &tensor_to_dlpack, py::arg("stream") = py::none(),
@@ -334,9 +355,12 @@ from_numpy shares memory instead of copying.)doc");
   m.def("zeros", [](const py::object& shape, const py::object& dtype) {
           return Tensor::zeros(shape_arg(shape), dtype_arg(dtype));
         }, py::arg("shape"), py::arg("dtype") = "f32");
-  m.def("full", [](const py::object& shape, float value, const py::object& dtype) {
-          return Tensor::full(shape_arg(shape), value, dtype_arg(dtype));
-        }, py::arg("shape"), py::arg("value"), py::arg("dtype") = "f32");
+  m.def("full", [](const py::object& shape, const py::object& value, const py::object& dtype) {
+          Tensor t = Tensor::empty(shape_arg(shape), dtype_arg(dtype));  // fresh memory: no kernel uses it
+          fill_exactly(t, value);
+          return t;
+        }, py::arg("shape"), py::arg("value"), py::arg("dtype") = "f32",
+        "A tensor of `shape` whose every element is value (converted as Tensor(value, dtype) converts it).");
   m.def("from_numpy", &from_numpy, py::arg("array"), py::arg("dtype") = py::none(), R"doc(
 A tensor over the memory of a writable, C-contiguous buffer (a NumPy array),
 without copying. float32 -> f32, int32 -> i32, int64 -> i64; uint16 codes

@@ -61,6 +61,9 @@ def host_array(data, dtype):
               "(torch: coremesh.from_dlpack(t).clone())")
     kind = src.dtype.kind
     if kind == "O":
+        if any(isinstance(x, int) and not -2**63 <= x < 2**64 for x in (data if isinstance(data, (list, tuple)) else [data])):
+            _fail("an integer does not fit in int64 (NumPy made it a Python object)",
+                  "use integers in [-2**63, 2**63) or floats (dtype=coremesh.float32)")
         where = _ragged_path(data)
         if where:
             _fail(f"the nested lists are ragged: {where}",

@@ -177,3 +177,35 @@ def test_tensor_copies_and_converts():
     np.testing.assert_array_equal(np.asarray(z.clone()), np.full((2, 2), 3.0))
     assert repr(cm.zeros([2, 3], "i32")) == "Tensor([2, 3], i32)"
     assert cm.zeros([2, 3]).view(3, 2).shape == (3, 2)
+
+
+def test_full_and_fill_take_the_value_exactly():
+    """full/fill_ convert as Tensor(value, dtype) does: int64 past 2**24 exactly (they went
+    through a float32), fractions for integer dtypes refused; copy_ from an overlapping view
+    reads before it writes."""
+    assert np.asarray(cm.full([2], 16777217, "i64")).tolist() == [16777217] * 2
+    t = cm.zeros([3], "i64")
+    t.fill_(2**40 + 1)
+    assert np.asarray(t).tolist() == [2**40 + 1] * 3
+    with pytest.raises(cm.InvalidArgument, match="whole numbers"):
+        cm.full([1], 2.7, "i32")
+    with pytest.raises(cm.InvalidArgument, match="does not fit in int64"):
+        cm.zeros([1], "i64").fill_(2**200)
+    with pytest.raises(cm.InvalidArgument, match="does not fit in int64"):
+        cm.Tensor(2**70)
+    x = cm.zeros([4, 4])
+    x.transpose(0, 1).slice(0, 0, 2).fill_(3)  # a strided view: only its elements
+    assert np.asarray(x).sum() == 24.0
+    square = cm.from_numpy(np.array([[1, 2], [3, 4]], np.float32))
+    square.copy_(square.transpose(0, 1))
+    assert np.asarray(square).tolist() == [[1, 3], [2, 4]]
+
+
+def test_from_numpy_reinterprets_only_the_documented_codes():
+    for array, dtype in [(np.array([4000000000], np.uint32), "i32"), (np.zeros(2, np.int16), "bf16"),
+                         (np.zeros(2, np.int8), "f8e4m3")]:
+        with pytest.raises(cm.InvalidArgument, match="cannot hold a buffer"):
+            cm.from_numpy(array, dtype=dtype)
+    assert cm.from_numpy(np.zeros(2, np.uint16), dtype="bf16").dtype == "bf16"
+    with pytest.raises(TypeError, match="0-d"):
+        len(cm.Tensor(3.0))
