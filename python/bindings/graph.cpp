@@ -35,7 +35,14 @@ void bind_graph(py::module_& m) {
         "Ends this thread's capture and returns the Graph; raises if a forked stream was not joined back.");
   m.def(
       "instantiate",
-      [](graph::Graph& g, bool passes) { return graph::instantiate(std::move(g), {.passes = passes}); },
+      [](graph::Graph& g, bool passes) {
+        CM_CHECK(!g.nodes().empty(),
+                 "capture work first (with graph.capture(stream): ops launched in the block), and instantiate each "
+                 "captured Graph once",
+                 "graph.instantiate: the graph has no nodes (an earlier instantiate consumed it, or nothing was "
+                 "launched on the captured stream)");
+        return graph::instantiate(std::move(g), {.passes = passes});
+      },
       py::arg("graph"), py::arg("passes") = true,
       "Runs the passes (fusions that respect streams and core limits, dead nodes) and builds every kernel. "
       "Consumes `graph` (it is empty afterwards).");

@@ -47,17 +47,22 @@ for _name in ("runtime", "ops", "profiler", "shmem", "train", "graph", "parallel
 class _Capture:
     """with graph.capture(stream) as cap: ...  -- cap.graph is the captured Graph.
 
-    begin_capture(stream) on entry, end_capture() on a normal exit; an
-    exception inside the block ends the capture and propagates."""
+    begin_capture(stream) on entry, with `stream` the current stream inside the
+    block (ops launched there are captured, as torch.cuda.graph does);
+    end_capture() on a normal exit; an exception inside the block ends the
+    capture and propagates."""
 
     def __init__(self, stream):
         self.stream, self.graph = stream, None
+        self._current = runtime.StreamCtx(stream)
 
     def __enter__(self):
         graph.begin_capture(self.stream)
+        self._current.__enter__()
         return self
 
     def __exit__(self, kind, value, tb):
+        self._current.__exit__(kind, value, tb)
         captured = graph.end_capture() if kind is None else None
         if kind is not None:
             try:

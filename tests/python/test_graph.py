@@ -184,3 +184,21 @@ def test_host_synchronization_inside_a_capture_is_refused():
                 ops.add(t.x, t.y)
                 s.synchronize()
     synchronize()
+
+
+def test_capture_makes_its_stream_current_and_a_graph_instantiates_once():
+    """Ops in `with graph.capture(s)` go to s (they ran eagerly on the default
+    stream, leaving an empty graph); a Graph that instantiate consumed, or one
+    with no nodes, is refused (a second Exec replayed nothing)."""
+    s = Stream()
+    a, c = cm.full([4], 1.0), cm.zeros([4])
+    with graph.capture(s) as cap:
+        ops.add_out(c, a, c)
+    assert len(cap.graph) == 1
+    exe = graph.instantiate(cap.graph)
+    with pytest.raises(cm.InvalidArgument, match="no nodes"):
+        graph.instantiate(cap.graph)
+    exe.replay(s)
+    exe.replay(s)
+    s.synchronize()
+    assert np.asarray(c).tolist() == [2.0] * 4
