@@ -83,7 +83,7 @@ ShmemExperts::SiteBuffers& ShmemExperts::buffers(Site site) {
 
 ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tensor& offsets, Site site,
                                                     const Weights& weights, const FirstGemm& first) {
-  const int g = ep_.size(), E = shape_.experts, El = local_, S = shadows_;
+  const int E = shape_.experts, El = local_, S = shadows_;
   SiteBuffers& b = buffers(site);
   CM_CHECK(xp.dim() == 2 && xp.size(1) == shape_.width && xp.size(0) <= shape_.max_rows && offsets.numel() == E + 1,
            "size the expert-parallel buffers for the largest micro-batch slice (tokens / moe_replicas x top_k rows)",
@@ -92,9 +92,28 @@ ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tens
   CM_CHECK(S == 0 || (weights.w13.defined() && weights.w2.defined() && weights.w13.size(0) == El &&
                       weights.w2.size(0) == El && weights.w13.numel() + weights.w2.numel() == int64_t(El) * b.shadow_w.size(1)),
            "pass the layer's routed-expert weights of this PE to dispatch", "dispatch with shadowed experts");
+  CM_CHECK(b.failed.empty(),
+           "construct a new expert-parallel group on every PE (this one's exchange stopped part way, so its "
+           "members no longer agree on where they are)",
+           "dispatch of MoE layer {} slice {} after the previous one failed: {}", site.layer, site.slice, b.failed);
   CM_CHECK(!b.awaiting_combine, "combine each dispatch of a layer before dispatching the layer again",
            "dispatch of MoE layer {} slice {} while its previous dispatch was not combined", site.layer, site.slice);
   b.awaiting_combine = true;
+  try {
+    return dispatch_planned(xp, offsets, site, weights, first);
+  } catch (const std::exception& e) {
+    b.failed = e.what();
+    throw;
+  } catch (...) {
+    b.failed = "an exception that is not a std::exception";
+    throw;
+  }
+}
+
+ExpertDispatcher::Dispatched ShmemExperts::dispatch_planned(const Tensor& xp, const Tensor& offsets, Site site,
+                                                            const Weights& weights, const FirstGemm& first) {
+  const int g = ep_.size(), El = local_, S = shadows_;
+  SiteBuffers& b = buffers(site);
   auto plan = std::make_shared<Plan>();
   plan->site = site, plan->rows = xp.size(0), plan->xp_offsets = offsets;
   plan->counts = Tensor::empty({g, 2 * El}, DType::i64);

@@ -429,3 +429,27 @@ def test_expert_dispatch_and_its_fused_forms(me):
     assert len(ranges) == El, "the second GEMM expert by expert"
     for got in (back, fused_back, dx):
         np.testing.assert_array_equal(np.asarray(got), rows)
+
+
+def test_a_dispatch_whose_first_gemm_raises_says_the_layer_is_unusable(me):
+    """The user's first GEMM raising inside dispatch leaves the exchange part way: the next dispatch
+    of that layer names the error and what to do (it said 'combine each dispatch', which could not
+    be followed: the failed dispatch returned nothing to combine). One PE: with more, the members'
+    exchange would stop at different points."""
+    from coremesh import parallel
+    pe, n = me
+    if n != 1:
+        return
+    E, C, R, W = 4, 8, 12, 6
+    offsets = cm.from_numpy(np.array([0, 3, 6, 9, 12], np.int64))
+    xp = cm.from_numpy(np.random.default_rng(1).standard_normal((R, C), dtype=np.float32))
+    ep = parallel.ExpertParallelGroup(experts=E, width=C, max_rows=R, fused=True)
+
+    def bad(rows, scale, offs, out):
+        raise ValueError("a bug in the user's first GEMM")
+
+    with pytest.raises(ValueError, match="a bug in the user's first GEMM"):
+        ep.dispatch(xp, offsets, first=bad, first_width=W)
+    with pytest.raises(cm.InvalidArgument, match="after the previous one failed: .*a bug in the user's first GEMM"):
+        ep.dispatch(xp, offsets, first=bad, first_width=W)
+    runtime.synchronize()

@@ -71,6 +71,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -154,9 +155,13 @@ class ShmemExperts final : public ExpertDispatcher {
     std::vector<std::pair<Tensor, Tensor>> group_weights;  // Dispatched::w13, w2 per micro-batch in flight
     uint64_t fwd_round = 0, bwd_round = 0;
     bool awaiting_combine = false;  // dispatched, not yet combined
+    std::string failed;             // why a dispatch stopped part way (its exchange is incomplete)
   };
   struct Plan;
   SiteBuffers& buffers(Site site);
+  // dispatch() once its checks passed (a failure part way marks the site failed).
+  Dispatched dispatch_planned(const Tensor& xp, const Tensor& offsets, Site site, const Weights& weights,
+                              const FirstGemm& first);
   Received free_received(SiteBuffers& b, bool forward);
   // Forward, with shadow slots: every source's counts to every PE, then the
   // plan into p.shadows (the same on every PE).
