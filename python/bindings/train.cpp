@@ -20,16 +20,30 @@ using nlohmann::json;
 
 json json_arg(const py::object& config) {
   if (py::isinstance<py::dict>(config)) {
+    // NumPy scalars (np.int64(4), np.float32(0.1)) are numbers: JSON takes their value
+    const py::cpp_function numpy_scalars([](const py::object& o) -> py::object {
+      if (py::isinstance(o, py::module_::import("numpy").attr("generic"))) return o.attr("item")();
+      throw py::type_error(fmt::format("a value of type {} ({})", py::str(o.get_type().attr("__name__")).cast<std::string>(),
+                                       py::repr(o).cast<std::string>()));
+    });
     std::string text;
     try {
-      text = py::module_::import("json").attr("dumps")(config, py::arg("allow_nan") = false).cast<std::string>();
+      text = py::module_::import("json")
+                 .attr("dumps")(config, py::arg("allow_nan") = false, py::arg("default") = numpy_scalars)
+                 .cast<std::string>();
     } catch (py::error_already_set& e) {  // nan/inf (ValueError) or a value JSON has no form for (TypeError)
       if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
-      CM_THROW(InvalidArgument, "give finite numbers (not nan or inf), strings, booleans, lists and dicts",
-               "the config dict is not JSON: {}", e.what());
+      CM_THROW(InvalidArgument,
+               "give numbers (finite: not nan or inf), strings, booleans, None, lists and dicts",
+               "the config dict is not JSON: it holds {}", py::str(e.value()).cast<std::string>());
     }
     return parse_user_json(text, "the config dict");
   }
+  CM_CHECK(py::isinstance<py::str>(config) || py::isinstance<py::bytes>(config) ||
+               py::hasattr(config, "__fspath__"),
+           "pass a dict (the JSON config's form) or the path of a JSON config file",
+           "config is a {} ({}), not a dict or a path", py::str(config.get_type().attr("__name__")).cast<std::string>(),
+           py::repr(config).cast<std::string>());
   const py::module_ os = py::module_::import("os");
   const auto path = os.attr("fsdecode")(os.attr("fspath")(config)).cast<std::string>();
   return load_user_json(path, "config", "pass a dict or the path of a JSON config");
@@ -163,6 +177,9 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
       .def("run", [](train::Trainer& t, int64_t until_step, bool save_at_end, bool overwrite) {
              CM_CHECK(until_step <= t.config().steps, "raise the config's steps to train further",
                       "until_step {} is past the config's {} steps", until_step, t.config().steps);
+             CM_CHECK(until_step == -1 || until_step > t.step(),
+                      "give a step after the trainer's (-1: the config's steps)",
+                      "until_step {} is not after step {}, where the trainer is", until_step, t.step());
              train::TrainResult r;
              {
                StopOnInterrupt stop(t);
@@ -177,8 +194,11 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
            "Trains until `until_step` (default: the config's steps) -> result dict. Unless the trainer resumed, "
            "out_dir may not hold another run's checkpoints unless overwrite=True, which deletes them and "
            "metrics.jsonl first (save_checkpoint refuses them too).")
-      .def("queue_step", &train::Trainer::queue_step, py::call_guard<py::gil_scoped_release>(),
-           "Launches one optimizer step on the trainer's stream and returns without waiting.")
+      .def("queue_step", [](train::Trainer& t) {
+             CM_CHECK(t.step() < t.config().steps, "raise the config's steps to train further",
+                      "the trainer has done all {} steps of its config", t.config().steps);
+             without_gil([&] { t.queue_step(); });
+           }, "Launches one optimizer step on the trainer's stream and returns without waiting.")
       .def("finish_step", [](train::Trainer& t) {
              const train::StepRecord r = without_gil([&] { return t.finish_step(); });
              return step_dict(r);

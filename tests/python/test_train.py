@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import coremesh as cm
@@ -81,6 +82,12 @@ def test_trainer_steps_validates_and_resumes(config, tmp_path):
     assert record["step"] == 8 and trainer.step == 9 and record["loss"] > 0
     trainer.resume(first["checkpoint"])  # rewound in-process: the records past it go
     assert [r["step"] for r in trainer.records] == list(range(6))
+    for before in (6, -5):  # not after the trainer's step 6; negative (only -1 means "all")
+        with pytest.raises(cm.InvalidArgument, match="is not after step 6"):
+            trainer.run(until_step=before)
+    trainer.run(save_at_end=False)
+    with pytest.raises(cm.InvalidArgument, match="has done all 12 steps"):
+        trainer.queue_step()  # past the config's steps
 
 
 def test_a_new_run_refuses_another_runs_directory(config):
@@ -119,9 +126,20 @@ def test_config_is_validated_with_a_hint(config):
         train.config(b"/nonexistent.json")  # a bytes path is a path
     config["train"]["batch_size"] = 4
     config["train"]["lr"] = float("nan")
-    with pytest.raises(cm.InvalidArgument, match="(?s)not JSON.*HINT: give finite numbers"):
+    with pytest.raises(cm.InvalidArgument, match="(?s)not JSON.*HINT: give numbers \\(finite"):
         train.config(config)
     config["train"]["lr"] = 1e-3
+    config["train"]["steps"] = np.int64(4)  # NumPy scalars are numbers
+    config["train"]["min_lr"] = np.float32(1e-4)
+    assert train.config(config)["train"]["steps"] == 4
+    config["train"]["sample_prompt"] = object()
+    with pytest.raises(cm.InvalidArgument, match="not JSON: it holds a value of type object") as raised:
+        train.config(config)
+    assert "Traceback" not in str(raised.value) and "encoder.py" not in str(raised.value)
+    del config["train"]["sample_prompt"]
+    for bad in (None, 42, [1, 2]):
+        with pytest.raises(cm.InvalidArgument, match="not a dict or a path"):
+            train.Trainer(bad)
     config["paralel"] = {"dp": 2}  # a misspelt section was ignored
     with pytest.raises(cm.InvalidArgument, match="unknown config section 'paralel'"):
         train.config(config)
