@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include <pybind11/numpy.h>
 
@@ -217,6 +219,26 @@ void bind_memory_and_rma(py::module_& m) {
         "Waits until signal[0] <cmp> value ('eq','ne','gt','ge','lt','le'); returns the signal.");
 }
 
+// A number for an element of type T: integers exactly and in T's range,
+// floats for float elements; anything else names the argument and the range.
+template <typename T>
+T number_arg(const py::object& value, const char* what) {
+  if constexpr (std::is_floating_point_v<T>) {
+    CM_CHECK(py::hasattr(value, "__float__"), "pass a number", "shmem: {} {} is not a number", what,
+             py::repr(value).cast<std::string>());
+    return static_cast<T>(value.cast<double>());
+  } else {
+    CM_CHECK(py::hasattr(value, "__index__"), "pass a whole number (the array holds integers)",
+             "shmem: {} {} is not an integer", what, py::repr(value).cast<std::string>());
+    const py::int_ i = py::module_::import("operator").attr("index")(value);
+    const py::int_ low(std::numeric_limits<T>::min()), high(std::numeric_limits<T>::max());
+    CM_CHECK(i >= low && i <= high, "pass a value the array's element type holds",
+             "shmem: {} {} is outside [{}, {}]", what, py::repr(i).cast<std::string>(),
+             std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+    return i.cast<T>();
+  }
+}
+
 template <typename R>
 py::object as_python(R&& value) {
   if constexpr (std::is_base_of_v<py::object, std::decay_t<R>>) return std::forward<R>(value);
@@ -247,7 +269,7 @@ template <AtomicOp Op, bool Fetch>
 void bind_integer_atomic(py::module_& m, const char* name) {
   m.def(name, [name](const py::handle& dest, const py::object& value, int pe) {
           return atomic_call<false>(dest, name, [&](auto* p) -> py::object {
-            const auto old = shmem::atomic_fetch_op<Op>(p, value.cast<std::remove_pointer_t<decltype(p)>>(), pe);
+            const auto old = shmem::atomic_fetch_op<Op>(p, number_arg<std::remove_pointer_t<decltype(p)>>(value, "value"), pe);
             return Fetch ? py::cast(old) : py::none();
           });
         }, py::arg("dest"), py::arg("value"), py::arg("pe"));
@@ -259,7 +281,7 @@ void bind_waits_and_atomics(py::module_& m) {
           const shmem::Cmp c = cmp_arg(cmp);
           dispatch_element<false>(b, "wait_until", [&](auto zero) {
             using T = decltype(zero);
-            const T v = value.cast<T>();
+            const T v = number_arg<T>(value, "value");
             interruptible([&](double slice) { shmem::wait_until(static_cast<T*>(b.ptr), c, v, slice); return 0; });
           });
         }, py::arg("ivar"), py::arg("cmp"), py::arg("value"),
@@ -268,7 +290,7 @@ void bind_waits_and_atomics(py::module_& m) {
           const Buffer b = element_arg(ivar, "ivar", "test");
           return dispatch_element<false>(b, "test", [&](auto zero) {
             using T = decltype(zero);
-            return shmem::test(static_cast<T*>(b.ptr), cmp_arg(cmp), value.cast<T>());
+            return shmem::test(static_cast<T*>(b.ptr), cmp_arg(cmp), number_arg<T>(value, "value"));
           });
         }, py::arg("ivar"), py::arg("cmp"), py::arg("value"));
 
@@ -279,19 +301,19 @@ void bind_waits_and_atomics(py::module_& m) {
         }, py::arg("src"), py::arg("pe"));
   m.def("atomic_set", [](const py::handle& dest, const py::object& value, int pe) {
           atomic_call<true>(dest, "atomic_set", [&](auto* p) {
-            shmem::atomic_set(p, value.cast<std::remove_pointer_t<decltype(p)>>(), pe);
+            shmem::atomic_set(p, number_arg<std::remove_pointer_t<decltype(p)>>(value, "value"), pe);
             return py::none();
           });
         }, py::arg("dest"), py::arg("value"), py::arg("pe"));
   m.def("atomic_swap", [](const py::handle& dest, const py::object& value, int pe) {
           return atomic_call<true>(dest, "atomic_swap", [&](auto* p) {
-            return shmem::atomic_swap(p, value.cast<std::remove_pointer_t<decltype(p)>>(), pe);
+            return shmem::atomic_swap(p, number_arg<std::remove_pointer_t<decltype(p)>>(value, "value"), pe);
           });
         }, py::arg("dest"), py::arg("value"), py::arg("pe"), "Returns the old value.");
   m.def("atomic_compare_swap", [](const py::handle& dest, const py::object& cond, const py::object& value, int pe) {
           return atomic_call<true>(dest, "atomic_compare_swap", [&](auto* p) {
             using T = std::remove_pointer_t<decltype(p)>;
-            return shmem::atomic_compare_swap(p, cond.cast<T>(), value.cast<T>(), pe);
+            return shmem::atomic_compare_swap(p, number_arg<T>(cond, "cond"), number_arg<T>(value, "value"), pe);
           });
         }, py::arg("dest"), py::arg("cond"), py::arg("value"), py::arg("pe"),
         "Sets dest[0] on `pe` to value if it equals cond; returns the old value.");

@@ -225,6 +225,14 @@ def test_bad_calls_raise_with_a_hint(me):
         shmem.signal_fetch(dest)
     with pytest.raises(cm.InvalidArgument, match="not a symmetric array"):
         shmem.free(dest[:1])
+    # values an element cannot hold are named with the range (they were bare pybind11 cast errors)
+    with pytest.raises(cm.InvalidArgument, match=r"value 1099511627776 is outside \[-2147483648, 2147483647\]"):
+        shmem.atomic_add(dest, 2**40, pe)
+    for value in (1.5, None):
+        with pytest.raises(cm.InvalidArgument, match="is not an integer"):
+            shmem.atomic_add(dest, value, pe)
+    with pytest.raises(cm.InvalidArgument, match="cond 'x' is not an integer"):
+        shmem.atomic_compare_swap(dest, "x", 1, pe)
     shmem.free(dest)
     with pytest.raises(cm.InvalidArgument, match="already freed"):
         shmem.free(dest)
