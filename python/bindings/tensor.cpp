@@ -235,9 +235,10 @@ void wait_for_device() {
 
 DType dtype_arg(const py::handle& value) {
   std::string name;
+  if (value.is_none()) return DType::f32;  // as NumPy's None: the default dtype
   if (py::isinstance<py::str>(value)) {
     name = value.cast<std::string>();
-  } else if (py::hasattr(value, "is_floating_point") && py::hasattr(value, "itemsize")) {
+  } else if (py::str(value.get_type().attr("__module__")).cast<std::string>() == "torch") {
     name = py::str(value).cast<std::string>();  // a torch dtype: "torch.float32"
     if (name.rfind("torch.", 0) == 0) name.erase(0, 6);
   } else {

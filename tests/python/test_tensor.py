@@ -209,3 +209,12 @@ def test_from_numpy_reinterprets_only_the_documented_codes():
     assert cm.from_numpy(np.zeros(2, np.uint16), dtype="bf16").dtype == "bf16"
     with pytest.raises(TypeError, match="0-d"):
         len(cm.Tensor(3.0))
+
+
+def test_torch_dtypes_name_coremesh_dtypes():
+    """common.hpp promises NumPy/torch dtype-like objects: torch 1.13's dtype has no itemsize,
+    and was refused; None is the default (float32), as NumPy's None is its default."""
+    assert cm.zeros([2], torch.float32).dtype == "f32" and cm.zeros([2], torch.bfloat16).dtype == "bf16"
+    assert cm.zeros([2], torch.int64).dtype == "i64" and cm.zeros([2], None).dtype == "f32"
+    with pytest.raises(cm.InvalidArgument, match="no dtype 'float16'"):
+        cm.zeros([2], torch.float16)
