@@ -6,6 +6,7 @@
 // "/cm-<job id>-<pe>-data" (128-bit random id, mode 0600); the PEs unlink
 // them once everybody has mapped them, and the launcher unlinks them all
 // again on exit for PEs that died before.
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -15,10 +16,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -116,6 +121,7 @@ class Job {
   void forward(int sig);
   // `cause`: the PE that stops the job, not counted among the others while it runs.
   void begin_stop(const std::string& why, int cause = -1);
+  void kill_orphans();
   void cleanup();
   int live() const {
     int n = 0;
@@ -244,12 +250,37 @@ void Job::reap() {
   }
 }
 
+// The processes a stopped PE left behind (a shell's background job) are
+// reparented to the launcher, a child subreaper: they go with the job.
+void Job::kill_orphans() {
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return;
+  const pid_t me = getpid();
+  while (const dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t close_paren = text.rfind(')');  // the command may hold spaces and parentheses
+    if (close_paren == std::string::npos) continue;
+    char state = 0;
+    long parent = 0;
+    if (std::sscanf(text.c_str() + close_paren + 1, " %c %ld", &state, &parent) != 2 || parent != me) continue;
+    if (std::any_of(pes_.begin(), pes_.end(), [&](const Pe& p) { return p.running && p.pid == pid; })) continue;
+    kill(pid_t(pid), SIGKILL);
+    waitpid(pid_t(pid), nullptr, 0);
+  }
+  closedir(proc);
+}
+
 int Job::run() {
   CM_CHECK(options_.n_pes >= 1 && options_.n_pes <= internal::kMaxPes,
            "choose between 1 and 256 PEs", "cannot start {} PEs", options_.n_pes);
   CM_CHECK(!options_.argv.empty(), "name the program to run: coremesh run -n N prog args...",
            "no program to run");
   create_control_block();
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   sigset_t mask;
   sigemptyset(&mask);
@@ -302,6 +333,7 @@ int Job::run() {
     for (TaggedStream& s : streams_)
       if (s.fd >= 0) s.pump();
   }
+  if (stopping_) kill_orphans();
   // Drain what the PEs wrote before exiting (grandchildren may keep a pipe
   // open; we do not wait for them).
   for (TaggedStream& s : streams_) {
@@ -329,6 +361,7 @@ void Job::cleanup() {
     waitpid(p.pid, nullptr, 0);
     p.running = false;
   }
+  if (stopping_) kill_orphans();
   for (int pe = 0; pe < options_.n_pes; ++pe) {
     shm_unlink(fmt::format("/cm-{}-{}", id_, pe).c_str());
     shm_unlink(fmt::format("/cm-{}-{}-data", id_, pe).c_str());  // global variables

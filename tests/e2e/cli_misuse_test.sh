@@ -59,6 +59,15 @@ refused "is negative" "$exe" tokenizer train --vocab 300 --data "$work/lines.txt
 # A heap size past any address space (it overflowed into a negative size)
 refused "too large a size" "$exe" run -n 1 --heap 1e30 /bin/true
 refused "too large a size" "$exe" run -n 1 --heap inf /bin/true
+# A stopped job takes the processes its PEs started with it (a shell's background job was left running).
+printf '#!/bin/sh\nif [ "$COREMESH_PE" = 0 ]; then sleep 1; exit 2; fi\nsleep 4711 &\nwait\n' >"$work/pe.sh"
+chmod +x "$work/pe.sh"
+status=0
+"$exe" run -n 2 "$work/pe.sh" >"$work/pe.log" 2>&1 || status=$?
+[ "$status" -eq 2 ] || { cat "$work/pe.log"; fail "the failing PE's status was not the job's ($status)"; }
+sleep 0.3
+for cmdline in /proc/[0-9]*/cmdline; do tr '\0' ' ' <"$cmdline" 2>/dev/null; echo; done >"$work/processes"
+if grep -q "^sleep 4711" "$work/processes"; then fail "a PE's background process outlived the stopped job"; fi
 # A profile directory that cannot be made is refused before training, not after it.
 echo hi >"$work/afile"
 refused "cannot create profile directory" "$exe" train --config "$work/cfg.json" --out "$work/profiled" --profile "$work/afile/sub" --no-progress
