@@ -59,7 +59,7 @@ SEE ALSO
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 1;  // --help: 0; a bad option: 1, as documented (CLI11 has its own codes)
   } catch (const std::exception& e) {
     std::fprintf(stderr, "coremesh: error: %s\n", e.what());
     return 1;

@@ -59,6 +59,11 @@ refused "is negative" "$exe" tokenizer train --vocab 300 --data "$work/lines.txt
 # A heap size past any address space (it overflowed into a negative size)
 refused "too large a size" "$exe" run -n 1 --heap 1e30 /bin/true
 refused "too large a size" "$exe" run -n 1 --heap inf /bin/true
+# A bad option exits 1, as --help documents (CLI11's own codes were 104-109).
+status=0
+"$exe" tune --tune-time-limit 0 >/dev/null 2>&1 || status=$?
+[ "$status" -eq 1 ] || fail "a bad option exited $status"
+"$exe" --help >/dev/null || fail "--help did not exit 0"
 # A stopped job takes the processes its PEs started with it (a shell's background job was left running).
 printf '#!/bin/sh\nif [ "$COREMESH_PE" = 0 ]; then sleep 1; exit 2; fi\nsleep 4711 &\nwait\n' >"$work/pe.sh"
 chmod +x "$work/pe.sh"
