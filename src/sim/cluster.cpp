@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -191,10 +192,23 @@ double Cluster::sharing(int pes_on_host, int threads_per_pe, OpKind kind) const 
   return std::max(1.0, busy_cores / cpu_cores) * (1 + busy * (slowdown - 1));
 }
 
+namespace {
+// A whole count of `j` (1 when absent): one past int's range is refused, not truncated.
+int count_field(const nlohmann::json& j, const char* key, int absent = 1) {
+  if (!j.contains(key)) return absent;
+  const nlohmann::json& v = j.at(key);
+  CM_CHECK(v.is_number_integer() && v.get<int64_t>() >= INT_MIN && v.get<int64_t>() <= INT_MAX,
+           "give a whole number of a reasonable size", "cluster file: {} is {}, not a count", key, v.dump());
+  return int(v.get<int64_t>());
+}
+}  // namespace
+
 std::vector<std::string> Cluster::problems() const {
   std::vector<std::string> out;
+  // rates (FLOP/s, B/s) below 1 are unit mistakes, and their costs overflow
   auto positive = [&](double v, const char* field) {
-    if (!(v > 0) || !std::isfinite(v)) out.push_back(fmt::format("{} is {}: give a number > 0", field, v));
+    if (!(v >= 1) || !std::isfinite(v))
+      out.push_back(fmt::format("{} is {}: give a rate of at least 1 (FLOP/s or B/s)", field, v));
   };
   if (devices < 1) out.push_back(fmt::format("devices is {}: give the cluster's device count (>= 1)", devices));
   if (host_devices < 1)
@@ -254,7 +268,7 @@ Cluster cluster_from_json(const nlohmann::json& j) {
              "cluster file: schema '{}' is not {}", schema, kClusterSchema);
     c.name = j.value("name", "");
     c.sources = j.value("sources", std::vector<std::string>{});
-    c.devices = j.value("devices", 1);
+    c.devices = count_field(j, "devices");
     const auto& d = j.at("device");
     c.device.name = d.value("name", "");
     c.device.peak_flops = d.at("peak_flops").get<std::map<std::string, double>>();
@@ -267,8 +281,8 @@ Cluster cluster_from_json(const nlohmann::json& j) {
         c.device.efficiency[parse_name(kOpKinds, name, "op kind")] = v.get<double>();
     c.device.launch_seconds = d.value("launch_seconds", 0.0);
     if (j.contains("host")) {
-      c.host_devices = j.at("host").value("devices", 1);
-      c.cpu_cores = j.at("host").value("cpu_cores", 0);
+      c.host_devices = count_field(j.at("host"), "devices");
+      c.cpu_cores = count_field(j.at("host"), "cpu_cores", 0);
       c.busy_gemm_slowdown = j.at("host").value("busy_gemm_slowdown", 1.0);
       c.busy_memory_slowdown = j.at("host").value("busy_memory_slowdown", 1.0);
       c.partner_wait = j.at("host").value("partner_wait", 0.0);

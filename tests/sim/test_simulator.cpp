@@ -198,6 +198,13 @@ TEST(Cluster, FileRoundTripsAndRefusesBadFields) {
   nlohmann::json memory = j;
   memory["device"]["memory_bytes"] = -1;
   refused(memory, "device.memory_bytes is -1");
+  // counts past int (they were truncated: 2^40 devices read as 0) and rates too small to be meant
+  nlohmann::json huge = j;
+  huge["devices"] = int64_t(1) << 40;
+  refused(huge, "devices is 1099511627776, not a count");
+  nlohmann::json tiny = j;
+  tiny["device"]["memory_bandwidth"] = 1e-300;
+  refused(tiny, "device.memory_bandwidth is 1e-300");
 }
 
 TEST(Simulator, OnePeIsTheSumOfItsKernels) {
