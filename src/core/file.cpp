@@ -28,6 +28,7 @@ std::string write_hint(int err, const fs::path& dir, size_t bytes) {
     return fmt::format("free at least {} on the file system of '{}' (df -h '{}'), or write elsewhere", size,
                        dir.string(), dir.string());
   if (err == EFBIG) return fmt::format("raise the file size limit (ulimit -f) above {}", size);
+  if (err == EROFS) return fmt::format("'{}' is on a read-only file system: write elsewhere", dir.string());
   return fmt::format("check the disk and the permissions of '{}'", dir.string());
 }
 }  // namespace
@@ -46,6 +47,9 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
            "cannot write '{}': it is a directory", path);
   fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   fs::create_directories(dir, ec);
+  // the directory's own error (read-only file system, permission), not the ENOENT of the file in it
+  CM_CHECK(!ec || fs::is_directory(dir), write_hint(ec.value(), dir, total), "cannot create the directory '{}' to "
+           "write '{}': {}", dir.string(), path, ec.message());
   std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   CM_CHECK(fd >= 0, write_hint(errno, dir, total), "cannot create '{}' to write '{}': {}", tmp, path,

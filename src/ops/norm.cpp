@@ -30,6 +30,9 @@ void check_norm_inputs(const Tensor& x, const Tensor& w) {
   detail::check_dtype(w, DType::f32, "w");
   CM_CHECK(x.dim() >= 1 && w.dim() == 1 && w.size(0) == x.size(-1), "w must be (C) for x (..., C)",
            "rmsnorm weight {} does not match input {}", w.describe(), x.describe());
+  // the mean of no squares is not a number: each row needs a feature
+  CM_CHECK(x.size(-1) > 0, "normalize rows of at least one column", "rmsnorm of rows of 0 columns ({})",
+           x.describe());
 }
 
 // Row by row, each output row may be an input's own row (in place); the

@@ -88,6 +88,16 @@ std::string safetensors_serialize(const std::vector<std::pair<std::string, Tenso
   return out;
 }
 
+namespace {
+// Bytes of a damaged file, safe to print: control and non-ASCII bytes as \xNN.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text)
+    out += c >= 0x20 && c < 0x7f ? std::string(1, char(c)) : fmt::format("\\x{:02x}", c);
+  return out;
+}
+}  // namespace
+
 SafetensorsFile safetensors_parse(const char* data, size_t size, const std::string& what) {
   const char* hint = "the file is damaged or not a safetensors file; use another copy";
   CM_CHECK(size >= 8, hint, "{}: {} bytes is too short for a safetensors header", what, size);
@@ -99,7 +109,7 @@ SafetensorsFile safetensors_parse(const char* data, size_t size, const std::stri
   try {
     header = nlohmann::json::parse(data + 8, data + 8 + n);
   } catch (const nlohmann::json::exception& e) {
-    CM_THROW(InvalidArgument, hint, "{}: header is not valid JSON: {}", what, e.what());
+    CM_THROW(InvalidArgument, hint, "{}: header is not valid JSON: {}", what, printable(e.what()));
   }
   CM_CHECK(header.is_object(), hint, "{}: header is not a JSON object", what);
   const char* base = data + 8 + n;
@@ -116,7 +126,12 @@ SafetensorsFile safetensors_parse(const char* data, size_t size, const std::stri
         }
         continue;
       }
-      DType dtype = parse_safetensors_dtype(entry.at("dtype").get<std::string>());
+      DType dtype{};
+      try {
+        dtype = parse_safetensors_dtype(entry.at("dtype").get<std::string>());
+      } catch (const InvalidArgument& e) {
+        CM_THROW(InvalidArgument, e.hint(), "{}: tensor '{}': {}", what, printable(name), e.message());
+      }
       Shape shape = entry.at("shape").get<Shape>();
       for (int64_t d : shape) CM_CHECK(d >= 0, hint, "{}: tensor '{}' has a negative dimension", what, name);
       auto offs = entry.at("data_offsets").get<std::vector<size_t>>();

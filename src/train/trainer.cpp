@@ -274,6 +274,15 @@ void Trainer::resume(const std::string& where) {
              fmt::format("resume from the checkpoint before it: --resume {} (and move the damaged one away)", before),
              "{}", e.message());
   }
+  // before the model's shapes: a tokenizer left out shows first as another vocab size
+  const std::string saved_tokenizer = s.train_config.is_object() ? s.train_config.value("tokenizer", "") : "";
+  CM_CHECK(s.tokenizer == tokenizer_->serialized(),
+           saved_tokenizer.empty() || s.tokenizer.empty()
+               ? "resume with the tokenizer the checkpoint was trained with (train.tokenizer / --tokenizer)"
+               : fmt::format("resume with the tokenizer the checkpoint was trained with: --tokenizer {}",
+                             saved_tokenizer),
+           "checkpoint '{}' was trained with {}, this run uses {}", path,
+           s.tokenizer.empty() ? "bytes" : "another tokenizer", cfg_.tokenizer.empty() ? "bytes" : "'" + cfg_.tokenizer + "'");
   std::vector<std::pair<std::string, Shape>> whole;  // the 1-PE model's names and shapes
   for (const auto& p : model::layout_params(cfg_.model).params) whole.emplace_back(p.name, p.shape);
   check_compatible(s, cfg_.model, whole, path);
@@ -281,10 +290,6 @@ void Trainer::resume(const std::string& where) {
            "resume with the same data files as the run that saved the checkpoint",
            "checkpoint '{}' was trained on different data (fingerprint {} vs {})", path,
            s.data_fingerprint, data_->fingerprint());
-  CM_CHECK(s.tokenizer == tokenizer_->serialized(),
-           "resume with the tokenizer the checkpoint was trained with (train.tokenizer / --tokenizer)",
-           "checkpoint '{}' was trained with {}, this run uses {}", path,
-           s.tokenizer.empty() ? "bytes" : "another tokenizer", cfg_.tokenizer.empty() ? "bytes" : "'" + cfg_.tokenizer + "'");
   report_changed_settings(s.train_config, path);
   stream_.synchronize();
   load_state(*model_, *opt_, s.params, s.adam_m, s.adam_v);

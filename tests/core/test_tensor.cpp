@@ -129,6 +129,9 @@ TEST(Tensor, BadUseGivesAHint) {
   EXPECT_EQ(big.to(DType::i32).data<int32_t>()[0], INT32_MAX);
   EXPECT_EQ(big.to(DType::i32).data<int32_t>()[2], 16777217);
   EXPECT_THROW(Tensor::from_vector<int64_t>({int64_t{1} << 40}, {1}).to(DType::i32), InvalidArgument);
+  EXPECT_EQ(Tensor().numel(), 0);  // no storage, no elements (a 0-d tensor has one)
+  EXPECT_EQ(Tensor().nbytes(), 0u);
+  EXPECT_EQ(Tensor::zeros({}).numel(), 1);
   EXPECT_THROW(Tensor().raw_data(), InvalidArgument);
   EXPECT_THROW(Tensor().item({}), InvalidArgument);  // these read through the null storage
   EXPECT_THROW(Tensor().to(DType::bf16), InvalidArgument);

@@ -108,6 +108,12 @@ TEST(OpsActivation, PointwiseForwardBackward) {
   });
 }
 
+// Rows of 0 columns have no mean square: refused (the rstd came back with
+// shape [0] for 3 rows).
+TEST(OpsNorm, RowsWithoutColumnsAreRefused) {
+  EXPECT_THROW(rmsnorm(Tensor::zeros({3, 0}), Tensor::zeros({0}), 1e-5f), InvalidArgument);
+}
+
 TEST(OpsActivation, SwiGLUAndSoftmax) {
   Tensor gu = randn({2, 9, 2 * 77}, 12), dy = randn({2, 9, 77}, 13);
   Tensor x = randn({31, 67}, 14, 3.0f), dsm = randn({31, 67}, 15);

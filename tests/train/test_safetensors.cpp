@@ -73,8 +73,13 @@ TEST(Safetensors, DamagedFilesAreRefusedWithAReason) {
   EXPECT_NE(error_of(good + "xxxx").find("follow the last tensor"), std::string::npos);
   EXPECT_NE(error_of(with_header("{not json", 0)).find("not valid JSON"), std::string::npos);
   EXPECT_NE(error_of(with_header(R"({"w":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}})", 2))
-                .find("unsupported safetensors dtype 'F16'"),
+                .find("tensor 'w': unsupported safetensors dtype 'F16'"),  // names the tensor
             std::string::npos);
+  // bytes that are not text are escaped, not written raw to the terminal
+  const std::string raw = error_of(with_header("{\"w\": \"\xff\xfe\x1b[2J\"}", 0));
+  EXPECT_NE(raw.find("not valid JSON"), std::string::npos) << raw;
+  EXPECT_EQ(raw.find('\xff'), std::string::npos) << raw;
+  EXPECT_EQ(raw.find('\x1b'), std::string::npos) << raw;
   EXPECT_NE(error_of(with_header(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8))
                 .find("needs 12 bytes"),
             std::string::npos);

@@ -206,6 +206,14 @@ TEST_F(TokenizerTest, RunCarriesItGeneratesEvaluatesAndResumes) {
     EXPECT_NE(std::string(e.what()).find("was trained with another tokenizer, this run uses bytes"), std::string::npos)
         << e.what();
   }
+  // a resume that left the tokenizer out (so the byte vocab, 256): said before the vocab sizes, naming the file
+  Trainer bytes_run(tiny(dir->path, "", 256));
+  try {
+    bytes_run.resume(r.checkpoint);
+    ADD_FAILURE() << "a byte-level run resumed a tokenizer's checkpoint";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--tokenizer " + model), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(TokenizerTest, ACheckpointWithADamagedOrMismatchedTokenizerIsRefused) {

@@ -60,7 +60,7 @@ class Tensor {
   const Shape& strides() const noexcept { return strides_; }
   int dim() const noexcept { return static_cast<int>(shape_.size()); }
   int64_t size(int d) const;
-  int64_t numel() const noexcept { return shape_numel(shape_); }
+  int64_t numel() const noexcept { return defined() ? shape_numel(shape_) : 0; }  // undefined: no elements
   size_t nbytes() const noexcept { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   bool is_contiguous() const noexcept;
   // Whether the bytes this view spans (first to last element) meet other's.
