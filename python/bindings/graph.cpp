@@ -12,8 +12,8 @@ void bind_graph(py::module_& m) {
       .def("__len__", [](const graph::Graph& g) { return g.nodes().size(); })
       .def("dump", &graph::Graph::dump, "Text form, one line per node: op, tensors, stream, limits, deps.");
 
-  py::class_<graph::PassResult>(m, "PassResult")
-      .def_readonly("name", &graph::PassResult::name)
+  py::class_<graph::PassResult>(m, "PassResult", "What one pass of instantiate did (Exec.pass_results).")
+      .def_readonly("name", &graph::PassResult::name, "the pass's name")
       .def_readonly("matches", &graph::PassResult::matches, "patterns rewritten")
       .def_readonly("removed", &graph::PassResult::removed, "nodes fewer than before")
       .def("__repr__", [](const graph::PassResult& r) {
@@ -23,11 +23,11 @@ void bind_graph(py::module_& m) {
   py::class_<graph::Exec>(m, "Exec", "An instantiated graph, ready to replay.")
       .def("replay", [](graph::Exec& e, runtime::Stream& s) { without_gil([&] { e.replay(s); }); }, py::arg("stream"),
            "Runs every node on `stream`'s device under the limits it was captured with; asynchronous.")
-      .def_property_readonly("captured_nodes", &graph::Exec::captured_nodes)
+      .def_property_readonly("captured_nodes", &graph::Exec::captured_nodes, "nodes before the passes")
       .def_property_readonly("nodes", &graph::Exec::nodes, "nodes after the passes")
-      .def_property_readonly("pass_results", &graph::Exec::pass_results)
+      .def_property_readonly("pass_results", &graph::Exec::pass_results, "a PassResult per pass, in order")
       .def("dump", [](const graph::Exec& e) { return e.graph().dump(); }, "the graph after the passes")
-      .def("dump_before_passes", &graph::Exec::dump_before_passes);
+      .def("dump_before_passes", &graph::Exec::dump_before_passes, "the graph as captured, before the passes");
 
   m.def("begin_capture", &graph::begin_capture, py::arg("stream"),
         "Records, instead of running, the work launched on `stream` (and on streams that join it through events).");

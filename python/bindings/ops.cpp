@@ -44,15 +44,17 @@ FP8 e4m3 codes with their f32 scales (DeepSeek-V3 fine-grained scaling):
 activations (M,K) with scale (M, ceil(K/128)); weights (N,K) with scale
 (ceil(N/128), ceil(K/128)). Unpacks as (data, scale).)doc")
       .def(py::init([](const Tensor& data, const Tensor& scale) { return QuantizedTensor{data, scale}; }),
-           py::arg("data"), py::arg("scale"))
-      .def_readwrite("data", &QuantizedTensor::data)
-      .def_readwrite("scale", &QuantizedTensor::scale)
+           py::arg("data"), py::arg("scale"), "Pairs fp8 e4m3 codes with their f32 scales (no copy, no check).")
+      .def_readwrite("data", &QuantizedTensor::data, "The f8e4m3 codes.")
+      .def_readwrite("scale", &QuantizedTensor::scale, "The f32 scales, one per 1x128 tile or 128x128 block.")
       .def("__iter__", [](const QuantizedTensor& q) { return py::iter(py::make_tuple(q.data, q.scale)); });
 
   m.def("add", &ops::add, py::arg("a"), py::arg("b"), "a + b, f32 of equal shape (vector kernel).");
   m.def("mul", &ops::mul, py::arg("a"), py::arg("b"), "a * b, f32 of equal shape (vector kernel).");
-  m.def("add_out", &ops::add_out, py::arg("a"), py::arg("b"), py::arg("out"));
-  m.def("mul_out", &ops::mul_out, py::arg("a"), py::arg("b"), py::arg("out"));
+  m.def("add_out", &ops::add_out, py::arg("a"), py::arg("b"), py::arg("out"),
+        "out = a + b into out, contiguous f32 of equal shape; out may be a or b itself.");
+  m.def("mul_out", &ops::mul_out, py::arg("a"), py::arg("b"), py::arg("out"),
+        "out = a * b into out, contiguous f32 of equal shape; out may be a or b itself.");
 
   m.def("matmul", &ops::matmul, py::arg("a"), py::arg("b"), py::arg("trans_a") = false,
         py::arg("trans_b") = false, R"doc(
@@ -185,12 +187,14 @@ Flash attention, MHA or GQA. q (B,T,H,D), k and v (B,S,Hkv,D), f32 ->
         "-> (dx (..., C), dw (C)); dx_plus (x's shape) is added into dx (residual form).");
 
   m.def("silu", &ops::silu, py::arg("x"), "x * sigmoid(x), f32.");
-  m.def("silu_backward", &ops::silu_backward, py::arg("dy"), py::arg("x"));
+  m.def("silu_backward", &ops::silu_backward, py::arg("dy"), py::arg("x"),
+        "dy, x f32 of equal shape -> dx = dy * silu'(x).");
   m.def("gelu", [](const Tensor& x, const std::string& a) { return ops::gelu(x, gelu_arg(a)); },
         py::arg("x"), py::arg("approximate") = "tanh", "GELU, tanh (GPT-2) or 'none' (erf) form.");
   m.def("gelu_backward", [](const Tensor& dy, const Tensor& x, const std::string& a) {
           return ops::gelu_backward(dy, x, gelu_arg(a));
-        }, py::arg("dy"), py::arg("x"), py::arg("approximate") = "tanh");
+        }, py::arg("dy"), py::arg("x"), py::arg("approximate") = "tanh",
+        "dy, x f32 of equal shape -> dx = dy * gelu'(x), in the same form as gelu.");
   m.def("swiglu", &ops::swiglu, py::arg("gate_up"),
         "gate_up (..., 2F) laid out [gate | up] -> silu(gate) * up (..., F).");
   m.def("swiglu_backward", &ops::swiglu_backward, py::arg("dy"), py::arg("gate_up"),
@@ -209,7 +213,8 @@ Rotary embedding. x (B,T,H,D) f32, D even; positions (T) i64. Pairs are
 pos * base^(-2p/D).)doc");
   m.def("rope_backward", [](const Tensor& dy, const Tensor& pos, float base, bool interleaved) {
           return ops::rope_backward(dy, pos, rope_config(base, interleaved));
-        }, py::arg("dy"), py::arg("positions"), py::arg("base") = 10000.0f, py::arg("interleaved") = false);
+        }, py::arg("dy"), py::arg("positions"), py::arg("base") = 10000.0f, py::arg("interleaved") = false,
+        "dy (B,T,H,D) -> dx: the inverse rotation, with the same positions, base and pairing as rope.");
   m.def("rope_qkv", [](const Tensor& qkv, int64_t heads, int64_t kv_heads, const Tensor& pos,
                        float base, bool interleaved) {
           auto r = ops::rope_qkv(qkv, heads, kv_heads, pos, rope_config(base, interleaved));
@@ -264,7 +269,8 @@ Vocabulary-parallel cross entropy, step 1: logits (N, V/P) of the columns
         py::arg("vocab") = -1, "dtable = d table + beta * dtable, in place (its rows of the slice).");
 
   m.def("transpose", &ops::transpose, py::arg("x"), "x (..., R, C) -> (..., C, R), any dtype, exact.");
-  m.def("transpose_out", &ops::transpose_out, py::arg("x"), py::arg("y"));
+  m.def("transpose_out", &ops::transpose_out, py::arg("x"), py::arg("y"),
+        "transpose into y (..., C, R), contiguous, x's dtype, not overlapping x.");
 }
 
 }  // namespace

@@ -30,9 +30,9 @@ void bind_routing(py::module_& m) {
   py::class_<ops::Routing>(m, "Routing", "indices (T,k) i32 (-1: dropped) and weights (T,k) f32; "
                                          "unpacks as (indices, weights).")
       .def(py::init([](const Tensor& i, const Tensor& w) { return ops::Routing{i, w}; }),
-           py::arg("indices"), py::arg("weights"))
-      .def_readwrite("indices", &ops::Routing::indices)
-      .def_readwrite("weights", &ops::Routing::weights)
+           py::arg("indices"), py::arg("weights"), "Pairs indices (T,k) i32 with weights (T,k) f32 (no copy).")
+      .def_readwrite("indices", &ops::Routing::indices, "(T,k) i32 expert ids, -1 for a dropped assignment.")
+      .def_readwrite("weights", &ops::Routing::weights, "(T,k) f32 combine weights.")
       .def("__iter__", [](const ops::Routing& r) { return py::iter(py::make_tuple(r.indices, r.weights)); });
 
   m.def("router_scores", [](const Tensor& logits, const std::string& func) {
@@ -41,7 +41,8 @@ void bind_routing(py::module_& m) {
         "logits (T,E) -> scores (T,E): softmax over experts or sigmoid per expert.");
   m.def("router_scores_backward", [](const Tensor& dscores, const Tensor& scores, const std::string& func) {
           return ops::router_scores_backward(dscores, scores, score_func_arg(func));
-        }, py::arg("dscores"), py::arg("scores"), py::arg("func") = "softmax");
+        }, py::arg("dscores"), py::arg("scores"), py::arg("func") = "softmax",
+        "dscores (T,E) -> dlogits (T,E), from the output scores of router_scores with the same func.");
 
   const auto topk = [](int k, int n_groups, int topk_groups, bool renorm, float route_scale) {
     return ops::TopKConfig{k, n_groups, topk_groups, renorm, route_scale};
@@ -133,10 +134,11 @@ void bind_optimizer(py::module_& m) {
   py::class_<ops::ParamSegment>(m, "ParamSegment", "[offset, offset+numel) of a flat tensor; decay: "
                                                    "weight decay applies.")
       .def(py::init([](int64_t offset, int64_t numel, bool decay) { return ops::ParamSegment{offset, numel, decay}; }),
-           py::arg("offset"), py::arg("numel"), py::arg("decay") = false)
-      .def_readwrite("offset", &ops::ParamSegment::offset)
-      .def_readwrite("numel", &ops::ParamSegment::numel)
-      .def_readwrite("decay", &ops::ParamSegment::decay);
+           py::arg("offset"), py::arg("numel"), py::arg("decay") = false,
+           "The segment [offset, offset+numel) of a flat tensor; decay: weight decay applies to it.")
+      .def_readwrite("offset", &ops::ParamSegment::offset, "First element of the segment.")
+      .def_readwrite("numel", &ops::ParamSegment::numel, "Number of elements in the segment.")
+      .def_readwrite("decay", &ops::ParamSegment::decay, "Whether weight decay applies.");
 
   m.def("grad_sq_sum", py::overload_cast<const std::vector<Tensor>&>(&ops::grad_sq_sum), py::arg("grads"),
         "Sum of squares of every element of `grads` -> (1) f32 (deterministic).");

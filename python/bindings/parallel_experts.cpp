@@ -26,12 +26,18 @@ f32, or in the wire's form (bf16; f8e4m3 with scale (R_local, ceil(C/128))
 f32); offsets (E_local + 1) i64 its group list; source_offsets (E_local x
 sources + 1) i64 the (expert, source) runs; first: the first GEMM's output
 where the dispatch ran it (else None).)doc")
-      .def_property_readonly("rows", [](const ExpertDispatcher::Dispatched& d) { return d.rows; })
-      .def_property_readonly("scale", [](const ExpertDispatcher::Dispatched& d) { return tensor_or_none(d.scale); })
-      .def_property_readonly("offsets", [](const ExpertDispatcher::Dispatched& d) { return d.offsets; })
-      .def_property_readonly("source_offsets", [](const ExpertDispatcher::Dispatched& d) { return d.source_offsets; })
-      .def_property_readonly("sources", [](const ExpertDispatcher::Dispatched& d) { return d.sources; })
-      .def_property_readonly("first", [](const ExpertDispatcher::Dispatched& d) { return tensor_or_none(d.first); });
+      .def_property_readonly("rows", [](const ExpertDispatcher::Dispatched& d) { return d.rows; },
+                             "(R_local, C) this PE's experts' rows, grouped by local expert, then by source.")
+      .def_property_readonly("scale", [](const ExpertDispatcher::Dispatched& d) { return tensor_or_none(d.scale); },
+                             "(R_local, ceil(C/128)) f32 scales of f8e4m3 rows, else None.")
+      .def_property_readonly("offsets", [](const ExpertDispatcher::Dispatched& d) { return d.offsets; },
+                             "(E_local + 1) i64: the group list of rows.")
+      .def_property_readonly("source_offsets", [](const ExpertDispatcher::Dispatched& d) { return d.source_offsets; },
+                             "(E_local x sources + 1) i64: the (expert, source) runs of rows.")
+      .def_property_readonly("sources", [](const ExpertDispatcher::Dispatched& d) { return d.sources; },
+                             "Number of sources (PEs) per local expert in rows.")
+      .def_property_readonly("first", [](const ExpertDispatcher::Dispatched& d) { return tensor_or_none(d.first); },
+                             "(R_local, first_width) f32: the first GEMM's output where the dispatch ran it, else None.");
 
   py::class_<ShmemExperts>(m, "ExpertParallelGroup", R"doc(
 E routed experts sharded over a group of PEs (pes: world PE numbers in member
@@ -62,10 +68,12 @@ the source (the bits of converting them at the owner).)doc")
            }),
            py::arg("experts"), py::arg("width"), py::arg("max_rows"), py::arg("layers") = std::vector<int>{0},
            py::arg("slices") = 1, py::arg("capacity") = -1, py::arg("fused") = false, py::arg("wire") = "f32",
-           py::arg("pes") = py::none())
-      .def_property_readonly("first_expert", &ShmemExperts::first_expert)
-      .def_property_readonly("local_experts", &ShmemExperts::local_experts)
-      .def_property_readonly("receive_rows", &ShmemExperts::receive_rows)
+           py::arg("pes") = py::none(),
+           "Allocates the symmetric buffers; collective over every PE of the job (see the class docstring).")
+      .def_property_readonly("first_expert", &ShmemExperts::first_expert, "Global id of this PE's first expert.")
+      .def_property_readonly("local_experts", &ShmemExperts::local_experts, "E_local: experts on each PE.")
+      .def_property_readonly("receive_rows", &ShmemExperts::receive_rows,
+                             "Rows this PE can receive per dispatch (R_local of Dispatched.rows).")
       .def(
           "dispatch",
           [](ShmemExperts& ep, const Tensor& xp, const Tensor& offsets, int layer, int slice, py::object first,
@@ -80,16 +88,23 @@ the source (the bits of converting them at the owner).)doc")
             return ep.dispatch(xp, offsets, {layer, slice}, {}, gemm);
           },
           py::arg("xp"), py::arg("offsets"), py::arg("layer") = 0, py::arg("slice") = 0, py::arg("first") = py::none(),
-          py::arg("first_width") = 0)
-      .def("combine", &ShmemExperts::combine, py::arg("y"), py::arg("d"))
+          py::arg("first_width") = 0,
+          "xp (R, C) f32 grouped by global expert, offsets (E + 1) i64 -> Dispatched: the rows of this PE's experts "
+          "(optional first GEMM: see the class docstring). Collective over the group, asynchronous.")
+      .def("combine", &ShmemExperts::combine, py::arg("y"), py::arg("d"),
+           "y (R_local, C) f32 the experts' outputs for d -> (R, C) f32 in xp's row order; collective, asynchronous.")
       .def(
           "matmul_combine",
           [](ShmemExperts& ep, const Tensor& y, py::function gemm, const ExpertDispatcher::Dispatched& d) {
             return ep.matmul_combine(y, [gemm](const Tensor& out, int64_t b, int64_t e) { gemm(out, b, e); }, d);
           },
-          py::arg("y"), py::arg("gemm"), py::arg("d"))
-      .def("combine_backward", &ShmemExperts::combine_backward, py::arg("dy"), py::arg("d"))
-      .def("dispatch_backward", &ShmemExperts::dispatch_backward, py::arg("drows"), py::arg("d"));
+          py::arg("y"), py::arg("gemm"), py::arg("d"),
+          "combine with the second GEMM: gemm(y, begin, end) launches the rows of local experts [begin, end) into y "
+          "(R_local, C) f32; fused, each expert's rows leave when done. -> (R, C); collective.")
+      .def("combine_backward", &ShmemExperts::combine_backward, py::arg("dy"), py::arg("d"),
+           "dy (R, C) f32 -> (R_local, C): a dispatch of dy with d's plan; collective, asynchronous.")
+      .def("dispatch_backward", &ShmemExperts::dispatch_backward, py::arg("drows"), py::arg("d"),
+           "drows (R_local, C) f32 -> (R, C) in xp's order: a combine with d's plan; collective, asynchronous.");
 }
 
 }  // namespace coremesh::python

@@ -69,17 +69,18 @@ template <typename S>
 void bind_scope_methods(py::class_<S>& cls) {
   cls.def("__enter__", [](S& s) { s.enter(); return s.stream; })
       .def("__exit__", [](S& s, const py::args&) { s.exit(); return false; })
-      .def_property_readonly("stream", [](const S& s) { return s.stream; });
+      .def_property_readonly("stream", [](const S& s) { return s.stream; }, "The stream the context makes current.");
 }
 
 void bind_device(py::module_& m) {
   py::class_<Device>(m, "Device", "The device: worker cores shared by every stream on it.")
-      .def_property_readonly("id", &Device::id)
-      .def_property_readonly("num_cores", &Device::num_cores)
+      .def_property_readonly("id", &Device::id, "The device's id.")
+      .def_property_readonly("num_cores", &Device::num_cores, "Number of worker cores (threads).")
       .def_property_readonly("spec", [](const Device& d) { return limits_dict(d.spec()); },
                              "Cube and vector cores the device offers.")
-      .def("default_stream", &Device::default_stream, py::return_value_policy::copy)
-      .def("synchronize", &Device::synchronize, py::call_guard<py::gil_scoped_release>())
+      .def("default_stream", &Device::default_stream, py::return_value_policy::copy, "The device's default stream.")
+      .def("synchronize", &Device::synchronize, py::call_guard<py::gil_scoped_release>(),
+           "Blocks (GIL released) until every stream of the device is idle; raises the first KernelError.")
       .def("__repr__", [](const Device& d) {
         return fmt::format("coremesh.runtime.Device(id={}, cores={}, cube={}, vector={})", d.id(),
                            d.num_cores(), d.spec().cube, d.spec().vector);
@@ -102,8 +103,9 @@ void bind_stream_and_event(py::module_& m) {
   py::class_<Event>(m, "Event", R"doc(
 Event(enable_timing=False): marks a point in a stream. record() captures the
 work queued so far; wait() makes later work on a stream wait for it.)doc")
-      .def(py::init<bool>(), py::arg("enable_timing") = false)
-      .def_property_readonly("id", &Event::id)
+      .def(py::init<bool>(), py::arg("enable_timing") = false,
+           "A new event; enable_timing=True lets elapsed_time measure it.")
+      .def_property_readonly("id", &Event::id, "The event's id.")
       .def("record", [](Event& e, std::optional<Stream> s) { s ? e.record(*s) : e.record(); },
            py::arg("stream") = py::none(), "Captures the work queued on `stream` (default: current).")
       .def("wait", [](Event& e, std::optional<Stream> s) { s ? e.wait(*s) : e.wait(); },
@@ -119,9 +121,9 @@ work queued so far; wait() makes later work on a stream wait for it.)doc")
 Stream(priority=0): an in-order queue of kernels on the device. Streams run
 concurrently and share the device's cores; higher priority goes first.)doc")
       .def(py::init([](int priority) { return Stream(Device::default_device(), priority); }),
-           py::arg("priority") = 0)
-      .def_property_readonly("id", &Stream::id)
-      .def_property_readonly("priority", &Stream::priority)
+           py::arg("priority") = 0, "A new stream on the process's device; higher priority goes first.")
+      .def_property_readonly("id", &Stream::id, "The stream's id.")
+      .def_property_readonly("priority", &Stream::priority, "The priority it was made with.")
       .def("query", &Stream::query, "True when all queued work is done; raises a pending KernelError.")
       .def("synchronize", &Stream::synchronize, py::call_guard<py::gil_scoped_release>(),
            "Blocks (GIL released) until all queued work is done; raises a pending KernelError.")
@@ -130,7 +132,8 @@ concurrently and share the device's cores; higher priority goes first.)doc")
              event.record(s);
              return event;
            }, py::arg("event") = py::none(), "Records `event` (default: a new one) and returns it.")
-      .def("wait_event", &Stream::wait_event, py::arg("event"))
+      .def("wait_event", &Stream::wait_event, py::arg("event"),
+           "Later work here waits for the event's last record() (none: no wait); does not block the host.")
       .def("wait_stream", &Stream::wait_stream, py::arg("stream"),
            "Later work here waits for everything queued on `stream` so far.")
       .def("__eq__", [](const Stream& a, const Stream& b) { return a == b; })
@@ -140,7 +143,8 @@ concurrently and share the device's cores; higher priority goes first.)doc")
       });
 
   m.def("current_stream", &runtime::current_stream, "This thread's current stream.");
-  m.def("default_stream", [] { return Device::default_device().default_stream(); });
+  m.def("default_stream", [] { return Device::default_device().default_stream(); },
+        "The device's default stream.");
   m.def("set_cur_stream", &runtime::set_current_stream, py::arg("stream"),
         "Makes `stream` this thread's current stream (prefer `with StreamCtx(stream)`).");
   m.def("synchronize", [] { Device::default_device().synchronize(); },
@@ -148,14 +152,16 @@ concurrently and share the device's cores; higher priority goes first.)doc")
         "Blocks (GIL released) until every stream is idle; raises the first KernelError.");
 
   py::class_<StreamScope> stream_ctx(m, "StreamCtx", "with StreamCtx(s): ops inside run on s.");
-  stream_ctx.def(py::init([](const Stream& s) { return StreamScope{s, {}, {}}; }), py::arg("stream"));
+  stream_ctx.def(py::init([](const Stream& s) { return StreamScope{s, {}, {}}; }), py::arg("stream"),
+                 "A context that makes `stream` this thread's current stream while entered.");
   bind_scope_methods(stream_ctx);
   py::class_<LimitScope> limit_ctx(m, "StreamLimitCtx", R"doc(
 with StreamLimitCtx(stream, cube_num=-1, vector_num=-1): inside, `stream` is
 current and has these core limits; both are restored on exit.)doc");
   limit_ctx.def(py::init([](const Stream& s, int cube, int vector) {
                   return LimitScope{s, {cube, vector}, {}};
-                }), py::arg("stream"), py::arg("cube_num") = -1, py::arg("vector_num") = -1);
+                }), py::arg("stream"), py::arg("cube_num") = -1, py::arg("vector_num") = -1,
+                "A context that makes `stream` current with these core limits while entered (-1: unchanged).");
   bind_scope_methods(limit_ctx);
 
   m.def("set_stream_limit", &runtime::set_stream_limit, py::arg("stream"),
@@ -177,7 +183,8 @@ current and has these core limits; both are restored on exit.)doc");
                    seconds);
           runtime::set_wait_timeout(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1e3)));
         }, py::arg("seconds"), "Watchdog of host waits (default COREMESH_WAIT_TIMEOUT_S, 300).");
-  m.def("get_wait_timeout", [] { return runtime::wait_timeout().count() / 1e3; });
+  m.def("get_wait_timeout", [] { return runtime::wait_timeout().count() / 1e3; },
+        "Watchdog of host waits in seconds (set_wait_timeout).");
 }
 
 }  // namespace
@@ -189,39 +196,43 @@ void bind_runtime(py::module_& m) {
 
 void bind_profiler(py::module_& m) {
   using runtime::KernelRecord;
-  py::class_<runtime::BlockRecord>(m, "BlockRecord")
-      .def_readonly("block_idx", &runtime::BlockRecord::block_idx)
-      .def_readonly("core_id", &runtime::BlockRecord::core_id)
-      .def_readonly("start_ns", &runtime::BlockRecord::start_ns)
-      .def_readonly("end_ns", &runtime::BlockRecord::end_ns);
+  py::class_<runtime::BlockRecord>(m, "BlockRecord", "One block of a recorded kernel (times since the profiler's epoch).")
+      .def_readonly("block_idx", &runtime::BlockRecord::block_idx, "Index of the block in the kernel.")
+      .def_readonly("core_id", &runtime::BlockRecord::core_id, "The worker core that ran it.")
+      .def_readonly("start_ns", &runtime::BlockRecord::start_ns, "Start, ns since the profiler's epoch.")
+      .def_readonly("end_ns", &runtime::BlockRecord::end_ns, "End, ns since the profiler's epoch.");
   py::class_<KernelRecord>(m, "KernelRecord", "One finished kernel (times since the profiler's epoch).")
-      .def_readonly("pe", &KernelRecord::pe)
-      .def_readonly("device", &KernelRecord::device)
-      .def_readonly("stream", &KernelRecord::stream)
-      .def_readonly("name", &KernelRecord::name)
+      .def_readonly("pe", &KernelRecord::pe, "PE id of the process that ran it (-1: none).")
+      .def_readonly("device", &KernelRecord::device, "Device id.")
+      .def_readonly("stream", &KernelRecord::stream, "Stream id.")
+      .def_readonly("name", &KernelRecord::name, "Kernel name.")
       .def_property_readonly("kind", [](const KernelRecord& r) {
         return std::string(runtime::kernel_kind_name(r.kind));
-      })
-      .def_readonly("start_ns", &KernelRecord::start_ns)
-      .def_readonly("end_ns", &KernelRecord::end_ns)
-      .def_readonly("block_dim", &KernelRecord::block_dim)
-      .def_property_readonly("cube_num", [](const KernelRecord& r) { return r.limits.cube; })
-      .def_property_readonly("vector_num", [](const KernelRecord& r) { return r.limits.vector; })
-      .def_readonly("cache_id", &KernelRecord::cache_id)
-      .def_readonly("blocks", &KernelRecord::blocks)
+      }, "Kernel kind name (cube, vector, mixed or comm).")
+      .def_readonly("start_ns", &KernelRecord::start_ns, "First block's start, ns since the profiler's epoch.")
+      .def_readonly("end_ns", &KernelRecord::end_ns, "Last block's end, ns since the profiler's epoch.")
+      .def_readonly("block_dim", &KernelRecord::block_dim, "Number of blocks.")
+      .def_property_readonly("cube_num", [](const KernelRecord& r) { return r.limits.cube; },
+                             "Cube-core limit in force at launch.")
+      .def_property_readonly("vector_num", [](const KernelRecord& r) { return r.limits.vector; },
+                             "Vector-core limit in force at launch.")
+      .def_readonly("cache_id", &KernelRecord::cache_id, "The op-cache entry its tiling came from (0: none).")
+      .def_readonly("blocks", &KernelRecord::blocks, "A list of BlockRecord, one per block.")
       .def("__repr__", [](const KernelRecord& r) {
         return fmt::format("KernelRecord('{}' stream={} block_dim={} {}..{} ns)", r.name, r.stream,
                            r.block_dim, r.start_ns, r.end_ns);
       });
   m.def("start", &runtime::profiler_start, "Record every kernel from now on.");
-  m.def("stop", &runtime::profiler_stop);
-  m.def("enabled", &runtime::profiler_enabled);
+  m.def("stop", &runtime::profiler_stop, "Stop recording; the records so far are kept.");
+  m.def("enabled", &runtime::profiler_enabled, "Whether the profiler is recording.");
   m.def("clear", &runtime::profiler_clear, "Drop the records collected so far.");
   m.def("records", &runtime::profiler_records, "The finished kernels recorded so far.");
   m.def("export", &runtime::profiler_export, py::arg("dir"),
         "Writes kernel_details.csv and trace.json (Perfetto) into `dir`; returns their paths.");
-  m.def("write_kernel_details_csv", &runtime::write_kernel_details_csv, py::arg("path"));
-  m.def("write_chrome_trace", &runtime::write_chrome_trace, py::arg("path"));
+  m.def("write_kernel_details_csv", &runtime::write_kernel_details_csv, py::arg("path"),
+        "Writes the records as kernel_details.csv (one row per kernel, with block_dim) to `path`.");
+  m.def("write_chrome_trace", &runtime::write_chrome_trace, py::arg("path"),
+        "Writes the records as a Chrome/Perfetto trace JSON to `path`.");
 }
 
 }  // namespace coremesh::python

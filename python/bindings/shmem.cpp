@@ -127,9 +127,10 @@ void bind_session_and_teams(py::module_& m) {
   m.def("finalize", [] {
           if (g_session) end_session();
         }, "Waits for queued work, then leaves the job (collective). Symmetric arrays die here.");
-  m.def("initialized", &shmem::initialized);
-  m.def("my_pe", &shmem::my_pe);
-  m.def("n_pes", &shmem::n_pes);
+  m.def("initialized", &shmem::initialized,
+        "Whether the SHMEM runtime is initialised in this process (init() and not yet finalize()).");
+  m.def("my_pe", &shmem::my_pe, "This PE's index in the world team, 0 .. n_pes()-1.");
+  m.def("n_pes", &shmem::n_pes, "Number of PEs in the job.");
   m.def("transport_name", &shmem::transport_name, "'shm' or 'shm-rma' (coremesh run), 'ucx' or 'mpi' (mpirun) (COREMESH_TRANSPORT).");
   m.def("global_exit", &shmem::global_exit, py::arg("status"), "Stops every PE with `status`.");
   m.def("fence", &shmem::fence, "Orders this PE's puts to each PE.");
@@ -138,17 +139,21 @@ void bind_session_and_teams(py::module_& m) {
   m.def("barrier", [](const std::optional<shmem::Team>& t) { shmem::barrier(team_arg(t)); },
         py::arg("team") = py::none(), py::call_guard<py::gil_scoped_release>(), "quiet + sync.");
   m.def("sync", [](const std::optional<shmem::Team>& t) { shmem::sync(team_arg(t)); },
-        py::arg("team") = py::none(), py::call_guard<py::gil_scoped_release>());
+        py::arg("team") = py::none(), py::call_guard<py::gil_scoped_release>(),
+        "Waits for every member of team (default: world), without quiet (collective).");
 
   py::class_<shmem::Team>(m, "Team", "A set of PEs; split_* are collective over the parent.")
-      .def_static("world", &shmem::Team::world)
-      .def_static("shared", &shmem::Team::shared)
-      .def_property_readonly("valid", &shmem::Team::valid)
+      .def_static("world", &shmem::Team::world, "The team of every PE.")
+      .def_static("shared", &shmem::Team::shared,
+                  "PEs whose memory this one reaches by load/store (all on 'shm'; this PE alone on 'shm-rma', 'mpi').")
+      .def_property_readonly("valid", &shmem::Team::valid,
+                             "False for an invalid Team (what a split returns on PEs outside the new team).")
       .def("__bool__", &shmem::Team::valid)
-      .def("my_pe", &shmem::Team::my_pe)
-      .def("n_pes", &shmem::Team::n_pes)
-      .def("translate", &shmem::Team::translate, py::arg("pe"), py::arg("other"))
-      .def("world_pe", &shmem::Team::world_pe, py::arg("pe"))
+      .def("my_pe", &shmem::Team::my_pe, "This PE's index in the team.")
+      .def("n_pes", &shmem::Team::n_pes, "Number of PEs in the team.")
+      .def("translate", &shmem::Team::translate, py::arg("pe"), py::arg("other"),
+           "Index in team other of this team's PE pe, or -1 if it is not a member there.")
+      .def("world_pe", &shmem::Team::world_pe, py::arg("pe"), "The world PE of team PE pe (-1 if out of range).")
       .def("world_pes", &shmem::Team::world_pes, "The world PE of every member, in team order.")
       .def_static("from_pes", &shmem::Team::from_pes, py::arg("parent"), py::arg("world_pes"),
                   py::call_guard<py::gil_scoped_release>(),
@@ -179,7 +184,7 @@ void bind_memory_and_rma(py::module_& m) {
     d["blocks"] = s.blocks;
     d["largest_free"] = s.largest_free;
     return d;
-  });
+  }, "This PE's symmetric heap: dict of capacity, used, peak (bytes), blocks and largest_free (bytes).");
 
   const auto rma = [](bool is_put, bool nbi) {
     return [is_put, nbi](const py::handle& dest, const py::handle& src, int pe) {
@@ -210,7 +215,7 @@ void bind_memory_and_rma(py::module_& m) {
         }, py::arg("dest"), py::arg("src"), py::arg("signal"), py::arg("value"), py::arg("pe"),
         py::arg("op") = "set", "put, then signal[0] on `pe` = value ('set') or += value ('add').");
   m.def("signal_fetch", [](const py::handle& signal) { return shmem::signal_fetch(signal_arg(signal)); },
-        py::arg("signal"));
+        py::arg("signal"), "Reads signal[0] (symmetric uint64) on this PE atomically, without waiting.");
   m.def("signal_wait_until", [](const py::handle& signal, const std::string& cmp, uint64_t value) {
           uint64_t* sig = signal_arg(signal);
           const shmem::Cmp c = cmp_arg(cmp);
@@ -266,13 +271,13 @@ using shmem::AtomicOp;
 
 // atomic_fetch_{add,and,or,xor}(dest, value, pe) -> old value; atomic_add -> None.
 template <AtomicOp Op, bool Fetch>
-void bind_integer_atomic(py::module_& m, const char* name) {
+void bind_integer_atomic(py::module_& m, const char* name, const char* doc) {
   m.def(name, [name](const py::handle& dest, const py::object& value, int pe) {
           return atomic_call<false>(dest, name, [&](auto* p) -> py::object {
             const auto old = shmem::atomic_fetch_op<Op>(p, number_arg<std::remove_pointer_t<decltype(p)>>(value, "value"), pe);
             return Fetch ? py::cast(old) : py::none();
           });
-        }, py::arg("dest"), py::arg("value"), py::arg("pe"));
+        }, py::arg("dest"), py::arg("value"), py::arg("pe"), doc);
 }
 
 void bind_waits_and_atomics(py::module_& m) {
@@ -292,19 +297,22 @@ void bind_waits_and_atomics(py::module_& m) {
             using T = decltype(zero);
             return shmem::test(static_cast<T*>(b.ptr), cmp_arg(cmp), number_arg<T>(value, "value"));
           });
-        }, py::arg("ivar"), py::arg("cmp"), py::arg("value"));
+        }, py::arg("ivar"), py::arg("cmp"), py::arg("value"),
+        "Whether ivar[0] (symmetric, integer) <cmp> value holds on this PE now; does not wait.");
 
   // Atomics act on element 0 of a symmetric array on `pe` and return Python
   // numbers; fetch/set/swap/compare_swap also take float32 and float64.
   m.def("atomic_fetch", [](const py::handle& src, int pe) {
           return atomic_call<true>(src, "atomic_fetch", [&](auto* p) { return shmem::atomic_fetch(p, pe); });
-        }, py::arg("src"), py::arg("pe"));
+        }, py::arg("src"), py::arg("pe"),
+        "Atomically reads src[0] (symmetric, integer or float) on `pe` and returns it.");
   m.def("atomic_set", [](const py::handle& dest, const py::object& value, int pe) {
           atomic_call<true>(dest, "atomic_set", [&](auto* p) {
             shmem::atomic_set(p, number_arg<std::remove_pointer_t<decltype(p)>>(value, "value"), pe);
             return py::none();
           });
-        }, py::arg("dest"), py::arg("value"), py::arg("pe"));
+        }, py::arg("dest"), py::arg("value"), py::arg("pe"),
+        "Atomically sets dest[0] (symmetric, integer or float) on `pe` to value.");
   m.def("atomic_swap", [](const py::handle& dest, const py::object& value, int pe) {
           return atomic_call<true>(dest, "atomic_swap", [&](auto* p) {
             return shmem::atomic_swap(p, number_arg<std::remove_pointer_t<decltype(p)>>(value, "value"), pe);
@@ -317,17 +325,21 @@ void bind_waits_and_atomics(py::module_& m) {
           });
         }, py::arg("dest"), py::arg("cond"), py::arg("value"), py::arg("pe"),
         "Sets dest[0] on `pe` to value if it equals cond; returns the old value.");
-  bind_integer_atomic<AtomicOp::add, true>(m, "atomic_fetch_add");
-  bind_integer_atomic<AtomicOp::add, false>(m, "atomic_add");
-  bind_integer_atomic<AtomicOp::band, true>(m, "atomic_fetch_and");
-  bind_integer_atomic<AtomicOp::bor, true>(m, "atomic_fetch_or");
-  bind_integer_atomic<AtomicOp::bxor, true>(m, "atomic_fetch_xor");
+  bind_integer_atomic<AtomicOp::add, true>(m, "atomic_fetch_add",
+                                           "dest[0] on `pe` += value (integers); returns the old value.");
+  bind_integer_atomic<AtomicOp::add, false>(m, "atomic_add", "dest[0] on `pe` += value (integers); returns None.");
+  bind_integer_atomic<AtomicOp::band, true>(m, "atomic_fetch_and",
+                                            "dest[0] on `pe` &= value (integers); returns the old value.");
+  bind_integer_atomic<AtomicOp::bor, true>(m, "atomic_fetch_or",
+                                           "dest[0] on `pe` |= value (integers); returns the old value.");
+  bind_integer_atomic<AtomicOp::bxor, true>(m, "atomic_fetch_xor",
+                                            "dest[0] on `pe` ^= value (integers); returns the old value.");
   m.def("atomic_fetch_inc", [](const py::handle& dest, int pe) {
           return atomic_call<false>(dest, "atomic_fetch_inc", [&](auto* p) { return shmem::atomic_fetch_inc(p, pe); });
-        }, py::arg("dest"), py::arg("pe"));
+        }, py::arg("dest"), py::arg("pe"), "dest[0] on `pe` += 1 (integers); returns the old value.");
   m.def("atomic_inc", [](const py::handle& dest, int pe) {
           atomic_call<false>(dest, "atomic_inc", [&](auto* p) { shmem::atomic_inc(p, pe); return py::none(); });
-        }, py::arg("dest"), py::arg("pe"));
+        }, py::arg("dest"), py::arg("pe"), "dest[0] on `pe` += 1 (integers); returns None.");
 }
 
 }  // namespace

@@ -187,11 +187,13 @@ void bind_on_stream(py::module_& m) {
   m.def("quiet_on_stream", [](const std::optional<Stream>& stream) {
           Stream st = stream_arg(stream);
           shmem::quiet_on_stream(st);
-        }, py::arg("stream") = py::none());
+        }, py::arg("stream") = py::none(),
+        "quiet as a comm kernel on `stream` (default: current): completes this PE's puts; asynchronous.");
   m.def("barrier_on_stream", [](const std::optional<shmem::Team>& team, const std::optional<Stream>& stream) {
           Stream st = stream_arg(stream);
           shmem::barrier_on_stream(st, team_arg(team));
-        }, py::arg("team") = py::none(), py::arg("stream") = py::none());
+        }, py::arg("team") = py::none(), py::arg("stream") = py::none(),
+        "quiet + sync of team (default: world) as a comm kernel on `stream`; asynchronous, collective.");
   m.def("allreduce_on_stream", [](const py::handle& dest, const py::handle& src, const std::string& op,
                                   const std::optional<shmem::Team>& team, const std::optional<Stream>& stream,
                                   const py::object& dtype) {

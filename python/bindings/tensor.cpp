@@ -282,17 +282,18 @@ stays int32 and other integers and bools become int64. bf16/fp8 round
 exactly. Ragged lists, strings, None, complex numbers, fractions for an
 integer dtype and values out of its range raise coremesh.InvalidArgument.
 from_numpy shares memory instead of copying.)doc");
-  cls.def_property_readonly("shape", [](const Tensor& t) { return to_tuple(t.shape()); })
+  cls.def_property_readonly("shape", [](const Tensor& t) { return to_tuple(t.shape()); }, "Sizes, a tuple of ints.")
       .def_property_readonly("strides", [](const Tensor& t) { return to_tuple(t.strides()); },
                              "Strides in elements.")
       .def_property_readonly("dtype", [](const Tensor& t) { return std::string(dtype_name(t.dtype())); },
                              "'f32', 'bf16', 'f8e4m3', 'f8e5m2', 'i32' or 'i64'.")
-      .def_property_readonly("ndim", &Tensor::dim)
-      .def_property_readonly("nbytes", &Tensor::nbytes)
-      .def("numel", &Tensor::numel)
-      .def("dim", &Tensor::dim)
-      .def("size", [](const Tensor& t, int d) { return t.size(d); }, py::arg("dim"))
-      .def("is_contiguous", &Tensor::is_contiguous)
+      .def_property_readonly("ndim", &Tensor::dim, "Number of dimensions.")
+      .def_property_readonly("nbytes", &Tensor::nbytes, "numel() times the element size, in bytes.")
+      .def("numel", &Tensor::numel, "Number of elements (the product of shape).")
+      .def("dim", &Tensor::dim, "Number of dimensions (as ndim).")
+      .def("size", [](const Tensor& t, int d) { return t.size(d); }, py::arg("dim"),
+           "Size of dimension dim (negative dims count from the end).")
+      .def("is_contiguous", &Tensor::is_contiguous, "Whether the elements are dense in row-major order.")
       .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); },
            "Address of the first element (for identity checks).")
       .def("__len__", [](const Tensor& t) {
@@ -303,9 +304,12 @@ from_numpy shares memory instead of copying.)doc");
       .def("view", [](const Tensor& t, const py::args& shape) {
              return t.view(shape.size() == 1 && is_sequence(shape[0]) ? shape_arg(shape[0]) : shape_arg(shape));
            }, "A view with another shape (contiguous tensors; one dimension may be -1).")
-      .def("slice", &Tensor::slice, py::arg("dim"), py::arg("start"), py::arg("end"))
-      .def("select", &Tensor::select, py::arg("dim"), py::arg("index"))
-      .def("transpose", &Tensor::transpose, py::arg("dim0"), py::arg("dim1"))
+      .def("slice", &Tensor::slice, py::arg("dim"), py::arg("start"), py::arg("end"),
+           "A view of elements [start, end) along dim (0 <= start <= end <= size); shares memory, no wait.")
+      .def("select", &Tensor::select, py::arg("dim"), py::arg("index"),
+           "A view of element index along dim, with that dimension removed; shares memory, no wait.")
+      .def("transpose", &Tensor::transpose, py::arg("dim0"), py::arg("dim1"),
+           "A view with dimensions dim0 and dim1 swapped (strided); shares memory, no wait.")
       .def("numpy", &numpy_view, "A NumPy array over the same memory (waits for the device first).")
       .def("__array__", [](const py::object& self, const py::object& dtype, const py::object& copy) {
              const ExportError failed = std::exchange(g_export_error, {});
@@ -331,12 +335,13 @@ from_numpy shares memory instead of copying.)doc");
                return py::object(py::int_(t.dtype() == DType::i64 ? t.contiguous().data<int64_t>()[0]
                                                                   : t.contiguous().data<int32_t>()[0]));
              return py::object(py::float_(t.to_float_vector()[0]));
-           })
+           }, "The one element as a Python number (int for i32/i64, float otherwise); waits for the device first.")
       .def("contiguous", [](const Tensor& t) {
              if (!t.is_contiguous()) wait_for_device();
              return t.contiguous();
-           })
-      .def("clone", [](const Tensor& t) { wait_for_device(); return t.clone(); })
+           }, "This tensor if contiguous, else a contiguous copy (waits for the device before copying).")
+      .def("clone", [](const Tensor& t) { wait_for_device(); return t.clone(); },
+           "A contiguous copy with its own memory (waits for the device first).")
       .def("to", [](const Tensor& t, const py::object& dtype) {
              wait_for_device();
              return t.to(dtype_arg(dtype));
@@ -355,7 +360,7 @@ from_numpy shares memory instead of copying.)doc");
         }, py::arg("shape"), py::arg("dtype") = "f32", "Uninitialised tensor (64-byte aligned).");
   m.def("zeros", [](const py::object& shape, const py::object& dtype) {
           return Tensor::zeros(shape_arg(shape), dtype_arg(dtype));
-        }, py::arg("shape"), py::arg("dtype") = "f32");
+        }, py::arg("shape"), py::arg("dtype") = "f32", "Zero-filled tensor (64-byte aligned).");
   m.def("full", [](const py::object& shape, const py::object& value, const py::object& dtype) {
           Tensor t = Tensor::empty(shape_arg(shape), dtype_arg(dtype));  // fresh memory: no kernel uses it
           fill_exactly(t, value);

@@ -173,7 +173,8 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
              cfg.validate();
              py::gil_scoped_release nogil;
              return std::make_unique<train::Trainer>(cfg);
-           }), py::arg("config"), py::arg("progress") = false)
+           }), py::arg("config"), py::arg("progress") = false,
+           "Validates config and sets up training on the default device; progress: show the progress display.")
       .def("run", [](train::Trainer& t, int64_t until_step, bool save_at_end, bool overwrite) {
              CM_CHECK(until_step <= t.config().steps, "raise the config's steps to train further",
                       "until_step {} is past the config's {} steps", until_step, t.config().steps);
@@ -213,9 +214,12 @@ config: a dict or a JSON file path, as `coremesh train --config` reads.)doc")
               "(bytes that are not UTF-8 become U+FFFD).")
       .def("resume", &train::Trainer::resume, py::arg("path"), py::call_guard<py::gil_scoped_release>(),
            "Loads a checkpoint file, or a run directory's latest.")
-      .def("save_checkpoint", &train::Trainer::save_checkpoint_now, py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("step", &train::Trainer::step)
-      .def_property_readonly("cores", &train::Trainer::cores)
+      .def("save_checkpoint", &train::Trainer::save_checkpoint_now, py::call_guard<py::gil_scoped_release>(),
+           "Waits for the queued work, saves this step's checkpoint into <out_dir>/checkpoints (the newest "
+           "keep_checkpoints stay) and returns its path; collective when parallel.")
+      .def_property_readonly("step", &train::Trainer::step, "Optimizer steps done so far.")
+      .def_property_readonly("cores", &train::Trainer::cores,
+                             "Cores the trainer's stream may use: the config's cores (all when 0), capped by the device.")
       .def_property_readonly("leader", &train::Trainer::leader, "True on the PE that reports (always on one PE).")
       .def_property_readonly("metrics_path", &train::Trainer::metrics_path,
                              "<out_dir>/metrics.jsonl: one JSON object per step, written by run() on the leader.")

@@ -53,6 +53,7 @@ class _Capture:
     capture and propagates."""
 
     def __init__(self, stream):
+        """stream: the runtime.Stream to capture; cap.graph is None until a normal exit."""
         self.stream, self.graph = stream, None
         self._current = runtime.StreamCtx(stream)
 
