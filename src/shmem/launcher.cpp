@@ -239,6 +239,8 @@ void Job::reap() {
     if (waitpid(p.pid, &status, WNOHANG) != p.pid) continue;
     p.running = false;
     p.status = status;
+    if (status == 0 && job_->pes[pe].state.load(std::memory_order_acquire) != internal::pe_finalized)
+      job_->pes[pe].state.store(internal::pe_exited, std::memory_order_release);  // peers waiting for it stop
     if (status == 0 || stopping_) continue;  // stopped ones do not count
     if (forwarded_ && stopped_by_signal(status)) continue;  // ended as the signal asked
     p.failed_on_its_own = true;

@@ -121,7 +121,8 @@ struct alignas(64) PeSlot {
   uint64_t data_bytes;         // size of its global data segment
   uint64_t data_image_offset;  // where that segment starts in the executable
 };
-enum PeState : uint32_t { pe_absent = 0, pe_created = 1, pe_mapped = 2, pe_finalized = 3 };
+// pe_exited: the launcher reaped it (status 0) without it finalizing.
+enum PeState : uint32_t { pe_absent = 0, pe_created = 1, pe_mapped = 2, pe_finalized = 3, pe_exited = 4 };
 
 // The job control block: launcher <-> PEs. The launcher creates it, passes
 // its file descriptor to the PEs and unlinks its name at once.

@@ -56,11 +56,25 @@ void Transport::sync(const SyncSpec& spec) {
            4, 1, 0);
     notify(to, Wake::sync);
     const uint32_t want = mine->consumed[k] + 1;
+    const int from = spec.world_pes[static_cast<size_t>((spec.my_index - step % n + n) % n)];
     auto arrived = [&] {
       // Wrap-safe: the counters may pass 2^32 in a very long run.
       return static_cast<int32_t>(mine->arrivals[k].load(std::memory_order_acquire) - want) >= 0;
     };
-    wait_until_ready(bell, arrived, [&] {
+    // A peer that finalized or exited has passed its last barrier: waiting
+    // for it would last until the watchdog. Its arrival, if it made one, was
+    // written before its state: look again after seeing the state.
+    JobControl* control = job();
+    auto ready = [&] {
+      if (arrived()) return true;
+      const uint32_t peer = control ? control->pes[from].state.load(std::memory_order_acquire) : 0;
+      if (peer >= pe_finalized && !arrived())
+        CM_THROW(Error, "every PE must make the same collective calls (barriers included) before shmem_finalize",
+                 "{}: PE {} {} and will not arrive", spec.describe(), from,
+                 peer == pe_finalized ? "already called shmem_finalize" : "already exited");
+      return false;
+    };
+    wait_until_ready(bell, ready, [&] {
       return fmt::format("{} (round {} of {}: waiting for PE {})", spec.describe(), k + 1,
                          std::bit_width(static_cast<unsigned>(n - 1)),
                          spec.world_pes[static_cast<size_t>((spec.my_index - step % n + n) % n)]);

@@ -75,6 +75,13 @@ int main(int argc, char** argv) {
     shmem_team_destroy(team);
     shmem_ctx_long_p(ctx, heap, 7, 0);
   }
+  if (!strcmp(mode, "skipped_barrier")) {
+    if (me == 1) return 0; /* its implicit shmem_finalize at exit meets PE 0's barrier */
+    shmem_barrier_all();
+    shmem_finalize(); /* waits for PE 1, which finalized: refused at once, not at the watchdog */
+    printf("PE %d: misuse not caught (%s)\n", me, mode);
+    return 0;
+  }
   if (!strcmp(mode, "after_finalize")) {
     shmem_finalize();
     shmem_long_p(heap, 1, 0);
