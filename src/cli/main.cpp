@@ -1,7 +1,10 @@
 // The coremesh executable: one CLI11 app, one file per subcommand.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "commands.hpp"
 
@@ -56,8 +59,19 @@ SEE ALSO
   coremesh::cli::register_tokenizer_command(app);
   coremesh::cli::register_simulate_commands(app);
   coremesh::cli::register_calibrate_command(app);
+  // `coremesh run -n 2 -- prog args`: the "--" that ends run's own options
+  // goes (CLI11's prefix command takes the program's name as that end).
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "run")
+    for (size_t i = 1; i < args.size() && args[i].rfind('-', 0) == 0; i += args[i] == "-n" || args[i] == "--np" || args[i] == "--heap" ? 2 : 1)
+      if (args[i] == "--") {
+        args.erase(args.begin() + std::ptrdiff_t(i));
+        break;
+      }
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+  app.name(argv[0]);  // as parse(argc, argv) would: "Usage: coremesh ..."
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 1;  // --help: 0; a bad option: 1, as documented (CLI11 has its own codes)
   } catch (const std::exception& e) {

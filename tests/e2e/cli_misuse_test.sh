@@ -64,6 +64,9 @@ status=0
 "$exe" tune --tune-time-limit 0 >/dev/null 2>&1 || status=$?
 [ "$status" -eq 1 ] || fail "a bad option exited $status"
 "$exe" --help >/dev/null || fail "--help did not exit 0"
+# `run -n 2 -- prog`, as mpirun takes it: the -- ends run's options ("./prog was not expected")
+[ "$("$exe" run -n 2 -- /bin/echo hi | grep -c '^hi$')" -eq 2 ] || fail "run -n 2 -- /bin/echo hi"
+[ "$("$exe" run -n 1 /bin/echo a -- b)" = "a -- b" ] || fail "a -- after the program's name is the program's"
 # A stopped job takes the processes its PEs started with it (a shell's background job was left running).
 printf '#!/bin/sh\nif [ "$COREMESH_PE" = 0 ]; then sleep 1; exit 2; fi\nsleep 4711 &\nwait\n' >"$work/pe.sh"
 chmod +x "$work/pe.sh"
