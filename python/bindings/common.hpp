@@ -93,8 +93,9 @@ void bind_ops(py::module_& m);
 void bind_ops_moe(py::module_& m);
 void bind_shmem(py::module_& m);
 // At interpreter exit: a session the script did not finalize ends as a C
-// program's does (collectively), unless the script died of an exception:
-// then it is left to the launcher, which stops the other PEs.
+// program's does (collectively), unless the script died of an exception or
+// called sys.exit with a failing status: then it is left to the launcher,
+// which stops the other PEs.
 void end_shmem_session_at_exit();
 void bind_shmem_collectives(py::module_& m);
 void bind_train(py::module_& m);

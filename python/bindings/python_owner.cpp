@@ -74,6 +74,10 @@ void install_python_hooks(py::module_& m) {
   m.def("_at_exit", [] {
     try {
       without_gil([] { runtime::synchronize(); });
+    } catch (const std::exception& e) {
+      PySys_WriteStderr("coremesh: at exit: %s\n", e.what());
+    }
+    try {
       end_shmem_session_at_exit();
     } catch (const std::exception& e) {
       PySys_WriteStderr("coremesh: at exit: %s\n", e.what());

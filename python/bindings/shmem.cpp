@@ -31,6 +31,22 @@ constexpr const char* kSymmetricCapsule = "coremesh.symmetric";
 // end_shmem_session_at_exit while Python and the runtime are whole; a static
 // destructor would run after them and crash.
 std::optional<shmem::Session>& g_session = *new std::optional<shmem::Session>;
+bool g_failing_exit = false;  // sys.exit with a status other than 0 / None
+
+// sys.exit(status) is not an exception at exit (sys.last_value stays unset):
+// shmem.init wraps it to learn that the PE is failing, and then must not wait
+// in a collective for peers that may be waiting for it.
+void watch_sys_exit() {
+  py::module_ sys = py::module_::import("sys");
+  if (py::hasattr(sys, "_coremesh_exit")) return;
+  sys.attr("_coremesh_exit") = sys.attr("exit");
+  sys.attr("exit") = py::cpp_function(
+      [](py::object status) {
+        g_failing_exit = !(status.is_none() || (py::isinstance<py::int_>(status) && status.cast<py::int_>().equal(py::int_(0))));
+        py::module_::import("sys").attr("_coremesh_exit")(status);
+      },
+      py::arg("status") = py::none(), "sys.exit, noting a failing status for coremesh.shmem's exit");
+}
 
 // Calls wait(slice_s) until it returns without a TimeoutError; between
 // slices runs signal handlers and drops released objects. Gives up with a
@@ -121,6 +137,7 @@ void bind_session_and_teams(py::module_& m) {
           // single-threaded process, and OpenBLAS or torch start threads).
           setenv("COREMESH_SYMMETRIC_DATA", "0", /*overwrite=*/0);
           without_gil([&] { g_session.emplace(shmem::InitOptions{heap_size}); });
+          watch_sys_exit();
         }, py::arg("heap_size") = 0,
         "Joins the job (or starts a 1-PE one). heap_size: symmetric bytes per PE (0: "
         "COREMESH_HEAP_SIZE, else 128 MiB), the same on every PE.");
@@ -231,7 +248,13 @@ T number_arg(const py::object& value, const char* what) {
   if constexpr (std::is_floating_point_v<T>) {
     CM_CHECK(py::hasattr(value, "__float__"), "pass a number", "shmem: {} {} is not a number", what,
              py::repr(value).cast<std::string>());
-    return static_cast<T>(value.cast<double>());
+    const double d = PyFloat_AsDouble(value.ptr());
+    if (d == -1.0 && PyErr_Occurred()) {  // OverflowError: an int past a double's range
+      PyErr_Clear();
+      CM_THROW(InvalidArgument, "pass a value a double holds", "shmem: {} {} is too large for a float", what,
+               py::repr(value).cast<std::string>());
+    }
+    return static_cast<T>(d);
   } else {
     CM_CHECK(py::hasattr(value, "__index__"), "pass a whole number (the array holds integers)",
              "shmem: {} {} is not an integer", what, py::repr(value).cast<std::string>());
@@ -346,7 +369,7 @@ void bind_waits_and_atomics(py::module_& m) {
 
 void end_shmem_session_at_exit() {
   if (!g_session) return;
-  if (py::hasattr(py::module_::import("sys"), "last_value")) return;  // died of an exception
+  if (py::hasattr(py::module_::import("sys"), "last_value") || g_failing_exit) return;  // died or failed
   end_session();
 }
 

@@ -186,21 +186,36 @@ Tensor tensor_from_data(const py::object& data, const py::object& dtype) {
 
 // Every element of `t` set to the number `value`, converted as Tensor(value,
 // t.dtype) converts it: integers exactly, fractions for an integer dtype refused.
-void fill_exactly(Tensor& t, const py::object& value) {
-  CM_CHECK(!py::isinstance<py::sequence>(value) || py::isinstance<py::str>(value), "pass one number",
-           "the fill value must be a number, not {}", py::repr(value).cast<std::string>());
-  const Tensor one = tensor_from_data(value, py::str(std::string(dtype_name(t.dtype()))));
-  const size_t size = dtype_size(t.dtype());
-  Tensor filled = Tensor::empty(t.shape(), t.dtype());
-  auto* out = static_cast<char*>(filled.numel() ? filled.raw_data() : nullptr);
-  for (int64_t i = 0; i < filled.numel(); ++i) std::memcpy(out + i * int64_t(size), one.raw_data(), size);
-  if (filled.numel()) t.copy_from(filled);
-}
-
 bool is_sequence(const py::handle& x) {
   return py::isinstance<py::sequence>(x) && !py::isinstance<py::str>(x) && !py::isinstance<py::bytes>(x) &&
          !(py::hasattr(x, "ndim") && x.attr("ndim").cast<int>() == 0);  // a 0-d array is one size
 }
+
+template <typename Bits>
+void fill_bits(Tensor& t, const void* one) {
+  Bits bits;
+  std::memcpy(&bits, one, sizeof bits);
+  std::fill_n(static_cast<Bits*>(t.raw_data()), t.numel(), bits);
+}
+
+void fill_exactly(Tensor& t, const py::object& value) {
+  CM_CHECK(!is_sequence(value) && !py::isinstance<py::str>(value), "pass one number",
+           "the fill value must be a number, not {}", py::repr(value).cast<std::string>());
+  const Tensor one = tensor_from_data(value, py::str(std::string(dtype_name(t.dtype()))));
+  if (t.numel() == 0) return;
+  if (!t.is_contiguous()) {  // a strided view: fill a contiguous copy, then copy it in
+    Tensor filled = Tensor::empty(t.shape(), t.dtype());
+    fill_exactly(filled, value);
+    return t.copy_from(filled);
+  }
+  switch (dtype_size(t.dtype())) {  // the element's bits, once converted
+    case 1: return fill_bits<uint8_t>(t, one.raw_data());
+    case 2: return fill_bits<uint16_t>(t, one.raw_data());
+    case 4: return fill_bits<uint32_t>(t, one.raw_data());
+    default: return fill_bits<uint64_t>(t, one.raw_data());
+  }
+}
+
 
 // One size of `shape`: an int or anything with __index__ (numpy's integers).
 int64_t size_arg(const py::handle& size, const py::handle& shape) {

@@ -12,8 +12,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -474,8 +477,11 @@ void read_links(const nlohmann::json& links, sim::Link& link) {
 // the parent, found by the PEs it launches), never a name beside --output.
 std::string links_file() {
   if (const char* path = std::getenv("COREMESH_CALIBRATE_LINKS")) return path;
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            fmt::format("coremesh-calibrate-{}.links.json", ::getpid())).string();
+  // a directory of our own (mkdtemp: 0700, a name nobody chose before us), not a guessable /tmp name
+  std::string dir = (std::filesystem::temp_directory_path() / "coremesh-calibrate-XXXXXX").string();
+  CM_CHECK(::mkdtemp(dir.data()) != nullptr, "set TMPDIR to a writable directory",
+           "cannot create a temporary directory '{}': {}", dir, std::strerror(errno));
+  const std::string path = dir + "/links.json";
   ::setenv("COREMESH_CALIBRATE_LINKS", path.c_str(), 1);
   return path;
 }
@@ -492,6 +498,12 @@ nlohmann::json take_links(const std::string& path) {
   }
   std::filesystem::remove(path);
   return links;
+}
+
+// The temporary directory of links_file(), once the command is done with it.
+void remove_links_dir(const std::string& links_path) {
+  std::error_code ec;
+  std::filesystem::remove_all(std::filesystem::path(links_path).parent_path(), ec);
 }
 
 // --output is checked before minutes of measuring: a directory, or a
@@ -529,12 +541,16 @@ int launch_network_pair() {
 }
 
 void run_calibrate(const CalibrateFlags& f) {
-  const std::string links_path = links_file();
   if (under_launcher()) {
-    measure_links(links_path);
+    measure_links(links_file());
     return;
   }
   check_output_path(f.out);
+  const std::string links_path = links_file();
+  struct RemoveAtEnd {
+    std::string path;
+    ~RemoveAtEnd() { remove_links_dir(path); }
+  } remove_at_end{links_path};
   const train::TrainConfig cfg = f.flags.read();
   cfg.model.validate();
   const CpuTimes start = cpu_times();

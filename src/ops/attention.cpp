@@ -171,8 +171,8 @@ void transpose_kv(const float* x, const Dims& d, int64_t b, int64_t hk, int64_t 
 
 // Scores of row `s` past its n allowed keys become -inf up to a multiple of
 // 8 (within bc); returns that length. row_max and exp_sub_sum then run
-// without scalar tails: exp(-inf) gives ~1e-38, which cannot change a row sum
-// of at least one, and masked entries are zeroed afterwards.
+// without scalar tails: exp(-inf) gives 0, and masked entries are zeroed
+// afterwards all the same.
 int64_t mask_row(float* s, int64_t n, int64_t bc) {
   const int64_t padded = std::min(bc, (n + 7) / 8 * 8);
   std::fill(s + n, s + padded, -INFINITY);

@@ -36,12 +36,23 @@ void Recording::complete(std::exception_ptr stream_error) {
   struct Reset {
     ~Reset() { t_released = nullptr; }
   } reset;
-  for (auto& fn : to_run) fn(stream_error);
+  // Every released waiter runs, also after one throws (a stream left parked
+  // would never run again): the first exception is rethrown at the end.
+  std::exception_ptr first_failure;
+  const auto run = [&](auto&& fn) {
+    try {
+      fn();
+    } catch (...) {
+      if (!first_failure) first_failure = std::current_exception();
+    }
+  };
+  for (auto& fn : to_run) run([&] { fn(stream_error); });
   while (!released.empty()) {
     auto fn = std::move(released.front());
     released.pop_front();
-    fn();
+    run(fn);
   }
+  if (first_failure) std::rethrow_exception(first_failure);
 }
 
 bool Recording::on_complete(std::function<void(std::exception_ptr)> fn) {

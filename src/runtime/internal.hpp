@@ -174,9 +174,13 @@ const KernelRun* running_kernel();
 template <typename T>
 class ScopedOverrides {
  public:
+  // Tokens are unique across every instance: a guard ended on another thread
+  // than its own finds nothing there (and leaves that thread's scopes alone).
   uint64_t push(T saved) {
-    entries_.push_back({++last_token_, std::move(saved)});
-    return last_token_;
+    static std::atomic<uint64_t> last_token{0};
+    const uint64_t token = ++last_token;
+    entries_.push_back({token, std::move(saved)});
+    return token;
   }
   // The value to restore, or nothing while a younger scope is still open (or
   // the token is unknown).
@@ -198,7 +202,6 @@ class ScopedOverrides {
     T saved;
   };
   std::vector<Entry> entries_;
-  uint64_t last_token_ = 0;
 };
 
 struct StreamImpl : std::enable_shared_from_this<StreamImpl> {

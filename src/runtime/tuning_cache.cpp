@@ -1,7 +1,7 @@
 #include "coremesh/runtime/tuning_cache.hpp"
 
 #include <fmt/format.h>
-#include <sched.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -51,11 +51,11 @@ std::string cpu_model() {
 
 std::string coremesh_version() { return COREMESH_VERSION; }
 
+// The host's CPUs, not this process's affinity: the PEs of a job narrow
+// theirs to their core share (unevenly: 3 PEs on 8 CPUs), mpirun binds ranks,
+// and all must agree on the cache; the core counts are in every key anyway.
 std::string machine_fingerprint() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
-  return fmt::format("{} | {} cpus", cpu_model(), cpus);
+  return fmt::format("{} | {} cpus", cpu_model(), sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 void write_tuning_cache(const std::string& path, const TuningCacheFile& file) {

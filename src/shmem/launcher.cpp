@@ -122,6 +122,7 @@ class Job {
   // `cause`: the PE that stops the job, not counted among the others while it runs.
   void begin_stop(const std::string& why, int cause = -1);
   void kill_orphans();
+  std::vector<pid_t> children_before_;  // the launcher's children when the job began
   void cleanup();
   int live() const {
     int n = 0;
@@ -252,11 +253,11 @@ void Job::reap() {
   }
 }
 
-// The processes a stopped PE left behind (a shell's background job) are
-// reparented to the launcher, a child subreaper: they go with the job.
-void Job::kill_orphans() {
+// The launcher's children by /proc (pid -> parent is the launcher).
+std::vector<pid_t> children_of_this_process() {
+  std::vector<pid_t> out;
   DIR* proc = opendir("/proc");
-  if (proc == nullptr) return;
+  if (proc == nullptr) return out;
   const pid_t me = getpid();
   while (const dirent* entry = readdir(proc)) {
     char* end = nullptr;
@@ -268,12 +269,23 @@ void Job::kill_orphans() {
     if (close_paren == std::string::npos) continue;
     char state = 0;
     long parent = 0;
-    if (std::sscanf(text.c_str() + close_paren + 1, " %c %ld", &state, &parent) != 2 || parent != me) continue;
-    if (std::any_of(pes_.begin(), pes_.end(), [&](const Pe& p) { return p.running && p.pid == pid; })) continue;
-    kill(pid_t(pid), SIGKILL);
-    waitpid(pid_t(pid), nullptr, 0);
+    if (std::sscanf(text.c_str() + close_paren + 1, " %c %ld", &state, &parent) == 2 && parent == me)
+      out.push_back(pid_t(pid));
   }
   closedir(proc);
+  return out;
+}
+
+// The processes a stopped PE left behind (a shell's background job) are
+// reparented to the launcher, a child subreaper: they go with the job. Not
+// the children it had before the job (`tool & exec coremesh run ...`).
+void Job::kill_orphans() {
+  for (const pid_t pid : children_of_this_process()) {
+    if (std::find(children_before_.begin(), children_before_.end(), pid) != children_before_.end()) continue;
+    if (std::any_of(pes_.begin(), pes_.end(), [&](const Pe& p) { return p.running && p.pid == pid; })) continue;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
 }
 
 int Job::run() {
@@ -282,6 +294,7 @@ int Job::run() {
   CM_CHECK(!options_.argv.empty(), "name the program to run: coremesh run -n N prog args...",
            "no program to run");
   create_control_block();
+  children_before_ = children_of_this_process();
   prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   sigset_t mask;
@@ -336,6 +349,7 @@ int Job::run() {
       if (s.fd >= 0) s.pump();
   }
   if (stopping_) kill_orphans();
+  prctl(PR_SET_CHILD_SUBREAPER, 0);  // orphans made after the job (calibrate's mpirun) are not ours
   // Drain what the PEs wrote before exiting (grandchildren may keep a pipe
   // open; we do not wait for them).
   for (TaggedStream& s : streams_) {
@@ -364,6 +378,7 @@ void Job::cleanup() {
     p.running = false;
   }
   if (stopping_) kill_orphans();
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
   for (int pe = 0; pe < options_.n_pes; ++pe) {
     shm_unlink(fmt::format("/cm-{}-{}", id_, pe).c_str());
     shm_unlink(fmt::format("/cm-{}-{}-data", id_, pe).c_str());  // global variables

@@ -76,6 +76,10 @@ status=0
 sleep 0.3
 for cmdline in /proc/[0-9]*/cmdline; do tr '\0' ' ' <"$cmdline" 2>/dev/null; echo; done >"$work/processes"
 if grep -q "^sleep 4711" "$work/processes"; then fail "a PE's background process outlived the stopped job"; fi
+# ...but not what the launcher's process had started before the job (`tool & exec coremesh run ...`)
+bash -c "sleep 4712 & echo \$! >'$work/tool.pid'; exec '$exe' run -n 2 sh -c 'sleep 0.5; exit 3'" >/dev/null 2>&1 || true
+kill -0 "$(cat "$work/tool.pid")" 2>/dev/null || fail "the job killed a process the launcher had before it"
+kill "$(cat "$work/tool.pid")"
 # A profile directory that cannot be made is refused before training, not after it.
 echo hi >"$work/afile"
 refused "cannot create profile directory" "$exe" train --config "$work/cfg.json" --out "$work/profiled" --profile "$work/afile/sub" --no-progress

@@ -231,6 +231,10 @@ def test_bad_calls_raise_with_a_hint(me):
     for value in (1.5, None):
         with pytest.raises(cm.InvalidArgument, match="is not an integer"):
             shmem.atomic_add(dest, value, pe)
+    floats = shmem.zeros(1, "float32")
+    with pytest.raises(cm.InvalidArgument, match="too large for a float"):
+        shmem.atomic_set(floats, 2**2000, pe)
+    shmem.free(floats)
     with pytest.raises(cm.InvalidArgument, match="cond 'x' is not an integer"):
         shmem.atomic_compare_swap(dest, "x", 1, pe)
     shmem.free(dest)

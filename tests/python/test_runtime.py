@@ -271,13 +271,17 @@ def test_ctrl_c_interrupts_waits():
     assert "interrupted stream" in text and "interrupted signal" in text and "clean exit" in text, text
 
 
-@pytest.mark.parametrize("ending, status", [("raise RuntimeError('a user error')", 1), ("pass", 0)])
+@pytest.mark.parametrize("ending, status", [("raise RuntimeError('a user error')", 1), ("pass", 0),
+                                            ("sys.exit(3) if shmem.my_pe() == 1 else shmem.wait_until(a, 'eq', 42)", 3)])
 def test_a_shmem_script_that_does_not_finalize_exits_cleanly(tmp_path, ending, status):
     """Without shmem.finalize(), a script that ends normally finalizes as a C
     program does; one that dies of an exception exits with status 1 and its
-    traceback, and the launcher stops the other PEs (it segfaulted at exit)."""
+    traceback, and the launcher stops the other PEs (it segfaulted at exit). So does one that
+    calls sys.exit with a failing status while a peer waits for it (it waited in the finalize
+    barrier until the watchdog)."""
     script = tmp_path / "no_finalize.py"
     script.write_text(textwrap.dedent(f"""
+        import sys
         import numpy as np
         from coremesh import shmem
         shmem.init()
@@ -289,5 +293,5 @@ def test_a_shmem_script_that_does_not_finalize_exits_cleanly(tmp_path, ending, s
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == status, run.stderr
     assert "Segmentation" not in run.stderr and "signal" not in run.stderr, run.stderr
-    if status:
+    if status == 1:
         assert "a user error" in run.stderr

@@ -287,6 +287,22 @@ TEST(Stream, CurrentStreamFollowsGuardsPerThread) {
   EXPECT_EQ(current_stream(), Device::default_device().default_stream());
 }
 
+// A guard ended on another thread (a Python context collected there) leaves
+// that thread's own guards alone: tokens are unique across threads.
+TEST(Stream, AGuardEndedOnAnotherThreadLeavesThatThreadsGuards) {
+  Device device(two_cores());
+  Stream a(device), b(device);
+  auto held = std::make_unique<StreamGuard>(a);  // this thread's, never ended here
+  std::thread other([&] {
+    StreamGuard mine(b);
+    held.reset();
+    EXPECT_EQ(current_stream(), b);
+  });
+  other.join();
+  EXPECT_EQ(current_stream(), a);  // its entry stays: ended elsewhere, it restores nothing
+  set_current_stream(Device::default_device().default_stream());
+}
+
 TEST(Stream, DroppedHandleStillCompletesItsWork) {
   Device device(two_cores());
   std::atomic<int> ran{0};

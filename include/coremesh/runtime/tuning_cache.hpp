@@ -36,7 +36,7 @@ struct TuningCacheFile {
 };
 
 std::string coremesh_version();
-// "Intel(R) Xeon(R) ... | 2 cpus | openblas" of this process.
+// "Intel(R) Xeon(R) ... | 2 cpus": the CPU model and the host's online CPUs.
 std::string machine_fingerprint();
 
 // Writes `file` to `path` atomically (a temporary renamed over it); throws
