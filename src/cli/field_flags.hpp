@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -37,7 +38,9 @@ inline nlohmann::json flag_value(const std::string& flag, const std::string& typ
   };
   if (type == "integer") {
     char* end = nullptr;
+    errno = 0;
     const long long n = std::strtoll(v.c_str(), &end, 10);
+    if (errno == ERANGE) return fail("an integer in [-2^63, 2^63)");  // strtoll saturated: 1e20 read as 2^63 - 1
     return v.empty() || *end ? fail("an integer") : nlohmann::json(n);
   }
   if (type == "number") {

@@ -32,7 +32,9 @@ int ModelConfig::n_moe_layers() const {
 
 int64_t ModelConfig::expert_capacity(int64_t tokens) const {
   if (capacity_factor <= 0.0f || n_routed_experts == 0) return -1;
-  double c = std::ceil(double(capacity_factor) * double(tokens) * top_k / n_routed_experts);
+  // at most every routed row: a huge factor means no drops (its cast overflowed to a capacity of 1)
+  const double rows = double(tokens) * top_k;
+  const double c = std::min(rows, std::ceil(double(capacity_factor) * rows / n_routed_experts));
   return std::max<int64_t>(1, int64_t(c));
 }
 
@@ -113,7 +115,7 @@ const FieldTable<ModelConfig>& model_fields() {
                "key/value heads (GQA; default n_heads)", positive<int>())
           .flag("kv-heads").when_absent([](C& c) { c.n_kv_heads = c.n_heads; })
           .add("max_seq_len", [](C& c) -> auto& { return c.max_seq_len; }, "longest sequence the model accepts",
-               positive<int>())
+               in_range<int>(1, 1 << 24))  // windows of seq_len + 1 tokens stay in an int
           .add("first_k_dense", [](C& c) -> auto& { return c.first_k_dense; }, "leading dense layers")
           .add("dense_hidden", [](C& c) -> auto& { return c.dense_hidden; }, "dense SwiGLU hidden size")
           .add("n_routed_experts", [](C& c) -> auto& { return c.n_routed_experts; },

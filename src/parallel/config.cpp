@@ -75,7 +75,14 @@ const FieldTable<ParallelConfig>& parallel_fields() {
 }
 
 std::vector<std::string> ParallelConfig::problems() const {
-  return parallel_fields().problems(*this);
+  std::vector<std::string> out = parallel_fields().problems(*this);
+  // the product in int64 (as an int it wrapped: 2^30 + 1 data ranks x 4 became 4 PEs)
+  constexpr int64_t kMaxWorld = 1 << 16;  // 4x the seed's 15,872 devices
+  const int64_t world = int64_t(dp) * cp * pp * ep * tp;
+  if (dp > 0 && cp > 0 && pp > 0 && ep > 0 && tp > 0 && world > kMaxWorld)
+    out.push_back(fmt::format("dp {} x cp {} x pp {} x ep {} x tp {} = {} PEs, more than {}: lower the degrees", dp,
+                              cp, pp, ep, tp, world, kMaxWorld));
+  return out;
 }
 
 }  // namespace coremesh::parallel

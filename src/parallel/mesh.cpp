@@ -26,9 +26,11 @@ std::vector<std::string> Mesh::problems(const ParallelConfig& p, int world, cons
   divides(p.ep, "ep", s.experts, "routed experts");
   if (p.ep > 1 && s.experts == 0) out.push_back("ep > 1 needs routed experts: set ep to 1 or add experts");
   divides(p.tp, "tp", s.heads, "query heads");
-  if (p.pp > 1 && s.layers >= 0 && 2 * s.layers + 2 < p.pp * p.virtual_stages)
-    out.push_back(fmt::format("pp {} x virtual_stages {} stages need at least as many model parts ({}): lower pp",
-                              p.pp, p.virtual_stages, 2 * s.layers + 2));
+  // virtual_stages cut chunks only for the interleaved schedule (the V schedules check their own two)
+  const int stage_chunks = p.schedule == PipelineSchedule::interleaved ? p.virtual_stages : 1;
+  if (p.pp > 1 && s.layers >= 0 && 2 * s.layers + 2 < p.pp * stage_chunks)
+    out.push_back(fmt::format("pp {} x {} chunk(s) per rank need at least as many model parts ({}): lower pp{}", p.pp,
+                              stage_chunks, 2 * s.layers + 2, stage_chunks > 1 ? " or virtual_stages" : ""));
   const int chunks = p.cp_zigzag && p.cp_comm == CpComm::ring ? 2 * p.cp : p.cp;
   if (p.cp > 1 && s.seq_len >= 0 && s.seq_len % chunks != 0)
     out.push_back(fmt::format("cp = {} splits each sequence into {} chunks, which does not divide seq_len = {}: "

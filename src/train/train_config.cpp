@@ -1,5 +1,7 @@
 #include "coremesh/train/train_config.hpp"
 
+#include <cfloat>
+
 #include "coremesh/core/allocator.hpp"
 #include "coremesh/core/error.hpp"
 #include "coremesh/core/json.hpp"
@@ -14,6 +16,17 @@ namespace {
 // not at the first step.
 std::function<std::string(const double&)> adam_beta() {
   return [](const double& v) { return v >= 0 && float(v) < 1.0f ? "" : fmt::format("{} must be in [0, 1) as a float", v); };
+}
+// lr, eps and weight decay reach the optimizer as floats: > 0 (or 0 where
+// `zero` allows it) and a normal float (1e39 became inf at the first step).
+std::function<std::string(const double&)> float_value(bool zero) {
+  return [zero](const double& v) {
+    if (zero && v == 0) return std::string();
+    return v > 0 && v >= double(FLT_MIN) && v <= double(FLT_MAX)
+               ? std::string()
+               : fmt::format("{} must be {} a normal float ({:g} to {:g})", v, zero ? "0 or" : "positive and",
+                             double(FLT_MIN), double(FLT_MAX));
+  };
 }
 }  // namespace
 
@@ -33,17 +46,17 @@ const FieldTable<TrainConfig>& train_fields() {
                positive<int>())
           .alias("microbatches")
           .add("steps", [](T& c) -> auto& { return c.steps; }, "optimizer steps", positive<int64_t>())
-          .add("lr", [](T& c) -> auto& { return c.lr; }, "peak learning rate", positive<double>())
+          .add("lr", [](T& c) -> auto& { return c.lr; }, "peak learning rate", float_value(false))
           .add("min_lr", [](T& c) -> auto& { return c.min_lr; }, "final learning rate of the cosine",
-               non_negative<double>())
+               float_value(true))
           .add("warmup_steps", [](T& c) -> auto& { return c.warmup_steps; }, "linear warmup steps",
                non_negative<int64_t>())
           .flag("warmup")
           .add("beta1", [](T& c) -> auto& { return c.adam.beta1; }, "AdamW beta1", adam_beta())
           .add("beta2", [](T& c) -> auto& { return c.adam.beta2; }, "AdamW beta2", adam_beta())
-          .add("eps", [](T& c) -> auto& { return c.adam.eps; }, "AdamW epsilon", positive<double>())
+          .add("eps", [](T& c) -> auto& { return c.adam.eps; }, "AdamW epsilon", float_value(false))
           .add("weight_decay", [](T& c) -> auto& { return c.adam.weight_decay; }, "AdamW weight decay (matrices)",
-               non_negative<double>())
+               float_value(true))
           .add("grad_clip", [](T& c) -> auto& { return c.adam.grad_clip; }, "global gradient norm clip (<= 0: off)")
           .add("seed", [](T& c) -> auto& { return c.seed; }, "initialization and data order seed")
           .add("val_every", [](T& c) -> auto& { return c.val_every; }, "validation every N steps (0: at the end)",

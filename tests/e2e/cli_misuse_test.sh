@@ -39,6 +39,14 @@ refused "step time overflows" "$exe" schedule --schedule 1f1b --costs 1e307,2e30
 refused "more than 100000" "$exe" schedule --schedule 1f1b --microbatches 100000000
 refused "more than 100000" "$exe" schedule --schedule 1f1b --pp 100000
 refused "more than 100000" "$exe" train --pp 2 --microbatches 100000000 --dry-run
+# Values past what the run can hold are refused by name (lr 1e39 became inf at the first step,
+# then a segfault; 2^30 + 1 data ranks x ep 4 wrapped to 4 PEs; 1e20 steps saturated to 2^63 - 1).
+refused "train.lr = 1e+39 must be positive and a normal float" "$exe" train --lr 1e39 --dry-run
+refused "train.eps = 1e-50" "$exe" train --eps 1e-50 --dry-run
+refused "= 4294967300 PEs, more than 65536" "$exe" train --dp 1073741825 --ep 4 --dry-run
+refused "expects an integer in [-2^63, 2^63)" "$exe" train --steps 99999999999999999999 --dry-run
+refused "model.max_seq_len = 2147483647 must be in" "$exe" train --seq-len 2147483647 --max-seq-len 2147483647 --dry-run
+"$exe" train --pp 4 --virtual-stages 2 --dry-run >/dev/null 2>&1 || fail "virtual_stages counted for 1f1b (only interleaved cuts them)"
 # Train settings are checked before a dry run, simulate or plan prints figures made of them.
 refused "batch_size = 0 must be positive" "$exe" train --batch-size 0 --dry-run
 cluster=$(dirname "$0")/../../clusters/h800-deepseek-v3.json

@@ -144,4 +144,7 @@ TEST(ModelConfig, ExpertCapacity) {
   EXPECT_EQ(c.expert_capacity(100), 25);
   c.capacity_factor = 1.25f;
   EXPECT_EQ(c.expert_capacity(100), 32);  // ceil(31.25)
+  // a huge factor is no drops: every routed row (its cast overflowed to a capacity of 1, dropping nearly all)
+  c.capacity_factor = 1e30f;
+  EXPECT_EQ(c.expert_capacity(100), 200);
 }
