@@ -326,7 +326,19 @@ double Trainer::validate() {
   ProgressBar bar(cfg_.val_batches, {.label = "validation", .unit = "batches",
                                      .mode = show ? ProgressBar::Mode::automatic : ProgressBar::Mode::off});
   std::vector<runtime::Event> batch_done(show ? size_t(cfg_.val_batches) : 0);
-  for (int i = 0; i < cfg_.val_batches; ++i) {
+  // A stop (Ctrl-C) ends a long validation: every kAgreeEvery batches the PEs
+  // agree on it, each after its queued batches ran (one sum, the same batch on all).
+  constexpr int kAgreeEvery = 32;
+  validation_stopped_ = false;
+  int done = 0;
+  for (int i = 0; i < cfg_.val_batches; ++i, ++done) {
+    if (i > 0 && i % kAgreeEvery == 0 && stop_requested_) {
+      stream_.synchronize();
+      if (plan_->sum_over_world({stop_requested_() ? 1.0 : 0.0})[0] > 0) {
+        validation_stopped_ = true;
+        break;
+      }
+    }
     val_loader_->next_batch(x, y);
     bytes += tokenizer_->count_bytes(y.data(), int64_t(y.size()));
     if (cp > 1) x = plan_->my_tokens(x, cfg_.batch_size, cfg_.seq_len), y = plan_->my_tokens(y, cfg_.batch_size, cfg_.seq_len);
@@ -335,9 +347,10 @@ double Trainer::validate() {
     if (l.defined()) losses.push_back(l);
     if (show) batch_done[size_t(i)].record(stream_);
   }
-  for (size_t i = 0; i < batch_done.size(); ++i) batch_done[i].synchronize(), bar.set(int64_t(i) + 1);
+  for (int i = 0; i < done && size_t(i) < batch_done.size(); ++i) batch_done[size_t(i)].synchronize(), bar.set(i + 1);
   bar.finish();
   stream_.synchronize();
+  if (validation_stopped_) return -1;  // no loss over part of the split
   double sum = 0;
   for (const Tensor& l : losses) sum += mean_of(l);
   // one data replica's, one TP rank's
@@ -611,6 +624,12 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
     if (done == end && save_at_end) result.checkpoint = save_checkpoint_now();
     if ((cfg_.val_every > 0 && done % cfg_.val_every == 0) || done == cfg_.steps) {
       val = validate();
+      if (validation_stopped_) {  // every PE: the stop was agreed inside it
+        if (metrics_) metrics_->append(line);
+        if (cfg_.progress) progress.message(fmt::format("stop requested: validation after step {} stopped", done));
+        result.stopped = true;
+        break;
+      }
       if (val >= 0) val_records_.push_back({r.step, val, last_val_bpb_});
       line.val_loss = val;
       line.val_bits_per_byte = last_val_bpb_;

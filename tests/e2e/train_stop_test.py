@@ -198,6 +198,24 @@ def final_validation_test():
             "nothing to train: the run is at step 3 of 3" not in open(os.path.join(work, "resume.log")).read():
         fail("the checkpoint written before the final validation does not resume", os.path.join(work, "resume.log"))
     print("killed during the final validation: the checkpoint of step 3 was there and resumes")
+    # SIGINT during it: the validation stops within a few batches (it ran its 1,000,000 first)
+    with open(log, "w") as out:
+        job = subprocess.Popen(command("single", cfg, "--out", os.path.join(work, "run2")), stdout=out,
+                               stderr=subprocess.STDOUT, env=env)
+    ckpt = os.path.join(work, "run2", "checkpoints", "step_00000003.safetensors")
+    deadline = time.time() + 60
+    while not os.path.exists(ckpt) and job.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)
+    job.send_signal(signal.SIGINT)
+    try:
+        status = job.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        fail("a SIGINT did not stop the final validation within 30 s", log)
+    if status != 130:
+        fail(f"a SIGINT during the final validation ended with status {status}", log)
+    print("SIGINT during the final validation: stopped, status 130")
 
 
 def kill9_test(rounds):

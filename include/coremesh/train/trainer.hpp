@@ -177,6 +177,7 @@ class Trainer {
   double last_val_bpb_ = -1;
   std::function<bool()> stop_requested_;
   bool stop_agreed_ = false;
+  bool validation_stopped_ = false;  // the last validate() ended early on an agreed stop
   std::unique_ptr<MetricsLog> metrics_;  // the leader's, from the first run()
   std::string resumed_from_;             // the checkpoint resume() loaded
   bool owns_out_dir_ = false;            // see claim_out_dir()
