@@ -136,6 +136,27 @@ void print_dry_run(const train::TrainConfig& c) {
              train::format_bytes(double(process)), train::format_bytes(double(host + process)));
 }
 
+// The machine's memory and swap, bytes (0 if /proc/meminfo cannot be read).
+double machine_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  double kib = 0, total = 0;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemTotal:" || key == "SwapTotal:") total += kib * 1024;
+  return total;
+}
+
+// A one-PE run whose estimate is past the machine's memory would end in
+// bad_alloc (or the OOM killer) after loading its data: refused first, with
+// the estimate. Twice the memory: the estimate is an upper bound, not a fit.
+void check_fits_the_machine(const train::TrainConfig& c) {
+  const double need = double(train::rank_host_bytes(c, 0) + process_bytes(c)), have = machine_memory_bytes();
+  CM_CHECK(have <= 0 || need <= 2 * have,
+           "lower batch_size or seq_len, use a smaller model, or spread the run over PEs (--dp, --ep, --pp, --tp)",
+           "the run needs about {} of memory (coremesh train --dry-run shows the estimate), more than twice this "
+           "machine's {} (memory and swap)", train::format_bytes(need), train::format_bytes(have));
+}
+
 train::TrainConfig read_config(const TrainFlags& f) {
   train::TrainConfig cfg = f.flags.read();
   if (f.no_progress) cfg.progress = false;
@@ -208,6 +229,7 @@ int run_train(const TrainFlags& f) {
     return 0;
   }
   cfg.validate();
+  if (world == 1) check_fits_the_machine(cfg);
   if (!under_launcher()) refuse_other_run(cfg, f);  // under a launcher: the leader, below
   if (world > 1 && !under_launcher()) {  // start the PEs, each running this command
     parallel::Mesh(cfg.parallel, world, split_sizes(cfg));  // a bad layout is refused before any PE starts

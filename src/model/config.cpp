@@ -90,7 +90,10 @@ std::vector<std::string> ModelConfig::problems() const {
                             bias_update_rate));
   if (!(rope_theta > 0.0f)) p.push_back(fmt::format("rope_theta = {} must be > 0", rope_theta));
   if (!(norm_eps > 0.0f)) p.push_back(fmt::format("norm_eps = {} must be > 0", norm_eps));
-  if (!(init_std > 0.0f)) p.push_back(fmt::format("init_std = {} must be > 0", init_std));
+  // typical values are 0.006-0.02; past 1 the first steps' activations overflow (a NaN loss whose hint
+  // would blame the learning rate)
+  if (!(init_std > 0.0f && init_std <= 1.0f))
+    p.push_back(fmt::format("init_std = {:g} must be in (0, 1] (typical: 0.02)", init_std));
   return p;
 }
 

@@ -47,6 +47,9 @@ refused "= 4294967300 PEs, more than 65536" "$exe" train --dp 1073741825 --ep 4 
 refused "expects an integer in [-2^63, 2^63)" "$exe" train --steps 99999999999999999999 --dry-run
 refused "model.max_seq_len = 2147483647 must be in" "$exe" train --seq-len 2147483647 --max-seq-len 2147483647 --dry-run
 "$exe" train --pp 4 --virtual-stages 2 --dry-run >/dev/null 2>&1 || fail "virtual_stages counted for 1f1b (only interleaved cuts them)"
+refused "init_std = 1e+30 must be in (0, 1]" "$exe" train --init-std 1e30 --dry-run
+# A one-PE run far past the machine's memory is refused before it loads its data (it ended in std::bad_alloc).
+refused "more than twice this machine's" "$exe" train --config "$work/cfg.json" --batch-size 2147483647 --out "$work/huge" --no-progress
 # Train settings are checked before a dry run, simulate or plan prints figures made of them.
 refused "batch_size = 0 must be positive" "$exe" train --batch-size 0 --dry-run
 cluster=$(dirname "$0")/../../clusters/h800-deepseek-v3.json
