@@ -75,6 +75,13 @@ void dispatch_reduce(const Buffer& b, const py::object& dtype, const char* api, 
            "{}: unsupported element type '{}'", api, b.code);
 }
 
+// Every member passes the same number of bytes (one small exchange): a
+// collective of mismatched sizes gave wrong results silently.
+void check_same_bytes(const shmem::Team& team, const Buffer& src, const char* api) {
+  py::gil_scoped_release nogil;
+  shmem::check_agreement(team, int64_t(src.bytes), api, "source sizes (bytes)");
+}
+
 void bind_blocking(py::module_& m) {
   using namespace shmem::detail;
   m.def("broadcast", [](const py::handle& dest, const py::handle& src, int root,
@@ -82,6 +89,7 @@ void bind_blocking(py::module_& m) {
           const Buffer d = buffer_arg(dest, "dest", true), s = buffer_arg(src, "src", false);
           check_same_type(d, s, "broadcast");
           CM_CHECK(d.bytes >= s.bytes, "make dest as large as src", "broadcast: dest is too small");
+          check_same_bytes(team_arg(team), s, "broadcast");
           py::gil_scoped_release nogil;
           broadcast_bytes(team_arg(team), d.ptr, s.ptr, s.bytes, root);
         }, py::arg("dest"), py::arg("src"), py::arg("root"), py::arg("team") = py::none(),
@@ -92,6 +100,7 @@ void bind_blocking(py::module_& m) {
           check_same_type(d, s, "allgather");
           CM_CHECK(d.bytes >= s.bytes * static_cast<size_t>(t.n_pes()),
                    "make dest n_pes times as large as src", "allgather: dest is too small");
+          check_same_bytes(t, s, "allgather");
           py::gil_scoped_release nogil;
           allgather_bytes(t, d.ptr, s.ptr, s.bytes);
         }, py::arg("dest"), py::arg("src"), py::arg("team") = py::none(),
@@ -104,6 +113,7 @@ void bind_blocking(py::module_& m) {
           CM_CHECK(element_count(s) % n == 0 && d.bytes >= s.bytes,
                    "src holds n_pes equal chunks; dest is as large as src",
                    "alltoall: {} elements do not split over {} PEs", element_count(s), n);
+          check_same_bytes(t, s, "alltoall");
           py::gil_scoped_release nogil;
           alltoall_bytes(t, d.ptr, s.ptr, s.bytes / n);
         }, py::arg("dest"), py::arg("src"), py::arg("team") = py::none(),
@@ -129,6 +139,7 @@ member (MoE token dispatch). Both arrays symmetric.)doc");
           const Buffer d = buffer_arg(dest, "dest", true), s = buffer_arg(src, "src", false);
           check_same_type(d, s, "allreduce");
           CM_CHECK(d.bytes >= s.bytes, "make dest as large as src", "allreduce: dest is too small");
+          check_same_bytes(team_arg(team), s, "allreduce");
           dispatch_reduce<true>(s, dtype, "allreduce", [&](auto zero) {
             using T = decltype(zero);
             py::gil_scoped_release nogil;
@@ -144,6 +155,7 @@ member (MoE token dispatch). Both arrays symmetric.)doc");
           check_same_type(d, s, "reduce_scatter");
           CM_CHECK(s.bytes == d.bytes * static_cast<size_t>(t.n_pes()), "src holds n_pes chunks of dest's size",
                    "reduce_scatter: {} source bytes for {} PEs x {} bytes", s.bytes, t.n_pes(), d.bytes);
+          check_same_bytes(t, s, "reduce_scatter");
           dispatch_reduce<true>(s, dtype, "reduce_scatter", [&](auto zero) {
             using T = decltype(zero);
             py::gil_scoped_release nogil;

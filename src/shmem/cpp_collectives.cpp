@@ -1,4 +1,8 @@
 // coremesh::shmem collectives: team handles -> internal groups.
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "coremesh/core/dtype.hpp"
 #include "coremesh/core/error.hpp"
 #include "coremesh/shmem/collectives.hpp"
@@ -20,6 +24,17 @@ void barrier(const Team& team) {
   internal::group_sync(group_of(team, "barrier"), "barrier");
 }
 void sync(const Team& team) { internal::group_sync(group_of(team, "sync"), "sync"); }
+
+void check_agreement(const Team& team, int64_t value, const char* api, const char* what) {
+  const internal::Group g = group_of(team, api);
+  if (g.size == 1) return;
+  const std::vector<int64_t> all = internal::exchange(g, internal::begin_call(g), {&value, 1}, api);
+  if (std::all_of(all.begin(), all.end(), [&](int64_t v) { return v == all[0]; })) return;
+  std::string each;
+  for (int i = 0; i < g.size; ++i) each += fmt::format("{}PE {}: {}", i ? ", " : "", g.world_pe(i), all[size_t(i)]);
+  CM_THROW(InvalidArgument, "give every member of a collective the same sizes and dtype",
+           "{}: the members' {} differ ({})", api, what, each);
+}
 
 namespace detail {
 void broadcast_bytes(const Team& team, void* dest, const void* src, size_t bytes, int root) {

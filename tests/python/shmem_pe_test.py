@@ -279,7 +279,13 @@ def test_freed_arrays_empty_arrays_and_bad_shapes_are_refused(me):
     fresh = shmem.zeros(1 << 20, "float32")
     runtime.synchronize()
     assert fresh.sum() == 0.0
-    for array in (fresh, dest, src, c, b):
+    # a collective whose members pass different sizes is refused on every member (it summed garbage)
+    d, s8 = shmem.zeros(8, "float32"), shmem.zeros(8, "float32")
+    if n > 1:
+        with pytest.raises(cm.InvalidArgument, match="source sizes \\(bytes\\) differ"):
+            shmem.allreduce(d[:4 if pe == 0 else 8], s8[:4 if pe == 0 else 8])
+    shmem.allreduce(d, s8)  # the team goes on
+    for array in (fresh, dest, src, c, b, d, s8):
         shmem.free(array)
 
 

@@ -14,6 +14,11 @@ enum class ReduceOp { sum, max, min, prod };
 
 // quiet + sync: completes this PE's puts, then waits for every member.
 void barrier(const Team& team = Team::world());
+// Collective over `team`: returns when every member passed the same `value`
+// (a size, a dtype code), else throws InvalidArgument on every member naming
+// each one's. For callers whose members may disagree (Python's arrays): a
+// collective of mismatched sizes would give wrong results silently.
+void check_agreement(const Team& team, int64_t value, const char* api, const char* what);
 // Waits for every member (no quiet; blocking puts are already complete).
 void sync(const Team& team = Team::world());
 
