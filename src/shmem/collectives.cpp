@@ -120,7 +120,7 @@ void alltoalls(const Group& g, void* dest, const void* src, ptrdiff_t dst, ptrdi
 std::vector<CopySpan> alltoallv_exchange(const Group& g, void* dest, const size_t* recv_counts,
                                          const size_t* recv_offsets, const void* src,
                                          const size_t* send_counts, const size_t* send_offsets,
-                                         size_t elem_bytes, const char* api) {
+                                         size_t elem_bytes, const char* api, int call_parity) {
   CM_ASSERT(g.team_slot >= 0);
   state(api);  // checks that the library is initialized
   const size_t n = static_cast<size_t>(g.size);
@@ -132,7 +132,7 @@ std::vector<CopySpan> alltoallv_exchange(const Group& g, void* dest, const size_
   const size_t src_offset = src_end ? sym_offset(src, src_end * elem_bytes, api) : 0;
   if (dest_end) sym_offset(dest, dest_end * elem_bytes, api);
   // Publish our counts in our team slot, then fetch every member's rows.
-  const int parity = begin_call(g);
+  const int parity = call_parity >= 0 ? call_parity : begin_call(g);
   const size_t meta_bytes = 3 * n * sizeof(int64_t);
   auto meta_offset = [&](int p) {
     return g.sync_offset + sizeof(SyncArea) + static_cast<size_t>(p) * meta_bytes;

@@ -196,10 +196,13 @@ struct CopySpan {
   size_t offset;
   size_t bytes;
 };
+// `parity`: the call's, from begin_call() when the call was made (an
+// on-stream alltoallv runs later, on a worker: taken there, it raced the
+// host's later begin_calls and the members disagreed); -1: begin_call() here.
 std::vector<CopySpan> alltoallv_exchange(const Group& g, void* dest, const size_t* recv_counts,
                                          const size_t* recv_offsets, const void* src,
                                          const size_t* send_counts, const size_t* send_offsets,
-                                         size_t elem_bytes, const char* api);
+                                         size_t elem_bytes, const char* api, int parity = -1);
 void run_copies(const std::vector<CopySpan>& copies, size_t part, size_t parts);
 
 }  // namespace coremesh::shmem::internal

@@ -262,12 +262,14 @@ void alltoallv_on_stream(runtime::Stream& stream, const Team& team, T* dest,
   size_t bytes = 0;
   for (size_t c : recv_counts) bytes += c * sizeof(T);
   auto copies = std::make_shared<std::vector<internal::CopySpan>>();
+  // the call's parity now, in call order with the other collectives enqueued from this thread
+  const int parity = internal::begin_call(g);
   stream.launch(comm("shmem_alltoallv_exchange", 1),
                 [=, rc = std::move(recv_counts), ro = std::move(recv_offsets),
                  sc = std::move(send_counts),
                  so = std::move(send_offsets)](const runtime::BlockContext&) {
                   *copies = internal::alltoallv_exchange(g, dest, rc.data(), ro.data(), src,
-                                                         sc.data(), so.data(), sizeof(T), api);
+                                                         sc.data(), so.data(), sizeof(T), api, parity);
                 });
   stream.launch(comm("shmem_alltoallv_copy", comm_block_dim(stream, bytes)),
                 [copies](const runtime::BlockContext& ctx) {
