@@ -13,6 +13,7 @@
 // Barriers and collectives release the GIL but are not interruptible; under
 // the launcher, Ctrl-C stops the whole job.
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -28,24 +29,22 @@ namespace {
 
 constexpr const char* kSymmetricCapsule = "coremesh.symmetric";
 // Never destroyed: a session still open at exit is ended (or left) by
-// end_shmem_session_at_exit while Python and the runtime are whole; a static
-// destructor would run after them and crash.
+// end_session_at_process_exit before the runtime's static destructors; one
+// of its own would run after them and crash.
 std::optional<shmem::Session>& g_session = *new std::optional<shmem::Session>;
-bool g_failing_exit = false;  // sys.exit with a status other than 0 / None
 
-// sys.exit(status) is not an exception at exit (sys.last_value stays unset):
-// shmem.init wraps it to learn that the PE is failing, and then must not wait
-// in a collective for peers that may be waiting for it.
-void watch_sys_exit() {
-  py::module_ sys = py::module_::import("sys");
-  if (py::hasattr(sys, "_coremesh_exit")) return;
-  sys.attr("_coremesh_exit") = sys.attr("exit");
-  sys.attr("exit") = py::cpp_function(
-      [](py::object status) {
-        g_failing_exit = !(status.is_none() || (py::isinstance<py::int_>(status) && status.cast<py::int_>().equal(py::int_(0))));
-        py::module_::import("sys").attr("_coremesh_exit")(status);
-      },
-      py::arg("status") = py::none(), "sys.exit, noting a failing status for coremesh.shmem's exit");
+// Runs at exit(), after the interpreter ended, with the process's status: a
+// PE that ends cleanly leaves the job as a C program does (quiet + barrier);
+// one that fails (an uncaught exception, sys.exit(3), raise SystemExit(1))
+// must not wait in a collective for peers that may be waiting for it: the
+// launcher stops the job.
+void end_session_at_process_exit(int status, void*) {
+  if (!g_session || status != 0) return;
+  try {
+    g_session.reset();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "coremesh: at exit: %s\n", e.what());
+  }
 }
 
 // Calls wait(slice_s) until it returns without a TimeoutError; between
@@ -137,7 +136,6 @@ void bind_session_and_teams(py::module_& m) {
           // single-threaded process, and OpenBLAS or torch start threads).
           setenv("COREMESH_SYMMETRIC_DATA", "0", /*overwrite=*/0);
           without_gil([&] { g_session.emplace(shmem::InitOptions{heap_size}); });
-          watch_sys_exit();
         }, py::arg("heap_size") = 0,
         "Joins the job (or starts a 1-PE one). heap_size: symmetric bytes per PE (0: "
         "COREMESH_HEAP_SIZE, else 128 MiB), the same on every PE.");
@@ -369,8 +367,12 @@ void bind_waits_and_atomics(py::module_& m) {
 
 void end_shmem_session_at_exit() {
   if (!g_session) return;
-  if (py::hasattr(py::module_::import("sys"), "last_value") || g_failing_exit) return;  // died or failed
-  end_session();
+  without_gil([] { runtime::synchronize(); });  // on-stream work may still use the heap
+  release_on_stream_arrays();
+  // Only exit() knows the status; registered now, the handler runs before
+  // every exit handler registered earlier (static destructors included).
+  static const bool registered = on_exit(end_session_at_process_exit, nullptr) == 0;
+  if (!registered) end_session();
 }
 
 namespace {

@@ -272,13 +272,15 @@ def test_ctrl_c_interrupts_waits():
 
 
 @pytest.mark.parametrize("ending, status", [("raise RuntimeError('a user error')", 1), ("pass", 0),
-                                            ("sys.exit(3) if shmem.my_pe() == 1 else shmem.wait_until(a, 'eq', 42)", 3)])
+                                            ("sys.exit(3) if shmem.my_pe() == 1 else shmem.wait_until(a, 'eq', 42)", 3),
+                                            ("shmem.wait_until(a, 'eq', 42) if shmem.my_pe() else exit(4)", 4),
+                                            ("raise SystemExit(1) if shmem.my_pe() == 1 else shmem.wait_until(a, 'eq', 42)", 1)])
 def test_a_shmem_script_that_does_not_finalize_exits_cleanly(tmp_path, ending, status):
     """Without shmem.finalize(), a script that ends normally finalizes as a C
     program does; one that dies of an exception exits with status 1 and its
     traceback, and the launcher stops the other PEs (it segfaulted at exit). So does one that
-    calls sys.exit with a failing status while a peer waits for it (it waited in the finalize
-    barrier until the watchdog)."""
+    exits with a failing status (sys.exit, the exit builtin, raise SystemExit) while a peer
+    waits for it (it waited in the finalize barrier until the watchdog)."""
     script = tmp_path / "no_finalize.py"
     script.write_text(textwrap.dedent(f"""
         import sys
@@ -293,5 +295,5 @@ def test_a_shmem_script_that_does_not_finalize_exits_cleanly(tmp_path, ending, s
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == status, run.stderr
     assert "Segmentation" not in run.stderr and "signal" not in run.stderr, run.stderr
-    if status == 1:
+    if "RuntimeError" in ending:
         assert "a user error" in run.stderr
