@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <numeric>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -28,6 +29,7 @@
 #include "coremesh/runtime/profiler.hpp"
 #include "coremesh/shmem/heap.hpp"
 #include "coremesh/shmem/session.hpp"
+#include "coremesh/shmem/team.hpp"
 #include "coremesh/train/safetensors.hpp"
 #include "coremesh/train/progress_bar.hpp"
 #include "coremesh/train/trainer.hpp"
@@ -146,15 +148,32 @@ double machine_memory_bytes() {
   return total;
 }
 
-// A one-PE run whose estimate is past the machine's memory would end in
-// bad_alloc (or the OOM killer) after loading its data: refused first, with
-// the estimate. Twice the memory: the estimate is an upper bound, not a fit.
-void check_fits_the_machine(const train::TrainConfig& c) {
-  const double need = double(train::rank_host_bytes(c, 0) + process_bytes(c)), have = machine_memory_bytes();
-  CM_CHECK(have <= 0 || need <= 2 * have,
-           "lower batch_size or seq_len, use a smaller model, or spread the run over PEs (--dp, --ep, --pp, --tp)",
-           "the run needs about {} of memory (coremesh train --dry-run shows the estimate), more than twice this "
-           "machine's {} (memory and swap)", train::format_bytes(need), train::format_bytes(have));
+// What rank `r` holds at its peak: one PE, its host tensors; a launched
+// layout, the dry run's total (heap + step or checkpoint) too.
+double rank_peak_bytes(const train::TrainConfig& c, int r) {
+  const int world = c.parallel.world();
+  if (world == 1) return double(train::rank_host_bytes(c, 0) + process_bytes(c));
+  const int64_t heap = parallel::ParallelPlan::symmetric_bytes(train::plan_config(c), world);
+  return double(heap + std::max(train::rank_host_bytes(c, r), train::rank_checkpoint_bytes(c, r)) + process_bytes(c));
+}
+
+// A run whose PEs on this machine together need more than it has would end
+// in bad_alloc (or the OOM killer) after loading its data: refused first,
+// with the estimate. Twice the memory: the estimate is an upper bound, not a
+// fit. `ranks`: the ranks that share this machine's memory.
+void check_fits_the_machine(const train::TrainConfig& c, const std::vector<int>& ranks) {
+  const double have = machine_memory_bytes();
+  if (have <= 0) return;
+  double need = 0;
+  size_t counted = 0;  // a lower bound past the limit is enough (an estimate costs O(world))
+  while (counted < ranks.size() && need <= 2 * have) need += rank_peak_bytes(c, ranks[counted++]);
+  CM_CHECK(need <= 2 * have,
+           ranks.size() == 1 ? "lower batch_size or seq_len, use a smaller model, or spread the run over PEs (--dp, --ep, --pp, --tp)"
+                             : "lower batch_size or seq_len, use a smaller model, or start the PEs on several machines (mpirun)",
+           "{} {} {} of memory (coremesh train --dry-run shows the estimate), more than twice this machine's {} "
+           "(memory and swap)", ranks.size() == 1 ? "the run needs" : fmt::format("the run's {} PEs on this machine need", ranks.size()),
+           counted < ranks.size() ? "at least" : "about",
+           train::format_bytes(need), train::format_bytes(have));
 }
 
 train::TrainConfig read_config(const TrainFlags& f) {
@@ -229,7 +248,11 @@ int run_train(const TrainFlags& f) {
     return 0;
   }
   cfg.validate();
-  if (world == 1) check_fits_the_machine(cfg);
+  if (!under_launcher()) {  // every PE runs here
+    std::vector<int> all(static_cast<size_t>(world));
+    std::iota(all.begin(), all.end(), 0);
+    check_fits_the_machine(cfg, all);
+  }
   if (!under_launcher()) refuse_other_run(cfg, f);  // under a launcher: the leader, below
   if (world > 1 && !under_launcher()) {  // start the PEs, each running this command
     parallel::Mesh(cfg.parallel, world, split_sizes(cfg));  // a bad layout is refused before any PE starts
@@ -257,6 +280,7 @@ int run_train(const TrainFlags& f) {
                                          "{}M, or COREMESH_HEAP_SIZE / SHMEM_SYMMETRIC_SIZE)",
                                          need >> 20, (need >> 20) + 1),
                "this layout needs {} MiB of symmetric heap per PE, the job has {} MiB", need >> 20, have >> 20);
+      check_fits_the_machine(cfg, shmem::Team::shared().world_pes());  // the PEs known to share this memory
       const std::vector<int> cpus = take_core_share();
       device = std::make_unique<runtime::Device>(runtime::DeviceOptions{.cores = int(cpus.size())});
       cfg.cores = cfg.cores > 0 ? std::min(cfg.cores, int(cpus.size())) : int(cpus.size());

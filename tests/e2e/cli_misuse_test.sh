@@ -50,6 +50,8 @@ refused "model.max_seq_len = 2147483647 must be in" "$exe" train --seq-len 21474
 refused "init_std = 1e+30 must be in (0, 1]" "$exe" train --init-std 1e30 --dry-run
 # A one-PE run far past the machine's memory is refused before it loads its data (it ended in std::bad_alloc).
 refused "more than twice this machine's" "$exe" train --config "$work/cfg.json" --batch-size 2147483647 --out "$work/huge" --no-progress
+# So is a launched layout whose PEs together are (each alone would fit).
+refused "the run's 4 PEs on this machine need at least" "$exe" train --config "$work/cfg.json" --dp 4 --batch-size 262144 --out "$work/huge" --no-progress
 # Train settings are checked before a dry run, simulate or plan prints figures made of them.
 refused "batch_size = 0 must be positive" "$exe" train --batch-size 0 --dry-run
 cluster=$(dirname "$0")/../../clusters/h800-deepseek-v3.json
