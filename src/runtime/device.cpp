@@ -195,17 +195,23 @@ Device::Device(const DeviceOptions& options) : impl_(std::make_unique<Impl>()) {
     d.sleeps.push_back(std::make_unique<Impl::Sleep>());
     d.sleeps.back()->cpu = pin ? cpus[core] : -1;
   }
-  for (int core = 0; core < cores; ++core) {
-    d.workers.emplace_back([&d, core, pin, cpu = pin ? cpus[core] : -1] {
-      if (pin) pin_current_thread(cpu);
-      mark_runtime_thread();
-      d.worker_loop(core);
-    });
+  try {
+    for (int core = 0; core < cores; ++core) {
+      d.workers.emplace_back([&d, core, pin, cpu = pin ? cpus[core] : -1] {
+        if (pin) pin_current_thread(cpu);
+        mark_runtime_thread();
+        d.worker_loop(core);
+      });
+    }
+    d.default_stream.reset(new Stream(*this));
+    set_host_pressure_hook(&relieve_host_memory);
+    CM_LOG_INFO("device {}: {} cores (cube {}, vector {}){}", d.id, cores, d.spec.cube,
+                d.spec.vector, pin ? ", pinned" : "");
+  } catch (...) {  // e.g. a bad COREMESH_LOG_LEVEL: running workers must be joined, not abandoned
+    d.default_stream.reset();
+    d.shutdown();
+    throw;
   }
-  d.default_stream.reset(new Stream(*this));
-  set_host_pressure_hook(&relieve_host_memory);
-  CM_LOG_INFO("device {}: {} cores (cube {}, vector {}){}", d.id, cores, d.spec.cube,
-              d.spec.vector, pin ? ", pinned" : "");
 }
 
 Device::~Device() {

@@ -52,6 +52,9 @@ refused "init_std = 1e+30 must be in (0, 1]" "$exe" train --init-std 1e30 --dry-
 refused "more than twice this machine's" "$exe" train --config "$work/cfg.json" --batch-size 2147483647 --out "$work/huge" --no-progress
 # So is a launched layout whose PEs together are (each alone would fit).
 refused "the run's 4 PEs on this machine need at least" "$exe" train --config "$work/cfg.json" --dp 4 --batch-size 262144 --out "$work/huge" --no-progress
+# A bad environment value is an error with a hint (the device's started workers aborted the process).
+refused "unknown log level 'verbose'" env COREMESH_LOG_LEVEL=verbose "$exe" info
+refused "COREMESH_ALLOC_CACHE_MB=-1 is out of range" env COREMESH_ALLOC_CACHE_MB=-1 "$exe" demo --out "$work/demo"
 # Train settings are checked before a dry run, simulate or plan prints figures made of them.
 refused "batch_size = 0 must be positive" "$exe" train --batch-size 0 --dry-run
 cluster=$(dirname "$0")/../../clusters/h800-deepseek-v3.json
