@@ -105,6 +105,13 @@ Storage::Storage(size_t bytes) : data_(alloc_host(bytes)), bytes_(bytes) {}
 Storage::Storage(void* data, size_t bytes, std::function<void(void*)> release)
     : data_(data), bytes_(bytes), release_(std::move(release)) {}
 
+bool Storage::meets(const Storage& other) const noexcept {
+  if (this == &other) return true;
+  const auto* first = static_cast<const std::byte*>(data_);
+  const auto* other_first = static_cast<const std::byte*>(other.data_);
+  return bytes_ && other.bytes_ && first < other_first + other.bytes_ && other_first < first + bytes_;
+}
+
 Storage::~Storage() {
   if (release_) release_(data_);
   else free_host(data_, bytes_);

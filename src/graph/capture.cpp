@@ -10,7 +10,8 @@ namespace {
 
 thread_local std::shared_ptr<runtime::CaptureSession> t_session;
 
-// Storages of the nodes' tensors that something outside the graph holds: a
+// Storages of the nodes' tensors that something outside the graph holds (and
+// every wrap: its memory is the caller's, whoever holds the handle): a
 // storage's use count minus the references the graph holds. The graph's
 // references are one per tensor of each descriptor plus those inside the
 // kernel closures, counted by copying every closure once (a copy adds one
@@ -38,7 +39,7 @@ std::unordered_set<const Storage*> external_storages(const std::vector<Node>& no
   }
   std::unordered_set<const Storage*> external;
   for (auto& [s, ptr] : storages)
-    if (ptr.use_count() > held[s]) external.insert(s);
+    if (ptr.use_count() > held[s] || s->wraps()) external.insert(s);  // a wrap's memory is seen elsewhere
   return external;
 }
 

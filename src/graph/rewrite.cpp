@@ -6,12 +6,13 @@
 
 namespace coremesh::graph::rewrite {
 
+// Addresses, not Storage objects: two wraps of one buffer are one memory.
 bool same_view(const Tensor& a, const Tensor& b) {
-  return a.storage() == b.storage() && a.offset() == b.offset() && a.shape() == b.shape() &&
-         a.strides() == b.strides() && a.dtype() == b.dtype();
+  return a.raw_data() == b.raw_data() && a.shape() == b.shape() && a.strides() == b.strides() &&
+         a.dtype() == b.dtype();
 }
 
-bool shares_storage(const Tensor& a, const Tensor& b) { return a.storage() == b.storage(); }
+bool shares_storage(const Tensor& a, const Tensor& b) { return a.storage()->meets(*b.storage()); }
 
 bool same_placement(const Node& a, const Node& b) {
   return a.stream_id == b.stream_id && a.limits == b.limits && a.stream_limit == b.stream_limit;
@@ -22,15 +23,21 @@ Uses::Uses(const Graph& g) {
     for (const auto* list : {&n.op->inputs, &n.op->outputs})
       for (const Tensor& t : *list) {
         std::vector<int>& ids = nodes_[t.storage().get()];
+        if (ids.empty()) wraps_ += t.storage()->wraps();
         if (ids.empty() || ids.back() != n.id) ids.push_back(n.id);
       }
 }
 
 bool Uses::touched_elsewhere(const Tensor& t, std::initializer_list<int> except) const {
-  auto it = nodes_.find(t.storage().get());
-  if (it == nodes_.end()) return false;
-  for (int id : it->second)
-    if (std::find(except.begin(), except.end(), id) == except.end()) return true;
+  auto other = [&](const std::vector<int>& ids) {
+    return std::any_of(ids.begin(), ids.end(),
+                       [&](int id) { return std::find(except.begin(), except.end(), id) == except.end(); });
+  };
+  const Storage& mine = *t.storage();
+  if (auto it = nodes_.find(&mine); it != nodes_.end() && other(it->second)) return true;
+  if (wraps_ == 0) return false;  // allocated storages never meet each other
+  for (const auto& [storage, ids] : nodes_)  // another wrap of the same memory counts
+    if (storage != &mine && (storage->wraps() || mine.wraps()) && storage->meets(mine) && other(ids)) return true;
   return false;
 }
 

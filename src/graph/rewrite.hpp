@@ -12,8 +12,9 @@
 
 namespace coremesh::graph::rewrite {
 
-// The same elements: storage, offset, shape, strides and dtype.
+// The same elements: address, shape, strides and dtype.
 bool same_view(const Tensor& a, const Tensor& b);
+// Whether the storages' memory meets (one storage, or two wraps of one buffer).
 bool shares_storage(const Tensor& a, const Tensor& b);
 // Same stream and the same core limits (in force, and the stream's own
 // limit attribute): nodes that may be fused.
@@ -24,11 +25,12 @@ bool same_placement(const Node& a, const Node& b);
 class Uses {
  public:
   explicit Uses(const Graph& g);
-  // True if a node not in `except` reads or writes t's storage.
+  // True if a node not in `except` reads or writes memory of t's storage.
   bool touched_elsewhere(const Tensor& t, std::initializer_list<int> except) const;
 
  private:
   std::unordered_map<const Storage*, std::vector<int>> nodes_;
+  int wraps_ = 0;  // storages that wrap memory (only they may meet another)
 };
 // `next` follows `first` directly: it waits for `first` only, and nothing
 // else waits for `first`.

@@ -171,5 +171,40 @@ TEST_F(PassTest, InstantiateRunsEveryPassAndCountsWhatWasRemoved) {
   EXPECT_EQ(exec.pass_results()[3].removed, 1);  // the dead silu
 }
 
+// Two Storage objects over one buffer (Tensor::wrap of another tensor's
+// memory) are one memory to the passes: the fused product must not write
+// its own operand, and a write into wrapped memory is never dead (the
+// passes compared Storage objects: the first replayed garbage, the second
+// dropped the write).
+TEST_F(PassTest, WrapsOfOneBufferAreOneMemory) {
+  Tensor a = randn({64, 64}, 18), b = randn({64, 64}, 19), x = randn({64, 64}, 20);
+  Tensor a_eager = a.clone();
+  Tensor y_eager = Tensor::wrap(a_eager.raw_data(), {64, 64}, DType::f32, a_eager.storage());
+  ops::add_out(x, ops::matmul(a_eager, b), y_eager);
+  begin_capture(s);
+  Tensor y = Tensor::wrap(a.raw_data(), {64, 64}, DType::f32, a.storage());  // a second view of a
+  ops::add_out(x, ops::matmul(a, b), y);
+  Exec exec = instantiate(end_capture());
+  EXPECT_EQ(exec.nodes(), 2u) << exec.graph().dump();
+  exec.replay(s);
+  s.synchronize();
+  EXPECT_TRUE(bitwise_equal(a, a_eager));
+}
+
+TEST_F(PassTest, AWriteIntoWrappedMemoryIsNotDead) {
+  Tensor a = Tensor::full({4}, 1.f), b = Tensor::full({4}, 2.f);
+  float out[4] = {};
+  begin_capture(s);
+  {
+    Tensor wrapped = Tensor::wrap(out, {4}, DType::f32);  // the handle dies, the memory is the caller's
+    ops::add_out(a, b, wrapped);
+  }
+  Exec exec = instantiate(end_capture());
+  EXPECT_EQ(exec.nodes(), 1u) << exec.graph().dump();
+  exec.replay(s);
+  s.synchronize();
+  for (float v : out) EXPECT_EQ(v, 3.f);
+}
+
 }  // namespace
 }  // namespace coremesh::graph

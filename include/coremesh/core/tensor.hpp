@@ -31,6 +31,11 @@ class Storage {
 
   void* data() const noexcept { return data_; }
   size_t bytes() const noexcept { return bytes_; }
+  // Memory wrapped from elsewhere: other storages (and the caller) may see it.
+  bool wraps() const noexcept { return static_cast<bool>(release_); }
+  // Whether the two storages' memory meets (the same storage, or two wraps
+  // of one buffer).
+  bool meets(const Storage& other) const noexcept;
 
  private:
   void* data_ = nullptr;
