@@ -18,8 +18,9 @@ void register_run_command(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("-n,--np", args->n_pes, "number of PEs")->required()->check(CLI::Range(1, 256));
-  cmd->add_option("--heap", args->heap, "symmetric heap size per PE, e.g. 512M (default: "
-                                        "COREMESH_HEAP_SIZE or 128M)");
+  cmd->add_option("--heap", args->heap, "symmetric heap size per PE, e.g. 1G (default: "
+                                        "COREMESH_HEAP_SIZE, else SHMEM_SYMMETRIC_SIZE, "
+                                        "else 512M)");
   cmd->add_flag("--tag-output", args->tag_output, "prefix every output line with [pe k]");
   cmd->footer(R"(Starts N copies of the program, the PEs of one OpenSHMEM job on this machine
 (oshrun is another name for this command; under mpirun the PEs may span many
