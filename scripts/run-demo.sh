@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make run`: train a ~10M-parameter MoE (4 layers, top-2 of 8 routed experts
+# `make run`: train a ~11.4M-parameter MoE (4 layers, top-2 of 8 routed experts
 # + 1 shared) on the King James Bible for a few minutes, then print where the
 # HTML report is. The text is tokenized by DEMO_TOKENIZER: bpe<N> (a
 # SentencePiece BPE vocabulary of N pieces, trained here first, in seconds,
