@@ -19,7 +19,7 @@ TextDataset::TextDataset(const std::vector<std::string>& paths, double val_fract
     : tokenizer_(tokenizer) {
   static const Tokenizer kBytes = Tokenizer::bytes();
   if (!tokenizer_) tokenizer_ = &kBytes;
-  CM_CHECK(!paths.empty(), "pass at least one text file (e.g. --data data/bible.txt)",
+  CM_CHECK(!paths.empty(), "pass at least one text file (e.g. --data data/bible-kjv.txt)",
            "no data files given");
   CM_CHECK(val_fraction >= 0.0 && val_fraction < 1.0, "use a fraction in [0, 1), e.g. 0.05",
            "val_fraction = {} is out of range", val_fraction);
