@@ -88,10 +88,17 @@ void run_demo(const DemoOptions& opt) {
 void register_demo_command(CLI::App& app) {
   static DemoOptions opt;
   auto* cmd = app.add_subcommand("demo", "Run the RFC's multi-stream core-limit demo and write a trace");
-  cmd->add_option("--size", opt.size, "matmul size N (N x N x N)")->check(CLI::Range(16, 8192));
-  cmd->add_option("--elements", opt.elements, "elements of the mul")->check(CLI::Range(1, 1 << 28));
-  cmd->add_option("--rounds", opt.rounds, "matmul+mul pairs")->check(CLI::Range(1, 1000));
-  cmd->add_option("--out", opt.out, "directory for kernel_details.csv and trace.json");
+  cmd->add_option("--size", opt.size, "matmul size N (N x N x N)")
+      ->capture_default_str()
+      ->check(CLI::Range(16, 8192));
+  cmd->add_option("--elements", opt.elements, "elements of the mul")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 28));
+  cmd->add_option("--rounds", opt.rounds, "matmul+mul pairs")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--out", opt.out, "directory for kernel_details.csv and trace.json")
+      ->capture_default_str();
   cmd->callback([] { run_demo(opt); });
 }
 

@@ -36,8 +36,15 @@ ENVIRONMENT
   COREMESH_ALLOC_CACHE_MB  cached host memory cap (default 1024; 0: no cache)
   COREMESH_PROFILE=DIR     write kernel_details.csv and trace.json (Perfetto) at exit
   COREMESH_LOG_LEVEL       trace, debug, info, warn, error or off
-  COREMESH_HEAP_SIZE       symmetric heap per PE (run --heap; SHMEM_SYMMETRIC_SIZE)
+  COREMESH_HEAP_SIZE       symmetric heap per PE (run --heap; else SHMEM_SYMMETRIC_SIZE,
+                           else 512M)
   COREMESH_TRANSPORT       how PEs reach each other: shm, shm-rma, ucx, mpi
+  COREMESH_PES_PER_HOST    under mpirun: PEs [0,k), [k,2k)... form a host (simulated
+                           hosts on one machine; 1: the network between all PEs)
+  COREMESH_HOST_SOFT_LIMIT_MB
+                           soft cap on a PE's host memory in MiB: past it, allocations
+                           wait for queued work (default: train's, from its estimate;
+                           0: none)
   COREMESH_SYMMETRIC_DATA  0: global variables are not symmetric
   SHMEM_VERSION, SHMEM_INFO, SHMEM_DEBUG  the OpenSHMEM variables
 

@@ -140,7 +140,8 @@ void register_schedule_command(CLI::App& app) {
       "schedule",
       "Print a pipeline schedule, its simulated timeline, bubble and peak activation slots");
   auto f = std::make_shared<ScheduleFlags>();
-  auto* name = cmd->add_option("--schedule", f->schedule, "the schedule to generate")
+  auto* name = cmd->add_option("--schedule", f->schedule,
+                               "the schedule to generate (no default: give it or --load)")
                    ->check(CLI::IsMember(parallel::schedule_names()));
   auto* pp = cmd->add_option("--pp", f->pp, "pipeline ranks")->capture_default_str();
   auto* mb = cmd->add_option("--microbatches", f->micro_batches, "micro-batches per step")
