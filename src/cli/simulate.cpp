@@ -6,6 +6,8 @@
 //   coremesh plan --config clusters/models/deepseek-v3.json --cluster clusters/h800-deepseek-v3.json --pes 2048
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -49,6 +51,17 @@ void add_pes_per_host(CLI::App& cmd, int& value) {
 
 std::string gb(int64_t bytes) { return fmt::format("{:.3g} GB", double(bytes) / 1e9); }
 
+// Seconds to 3 significant digits, trailing zeros kept and no exponent: 0.990, 1.00,
+// 17.8, 1234 ({:.4g} printed a step of 0.99996 s as "1"); under a nanosecond
+// (the sums' rounding noise) is 0.
+std::string seconds3(double s) {
+  if (!std::isfinite(s)) return fmt::format("{}", s);
+  if (std::abs(s) < 1e-9) return "0";
+  int exponent = int(std::floor(std::log10(std::abs(s))));
+  if (std::abs(s) >= 0.9995 * std::pow(10.0, exponent + 1)) ++exponent;  // rounds up to 10^(e+1)
+  return fmt::format("{:.{}f}", s, std::max(0, 2 - exponent));
+}
+
 nlohmann::json result_json(const sim::SimResult& r) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const sim::RankCost& c : r.ranks)
@@ -75,10 +88,10 @@ void run_simulate(const SimulateFlags& f) {
     return;
   }
   fmt::print("cluster: {} ({} devices)\nlayout: {}\n", cluster.name, cluster.devices, r.layout);
-  fmt::print("step {:.4g} s, {:.4g} tokens/s, MFU {:.1f}%, bubble {:.1f}%, exposed exchange {:.4g} s ({:.1f}%), "
+  fmt::print("step {} s, {:.4g} tokens/s, MFU {:.1f}%, bubble {:.1f}%, exposed exchange {} s ({:.1f}%), "
              "peak memory {} per device\n",
-             r.step_seconds, r.tokens_per_second, 100 * r.mfu, 100 * r.bubble_fraction, r.exposed_comm_seconds,
-             100 * r.exposed_comm_seconds / r.step_seconds, gb(r.peak_bytes));
+             seconds3(r.step_seconds), r.tokens_per_second, 100 * r.mfu, 100 * r.bubble_fraction,
+             seconds3(r.exposed_comm_seconds), 100 * r.exposed_comm_seconds / r.step_seconds, gb(r.peak_bytes));
   fmt::print("pipeline rank  compute s  exposed exchange s  gradient sums s  optimizer s  peak memory\n");
   for (size_t i = 0; i < r.ranks.size(); ++i) {
     const sim::RankCost& c = r.ranks[i];
@@ -122,7 +135,7 @@ void run_plan(const PlanFlags& f) {
     if (p.tp > 1 && p.sequence_parallel) name += ", SP";
     if (p.cp > 1) name += p.cp_comm == parallel::CpComm::ring ? ", ring" : ", Ulysses";
     if (p.zero) name += ", ZeRO-1";
-    fmt::print("{:>4}  {:<64} {:>10.4g} {:>12.4g} {:>5.1f}%  {}\n", i + 1, name, l.result.step_seconds,
+    fmt::print("{:>4}  {:<64} {:>10} {:>12.4g} {:>5.1f}%  {}\n", i + 1, name, seconds3(l.result.step_seconds),
                l.result.tokens_per_second, 100 * l.result.mfu, l.why);
   }
 }
