@@ -1,11 +1,14 @@
 #include "coremesh/core/file.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
 
 #include "coremesh/core/error.hpp"
 
@@ -82,6 +85,40 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
   if (::close(fd) != 0) fail("close failed", errno);
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail(fmt::format("renaming '{}' failed", tmp), errno);
   fsync_path(dir.string(), O_RDONLY | O_DIRECTORY);
+}
+
+std::shared_ptr<FileLock> FileLock::acquire(const std::string& path, const std::string& what,
+                                           const std::string& hint) {
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<FileLock>> held;  // by absolute path
+  std::error_code ec;
+  if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), ec);
+  const std::string key = fs::weakly_canonical(fs::absolute(path), ec).string();
+  std::lock_guard lock(mutex);
+  if (auto mine = held[key].lock()) return mine;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  CM_CHECK(fd >= 0, write_hint(errno, fs::path(path).parent_path(), 0), "cannot create the lock file '{}': {}", path,
+           std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
+    ::close(fd);
+    CM_CHECK(err != EWOULDBLOCK, hint, "{} is in use by another run (process {}, lock '{}')", what,
+             n > 0 ? std::string(pid, size_t(n)) : std::string("?"), path);
+    CM_THROW(InvalidArgument, "check the file system of '" + path + "' (it must support flock)",
+             "cannot lock '{}': {}", path, std::strerror(err));
+  }
+  const std::string me = std::to_string(::getpid());
+  // The PID only names the holder in a message: a failed write costs nothing more.
+  [[maybe_unused]] const bool named = ::ftruncate(fd, 0) == 0 && ::pwrite(fd, me.data(), me.size(), 0) > 0;
+  std::shared_ptr<FileLock> mine(new FileLock(fd));
+  held[key] = mine;
+  return mine;
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
 }  // namespace coremesh

@@ -193,6 +193,23 @@ void Trainer::claim_out_dir(bool start_over, const std::string& ways_out) {
                                              : "resume that run, give another out_dir, or start over (coremesh train "
                                                "--overwrite; Python: overwrite=True), which deletes its checkpoints "
                                                "and metrics.jsonl";
+  // One process writes a directory at a time (two runs appended to one
+  // metrics.jsonl and interleaved their checkpoints): the leader locks it for
+  // this trainer's life.
+  const std::string busy_hint = "wait for that run to end (or stop it), or give another out_dir";
+  std::exception_ptr lock_error;
+  if (leader() && !out_dir_lock_) {
+    try {
+      out_dir_lock_ = FileLock::acquire((fs::path(cfg_.out_dir) / ".coremesh.lock").string(),
+                                        fmt::format("'{}'", cfg_.out_dir), busy_hint);
+    } catch (const Error&) {
+      lock_error = std::current_exception();
+    }
+  }
+  const bool busy = plan_->world() > 1 ? parallel::max_over_world({int64_t(lock_error != nullptr)})[0] > 0
+                                       : lock_error != nullptr;
+  if (lock_error) std::rethrow_exception(lock_error);
+  CM_CHECK(!busy, busy_hint, "'{}' is in use by another run (PE 0 found its lock)", cfg_.out_dir);
   // The leader looks (the other PEs may not share its file system); all agree.
   const bool own_run = !resumed_from_.empty() && checkpoint_of(cfg_.out_dir, resumed_from_);
   const bool other_run = leader() && !own_run && !start_over &&

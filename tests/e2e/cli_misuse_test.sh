@@ -52,6 +52,14 @@ refused "init_std = 1e+30 must be in (0, 1]" "$exe" train --init-std 1e30 --dry-
 refused "more than twice this machine's" "$exe" train --config "$work/cfg.json" --batch-size 2147483647 --out "$work/huge" --no-progress
 # So is a launched layout whose PEs together are (each alone would fit).
 refused "the run's 4 PEs on this machine need at least" "$exe" train --config "$work/cfg.json" --dp 4 --batch-size 262144 --out "$work/huge" --no-progress
+# Two runs in one --out: the second is refused while the first runs (both ran, their checkpoints
+# interleaved and the second's metrics.jsonl replaced the first's).
+"$exe" train --config "$work/cfg.json" --out "$work/busy" --steps 1000000 --no-progress >/dev/null 2>&1 &
+first=$!
+for _ in $(seq 300); do [ -s "$work/busy/.coremesh.lock" ] && break; sleep 0.1; done
+refused "is in use by another run (process $first" "$exe" train --config "$work/cfg.json" --out "$work/busy" --steps 10 --overwrite --no-progress
+kill -TERM $first
+wait $first || true
 # A bad environment value is an error with a hint (the device's started workers aborted the process).
 refused "unknown log level 'verbose'" env COREMESH_LOG_LEVEL=verbose "$exe" info
 refused "COREMESH_ALLOC_CACHE_MB=-1 is out of range" env COREMESH_ALLOC_CACHE_MB=-1 "$exe" demo --out "$work/demo"

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "coremesh/core/file.hpp"
 #include "coremesh/graph/exec.hpp"
 #include "coremesh/model/config.hpp"
 #include "coremesh/model/model.hpp"
@@ -181,6 +182,7 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;  // the leader's, from the first run()
   std::string resumed_from_;             // the checkpoint resume() loaded
   bool owns_out_dir_ = false;            // see claim_out_dir()
+  std::shared_ptr<FileLock> out_dir_lock_;  // the leader's, while this trainer may write out_dir
   void report_changed_settings(const nlohmann::json& saved, const std::string& path) const;
   // the step in flight between queue_step() and finish_step()
   bool step_queued_ = false;
