@@ -10,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <type_traits>
 #include <sstream>
 
 #include "coremesh/core/allocator.hpp"
@@ -61,6 +63,9 @@ template <typename T>
 T field(const json& j, const char* key) {
   CM_CHECK(j.contains(key), "write metrics.jsonl with coremesh train (or add the key)",
            "a metrics line lacks \"{}\"", key);
+  // JSON has no NaN or infinity: the writer gives null, read back as NaN
+  if constexpr (std::is_floating_point_v<T>)
+    if (j.at(key).is_null()) return std::numeric_limits<T>::quiet_NaN();
   try {
     return j.at(key).get<T>();
   } catch (const json::exception& e) {

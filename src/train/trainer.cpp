@@ -585,8 +585,11 @@ StepRecord& Trainer::finish_step() {
   executed_.clear();
   for (const auto& a : plan_->gather_executed()) executed_.push_back({a.rank, a.action, a.cat, a.start_ms, a.end_ms});
   r.grad_norm = AdamW::grad_norm(grad_sq_);
-  CM_CHECK(std::isfinite(r.loss), "lower the learning rate or enable gradient clipping",
-           "loss became {} at step {}", r.loss, step_ + 1);
+  // A non-finite gradient has already updated the weights in memory: the run
+  // stops before any of it is saved (the last checkpoint stays the latest).
+  CM_CHECK(std::isfinite(r.loss) && std::isfinite(r.grad_norm), "lower the learning rate or enable gradient clipping",
+           "{} became {} at step {} (nothing of this step is saved)", std::isfinite(r.loss) ? "the gradient norm" : "the loss",
+           std::fabs(std::isfinite(r.loss) ? r.grad_norm : r.loss), step_ + 1);  // fabs: nan, not -nan
   r.seconds = now_seconds() - step_start_;
   r.tokens_per_s = double(tokens_per_step()) / r.seconds;
   last_load_ = {step_, {}};
@@ -647,6 +650,8 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
         result.stopped = true;
         break;
       }
+      CM_CHECK(!std::isnan(val), "lower the learning rate or enable gradient clipping",
+               "the validation loss became nan after step {}", done);
       if (val >= 0) val_records_.push_back({r.step, val, last_val_bpb_});
       line.val_loss = val;
       line.val_bits_per_byte = last_val_bpb_;

@@ -60,6 +60,11 @@ for _ in $(seq 300); do [ -s "$work/busy/.coremesh.lock" ] && break; sleep 0.1; 
 refused "is in use by another run (process $first" "$exe" train --config "$work/cfg.json" --out "$work/busy" --steps 10 --overwrite --no-progress
 kill -TERM $first
 wait $first || true
+# A non-finite gradient stops the run before its step is saved (the step with a NaN gradient norm
+# was checkpointed with NaN weights, and pruning deleted the last good checkpoint).
+refused "at step 2 (nothing of this step is saved)" "$exe" train --config "$work/cfg.json" --out "$work/nan" --lr 1e30 \
+  --grad-clip 0 --steps 6 --ckpt-every 1 --keep-checkpoints 1 --no-progress
+[ -e "$work/nan/checkpoints/step_00000001.safetensors" ] || fail "the last good checkpoint is gone"
 # A bad environment value is an error with a hint (the device's started workers aborted the process).
 refused "unknown log level 'verbose'" env COREMESH_LOG_LEVEL=verbose "$exe" info
 refused "COREMESH_ALLOC_CACHE_MB=-1 is out of range" env COREMESH_ALLOC_CACHE_MB=-1 "$exe" demo --out "$work/demo"

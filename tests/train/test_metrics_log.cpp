@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "coremesh/train/metrics_log.hpp"
@@ -271,6 +272,7 @@ TEST(MetricsLog, LinesRoundTripAndBadBytesAreReplaced) {
   TempDir d;
   MetricsLine m;
   m.record.step = 2, m.record.loss = 1.25, m.record.lr = 1e-3, m.record.seconds = 0.5;
+  m.record.aux_loss = std::numeric_limits<double>::quiet_NaN();  // written as null, read back (it was refused)
   m.val_loss = 1.5, m.tokens = 384;
   m.expert_load = {{0.5, 0.25, 0.25, 0.0}};
   m.memory = {100, 200, 250, 300};
@@ -286,6 +288,7 @@ TEST(MetricsLog, LinesRoundTripAndBadBytesAreReplaced) {
   ASSERT_EQ(back.size(), 2u);
   EXPECT_EQ(back[0].record.step, 2);
   EXPECT_EQ(back[0].val_loss, 1.5);
+  EXPECT_TRUE(std::isnan(back[0].record.aux_loss));
   EXPECT_EQ(back[0].record.expert_balance, 2.0);  // 0.5 of 4 experts: twice the mean
   EXPECT_EQ(back[0].memory.cached_bytes, 200);
   EXPECT_EQ(back[0].memory.optimizer_state_bytes, 250);
