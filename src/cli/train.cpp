@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <memory>
 #include <numeric>
@@ -238,6 +239,10 @@ void print_layout(const train::TrainConfig& c) {
 
 // Returns the process's exit status: 0, or 128 + the stop signal received.
 int run_train(const TrainFlags& f) {
+  // A file past `ulimit -f` then fails with EFBIG, whose message names the
+  // limit; the signal killed the run without a word (and PEs at start, as
+  // their heap's backing file grew).
+  std::signal(SIGXFSZ, SIG_IGN);
   train::TrainConfig cfg = read_config(f);
   const int world = cfg.parallel.world();
   if (f.dry_run) {

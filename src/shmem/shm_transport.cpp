@@ -216,10 +216,14 @@ void ShmTransport::join_job(const std::string& job_id) {
     int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     CM_CHECK(fd >= 0, "check that /dev/shm is mounted and writable",
              "PE {}: cannot create shared memory segment: {}", my_pe_, std::strerror(errno));
-    CM_CHECK(ftruncate(fd, static_cast<off_t>(segment_bytes_)) == 0,
-             "use a smaller heap (--heap / COREMESH_HEAP_SIZE) or free space in /dev/shm",
-             "PE {}: cannot size the heap segment to {} bytes: {}", my_pe_, segment_bytes_,
-             std::strerror(errno));
+    const bool sized = ftruncate(fd, static_cast<off_t>(segment_bytes_)) == 0;
+    const int err = errno;
+    CM_CHECK(sized,
+             err == EFBIG ? fmt::format("raise the file size limit (ulimit -f) above {} MiB (the heap is a file in "
+                                        "/dev/shm), or use a smaller heap (--heap / COREMESH_HEAP_SIZE)",
+                                        (segment_bytes_ >> 20) + 1)
+                          : std::string("use a smaller heap (--heap / COREMESH_HEAP_SIZE) or free space in /dev/shm"),
+             "PE {}: cannot size the heap segment to {} bytes: {}", my_pe_, segment_bytes_, std::strerror(err));
     bases_[my_pe_] = map_heap_segment(fd, segment_bytes_);
     CM_CHECK(bases_[my_pe_] != nullptr, "check free memory in /dev/shm (df -h /dev/shm) and ulimit -v",
              "cannot map the heap segment ({} bytes): {}", segment_bytes_, std::strerror(errno));

@@ -65,6 +65,8 @@ wait $first || true
 refused "at step 2 (nothing of this step is saved)" "$exe" train --config "$work/cfg.json" --out "$work/nan" --lr 1e30 \
   --grad-clip 0 --steps 6 --ckpt-every 1 --keep-checkpoints 1 --no-progress
 [ -e "$work/nan/checkpoints/step_00000001.safetensors" ] || fail "the last good checkpoint is gone"
+# A file past ulimit -f is an error that names the limit (SIGXFSZ killed the run without a word).
+(ulimit -f 300; refused "raise the file size limit (ulimit -f)" "$exe" train --config "$work/cfg.json" --out "$work/fsize" --no-progress)
 # A bad environment value is an error with a hint (the device's started workers aborted the process).
 refused "unknown log level 'verbose'" env COREMESH_LOG_LEVEL=verbose "$exe" info
 refused "COREMESH_ALLOC_CACHE_MB=-1 is out of range" env COREMESH_ALLOC_CACHE_MB=-1 "$exe" demo --out "$work/demo"
