@@ -129,10 +129,14 @@ void print_dry_run(const train::TrainConfig& c) {
   const std::string copies = mem.weight_copies > 0
       ? fmt::format(", {} weight copies", train::format_bytes(double(mem.weight_copies))) : "";
   const int64_t process = process_bytes(c);
-  const int64_t host = train::rank_host_bytes(c, 0);  // the tensors above and the allocator's cache
-  fmt::print("memory: weights {}, gradients {}, AdamW {}, activations {} (micro-batch {}x{}, {}){}, "
+  // The tensors above and the allocator's cache, on one PE (a layout's ranks:
+  // the table of print_layout; rank 0's host share lacks the heap's tensors).
+  train::TrainConfig one_pe = c;
+  one_pe.parallel.dp = one_pe.parallel.cp = one_pe.parallel.pp = one_pe.parallel.ep = one_pe.parallel.tp = 1;
+  const int64_t host = train::rank_host_bytes(one_pe, 0);
+  fmt::print("memory{}: weights {}, gradients {}, AdamW {}, activations {} (micro-batch {}x{}, {}){}, "
              "workspace {}, run-ahead and cache {}, process {}, total {}\n",
-             train::format_bytes(double(mem.weights)), train::format_bytes(double(mem.gradients)),
+             c.parallel.world() > 1 ? " on one PE" : "", train::format_bytes(double(mem.weights)), train::format_bytes(double(mem.gradients)),
              train::format_bytes(double(mem.optimizer)), train::format_bytes(double(mem.activations)),
              c.batch_size, c.seq_len, model::precision_name(m.precision), copies,
              train::format_bytes(double(mem.workspace)), train::format_bytes(double(host - mem.total())),

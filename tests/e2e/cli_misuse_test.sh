@@ -67,6 +67,10 @@ refused "at step 2 (nothing of this step is saved)" "$exe" train --config "$work
 [ -e "$work/nan/checkpoints/step_00000001.safetensors" ] || fail "the last good checkpoint is gone"
 # A file past ulimit -f is an error that names the limit (SIGXFSZ killed the run without a word).
 (ulimit -f 300; refused "raise the file size limit (ulimit -f)" "$exe" train --config "$work/cfg.json" --out "$work/fsize" --no-progress)
+# A layout's dry run sums one PE's memory in its summary (rank 0's host share without the heap gave
+# a negative "run-ahead and cache").
+out=$("$exe" train --config "$work/cfg.json" --dp 2 --dry-run 2>&1) || { echo "$out"; fail "dp 2 dry run"; }
+grep -q "^memory on one PE: .*run-ahead and cache [0-9]" <<<"$out" || { echo "$out"; fail "the dp 2 dry run's summary"; }
 # A bad environment value is an error with a hint (the device's started workers aborted the process).
 refused "unknown log level 'verbose'" env COREMESH_LOG_LEVEL=verbose "$exe" info
 refused "COREMESH_ALLOC_CACHE_MB=-1 is out of range" env COREMESH_ALLOC_CACHE_MB=-1 "$exe" demo --out "$work/demo"
