@@ -33,7 +33,9 @@ struct ConfigFlags {
     parallel = std::make_unique<FieldFlags<parallel::ParallelConfig>>(cmd, parallel::parallel_fields(), "Parallel");
   }
 
-  train::TrainConfig read() const {
+  train::TrainConfig read() const { return read(config); }
+  // With `config` read from another file (a run's own config.json).
+  train::TrainConfig read(const std::string& config) const {
     train::TrainConfig cfg;
     bool vocab_in_file = false;
     if (!config.empty()) {

@@ -181,8 +181,27 @@ void check_fits_the_machine(const train::TrainConfig& c, const std::vector<int>&
            train::format_bytes(need), train::format_bytes(have));
 }
 
+// The run directory a --resume names: DIR, DIR/checkpoints, or the DIR of
+// DIR/checkpoints/step_N.safetensors.
+std::filesystem::path run_dir_of(const std::string& resume) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::path(resume).lexically_normal();
+  if (!std::filesystem::is_directory(p, ec)) return p.parent_path().parent_path();
+  return p.filename() == "checkpoints" ? p.parent_path() : p;
+}
+
 train::TrainConfig read_config(const TrainFlags& f) {
-  train::TrainConfig cfg = f.flags.read();
+  // `--resume DIR` without --config continues that run as it was: its own
+  // config.json, into DIR (flags still override both).
+  std::string run_config;
+  std::filesystem::path run_dir;
+  if (f.flags.config.empty() && !f.resume.empty()) {
+    std::error_code ec;
+    run_dir = run_dir_of(f.resume);
+    if (std::filesystem::is_regular_file(run_dir / "config.json", ec)) run_config = (run_dir / "config.json").string();
+  }
+  train::TrainConfig cfg = run_config.empty() ? f.flags.read() : f.flags.read(run_config);
+  if (!run_config.empty() && !f.flags.train->given("out_dir")) cfg.out_dir = run_dir.string();
   if (f.no_progress) cfg.progress = false;
   return cfg;
 }

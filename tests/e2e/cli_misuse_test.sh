@@ -71,6 +71,12 @@ refused "at step 2 (nothing of this step is saved)" "$exe" train --config "$work
 # a negative "run-ahead and cache").
 out=$("$exe" train --config "$work/cfg.json" --dp 2 --dry-run 2>&1) || { echo "$out"; fail "dp 2 dry run"; }
 grep -q "^memory on one PE: .*run-ahead and cache [0-9]" <<<"$out" || { echo "$out"; fail "the dp 2 dry run's summary"; }
+# The stop message's `--resume DIR` alone continues that run: its config.json, into DIR (it
+# failed: "no training data").
+"$exe" train --config "$work/cfg.json" --out "$work/cont" --steps 2 --no-progress >/dev/null 2>&1 || fail "a 2-step run"
+out=$(cd / && "$exe" train --resume "$work/cont" --steps 3 --no-progress 2>&1) || { echo "$out"; fail "--resume DIR alone"; }
+grep -q "resumed from '$work/cont' at step 2" <<<"$out" || { echo "$out"; fail "--resume DIR alone did not resume"; }
+[ -e "$work/cont/checkpoints/step_00000003.safetensors" ] || fail "--resume DIR alone did not train into DIR"
 # A bad environment value is an error with a hint (the device's started workers aborted the process).
 refused "unknown log level 'verbose'" env COREMESH_LOG_LEVEL=verbose "$exe" info
 refused "COREMESH_ALLOC_CACHE_MB=-1 is out of range" env COREMESH_ALLOC_CACHE_MB=-1 "$exe" demo --out "$work/demo"
@@ -127,8 +133,8 @@ refused "temperature inf" "$exe" generate --checkpoint "$work/run" --prompt "And
 refused "val_fraction" "$exe" train --config "$work/cfg.json" --resume "$work/run" --steps 3 --val-fraction 0.3 --no-progress
 out=$("$exe" train --config "$work/cfg.json" --resume "$work/run" --steps 3 --lr 0.0005 --no-progress 2>&1) || { echo "$out"; fail "resume with another lr failed"; }
 grep -q "settings other than its run's: lr" <<<"$out" || { echo "$out"; fail "the changed lr was not named"; }
-# Resuming without the run's model: the hint names its config.json.
-refused "--config $work/run/config.json" "$exe" train --data "$work/corpus.txt" --resume "$work/run" --out "$work/run" --no-progress
+# Resuming with a model flag that the checkpoint does not match: the hint names the run's config.json.
+refused "--config $work/run/config.json" "$exe" train --resume "$work/run" --d-model 64 --no-progress
 mkfifo "$work/fifo"
 refused "is not a regular file" timeout 20 "$exe" train --config "$work/cfg.json" --data "$work/fifo" --out "$work/f" --no-progress
 out=$("$exe" generate --checkpoint "$work/run" --prompt "a" --seed -1 2>&1) && { echo "$out"; fail "--seed -1 was accepted (it wrapped)"; }
