@@ -84,9 +84,12 @@ Tokenizer Tokenizer::from_serialized(const std::string& model_proto, const std::
            status.ok() ? "no pieces" : status.ToString());
   t.proto_ = model_proto;
   t.vocab_size_ = t.sp_->GetPieceSize();
-  t.newline_id_ = t.sp_->PieceToId("<0x0A>");
-  CM_CHECK(t.sp_->IsByte(t.newline_id_), std::string("use a model with byte fallback: ") + kTrainHint,
-           "{} has no byte pieces (<0x00>..<0xFF>), so it cannot encode every text", where);
+  for (int b = 0; b < 256; ++b) {
+    t.byte_ids_.push_back(t.sp_->PieceToId(fmt::format("<0x{:02X}>", b)));
+    CM_CHECK(t.sp_->IsByte(t.byte_ids_.back()), std::string("use a model with byte fallback: ") + kTrainHint,
+             "{} has no byte pieces (<0x00>..<0xFF>), so it cannot encode every text", where);
+  }
+  t.newline_id_ = t.byte_ids_['\n'];
   t.index_pieces();
   return t;
 }
@@ -114,10 +117,17 @@ void Tokenizer::encode_into(std::string_view text, std::vector<int32_t>& out) co
     size_t end = text.find('\n', at);
     const bool newline = end != std::string_view::npos;
     if (!newline) end = text.size();
-    if (end > at) {
-      const auto status = sp_->Encode(text.substr(at, end - at), &ids);
+    for (std::string_view line = text.substr(at, end - at); !line.empty();) {
+      const size_t valid = utf8_prefix(line);  // SentencePiece reads only UTF-8
+      if (valid == 0) {                        // a byte outside it: its own piece
+        out.push_back(byte_ids_[static_cast<unsigned char>(line[0])]);
+        line.remove_prefix(1);
+        continue;
+      }
+      const auto status = sp_->Encode(line.substr(0, valid), &ids);
       CM_CHECK(status.ok(), "check the text", "SentencePiece cannot encode a line: {}", status.ToString());
       out.insert(out.end(), ids.begin(), ids.end());
+      line.remove_prefix(valid);
     }
     if (newline) out.push_back(newline_id_);
     at = end + 1;
@@ -141,10 +151,38 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   return text;
 }
 
+int Tokenizer::token_bytes(int32_t id) const {
+  CM_CHECK(id >= 0 && id < vocab_size_, "count ids of this tokenizer", "token id {} is outside its {} tokens", id,
+           vocab_size_);
+  return token_bytes_[size_t(id)];
+}
+
 int64_t Tokenizer::count_bytes(const int32_t* ids, int64_t n) const {
   int64_t sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += token_bytes(ids[i]);
   return sum;
+}
+
+size_t utf8_prefix(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // lead byte: length and payload (0xC0, 0xC1 and 0xF5.. only start overlong or too large forms)
+    const size_t n = c >= 0xC2 && c <= 0xDF ? 2 : (c & 0xF0) == 0xE0 ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (n == 0 || i + n > text.size()) break;
+    uint32_t cp = c & (0x7F >> n);
+    size_t k = 1;
+    for (; k < n && (static_cast<unsigned char>(text[i + k]) >> 6) == 0x2; ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+    if (k < n || (n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+      break;
+    i += n;
+  }
+  return i;
 }
 
 std::string Tokenizer::describe() const {

@@ -8,6 +8,7 @@
 #include "coremesh/model/layout.hpp"
 #include "coremesh/parallel/schedule_simulator.hpp"
 #include "coremesh/train/lr_schedule.hpp"
+#include "coremesh/train/tokenizer.hpp"
 
 namespace coremesh::train {
 
@@ -91,17 +92,7 @@ const FieldTable<TrainConfig>& train_fields() {
 namespace {
 
 // Whether `s` is well-formed UTF-8 (the config is written as JSON, which must be).
-bool valid_utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
-    i += n;
-  }
-  return true;
-}
+bool valid_utf8(const std::string& s) { return utf8_prefix(s) == s.size(); }
 
 }  // namespace
 

@@ -102,6 +102,30 @@ TEST_F(TokenizerTest, BpeRoundTripsExactlyAndCountsBytes) {
   EXPECT_EQ(b.decode(b.encode(text)), text);
 }
 
+// Bytes outside well-formed UTF-8 (Latin-1 text, a truncated sequence, an
+// overlong form, a surrogate) are each their own byte piece: two different
+// bytes stay different and the count is the input's (SentencePiece read each
+// as U+FFFD: three byte pieces, all alike, and bits per byte came out 37% low).
+TEST_F(TokenizerTest, BytesThatAreNotUtf8AreTheirOwnPieces) {
+  const Tokenizer t = Tokenizer::from_file(model);
+  const std::string latin1 = "caf\xe9 na\xefve \xff\xfe", more = "the \xe2\x82 \xc0\xaf \xed\xa0\x80 end\n";
+  const std::vector<int32_t> a = t.encode(latin1), b = t.encode(more);
+  EXPECT_EQ(t.count_bytes(a.data(), int64_t(a.size())), int64_t(latin1.size()));
+  EXPECT_EQ(t.count_bytes(b.data(), int64_t(b.size())), int64_t(more.size()));
+  EXPECT_NE(t.encode("\xe9"), t.encode("\xef"));
+  EXPECT_EQ(t.encode("\xe9").size(), 1u);
+  EXPECT_EQ(t.encode("caf\xc3\xa9"), t.encode("caf\xc3\xa9")) << "valid UTF-8 still goes to SentencePiece whole";
+  EXPECT_EQ(utf8_prefix("ab\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"), 11u);
+  EXPECT_EQ(utf8_prefix("a\xc0\xaf"), 1u);       // overlong '/'
+  EXPECT_EQ(utf8_prefix("a\xed\xa0\x80"), 1u);   // a surrogate
+  EXPECT_EQ(utf8_prefix("a\xf4\x90\x80\x80"), 1u);  // past U+10FFFF
+  EXPECT_EQ(utf8_prefix("a\xe2\x82"), 1u);       // cut short
+  // ids outside the vocabulary are refused, not read past the table
+  EXPECT_THROW(t.token_bytes(400), InvalidArgument);
+  const int32_t bad[] = {1, 999999};
+  EXPECT_THROW(t.count_bytes(bad, 2), InvalidArgument);
+}
+
 TEST_F(TokenizerTest, UnigramTrainsToo) {
   TokenizerTrainOptions o;
   o.data = {dir->path + "/text.txt"}, o.vocab_size = 350, o.model = "unigram", o.threads = 1;

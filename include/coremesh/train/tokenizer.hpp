@@ -10,8 +10,11 @@
 // corpus never goes to it as one string) and each newline becomes its byte
 // token. train_tokenizer() makes models whose decode(encode(text)) is text
 // byte for byte: no normalization, no dummy prefix, byte fallback for every
-// character outside the pieces. token_bytes() counts the UTF-8 bytes a token
-// stands for, so a loss per token converts to bits per byte.
+// character outside the pieces. A byte that is not part of well-formed UTF-8
+// becomes its own byte piece (SentencePiece would read it as U+FFFD: three
+// byte pieces, two such bytes alike); decode() shows it as U+FFFD.
+// token_bytes() counts the bytes a token stands for, so a loss per token
+// converts to bits per byte.
 //
 // A checkpoint carries its run's tokenizer as serialized() (the model proto);
 // from_serialized() restores it.
@@ -48,8 +51,8 @@ class Tokenizer {
   // Appends text's tokens to `out` (what encode() returns).
   void encode_into(std::string_view text, std::vector<int32_t>& out) const;
   std::string decode(const std::vector<int32_t>& ids) const;
-  // UTF-8 bytes of the text token `id` stands for (0 for control pieces).
-  int token_bytes(int32_t id) const { return token_bytes_[size_t(id)]; }
+  // Bytes of the text token `id` stands for (0 for control pieces).
+  int token_bytes(int32_t id) const;
   int64_t count_bytes(const int32_t* ids, int64_t n) const;
   // The model proto ("" for bytes).
   const std::string& serialized() const { return proto_; }
@@ -65,7 +68,12 @@ class Tokenizer {
   int vocab_size_ = 256;
   int newline_id_ = '\n';
   std::vector<int> token_bytes_;
+  std::vector<int32_t> byte_ids_;  // the piece of each byte value (SentencePiece)
 };
+
+// Bytes of the longest well-formed UTF-8 prefix of `text` (RFC 3629: no
+// overlong forms, surrogates or code points past U+10FFFF).
+size_t utf8_prefix(std::string_view text);
 
 struct TokenizerTrainOptions {
   std::vector<std::string> data;  // text files
