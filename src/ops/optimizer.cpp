@@ -235,6 +235,14 @@ void launch_adamw(const Tensor& param, const Tensor& grad, const Tensor& m, cons
     check_f32(*t, "adamw tensor");
     detail::check_shape(*t, param.shape(), "grad/m/v");
   }
+  // param, m and v are each written: one memory for two of them (or the
+  // gradient) would mix the states
+  const std::pair<const Tensor*, const char*> written[] = {{&param, "param"}, {&m, "m"}, {&v, "v"}};
+  for (size_t i = 0; i < 3; ++i) {
+    detail::check_disjoint(*written[i].first, written[i].second, grad, "grad");
+    for (size_t k = i + 1; k < 3; ++k)
+      detail::check_disjoint(*written[i].first, written[i].second, *written[k].first, written[k].second);
+  }
   if (grad_scale.defined()) {
     check_f32(grad_scale, "grad_scale");
     detail::check_shape(grad_scale, {1}, "grad_scale");

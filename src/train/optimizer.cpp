@@ -12,6 +12,9 @@ AdamW::AdamW(model::Model& model, const AdamWConfig& config, std::vector<Range> 
   int64_t size = 0;
   for (const auto& [b, e] : owned_) {
     CM_CHECK(0 <= b && b <= e && e <= model.num_params(), "own ranges inside the arena", "range [{}, {})", b, e);
+    for (const auto& [ob, oe] : owned_)  // an element in two ranges would be updated twice per step
+      CM_CHECK(&ob == &b || b == e || ob == oe || e <= ob || oe <= b, "own each element once: make the ranges disjoint",
+               "owned ranges [{}, {}) and [{}, {}) overlap", b, e, ob, oe);
     state_offset_.push_back(size);
     size += e - b;
     // each parameter's piece inside the range, relative to its start

@@ -280,12 +280,16 @@ TEST(OpsOptimizer, StepValuesReadWhenTheKernelRuns) {
   EXPECT_EQ(0, std::memcmp(p.raw_data(), pr.raw_data(), p.nbytes()));
   EXPECT_EQ(0, std::memcmp(m.raw_data(), mr.raw_data(), m.nbytes()));
   EXPECT_EQ(0, std::memcmp(v.raw_data(), vr.raw_data(), v.nbytes()));
-  EXPECT_NE(invalid_argument_of([&] { adamw_step(p, p, m, v, segs, cfg, AdamWStepValues{at.lr, {}}); })
+  const Tensor g = randn({9001}, 20);
+  EXPECT_NE(invalid_argument_of([&] { adamw_step(p, g, m, v, segs, cfg, AdamWStepValues{at.lr, {}}); })
                 .find("need both tensors (lr given, step missing)"),
             std::string::npos);
-  EXPECT_NE(invalid_argument_of([&] { adamw_step(p, p, m, v, segs, cfg, AdamWStepValues{at.lr, at.lr}); })
+  EXPECT_NE(invalid_argument_of([&] { adamw_step(p, g, m, v, segs, cfg, AdamWStepValues{at.lr, at.lr}); })
                 .find("step is"),
             std::string::npos);
+  // one memory for two of the states (or the gradient) mixes them: refused
+  EXPECT_NE(invalid_argument_of([&] { adamw_step(p, g, m, m, segs, cfg, 1); }).find("overlaps"), std::string::npos);
+  EXPECT_NE(invalid_argument_of([&] { adamw_step(p, p, m, v, segs, cfg, 1); }).find("overlaps"), std::string::npos);
 }
 
 }  // namespace

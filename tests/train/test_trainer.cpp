@@ -58,6 +58,14 @@ TEST(Trainer, LossFalls) {
   for (const auto& s : rec) EXPECT_GE(s.expert_balance, 1.0);
 }
 
+// An element owned twice would get two AdamW updates (with two states) per step.
+TEST(Trainer, OverlappingOptimizerRangesAreRefused) {
+  TempDir d;
+  model::Model m(small_config(d.path).model);
+  EXPECT_THROW(AdamW(m, AdamWConfig{}, {{0, 10}, {5, 20}}), InvalidArgument);
+  EXPECT_NO_THROW(AdamW(m, AdamWConfig{}, {{0, 10}, {10, 20}, {20, 20}}));
+}
+
 TEST(Trainer, ResumeIsBitExact) {
   TempDir d;
   TrainConfig c = small_config(d.path);
