@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 #include "coremesh/core/env.hpp"
+#include "coremesh/core/error.hpp"
 #include "coremesh/shmem/launch.hpp"
 
 namespace coremesh::cli {
@@ -35,6 +36,10 @@ is the job's: 0 when every PE exits with 0.)");
     if (!args->heap.empty()) options.heap_bytes = static_cast<size_t>(env::parse_size(args->heap));
     options.tag_output = args->tag_output;
     options.argv = cmd->remaining();
+    // A misspelled option would otherwise be taken for the program's name.
+    CM_CHECK(options.argv.empty() || options.argv[0].empty() || options.argv[0][0] != '-',
+             "see coremesh run --help (a program whose name starts with '-' goes as ./NAME)",
+             "unknown option '{}' of coremesh run", options.argv.empty() ? "" : options.argv[0]);
     const int status = shmem::launch(options);
     std::fflush(stdout);
     std::exit(status);  // the job's status is the command's status

@@ -77,6 +77,8 @@ grep -q "^memory on one PE: .*run-ahead and cache [0-9]" <<<"$out" || { echo "$o
 out=$(cd / && "$exe" train --resume "$work/cont" --steps 3 --no-progress 2>&1) || { echo "$out"; fail "--resume DIR alone"; }
 grep -q "resumed from '$work/cont' at step 2" <<<"$out" || { echo "$out"; fail "--resume DIR alone did not resume"; }
 [ -e "$work/cont/checkpoints/step_00000003.safetensors" ] || fail "--resume DIR alone did not train into DIR"
+# A misspelled launcher option is refused (it was started as the program: status 127).
+refused "unknown option '--tag-outputs' of coremesh run" "$exe" run -n 2 --tag-outputs /bin/true
 # A bad environment value is an error with a hint (the device's started workers aborted the process).
 refused "unknown log level 'verbose'" env COREMESH_LOG_LEVEL=verbose "$exe" info
 refused "COREMESH_ALLOC_CACHE_MB=-1 is out of range" env COREMESH_ALLOC_CACHE_MB=-1 "$exe" demo --out "$work/demo"
