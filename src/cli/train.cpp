@@ -341,7 +341,13 @@ int run_train(const TrainFlags& f) {
       if (trainer->step() == cfg.steps) {
         if (leader) fmt::print("nothing to train: the run is at step {} of {} (give --steps above {} to train further)\n",
                                cfg.steps, cfg.steps, cfg.steps);
-        return 0;
+        // a final validation that a stop cut short runs now, and the report follows it
+        trainer->stop_when([] { return stop_signal() != 0; });
+        const train::TrainResult done = trainer->run(-1, /*save_at_end=*/false);
+        if (leader && done.final_val_loss >= 0)
+          fmt::print("validation at step {}: {:.4f} nats/token = {:.3f} bits/byte\n", cfg.steps, done.final_val_loss,
+                     done.final_val_bits_per_byte);
+        return stop_signal() ? 128 + stop_signal() : 0;
       }
     }
     // the run directory changes only now that the run can start (its model, data and checkpoint accepted)

@@ -157,8 +157,10 @@ MetricsLog::MetricsLog(std::string path, int64_t steps_done, const std::string& 
   if (steps_done > 0 && !history.empty() && fs::exists(history))
     for (const std::string& text : complete_lines(history)) {
       const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= steps_done)
+      if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= steps_done) {
         kept += text + "\n";
+        if (j["step"].get<int64_t>() == steps_done) kept_last_ = text, last_validated_ = j.contains("val_loss");
+      }
     }
   write_file_atomic(path_, kept);  // creates the directory
   fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
@@ -168,6 +170,24 @@ MetricsLog::MetricsLog(std::string path, int64_t steps_done, const std::string& 
 
 MetricsLog::~MetricsLog() {
   if (fd_ >= 0) ::close(fd_);
+}
+
+void MetricsLog::add_validation(double val_loss, double val_bits_per_byte) {
+  if (kept_last_.empty() || last_validated_) return;
+  const ordered_json old = ordered_json::parse(kept_last_);
+  ordered_json j;  // the documented key order: the validation after aux_loss
+  for (const auto& [key, value] : old.items()) {
+    j[key] = value;
+    if (key == "aux_loss") j["val_loss"] = val_loss, j["val_bits_per_byte"] = val_bits_per_byte;
+  }
+  const std::string line = j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+  std::string all;
+  for (const std::string& text : complete_lines(path_)) all += (text == kept_last_ ? line : text) + "\n";
+  write_file_atomic(path_, all);
+  ::close(fd_);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  CM_CHECK(fd_ >= 0, "check that the run directory is writable", "cannot open '{}': {}", path_, std::strerror(errno));
+  kept_last_ = line, last_validated_ = true;
 }
 
 void MetricsLog::append(const MetricsLine& line) {

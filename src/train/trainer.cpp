@@ -616,11 +616,13 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
   claim_out_dir();
   Progress progress(cfg_.steps, step_, cfg_.log_every, stderr, cfg_.progress ? -1 : 0);
   TrainResult result;
-  if (leader() && !metrics_)
+  const bool fresh_log = leader() && !metrics_;
+  if (fresh_log)
     metrics_ = std::make_unique<MetricsLog>(
         metrics_path(), step_, resumed_from_.empty() ? "" : metrics_path_of_checkpoint(resumed_from_));
+  validate_if_missed(fresh_log, result);
   double val = -1;
-  while (step_ < end) {
+  while (step_ < end && !result.stopped) {
     const bool captures = cfg_.graph && !step_graph_;
     queue_step();
     if (captures && step_graph_ && cfg_.progress && leader()) progress.message(describe(graph_summary()));
@@ -690,6 +692,25 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
     result.report = write_report((fs::path(cfg_.out_dir) / "report.html").string(), report_data());
   }
   return result;
+}
+
+// A run stopped during its validation (or on the step before it) left that
+// step's line without one: the resumed run validates first and adds it.
+void Trainer::validate_if_missed(bool fresh_log, TrainResult& result) {
+  const bool due = step_ > 0 && ((cfg_.val_every > 0 && step_ % cfg_.val_every == 0) || step_ == cfg_.steps);
+  int64_t missed = fresh_log && due && metrics_->validation_missing();
+  if (plan_->world() > 1) missed = parallel::max_over_world({missed})[0];  // the leader's file decides
+  if (!missed) return;
+  const double val = validate();
+  if (validation_stopped_) {
+    result.stopped = true;
+    return;
+  }
+  CM_CHECK(!std::isnan(val), "lower the learning rate or enable gradient clipping",
+           "the validation loss became nan after step {}", step_);
+  if (val < 0) return;
+  val_records_.push_back({step_ - 1, val, last_val_bpb_});
+  if (metrics_) metrics_->add_validation(val, last_val_bpb_);
 }
 
 std::string Trainer::metrics_path() const { return (fs::path(cfg_.out_dir) / "metrics.jsonl").string(); }

@@ -216,6 +216,16 @@ def final_validation_test():
     if status != 130:
         fail(f"a SIGINT during the final validation ended with status {status}", log)
     print("SIGINT during the final validation: stopped, status 130")
+    # the resume validates what the stop cut short and adds it to step 3's line (it said "nothing to
+    # train" and the run never had its final validation)
+    resume_log = os.path.join(work, "resume2.log")
+    if run(command("single", cfg, "--out", os.path.join(work, "run2"), "--resume", os.path.join(work, "run2"),
+                   "--val-batches", "2"), resume_log) != 0 or "validation at step 3:" not in open(resume_log).read():
+        fail("the resume did not run the final validation that the stop cut short", resume_log)
+    lines = [json.loads(l) for l in open(os.path.join(work, "run2", "metrics.jsonl"))]
+    if [l["step"] for l in lines] != [1, 2, 3] or "val_loss" not in lines[-1]:
+        fail(f"metrics.jsonl after the resumed validation: {lines}")
+    print("the resume validated step 3 and added it to its metrics line")
 
 
 def kill9_test(rounds):

@@ -99,10 +99,17 @@ class MetricsLog {
   // disk refuses it).
   void append(const MetricsLine& line);
   const std::string& path() const { return path_; }
+  // Whether the kept line of step steps_done lacks a val_loss.
+  bool validation_missing() const { return !kept_last_.empty() && !last_validated_; }
+  // Adds a validation to the kept line of step steps_done (a run stopped
+  // during or just before it validates on resume); rewrites the file.
+  void add_validation(double val_loss, double val_bits_per_byte);
 
  private:
   std::string path_;
   int fd_ = -1;
+  std::string kept_last_;  // the kept line of step steps_done, or ""
+  bool last_validated_ = false;
 };
 
 }  // namespace coremesh::train

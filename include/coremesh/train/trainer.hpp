@@ -148,6 +148,7 @@ class Trainer {
 
  private:
   void limit_run_ahead();
+  void validate_if_missed(bool fresh_log, TrainResult& result);
   CheckpointState checkpoint_state();
   float loss_scale() const;
   void launch_gradients(std::vector<model::MicroBatch> batches);  // up to the summed gradients
