@@ -120,6 +120,7 @@ CheckpointState Trainer::checkpoint_state() {
   s.train_config = to_json(cfg_)["train"];
   s.train_config["adam_steps"] = opt_->steps();
   s.train_config["tokens"] = tokens_done_;  // trained on so far (the batch or layout may change on resume)
+  s.train_config["tokens_per_step"] = tokens_per_step();  // every data rank's: a resume on fewer says so
   s.step = step_;
   s.rng_state = rng_.state();
   s.data_position = train_loader_->position();
@@ -257,7 +258,7 @@ void Trainer::report_changed_settings(const nlohmann::json& saved, const std::st
   static const std::set<std::string> kept{"steps", "out_dir", "log_every", "report", "val_every", "val_batches",
                                            "ckpt_every", "keep_checkpoints", "cores", "graph", "data", "tokenizer",
                                            "sample_tokens", "sample_prompt", "sample_temperature", "sample_top_k",
-                                           "adam_steps", "tokens"};
+                                           "adam_steps", "tokens", "tokens_per_step"};
   const nlohmann::json now = to_json(cfg_)["train"];
   if (saved.contains("val_fraction"))
     CM_CHECK(saved["val_fraction"] == now["val_fraction"],
@@ -269,6 +270,13 @@ void Trainer::report_changed_settings(const nlohmann::json& saved, const std::st
   for (const auto& [key, value] : now.items())
     if (!kept.count(key) && saved.contains(key) && saved[key] != value)
       changed.push_back(fmt::format("{} {} -> {}", key, saved[key].dump(), value.dump()));
+  // what a layout or the step count changes without a train setting saying so
+  if (saved.contains("tokens_per_step") && saved["tokens_per_step"] != tokens_per_step())
+    changed.push_back(fmt::format("tokens per step {} -> {} (batch x seq_len x grad_accum x data ranks)",
+                                  saved["tokens_per_step"].dump(), tokens_per_step()));
+  if (saved.contains("steps") && saved["steps"] != now["steps"] && cfg_.min_lr != cfg_.lr)
+    changed.push_back(fmt::format("steps {} -> {} (the learning rate's decay now ends at step {})",
+                                  saved["steps"].dump(), now["steps"].dump(), cfg_.steps));
   if (!changed.empty() && leader())
     CM_LOG_WARN("resuming '{}' with settings other than its run's: {}", path, fmt::join(changed, ", "));
 }

@@ -135,6 +135,10 @@ refused "temperature inf" "$exe" generate --checkpoint "$work/run" --prompt "And
 refused "val_fraction" "$exe" train --config "$work/cfg.json" --resume "$work/run" --steps 3 --val-fraction 0.3 --no-progress
 out=$("$exe" train --config "$work/cfg.json" --resume "$work/run" --steps 3 --lr 0.0005 --no-progress 2>&1) || { echo "$out"; fail "resume with another lr failed"; }
 grep -q "settings other than its run's: lr" <<<"$out" || { echo "$out"; fail "the changed lr was not named"; }
+# ... and so are a new step count's stretched decay and a layout's other batch (both said nothing).
+grep -q "steps 2 -> 3 (the learning rate's decay now ends at step 3)" <<<"$out" || { echo "$out"; fail "the new steps were not named"; }
+out=$("$exe" train --config "$work/cfg.json" --resume "$work/run" --steps 3 --grad-accum 2 --out "$work/accum" --no-progress 2>&1) || { echo "$out"; fail "resume with grad_accum 2 failed"; }
+grep -q "tokens per step 128 -> 256" <<<"$out" || { echo "$out"; fail "the doubled tokens per step were not named"; }
 # Resuming with a model flag that the checkpoint does not match: the hint names the run's config.json.
 refused "--config $work/run/config.json" "$exe" train --resume "$work/run" --d-model 64 --no-progress
 mkfifo "$work/fifo"
