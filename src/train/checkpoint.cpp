@@ -240,7 +240,7 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   if (!fs::is_directory(dir, ec)) return out;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::string name = e.path().filename().string();
-    if (name.size() == 5 + 8 + 12 && name.rfind("step_", 0) == 0 &&
+    if (e.is_regular_file(ec) && name.size() == 5 + 8 + 12 && name.rfind("step_", 0) == 0 &&
         name.substr(13) == ".safetensors" &&
         std::all_of(name.begin() + 5, name.begin() + 13, ::isdigit))
       out.emplace_back(std::stoll(name.substr(5, 8)), e.path().string());

@@ -182,6 +182,11 @@ SafetensorsFile read_safetensors(const std::string& path) {
     ::close(fd);
     CM_THROW(InvalidArgument, "check the path", "cannot stat '{}'", path);
   }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    CM_THROW(InvalidArgument, "pass a .safetensors file", "'{}' is {}", path,
+             S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+  }
   size_t size = size_t(st.st_size);
   void* map = size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
   ::close(fd);

@@ -139,6 +139,11 @@ grep -q "settings other than its run's: lr" <<<"$out" || { echo "$out"; fail "th
 grep -q "steps 2 -> 3 (the learning rate's decay now ends at step 3)" <<<"$out" || { echo "$out"; fail "the new steps were not named"; }
 out=$("$exe" train --config "$work/cfg.json" --resume "$work/run" --steps 3 --grad-accum 2 --out "$work/accum" --no-progress 2>&1) || { echo "$out"; fail "resume with grad_accum 2 failed"; }
 grep -q "tokens per step 128 -> 256" <<<"$out" || { echo "$out"; fail "the doubled tokens per step were not named"; }
+# A directory with a checkpoint's name is not a checkpoint (it was the newest, then "cannot map: No such device").
+mkdir "$work/run/checkpoints/step_00000099.safetensors"
+out=$("$exe" train --resume "$work/run" --steps 4 --out "$work/dirname" --no-progress 2>&1) || { echo "$out"; fail "a directory named like a checkpoint"; }
+refused "no checkpoint found in" "$exe" eval --checkpoint "$work/run/checkpoints/step_00000099.safetensors/" --no-progress
+rmdir "$work/run/checkpoints/step_00000099.safetensors"
 # Resuming with a model flag that the checkpoint does not match: the hint names the run's config.json.
 refused "--config $work/run/config.json" "$exe" train --resume "$work/run" --d-model 64 --no-progress
 mkfifo "$work/fifo"
