@@ -170,6 +170,7 @@ void register_eval_command(CLI::App& app) {
     nlohmann::json saved = l.state.train_config;
     saved.erase("adam_steps");  // run state, not config fields
     saved.erase("tokens");
+    saved.erase("tokens_per_step");
     const train::TrainConfig trained = train::train_config_from_json({{"train", saved}});
     const int B = f->batch_size > 0 ? f->batch_size : trained.batch_size;
     const int T = f->seq_len > 0 ? f->seq_len : trained.seq_len;
