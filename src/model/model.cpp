@@ -293,8 +293,8 @@ namespace {
 
 void check_tokens(const int32_t* t, int64_t n, int64_t V, const char* what) {
   for (int64_t i = 0; i < n; ++i)
-    CM_CHECK(t[i] >= 0 && t[i] < V, "tokens must lie in [0, vocab_size)", "{} {} at position {} is out of range",
-             what, t[i], i);
+    CM_CHECK(t[i] >= 0 && t[i] < V, fmt::format("{}s must lie in [0, vocab_size = {})", what, V),
+             "{} {} at position {} is out of range", what, t[i], i);
 }
 
 }  // namespace

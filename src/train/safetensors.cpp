@@ -132,6 +132,11 @@ SafetensorsFile safetensors_parse(const char* data, size_t size, const std::stri
       } catch (const InvalidArgument& e) {
         CM_THROW(InvalidArgument, e.hint(), "{}: tensor '{}': {}", what, printable(name), e.message());
       }
+      const auto integers = [](const nlohmann::json& a) {  // nlohmann converts 2.5 to 2: integers only
+        return a.is_array() && std::all_of(a.begin(), a.end(), [](const nlohmann::json& d) { return d.is_number_integer(); });
+      };
+      CM_CHECK(integers(entry.at("shape")) && integers(entry.at("data_offsets")), hint,
+               "{}: tensor '{}' has a shape or data_offsets that are not lists of integers", what, printable(name));
       Shape shape = entry.at("shape").get<Shape>();
       for (int64_t d : shape) CM_CHECK(d >= 0, hint, "{}: tensor '{}' has a negative dimension", what, name);
       auto offs = entry.at("data_offsets").get<std::vector<size_t>>();

@@ -90,6 +90,10 @@ TEST(Safetensors, DamagedFilesAreRefusedWithAReason) {
             std::string::npos);
   EXPECT_NE(error_of(with_header(R"({"w":{"dtype":"F32","shape":[1]}})", 4)).find("malformed"),
             std::string::npos);
+  // a fractional dimension was truncated (2.5 read as 2) and accepted
+  EXPECT_NE(error_of(with_header(R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8))
+                .find("not lists of integers"),
+            std::string::npos);
 }
 
 TEST(Safetensors, FileWriteIsAtomicAndReadable) {
