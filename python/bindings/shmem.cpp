@@ -369,6 +369,9 @@ void end_shmem_session_at_exit() {
   if (!g_session) return;
   without_gil([] { runtime::synchronize(); });  // on-stream work may still use the heap
   release_on_stream_arrays();
+  // The interpreter now destroys what it holds, symmetric objects too, in an
+  // order each PE has its own: their frees must not be collective.
+  shmem::keep_heap_until_exit();
   // Only exit() knows the status; registered now, the handler runs before
   // every exit handler registered earlier (static destructors included).
   static const bool registered = on_exit(end_session_at_process_exit, nullptr) == 0;

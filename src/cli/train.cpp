@@ -17,6 +17,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <filesystem>
@@ -95,11 +96,8 @@ void refuse_other_run(const train::TrainConfig& cfg, const TrainFlags& f) {
 
 // What the process holds besides tensors: this executable and its libraries
 // as loaded now, and the data files (read through a mapping).
-int64_t process_bytes(const train::TrainConfig& c) {
-  int64_t resident_pages = 0;
-  std::ifstream statm("/proc/self/statm");
-  statm >> resident_pages >> resident_pages;  // size, then resident
-  int64_t bytes = resident_pages * int64_t(sysconf(_SC_PAGESIZE));
+int64_t data_bytes(const train::TrainConfig& c) {
+  int64_t bytes = 0;
   for (const std::string& path : c.data) {
     std::error_code ec;
     const auto size = std::filesystem::file_size(path, ec);
@@ -107,8 +105,21 @@ int64_t process_bytes(const train::TrainConfig& c) {
   }
   return bytes;
 }
+int64_t process_bytes(const train::TrainConfig& c) {
+  int64_t resident_pages = 0;
+  std::ifstream statm("/proc/self/statm");
+  statm >> resident_pages >> resident_pages;  // size, then resident
+  return resident_pages * int64_t(sysconf(_SC_PAGESIZE)) + data_bytes(c);
+}
+
+parallel::SplitSizes split_sizes(const train::TrainConfig& c) { return parallel::split_sizes(train::plan_config(c).shape); }
 
 void print_dry_run(const train::TrainConfig& c) {
+  const parallel::ParallelConfig& pc = c.parallel;
+  if (pc.virtual_stages != 1 && pc.schedule_file.empty() &&
+      (pc.pp == 1 || pc.schedule != parallel::PipelineSchedule::interleaved))
+    fmt::print("note: virtual_stages {} has no effect: it cuts each pipeline rank's layers into chunks for the "
+               "interleaved schedule (--pp 2 or more, --schedule interleaved)\n", pc.virtual_stages);
   const auto& m = c.model;
   const auto p = model::count_params(m);
   const double fpt = model::flops_per_token(m, c.seq_len);
@@ -136,7 +147,7 @@ void print_dry_run(const train::TrainConfig& c) {
   const int64_t host = train::rank_host_bytes(one_pe, 0);
   fmt::print("memory{}: weights {}, gradients {}, AdamW {}, activations {} (micro-batch {}x{}, {}){}, "
              "workspace {}, run-ahead and cache {}, process {}, total {}\n",
-             c.parallel.world() > 1 ? " on one PE" : "", train::format_bytes(double(mem.weights)), train::format_bytes(double(mem.gradients)),
+             c.parallel.world() > 1 ? " if run on one PE" : "", train::format_bytes(double(mem.weights)), train::format_bytes(double(mem.gradients)),
              train::format_bytes(double(mem.optimizer)), train::format_bytes(double(mem.activations)),
              c.batch_size, c.seq_len, model::precision_name(m.precision), copies,
              train::format_bytes(double(mem.workspace)), train::format_bytes(double(host - mem.total())),
@@ -153,41 +164,55 @@ double machine_memory_bytes() {
   return total;
 }
 
-// What rank `r` holds at its peak: one PE, its host tensors; a launched
-// layout, the dry run's total (heap + step or checkpoint) too.
+// What rank `r` holds at its peak but the process itself: one PE, its host
+// tensors; a launched layout, the dry run's total (heap + step or checkpoint).
 double rank_peak_bytes(const train::TrainConfig& c, int r) {
   const int world = c.parallel.world();
-  if (world == 1) return double(train::rank_host_bytes(c, 0) + process_bytes(c));
+  if (world == 1) return double(train::rank_host_bytes(c, 0));
   const int64_t heap = parallel::ParallelPlan::symmetric_bytes(train::plan_config(c), world);
-  return double(heap + std::max(train::rank_host_bytes(c, r), train::rank_checkpoint_bytes(c, r)) + process_bytes(c));
+  return double(heap + std::max(train::rank_host_bytes(c, r), train::rank_checkpoint_bytes(c, r)));
 }
 
 // A run whose PEs on this machine together need more than it has would end
 // in bad_alloc (or the OOM killer) after loading its data: refused first,
 // with the estimate. Twice the memory: the estimate is an upper bound, not a
-// fit. `ranks`: the ranks that share this machine's memory.
+// fit. `ranks`: the ranks that share this machine's memory; the data files
+// count once (the PEs map them: one copy in the page cache).
 void check_fits_the_machine(const train::TrainConfig& c, const std::vector<int>& ranks) {
   const double have = machine_memory_bytes();
   if (have <= 0) return;
-  double need = 0;
-  size_t counted = 0;  // a lower bound past the limit is enough (an estimate costs O(world))
-  while (counted < ranks.size() && need <= 2 * have) need += rank_peak_bytes(c, ranks[counted++]);
+  const int64_t process = process_bytes(c), data = data_bytes(c);
+  double need = double(data) + double(ranks.size()) * double(process - data);
+  // Ranks that differ only in their data-parallel coordinate hold the same
+  // (rank 0 also assembles checkpoints): one estimate each, not O(world^2).
+  const int world = c.parallel.world();
+  const parallel::Mesh mesh(c.parallel, world, split_sizes(c));
+  std::map<std::pair<bool, std::array<int, 5>>, double> seen;
+  for (int r : ranks) {
+    parallel::Coords k = world > 1 ? mesh.coords(r) : parallel::Coords{};
+    k[parallel::Dim::dp] = 0;
+    auto [it, fresh] = seen.try_emplace({r == 0, k.c}, 0.0);
+    if (fresh) it->second = rank_peak_bytes(c, r);
+    need += it->second;
+  }
   CM_CHECK(need <= 2 * have,
            ranks.size() == 1 ? "lower batch_size or seq_len, use a smaller model, or spread the run over PEs (--dp, --ep, --pp, --tp)"
                              : "lower batch_size or seq_len, use a smaller model, or start the PEs on several machines (mpirun)",
-           "{} {} {} of memory (coremesh train --dry-run shows the estimate), more than twice this machine's {} "
+           "{} about {} of memory (coremesh train --dry-run shows the estimate), more than twice this machine's {} "
            "(memory and swap)", ranks.size() == 1 ? "the run needs" : fmt::format("the run's {} PEs on this machine need", ranks.size()),
-           counted < ranks.size() ? "at least" : "about",
            train::format_bytes(need), train::format_bytes(have));
 }
 
-// The run directory a --resume names: DIR, DIR/checkpoints, or the DIR of
-// DIR/checkpoints/step_N.safetensors.
+// The run directory a --resume names: DIR, DIR/checkpoints(/), a checkpoint
+// file in it, or one set aside in DIR/checkpoints/superseded_after_step_N.
 std::filesystem::path run_dir_of(const std::string& resume) {
   std::error_code ec;
-  const std::filesystem::path p = std::filesystem::path(resume).lexically_normal();
-  if (!std::filesystem::is_directory(p, ec)) return p.parent_path().parent_path();
-  return p.filename() == "checkpoints" ? p.parent_path() : p;
+  std::filesystem::path p = std::filesystem::path(resume).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // a trailing '/'
+  if (!std::filesystem::is_directory(p, ec)) p = p.parent_path();
+  while (p.filename() == "checkpoints" || p.filename().string().rfind("superseded_after_step_", 0) == 0)
+    p = p.parent_path();
+  return p;
 }
 
 train::TrainConfig read_config(const TrainFlags& f) {
@@ -205,8 +230,6 @@ train::TrainConfig read_config(const TrainFlags& f) {
   if (f.no_progress) cfg.progress = false;
   return cfg;
 }
-
-parallel::SplitSizes split_sizes(const train::TrainConfig& c) { return parallel::split_sizes(train::plan_config(c).shape); }
 
 // "dp 2 x pp 2", and the schedule of a pipeline.
 std::string layout_name(const train::TrainConfig& c, int world) {
@@ -353,8 +376,13 @@ int run_train(const TrainFlags& f) {
     // the run directory changes only now that the run can start (its model, data and checkpoint accepted)
     trainer->claim_out_dir(f.overwrite, other_run_hint(cfg));
     if (leader) {
+      // with absolute paths: `--resume DIR` reads it from any directory
+      train::TrainConfig record = cfg;
+      for (std::string* path : {&record.tokenizer, &record.parallel.schedule_file, &record.out_dir})
+        if (!path->empty()) *path = std::filesystem::absolute(*path).lexically_normal().string();
+      for (std::string& path : record.data) path = std::filesystem::absolute(path).lexically_normal().string();
       train::write_file_atomic((std::filesystem::path(cfg.out_dir) / "config.json").string(),
-                               train::to_json(cfg).dump(2) + "\n");
+                               train::to_json(record).dump(2) + "\n");
     }
     trainer->stop_when([] { return stop_signal() != 0; });
     const std::string profile_dir =

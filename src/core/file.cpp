@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "coremesh/core/error.hpp"
+#include "coremesh/core/log.hpp"
 
 namespace coremesh {
 namespace fs = std::filesystem;
@@ -106,8 +107,9 @@ std::shared_ptr<FileLock> FileLock::acquire(const std::string& path, const std::
     ::close(fd);
     CM_CHECK(err != EWOULDBLOCK, hint, "{} is in use by another run (process {}, lock '{}')", what,
              n > 0 ? std::string(pid, size_t(n)) : std::string("?"), path);
-    CM_THROW(InvalidArgument, "check the file system of '" + path + "' (it must support flock)",
-             "cannot lock '{}': {}", path, std::strerror(err));
+    // a file system without flock (some network ones): the run goes on unguarded
+    CM_LOG_WARN("cannot lock '{}' ({}): nothing keeps another run out of {}", path, std::strerror(err), what);
+    return nullptr;
   }
   const std::string me = std::to_string(::getpid());
   // The PID only names the holder in a message: a failed write costs nothing more.

@@ -22,6 +22,9 @@ Session::~Session() {
 }
 
 bool initialized() { return internal::is_initialized(); }
+void keep_heap_until_exit() {
+  if (internal::is_initialized()) internal::state("keep_heap_until_exit").exiting = true;
+}
 int my_pe() { return internal::state("my_pe").my_pe; }
 int n_pes() { return internal::state("n_pes").n_pes; }
 const char* transport_name() { return internal::state("transport_name").transport->name(); }

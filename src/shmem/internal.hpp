@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -71,6 +72,7 @@ struct State {
   TeamData world;
   TeamData shared;
   std::vector<std::unique_ptr<TeamData>> teams;  // created by splits
+  std::atomic<bool> exiting{false};  // keep_heap_until_exit(): frees are no-ops
 };
 
 bool is_initialized();

@@ -78,6 +78,7 @@ void* sym_alloc(size_t bytes, size_t alignment, bool zero, const char* api, OnFu
 void sym_free(void* ptr, const char* api) {
   if (ptr == nullptr) return;
   State& s = state(api);
+  if (s.exiting.load(std::memory_order_relaxed)) return;  // the heap goes with the process
   const size_t offset = sym_offset(ptr, 0, api);
   CM_CHECK(s.allocator.owns(offset), "free only pointers returned by the symmetric allocator",
            "{}: {} is not the start of a live symmetric block", api, ptr);

@@ -660,8 +660,8 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
         result.stopped = true;
         break;
       }
-      CM_CHECK(!std::isnan(val), "lower the learning rate or enable gradient clipping",
-               "the validation loss became nan after step {}", done);
+      CM_CHECK(std::isfinite(val), "lower the learning rate or enable gradient clipping",
+               "the validation loss became {} after step {}", std::fabs(val), done);
       if (val >= 0) val_records_.push_back({r.step, val, last_val_bpb_});
       line.val_loss = val;
       line.val_bits_per_byte = last_val_bpb_;
@@ -714,8 +714,8 @@ void Trainer::validate_if_missed(bool fresh_log, TrainResult& result) {
     result.stopped = true;
     return;
   }
-  CM_CHECK(!std::isnan(val), "lower the learning rate or enable gradient clipping",
-           "the validation loss became nan after step {}", step_);
+  CM_CHECK(std::isfinite(val), "lower the learning rate or enable gradient clipping",
+           "the validation loss became {} after step {}", std::fabs(val), step_);
   if (val < 0) return;
   val_records_.push_back({step_ - 1, val, last_val_bpb_});
   if (metrics_) metrics_->add_validation(val, last_val_bpb_);

@@ -51,12 +51,12 @@ refused "init_std = 1e+30 must be in (0, 1]" "$exe" train --init-std 1e30 --dry-
 # A one-PE run far past the machine's memory is refused before it loads its data (it ended in std::bad_alloc).
 refused "more than twice this machine's" "$exe" train --config "$work/cfg.json" --batch-size 2147483647 --out "$work/huge" --no-progress
 # So is a launched layout whose PEs together are (each alone would fit).
-refused "the run's 4 PEs on this machine need at least" "$exe" train --config "$work/cfg.json" --dp 4 --batch-size 262144 --out "$work/huge" --no-progress
+refused "the run's 4 PEs on this machine need about 833" "$exe" train --config "$work/cfg.json" --dp 4 --batch-size 262144 --out "$work/huge" --no-progress
 # Two runs in one --out: the second is refused while the first runs (both ran, their checkpoints
 # interleaved and the second's metrics.jsonl replaced the first's).
 "$exe" train --config "$work/cfg.json" --out "$work/busy" --steps 1000000 --no-progress >/dev/null 2>&1 &
 first=$!
-for _ in $(seq 300); do [ -s "$work/busy/.coremesh.lock" ] && break; sleep 0.1; done
+for _ in $(seq 1200); do [ -s "$work/busy/.coremesh.lock" ] && break; sleep 0.1; done
 refused "is in use by another run (process $first" "$exe" train --config "$work/cfg.json" --out "$work/busy" --steps 10 --overwrite --no-progress
 kill -TERM $first
 wait $first || true
@@ -70,12 +70,15 @@ refused "at step 2 (nothing of this step is saved)" "$exe" train --config "$work
 # A layout's dry run sums one PE's memory in its summary (rank 0's host share without the heap gave
 # a negative "run-ahead and cache").
 out=$("$exe" train --config "$work/cfg.json" --dp 2 --dry-run 2>&1) || { echo "$out"; fail "dp 2 dry run"; }
-grep -q "^memory on one PE: .*run-ahead and cache [0-9]" <<<"$out" || { echo "$out"; fail "the dp 2 dry run's summary"; }
+grep -q "^memory if run on one PE: .*run-ahead and cache [0-9]" <<<"$out" || { echo "$out"; fail "the dp 2 dry run's summary"; }
 # The stop message's `--resume DIR` alone continues that run: its config.json, into DIR (it
 # failed: "no training data").
-"$exe" train --config "$work/cfg.json" --out "$work/cont" --steps 2 --no-progress >/dev/null 2>&1 || fail "a 2-step run"
-out=$(cd / && "$exe" train --resume "$work/cont" --steps 3 --no-progress 2>&1) || { echo "$out"; fail "--resume DIR alone"; }
-grep -q "resumed from '$work/cont' at step 2" <<<"$out" || { echo "$out"; fail "--resume DIR alone did not resume"; }
+# From another directory, with relative data paths (config.json holds them absolute) and a trailing '/'.
+python3 -c "import json, sys; c = json.load(open(sys.argv[1])); c['train']['data'] = ['corpus.txt']; json.dump(c, open(sys.argv[2], 'w'))" \
+  "$work/cfg.json" "$work/cfg_rel.json"
+(cd "$work" && "$exe" train --config cfg_rel.json --out cont --steps 2 --no-progress >/dev/null 2>&1) || fail "a 2-step run"
+out=$(cd / && "$exe" train --resume "$work/cont/checkpoints/" --steps 3 --no-progress 2>&1) || { echo "$out"; fail "--resume DIR alone"; }
+grep -q "resumed from '$work/cont/checkpoints/' at step 2" <<<"$out" || { echo "$out"; fail "--resume DIR alone did not resume"; }
 [ -e "$work/cont/checkpoints/step_00000003.safetensors" ] || fail "--resume DIR alone did not train into DIR"
 # A misspelled launcher option is refused (it was started as the program: status 127).
 refused "unknown option '--tag-outputs' of coremesh run" "$exe" run -n 2 --tag-outputs /bin/true

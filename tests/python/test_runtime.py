@@ -271,10 +271,19 @@ def test_ctrl_c_interrupts_waits():
     assert "interrupted stream" in text and "interrupted signal" in text and "clean exit" in text, text
 
 
+# Objects whose memory is symmetric, alive at exit: the interpreter destroys them in its own order on
+# each PE (reversed on PE 1 by the first ending), and their frees must not be collective (a clean exit
+# aborted on "sym_free differs between PEs"; a failing one waited for the watchdog).
+KEEP_SYMMETRIC_OBJECTS = ("from coremesh import parallel; kept = [parallel.FusedTensorComm(capacity=1024, max_rows=16), "
+                          "parallel.FusedTensorComm(capacity=4096, max_rows=16)]")
+
+
 @pytest.mark.parametrize("ending, status", [("raise RuntimeError('a user error')", 1), ("pass", 0),
                                             ("sys.exit(3) if shmem.my_pe() == 1 else shmem.wait_until(a, 'eq', 42)", 3),
                                             ("shmem.wait_until(a, 'eq', 42) if shmem.my_pe() else exit(4)", 4),
-                                            ("raise SystemExit(1) if shmem.my_pe() == 1 else shmem.wait_until(a, 'eq', 42)", 1)])
+                                            ("raise SystemExit(1) if shmem.my_pe() == 1 else shmem.wait_until(a, 'eq', 42)", 1),
+                                            (KEEP_SYMMETRIC_OBJECTS + "[::1 - 2 * shmem.my_pe()]", 0),
+                                            (KEEP_SYMMETRIC_OBJECTS + "; sys.exit(1) if shmem.my_pe() else shmem.wait_until(a, 'eq', 42)", 1)])
 def test_a_shmem_script_that_does_not_finalize_exits_cleanly(tmp_path, ending, status):
     """Without shmem.finalize(), a script that ends normally finalizes as a C
     program does; one that dies of an exception exits with status 1 and its

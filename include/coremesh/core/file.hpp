@@ -20,7 +20,8 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
 // it), held while a handle lives and released by the kernel if the process
 // dies: no stale lock survives a crash. The lock is the process's: a second
 // acquire of the same path here shares it. Throws with `hint` and the
-// holder's PID if another process holds it.
+// holder's PID if another process holds it; returns nullptr (with a
+// warning) on a file system without flock.
 class FileLock {
  public:
   static std::shared_ptr<FileLock> acquire(const std::string& path, const std::string& what, const std::string& hint);

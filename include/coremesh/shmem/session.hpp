@@ -39,6 +39,10 @@ int n_pes();
 // (mpirun; the network engine between hosts) (COREMESH_TRANSPORT,
 // docs/shmem.md).
 const char* transport_name();
+// A process about to exit: from now on sym_free leaves blocks where they
+// are (the heap goes with the process), so objects destroyed while it tears
+// down, in whatever order each PE destroys them, wait for no peer.
+void keep_heap_until_exit();
 // Stops every PE of the job with `status` (the launcher reports it).
 [[noreturn]] void global_exit(int status);
 

@@ -8,11 +8,11 @@
 //
 // Text is encoded line by line (SentencePiece's sentences are lines; a long
 // corpus never goes to it as one string) and each newline becomes its byte
-// token. train_tokenizer() makes models whose decode(encode(text)) is text
-// byte for byte: no normalization, no dummy prefix, byte fallback for every
-// character outside the pieces. A byte that is not part of well-formed UTF-8
-// becomes its own byte piece (SentencePiece would read it as U+FFFD: three
-// byte pieces, two such bytes alike); decode() shows it as U+FFFD.
+// token. train_tokenizer() makes models whose decode(encode(text)) is UTF-8
+// text byte for byte: no normalization, no dummy prefix, byte fallback for
+// every character outside the pieces. A byte that is not part of well-formed
+// UTF-8 becomes its own byte piece (SentencePiece would read it as U+FFFD:
+// three byte pieces, two such bytes alike), which decode() shows as U+FFFD.
 // token_bytes() counts the bytes a token stands for, so a loss per token
 // converts to bits per byte.
 //
