@@ -172,6 +172,7 @@ Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, std::shared_ptr
 int64_t Tensor::size(int d) const { return shape_[normalize_dim(d, dim())]; }
 
 bool Tensor::is_contiguous() const noexcept {
+  if (numel() == 0) return true;  // no elements, no order (as torch: a transposed empty tensor)
   int64_t expected = 1;
   for (size_t i = shape_.size(); i-- > 0;) {
     if (shape_[i] != 1 && strides_[i] != expected) return false;

@@ -41,6 +41,8 @@ TEST(Tensor, ViewsShareStorage) {
   EXPECT_EQ(tr.shape(), (Shape{3, 2}));
   EXPECT_EQ(tr.item({2, 1}), 50);
   EXPECT_EQ(t.storage().use_count(), 5);
+  // no elements, no order: a transposed empty tensor is contiguous (ops refused it)
+  EXPECT_TRUE(Tensor::zeros({0, 3}).transpose(0, 1).is_contiguous());
 }
 
 // A copy from a view of the same memory (here its own transpose) reads every
