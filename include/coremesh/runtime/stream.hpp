@@ -24,7 +24,9 @@
 // little longer (host_wait_timeout), with a TimeoutError that says what the
 // stream or event waits on, so that a kernel's own timeout, which names its
 // cause, reaches the host first. A long queue on a starved machine is slow,
-// not stuck: it does not time out.
+// not stuck: it does not time out. Progress is counted in finished kernel
+// blocks: one block that runs longer than the timeout does (synchronize()
+// again to keep waiting; the stream is unharmed).
 #pragma once
 
 #include <chrono>

@@ -44,7 +44,9 @@ class AdamW {
   // The same from a sum of squares computed elsewhere (over several PEs).
   void clip_gradients(const Tensor& sq_sum);
   static double grad_norm(const Tensor& sq_sum) { return std::sqrt(double(sq_sum.data<float>()[0])); }
-  // One update with learning rate `lr` (increments the step count).
+  // One update with learning rate `lr` (increments the step count). It clips
+  // only by what clip_gradients() launched before it: without that call,
+  // grad_clip does nothing.
   void step(double lr);
   // Graph mode: from now on step() launches an update that reads the lr and
   // the step count from two small tensors as it runs, and writes them from
