@@ -3,9 +3,13 @@
 // Notation: M rows (tokens), N output features, K input features; B = 128.
 // Activations use 1xB tiles: one scale per row and per B consecutive columns.
 // Weights (stored (N,K) like nn.Linear) use BxB blocks. A scale is
-// amax(tile) / 448 (1 for an all-zero tile), q = fp8(x / scale) rounded to
-// nearest even and saturating (core/dtype.hpp), and dequantization is
-// q * scale. Partial tiles at the edges are allowed.
+// amax(tile) / 448 (1 for an all-zero tile, and for a tile holding inf or
+// NaN: its infinities saturate to +-448 and its other values keep scale 1, so
+// an overflow upstream shows as a NaN only where one was), q = fp8(x / scale)
+// rounded to nearest even and saturating (core/dtype.hpp), and
+// dequantization is q * scale. Partial tiles at the edges are allowed. The
+// trainer stops on a non-finite loss or gradient norm, which is where an
+// overflow in fp8 training shows.
 //
 // All kernels are asynchronous on the current stream; outputs are valid once
 // the stream reaches them.
