@@ -81,7 +81,8 @@ std::pair<uint64_t, Tiling> OpCache::get(const OpKey& key, KernelKind kind,
   } else if (!tuned_.empty()) {
     if (!warned_untuned_)
       CM_LOG_WARN("the tuning cache has no tiling for {} (nor maybe for others; COREMESH_LOG_LEVEL=debug lists "
-                  "them): the heuristic tiling is used; run `coremesh tune` on this config to tune it",
+                  "them): the heuristic tiling is used; `coremesh tune` on this config tunes a training step's "
+                  "ops (not the shapes only sampling, validation or generate use)",
                   text);
     else
       CM_LOG_DEBUG("untuned: {}", text);
