@@ -112,8 +112,10 @@ void TrainConfig::validate(bool need_data) const {
   if (tokenizer.empty() && model.vocab_size < 256)
     p.push_back(fmt::format("vocab_size = {} is too small for byte tokens: use vocab_size >= 256", model.vocab_size));
   if (min_lr > lr) p.push_back(fmt::format("min_lr = {} is above lr = {}", min_lr, lr));
-  for (auto& q : model::tp_problems(model, parallel.tp)) p.push_back(std::move(q));
-  for (auto& q : parallel::layout_problems(plan_config(*this), parallel.world())) p.push_back(std::move(q));
+  const std::vector<std::string> tp = model::tp_problems(model, parallel.tp);
+  p.insert(p.end(), tp.begin(), tp.end());
+  for (auto& q : parallel::layout_problems(plan_config(*this), parallel.world()))
+    if (tp.empty() || q.rfind("tp = ", 0) != 0) p.push_back(std::move(q));  // the heads said once
   if (!p.empty()) {
     std::string text = "invalid training config:";
     for (const auto& s : p) text += "\n  - " + s;
