@@ -403,7 +403,7 @@ def test_expert_dispatch_and_its_fused_forms(me):
     have quantized them, the first GEMM runs once per source and equals one GEMM over the rows."""
     from coremesh import parallel
     pe, n = me
-    E, C, R, W = 4, 130, 24, 6  # C: two scale tiles per row
+    E, C, R, W = 2 * n, 130, 24, 6  # C: two scale tiles per row; 2 experts per PE at any PE count
     rng = np.random.default_rng(40 + pe)
     counts = np.bincount(rng.integers(0, E, R - pe), minlength=E)
     offsets = cm.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
