@@ -89,6 +89,11 @@ ExpertDispatcher::Dispatched ShmemExperts::dispatch(const Tensor& xp, const Tens
            "size the expert-parallel buffers for the largest micro-batch slice (tokens / moe_replicas x top_k rows)",
            "dispatch of {} rows of width {}; the buffers take {} rows of width {}", xp.size(0), xp.size(1),
            shape_.max_rows, shape_.width);
+  // the rows go out as raw bytes of f32 rows (converted to the wire's dtype on the stream)
+  CM_CHECK(xp.dtype() == DType::f32 && xp.is_contiguous() && offsets.dtype() == DType::i64 && offsets.dim() == 1 &&
+               offsets.is_contiguous(),
+           "pass contiguous f32 rows and (experts + 1) contiguous i64 offsets", "dispatch of {} with offsets {}",
+           xp.describe(), offsets.describe());
   CM_CHECK(S == 0 || (weights.w13.defined() && weights.w2.defined() && weights.w13.size(0) == El &&
                       weights.w2.size(0) == El && weights.w13.numel() + weights.w2.numel() == int64_t(El) * b.shadow_w.size(1)),
            "pass the layer's routed-expert weights of this PE to dispatch", "dispatch with shadowed experts");
@@ -173,6 +178,13 @@ ShmemExperts::Received ShmemExperts::to_owners(const Tensor& xp, const Plan& p, 
                 [ep, rows, scale, in, in_scale, counts, xp_off, shadows, shadow_w, w13, w2, message, sent, sig,
                  source_sig, fused, forward, slot, El, S](const runtime::BlockContext& ctx) {
                   const int64_t* off = xp_off.data<int64_t>();
+                  // computed on the stream: checked here, before a row leaves (a bad list sent heap bytes as rows)
+                  const int64_t E = xp_off.numel() - 1;
+                  CM_CHECK(off[0] == 0 && off[E] <= rows.size(0), "offsets must start at 0 and end at most at the rows",
+                           "expert offsets [0]={} [E]={} for {} rows", off[0], off[E], rows.size(0));
+                  for (int64_t e = 0; e < E; ++e)
+                    CM_CHECK(off[e] <= off[e + 1], "offsets must be non-decreasing",
+                             "expert offsets decrease at expert {}: {} > {}", e, off[e], off[e + 1]);
                   auto shadowed = [&](int64_t e) {
                     for (int k = 0; k < S; ++k)
                       if (shadow_at(shadows, k) == e) return true;
@@ -406,7 +418,20 @@ ShmemExperts::Received ShmemExperts::free_received(SiteBuffers& b, bool forward)
   return r;
 }
 
+namespace {
+// What the experts hand back for the rows `d` delivered: one f32 row each.
+// (A fused dispatch hands its rows to the first GEMM: then only the width.)
+void check_expert_rows(const Tensor& y, const ExpertDispatcher::Dispatched& d, int64_t width, const char* what) {
+  const int64_t rows = d.rows.defined() ? d.rows.size(0) : -1;
+  CM_CHECK(y.dim() == 2 && (rows < 0 || y.size(0) == rows) && y.size(1) == width && y.dtype() == DType::f32 &&
+               y.is_contiguous(),
+           "pass one contiguous f32 row per delivered row (the dispatch's rows), of the group's width",
+           "{} of {}; the dispatch delivered {} rows of width {}", what, y.describe(), rows, width);
+}
+}  // namespace
+
 Tensor ShmemExperts::combine(const Tensor& y, const Dispatched& d) {
+  check_expert_rows(y, d, shape_.width, "combine");
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
   buffers(p.site).awaiting_combine = false;
   return to_sources(y, p, /*forward=*/true);
@@ -421,6 +446,10 @@ Tensor ShmemExperts::matmul_combine(const Tensor& y, const GroupsGemm& gemm, con
 
 Tensor ShmemExperts::combine_backward(const Tensor& dy, const Dispatched& d) {
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
+  CM_CHECK(dy.dim() == 2 && dy.size(0) == p.rows && dy.size(1) == shape_.width && dy.dtype() == DType::f32 &&
+               dy.is_contiguous(),
+           "pass the gradient of combine's output: one contiguous f32 row per dispatched row",
+           "combine_backward of {}; the dispatch sent {} rows of width {}", dy.describe(), p.rows, shape_.width);
   p.bwd_round = ++buffers(p.site).bwd_round;
   return to_owners(dy, p, /*forward=*/false, {}).rows;
 }
@@ -429,6 +458,7 @@ Tensor ShmemExperts::dispatch_backward(const Tensor& drows, const Dispatched& d)
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
   CM_CHECK(p.bwd_round > 0, "run combine_backward before dispatch_backward", "dispatch_backward of MoE layer {} slice {}",
            p.site.layer, p.site.slice);
+  check_expert_rows(drows, d, shape_.width, "dispatch_backward");
   return to_sources(drows, p, /*forward=*/false);
 }
 

@@ -22,6 +22,31 @@
 #include "coremesh/train/progress_bar.hpp"
 
 namespace coremesh::train {
+
+class Trainer::Busy {
+ public:
+  Busy(Trainer& t, const char* what) : t_(t) {
+    std::thread::id expected{};
+    if (!t_.busy_thread_.compare_exchange_strong(expected, std::this_thread::get_id()))
+      CM_CHECK(expected == std::this_thread::get_id(), "call a Trainer from one thread at a time",
+               "Trainer::{} while another thread is inside the same trainer", what);
+    ++t_.busy_depth_;
+  }
+  ~Busy() {
+    if (--t_.busy_depth_ == 0) t_.busy_thread_.store(std::thread::id{});
+  }
+  Busy(const Busy&) = delete;
+  Busy& operator=(const Busy&) = delete;
+
+ private:
+  Trainer& t_;
+};
+
+// Calls that read or write the state a queued step is still changing.
+#define CM_REFUSE_WHILE_QUEUED(what)                                                                   \
+  CM_CHECK(!step_queued_, "finish_step() the queued step first",                                     \
+           "{} while a step is queued (it would see the step half done)", what)
+
 namespace fs = std::filesystem;
 
 Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
@@ -189,6 +214,7 @@ bool checkpoint_of(const std::string& out_dir, const std::string& checkpoint) {
 }  // namespace
 
 void Trainer::claim_out_dir(bool start_over, const std::string& ways_out) {
+  Busy entered(*this, "claim_out_dir");
   if (owns_out_dir_) return;
   const std::string hint = !ways_out.empty() ? ways_out
                                              : "resume that run, give another out_dir, or start over (coremesh train "
@@ -230,6 +256,8 @@ void Trainer::claim_out_dir(bool start_over, const std::string& ways_out) {
 }
 
 std::string Trainer::save_checkpoint_now() {
+  Busy entered(*this, "save_checkpoint_now");
+  CM_REFUSE_WHILE_QUEUED("save_checkpoint_now");
   claim_out_dir();
   stream_.synchronize();  // the weights and the optimizer state as of the last step
   const std::string dir = (fs::path(cfg_.out_dir) / "checkpoints").string();
@@ -282,6 +310,8 @@ void Trainer::report_changed_settings(const nlohmann::json& saved, const std::st
 }
 
 void Trainer::resume(const std::string& where) {
+  Busy entered(*this, "resume");
+  CM_REFUSE_WHILE_QUEUED("resume");
   std::string path = where;
   if (fs::is_directory(where)) {
     path = latest_checkpoint(where);
@@ -338,6 +368,8 @@ void Trainer::resume(const std::string& where) {
 }
 
 double Trainer::validate() {
+  Busy entered(*this, "validate");
+  CM_REFUSE_WHILE_QUEUED("validate");
   if (!val_loader_) return -1;
   runtime::StreamGuard on(stream_);
   val_loader_->reset();
@@ -388,6 +420,8 @@ double Trainer::validate() {
 }
 
 std::string Trainer::sample() {
+  Busy entered(*this, "sample");
+  CM_REFUSE_WHILE_QUEUED("sample");
   runtime::StreamGuard on(stream_);
   SampleOptions o;
   o.tokens = cfg_.sample_tokens;
@@ -408,6 +442,7 @@ int64_t Trainer::tokens_per_step() const {
 // (tokens, targets, lr, step count), rewinds the statistics it adds into and
 // replays it. Validation and sampling, whose shapes differ, run eagerly.
 void Trainer::queue_step() {
+  Busy entered(*this, "queue_step");
   runtime::StreamGuard on(stream_);
   CM_CHECK(!step_queued_, "finish_step() the queued step first", "a step is already queued");
   step_start_ = now_seconds();
@@ -575,6 +610,7 @@ std::vector<std::vector<double>> Trainer::every_expert_load(const std::vector<st
 }
 
 StepRecord& Trainer::finish_step() {
+  Busy entered(*this, "finish_step");
   CM_CHECK(step_queued_, "queue_step() before finish_step()", "no step is queued");
   stream_.synchronize();
   step_queued_ = false;
@@ -616,6 +652,8 @@ StepRecord& Trainer::finish_step() {
 }
 
 TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
+  Busy entered(*this, "run");
+  CM_REFUSE_WHILE_QUEUED("run");
   runtime::StreamGuard on(stream_);
   const int64_t end = until_step < 0 ? cfg_.steps : std::min(until_step, cfg_.steps);
   const double flops_tok = model::flops_per_token(cfg_.model, cfg_.seq_len);

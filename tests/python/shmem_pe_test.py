@@ -447,6 +447,28 @@ def test_expert_dispatch_and_its_fused_forms(me):
     assert len(ranges) == El, "the second GEMM expert by expert"
     for got in (back, fused_back, dx):
         np.testing.assert_array_equal(np.asarray(got), rows)
+    # bad arguments are refused on every PE before a row moves (bf16 rows went out as f32 bytes; a y
+    # wider than the group's rows wrote past the peer's receive buffer)
+    with pytest.raises(cm.InvalidArgument, match="pass contiguous f32 rows"):
+        plain.dispatch(xp.to(cm.bfloat16), offsets)
+    with pytest.raises(cm.InvalidArgument, match="one contiguous f32 row per delivered row"):
+        plain.combine(cm.empty([ref.rows.shape[0], 2 * C]), ref)
+    with pytest.raises(cm.InvalidArgument, match="one contiguous f32 row per dispatched row"):
+        plain.combine_backward(cm.empty([2, C]), ref)
+
+
+def test_expert_offsets_past_the_rows_are_refused_before_a_row_leaves(me):
+    """Offsets are computed on the stream, so the send kernel checks them: offsets past the rows sent
+    heap bytes as rows. One PE: with more, the peers would wait for rows that never come."""
+    from coremesh import parallel
+    pe, n = me
+    if n != 1:
+        return
+    ep = parallel.ExpertParallelGroup(experts=2, width=8, max_rows=10)
+    xp = cm.from_numpy(np.ones((1, 8), np.float32))
+    ep.dispatch(xp, cm.from_numpy(np.array([0, 0, 10], np.int64)))
+    with pytest.raises(cm.KernelError, match=r"expert offsets \[0\]=0 \[E\]=10 for 1 rows"):
+        runtime.synchronize()
 
 
 def test_a_dispatch_whose_first_gemm_raises_says_the_layer_is_unusable(me):

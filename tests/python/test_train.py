@@ -90,6 +90,40 @@ def test_trainer_steps_validates_and_resumes(config, tmp_path):
         trainer.queue_step()  # past the config's steps
 
 
+def test_a_trainer_is_used_from_one_thread_at_a_time_and_not_while_a_step_is_queued(config):
+    """Another thread inside the same trainer is refused (it crashed or corrupted the step's loss);
+    so are validate, sample, save_checkpoint, resume and run while a step is queued (validate gave a
+    wrong loss, save_checkpoint a file whose state was one step past its name)."""
+    import threading
+    trainer = train.Trainer(config)
+    trainer.queue_step()
+    for call in (trainer.validate, trainer.sample, trainer.save_checkpoint, lambda: trainer.run(save_at_end=False),
+                 lambda: trainer.resume(config["train"]["out_dir"])):
+        with pytest.raises(cm.InvalidArgument, match="while a step is queued"):
+            call()
+    trainer.finish_step()
+    errors, stop = [], threading.Event()
+
+    def validate_meanwhile():
+        while not stop.is_set():
+            try:
+                trainer.validate()
+            except cm.InvalidArgument as e:
+                errors.append(str(e))
+    other = threading.Thread(target=validate_meanwhile)
+    other.start()
+    try:
+        for _ in range(3):
+            try:
+                trainer.run(until_step=trainer.step + 1, save_at_end=False)
+            except cm.InvalidArgument as e:
+                errors.append(str(e))
+    finally:
+        stop.set()
+        other.join()
+    assert errors and all("while another thread is inside the same trainer" in e for e in errors), errors
+
+
 def test_a_new_run_refuses_another_runs_directory(config):
     out = config["train"]["out_dir"]
     config["train"]["warmup_steps"] = 1

@@ -25,10 +25,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coremesh/core/file.hpp"
@@ -147,6 +149,12 @@ class Trainer {
   GraphSummary graph_summary() const;
 
  private:
+  // One thread at a time (the stream, the model's slots and the files are
+  // the trainer's own): the public calls enter through a Busy guard, which
+  // refuses another thread; the same thread may nest (run() validates).
+  class Busy;
+  std::atomic<std::thread::id> busy_thread_{};
+  int busy_depth_ = 0;
   void limit_run_ahead();
   void validate_if_missed(bool fresh_log, TrainResult& result);
   CheckpointState checkpoint_state();
