@@ -27,12 +27,14 @@
 
 #include "commands.hpp"
 #include "coremesh/core/error.hpp"
+#include "coremesh/parallel/comm.hpp"
 #include "coremesh/parallel/mesh.hpp"
 #include "coremesh/runtime/profiler.hpp"
 #include "coremesh/shmem/heap.hpp"
 #include "coremesh/shmem/session.hpp"
 #include "coremesh/shmem/team.hpp"
 #include "coremesh/train/safetensors.hpp"
+#include "coremesh/train/metrics_log.hpp"
 #include "coremesh/train/progress_bar.hpp"
 #include "coremesh/train/trainer.hpp"
 #include "coremesh/train/checkpoint.hpp"
@@ -203,6 +205,19 @@ void check_fits_the_machine(const train::TrainConfig& c, const std::vector<int>&
            train::format_bytes(need), train::format_bytes(have));
 }
 
+// Whether the run's last step lacks the final validation (a stop cut it short).
+bool final_validation_missed(const train::TrainConfig& cfg) {
+  std::error_code ec;
+  const auto path = std::filesystem::path(cfg.out_dir) / "metrics.jsonl";
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  try {
+    const std::vector<train::MetricsLine> lines = train::read_metrics(path.string());
+    return !lines.empty() && lines.back().record.step + 1 == cfg.steps && lines.back().val_loss < 0;
+  } catch (const Error&) {
+    return false;  // the resume itself judges a damaged file
+  }
+}
+
 // The run directory a --resume names: DIR, DIR/checkpoints(/), a checkpoint
 // file in it, or one set aside in DIR/checkpoints/superseded_after_step_N.
 std::filesystem::path run_dir_of(const std::string& resume) {
@@ -364,12 +379,19 @@ int run_train(const TrainFlags& f) {
       if (trainer->step() == cfg.steps) {
         if (leader) fmt::print("nothing to train: the run is at step {} of {} (give --steps above {} to train further)\n",
                                cfg.steps, cfg.steps, cfg.steps);
-        // a final validation that a stop cut short runs now, and the report follows it
+        // a final validation that a stop cut short runs now (the leader's metrics.jsonl says), with the report
+        int64_t missed = leader && final_validation_missed(cfg);
+        if (world > 1) missed = parallel::max_over_world({missed})[0];
+        if (!missed) return 0;
+        trainer->claim_out_dir(false, other_run_hint(cfg));
         trainer->stop_when([] { return stop_signal() != 0; });
         const train::TrainResult done = trainer->run(-1, /*save_at_end=*/false);
         if (leader && done.final_val_loss >= 0)
           fmt::print("validation at step {}: {:.4f} nats/token = {:.3f} bits/byte\n", cfg.steps, done.final_val_loss,
                      done.final_val_bits_per_byte);
+        if (leader && done.stopped)
+          fmt::print("stopped by {} during the validation; continue with --resume {}\n", stop_signal_name(stop_signal()),
+                     std::filesystem::absolute(cfg.out_dir).string());
         return stop_signal() ? 128 + stop_signal() : 0;
       }
     }

@@ -440,8 +440,14 @@ Tensor ShmemExperts::combine(const Tensor& y, const Dispatched& d) {
 Tensor ShmemExperts::matmul_combine(const Tensor& y, const GroupsGemm& gemm, const Dispatched& d) {
   if (!shape_.fused || shadows_ > 0) return ExpertDispatcher::matmul_combine(y, gemm, d);
   const Plan& p = *static_cast<const Plan*>(d.plan.get());
-  buffers(p.site).awaiting_combine = false;
-  return to_sources(y, p, /*forward=*/true, &gemm);
+  SiteBuffers& b = buffers(p.site);
+  b.awaiting_combine = false;
+  try {
+    return to_sources(y, p, /*forward=*/true, &gemm);
+  } catch (const std::exception& e) {  // the exchange stopped part way, as a failed dispatch's
+    b.failed = e.what();
+    throw;
+  }
 }
 
 Tensor ShmemExperts::combine_backward(const Tensor& dy, const Dispatched& d) {

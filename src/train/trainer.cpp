@@ -216,10 +216,14 @@ bool checkpoint_of(const std::string& out_dir, const std::string& checkpoint) {
 void Trainer::claim_out_dir(bool start_over, const std::string& ways_out) {
   Busy entered(*this, "claim_out_dir");
   if (owns_out_dir_) return;
-  const std::string hint = !ways_out.empty() ? ways_out
-                                             : "resume that run, give another out_dir, or start over (coremesh train "
-                                               "--overwrite; Python: overwrite=True), which deletes its checkpoints "
-                                               "and metrics.jsonl";
+  const bool set_aside = !resumed_from_.empty() &&
+                         fs::path(resumed_from_).parent_path().filename().string().rfind("superseded_after_step_", 0) == 0;
+  const std::string hint = set_aside ? "continue a checkpoint that a rollback set aside into another --out (out_dir): "
+                                       "this directory goes on from its own checkpoints"
+                           : !ways_out.empty() ? ways_out
+                                               : "resume that run, give another out_dir, or start over (coremesh train "
+                                                 "--overwrite; Python: overwrite=True), which deletes its checkpoints "
+                                                 "and metrics.jsonl";
   // One process writes a directory at a time (two runs appended to one
   // metrics.jsonl and interleaved their checkpoints): the leader locks it for
   // this trainer's life.
@@ -748,8 +752,9 @@ void Trainer::validate_if_missed(bool fresh_log, TrainResult& result) {
   if (plan_->world() > 1) missed = parallel::max_over_world({missed})[0];  // the leader's file decides
   if (!missed) return;
   const double val = validate();
-  if (validation_stopped_) {
+  if (validation_stopped_) {  // nothing trained since the checkpoint: it is the one to name, not to rewrite
     result.stopped = true;
+    result.checkpoint = resumed_from_;
     return;
   }
   CM_CHECK(std::isfinite(val), "lower the learning rate or enable gradient clipping",

@@ -493,3 +493,14 @@ def test_a_dispatch_whose_first_gemm_raises_says_the_layer_is_unusable(me):
     with pytest.raises(cm.InvalidArgument, match="after the previous one failed: .*a bug in the user's first GEMM"):
         ep.dispatch(xp, offsets, first=bad, first_width=W)
     runtime.synchronize()
+    # so does a second GEMM (matmul_combine's) that raises (the next dispatch waited for the watchdog)
+    ep2 = parallel.ExpertParallelGroup(experts=E, width=C, max_rows=R, fused=True)
+    d = ep2.dispatch(xp, offsets)
+
+    def bad_second(y, b, e):
+        raise ValueError("a bug in the user's second GEMM")
+    with pytest.raises(ValueError, match="second GEMM"):
+        ep2.matmul_combine(cm.empty(list(d.rows.shape)), bad_second, d)
+    with pytest.raises(cm.InvalidArgument, match="after the previous one failed: .*a bug in the user's second GEMM"):
+        ep2.dispatch(xp, offsets)
+    runtime.synchronize()
