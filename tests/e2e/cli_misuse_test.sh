@@ -120,7 +120,8 @@ status=0
 "$exe" run -n 2 "$work/pe.sh" >"$work/pe.log" 2>&1 || status=$?
 [ "$status" -eq 2 ] || { cat "$work/pe.log"; fail "the failing PE's status was not the job's ($status)"; }
 sleep 0.3
-for cmdline in /proc/[0-9]*/cmdline; do tr '\0' ' ' <"$cmdline" 2>/dev/null; echo; done >"$work/processes"
+# (a process may end between the glob and the read: its failed redirection must not stop the script)
+for cmdline in /proc/[0-9]*/cmdline; do { tr '\0' ' ' <"$cmdline"; } 2>/dev/null || true; echo; done >"$work/processes"
 if grep -q "^sleep 4711" "$work/processes"; then fail "a PE's background process outlived the stopped job"; fi
 # ...but not what the launcher's process had started before the job (`tool & exec coremesh run ...`)
 bash -c "sleep 4712 & echo \$! >'$work/tool.pid'; exec '$exe' run -n 2 sh -c 'sleep 0.5; exit 3'" >/dev/null 2>&1 || true
