@@ -22,7 +22,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -263,8 +262,13 @@ std::vector<pid_t> children_of_this_process() {
     char* end = nullptr;
     const long pid = std::strtol(entry->d_name, &end, 10);
     if (pid <= 0 || *end != '\0') continue;
-    std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    // read(2), not a stream: a process that ends meanwhile fails the read with ESRCH, which
+    // libstdc++'s filebuf throws as an exception (it stopped a launcher under load)
+    std::string text(512, '\0');
+    const int fd = open(fmt::format("/proc/{}/stat", pid).c_str(), O_RDONLY | O_CLOEXEC);
+    const ssize_t n = fd >= 0 ? read(fd, text.data(), text.size()) : -1;
+    if (fd >= 0) close(fd);
+    text.resize(size_t(std::max<ssize_t>(n, 0)));
     const size_t close_paren = text.rfind(')');  // the command may hold spaces and parentheses
     if (close_paren == std::string::npos) continue;
     char state = 0;
