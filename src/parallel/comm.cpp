@@ -87,11 +87,17 @@ WorldGather::WorldGather(int64_t capacity)
 
 std::vector<int64_t> WorldGather::gather(const std::vector<int64_t>& mine) {
   const int64_t k = int64_t(mine.size()), n = shmem::n_pes();
-  CM_CHECK(k <= capacity_, "gather at most the capacity's values", "{} values for a capacity of {}", k, capacity_);
+  std::vector<int64_t> all(size_t(n * k));
   int64_t* v = buffer_.data<int64_t>();
-  std::copy(mine.begin(), mine.end(), v);
-  shmem::allgather(shmem::Team::world(), v + capacity_, v, size_t(k));
-  return std::vector<int64_t>(v + capacity_, v + capacity_ + n * k);
+  int64_t at = 0;
+  do {  // more values than the buffer holds: in rounds (none: one round, it is collective)
+    const int64_t m = std::min(capacity_, k - at);
+    std::copy_n(mine.data() + at, m, v);
+    shmem::allgather(shmem::Team::world(), v + capacity_, v, size_t(m));
+    for (int64_t pe = 0; pe < n; ++pe) std::copy_n(v + capacity_ + pe * m, m, all.data() + pe * k + at);
+    at += m;
+  } while (at < k);
+  return all;
 }
 
 std::vector<double> WorldGather::gather(const std::vector<double>& mine) {

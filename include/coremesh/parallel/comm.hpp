@@ -79,7 +79,7 @@ void world_barrier();
 // the world; its buffer is symmetric, allocated once).
 class WorldGather {
  public:
-  explicit WorldGather(int64_t capacity);  // values per PE at most
+  explicit WorldGather(int64_t capacity);  // values per PE in one round (more take rounds)
   // Every PE's `mine` (the same count on each), PE after PE.
   std::vector<int64_t> gather(const std::vector<int64_t>& mine);
   std::vector<double> gather(const std::vector<double>& mine);
