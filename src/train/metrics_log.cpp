@@ -30,6 +30,10 @@ MemoryRecord memory_now() {
   return {int64_t(a.allocated_bytes), int64_t(a.cached_bytes), 0, int64_t(usage.ru_maxrss) * 1024};
 }
 
+namespace {
+ordered_json sample_json(const SampleRecord& s) { return {{"prompt", s.prompt}, {"text", s.text}}; }
+}  // namespace
+
 ordered_json to_json(const MetricsLine& line) {
   const StepRecord& r = line.record;
   ordered_json j;
@@ -52,7 +56,7 @@ ordered_json to_json(const MetricsLine& line) {
                  {"cached_bytes", line.memory.cached_bytes},
                  {"optimizer_state_bytes", line.memory.optimizer_state_bytes},
                  {"peak_rss_bytes", line.memory.peak_rss_bytes}};
-  if (line.sample) j["sample"] = {{"prompt", line.sample->prompt}, {"text", line.sample->text}};
+  if (line.sample) j["sample"] = sample_json(*line.sample);
   j["time"] = line.time;
   return j;
 }
@@ -172,11 +176,12 @@ MetricsLog::~MetricsLog() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void MetricsLog::add_validation(double val_loss, double val_bits_per_byte) {
+void MetricsLog::add_validation(double val_loss, double val_bits_per_byte, const std::optional<SampleRecord>& sample) {
   if (kept_last_.empty() || last_validated_) return;
   const ordered_json old = ordered_json::parse(kept_last_);
-  ordered_json j;  // the documented key order: the validation after aux_loss
+  ordered_json j;  // the documented key order: the validation after aux_loss, the sample before the time
   for (const auto& [key, value] : old.items()) {
+    if (key == "time" && sample) j["sample"] = sample_json(*sample);
     j[key] = value;
     if (key == "aux_loss") j["val_loss"] = val_loss, j["val_bits_per_byte"] = val_bits_per_byte;
   }

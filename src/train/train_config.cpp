@@ -62,8 +62,8 @@ const FieldTable<TrainConfig>& train_fields() {
           .add("seed", [](T& c) -> auto& { return c.seed; }, "initialization and data order seed")
           .add("val_every", [](T& c) -> auto& { return c.val_every; }, "validation every N steps (0: at the end)",
                non_negative<int>())
-          .add("val_batches", [](T& c) -> auto& { return c.val_batches; }, "batches per validation",
-               positive<int>())
+          .add("val_batches", [](T& c) -> auto& { return c.val_batches; },
+               "batches per validation (at most the validation split's whole batches)", positive<int>())
           .add("log_every", [](T& c) -> auto& { return c.log_every; }, "log line every N steps off a terminal",
                positive<int>())
           .add("out_dir", [](T& c) -> auto& { return c.out_dir; },

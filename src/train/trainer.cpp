@@ -69,6 +69,15 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
   if (cfg_.val_fraction > 0)
     val_loader_ = std::make_unique<DataLoader>(*data_, Split::validation, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
   plan_ = std::make_unique<parallel::ParallelPlan>(plan_config(cfg_), device);
+  check_every_pe_has_this_run();
+  if (val_loader_) {
+    // Past the split's whole batches a validation would score windows twice.
+    val_batches_ = int(std::min<int64_t>(cfg_.val_batches, val_loader_->batches_per_epoch()));
+    if (val_batches_ < cfg_.val_batches && leader())
+      CM_LOG_WARN("val_batches = {} but the validation split holds {} batch{} of {} x {} tokens: each validation "
+                  "scores those (raise val_fraction for more)",
+                  cfg_.val_batches, val_batches_, val_batches_ == 1 ? "" : "es", cfg_.batch_size, cfg_.seq_len);
+  }
   model_ = std::make_unique<model::Model>(cfg_.model, plan_->stage(), plan_->seams(), plan_->arena());
   plan_->attach(*model_);
   opt_ = std::make_unique<AdamW>(*model_, cfg_.adam, plan_->owned_ranges(), plan_->state_allocator());
@@ -79,6 +88,45 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
   }
   lr_ = LrSchedule{cfg_.lr, cfg_.min_lr, cfg_.warmup_steps, cfg_.steps};
   limit_run_ahead();
+}
+
+// Every PE must train the same run: a setting that differs between PEs (a
+// Python script's seed or lr per PE, a config edited on one host) trains a
+// model no single-PE run reproduces, silently, or hangs in an exchange.
+// Each setting's text hashes to 20 bits; over the world, the sum of the
+// hashes and of their squares equal n·h and n·h² exactly when every PE's
+// hash is h (their variance is 0), so one sum of doubles decides it on
+// every PE alike. Paths, the core count and what only the leader prints
+// may differ between hosts; the data's contents may not.
+void Trainer::check_every_pe_has_this_run() {
+  const int world = cfg_.parallel.world();
+  if (world == 1) return;
+
+  static const std::set<std::string> per_pe = {"train.data", "train.tokenizer", "train.out_dir", "train.cores",
+                                               "train.report", "train.log_every", "parallel.schedule_file"};
+  std::vector<std::pair<std::string, std::string>> settings;  // name, its text here
+  const nlohmann::json config = to_json(cfg_);
+  for (const auto& [section, fields] : config.items())
+    for (const auto& [key, value] : fields.items())
+      if (!per_pe.count(section + "." + key)) settings.emplace_back(section + "." + key, value.dump());
+  settings.emplace_back("the training data's contents", data_->fingerprint());
+  std::vector<double> mine;
+  for (const auto& [name, text] : settings) {
+    uint64_t h = 1469598103934665603ULL;  // FNV-1a
+    for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+    const double v = double(h & 0xFFFFF);
+    mine.push_back(v), mine.push_back(v * v);
+  }
+  const std::vector<double> all = plan_->sum_over_world(mine);
+  std::vector<std::string> differ;
+  for (size_t i = 0; i < settings.size(); ++i)
+    if (all[2 * i] != world * mine[2 * i] || all[2 * i + 1] != world * mine[2 * i + 1])
+      differ.push_back(fmt::format("{} (here {})", settings[i].first, settings[i].second));
+  CM_CHECK(differ.empty(),
+           "give every PE the same settings: one config file and the same flags, or the same values in "
+           "every PE's script (a seed or lr taken per PE differs)",
+           "the PEs were given different training settings; on PE {} these differ from another PE's: {}",
+           plan_->pe(), fmt::join(differ, ", "));
 }
 
 Trainer::~Trainer() {
@@ -384,15 +432,15 @@ double Trainer::validate() {
   // The leader's bar follows the batches as the stream finishes them (an
   // event after each); the work is queued ahead as before.
   const bool show = cfg_.progress && leader();
-  ProgressBar bar(cfg_.val_batches, {.label = "validation", .unit = "batches",
+  ProgressBar bar(val_batches_, {.label = "validation", .unit = "batches",
                                      .mode = show ? ProgressBar::Mode::automatic : ProgressBar::Mode::off});
-  std::vector<runtime::Event> batch_done(show ? size_t(cfg_.val_batches) : 0);
+  std::vector<runtime::Event> batch_done(show ? size_t(val_batches_) : 0);
   // A stop (Ctrl-C) ends a long validation: every kAgreeEvery batches the PEs
   // agree on it, each after its queued batches ran (one sum, the same batch on all).
   constexpr int kAgreeEvery = 32;
   validation_stopped_ = false;
   int done = 0;
-  for (int i = 0; i < cfg_.val_batches; ++i, ++done) {
+  for (int i = 0; i < val_batches_; ++i, ++done) {
     if (i > 0 && i % kAgreeEvery == 0 && stop_requested_) {
       stream_.synchronize();
       if (plan_->sum_over_world({stop_requested_() ? 1.0 : 0.0})[0] > 0) {
@@ -417,8 +465,8 @@ double Trainer::validate() {
   // one data replica's, one TP rank's
   const bool counted = plan_->data_index() == 0 && plan_->counts_loss();
   sum = plan_->sum_over_world({counted ? sum : 0.0})[0] / cp;
-  const double loss = sum / cfg_.val_batches;
-  const double tokens = double(cfg_.val_batches) * cfg_.batch_size * cfg_.seq_len;
+  const double loss = sum / val_batches_;
+  const double tokens = double(val_batches_) * cfg_.batch_size * cfg_.seq_len;
   last_val_bpb_ = bytes > 0 ? loss * tokens / double(bytes) / std::log(2.0) : -1;
   return loss;
 }
@@ -707,7 +755,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
       if (val >= 0) val_records_.push_back({r.step, val, last_val_bpb_});
       line.val_loss = val;
       line.val_bits_per_byte = last_val_bpb_;
-      if (cfg_.sample_tokens > 0 && cfg_.parallel.pp == 1 && cfg_.parallel.cp == 1 && cfg_.parallel.tp == 1) {  // a whole model on one PE
+      if (samples()) {
         line.sample = SampleRecord{r.step, cfg_.sample_prompt, sample()};
         if (cfg_.progress)
           progress.message(fmt::format("sample at step {}: {}", done,
@@ -761,7 +809,14 @@ void Trainer::validate_if_missed(bool fresh_log, TrainResult& result) {
            "the validation loss became {} after step {}", std::fabs(val), step_);
   if (val < 0) return;
   val_records_.push_back({step_ - 1, val, last_val_bpb_});
-  if (metrics_) metrics_->add_validation(val, last_val_bpb_);
+  std::optional<SampleRecord> sampled;  // every PE samples (experts may be apart); the leader writes it
+  if (samples()) sampled = SampleRecord{step_ - 1, cfg_.sample_prompt, sample()};
+  if (metrics_) metrics_->add_validation(val, last_val_bpb_, sampled);
+}
+
+// A validation samples where each PE holds a whole model (its layers, heads and sequence).
+bool Trainer::samples() const {
+  return cfg_.sample_tokens > 0 && cfg_.parallel.pp == 1 && cfg_.parallel.cp == 1 && cfg_.parallel.tp == 1;
 }
 
 std::string Trainer::metrics_path() const { return (fs::path(cfg_.out_dir) / "metrics.jsonl").string(); }

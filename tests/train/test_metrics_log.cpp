@@ -176,6 +176,44 @@ TEST(MetricsLog, ResumeKeepsTheLinesUpToTheCheckpointAndAppendsTheRest) {
   }
 }
 
+// A run stopped during the validation of its checkpoint's step (its line
+// lacks the validation and its sample): the resume validates and samples
+// that step first, the same numbers and text as a straight run, in the
+// line's place and key order.
+TEST(MetricsLog, AResumeAddsTheValidationAndSampleThatAStopCutShort) {
+  TempDir d;
+  TrainConfig c = tiny_config(d.path);
+  c.out_dir = d.path + "/straight";
+  Trainer straight(c);
+  straight.run(6, false);
+  const std::vector<std::string> want = raw_lines(straight.metrics_path());
+  ASSERT_NE(want[3].find("\"sample\""), std::string::npos);
+
+  c.out_dir = d.path + "/stopped";
+  {
+    Trainer first(c);
+    first.run(4, true);  // the checkpoint of step 4, then its validation
+    std::vector<std::string> lines = raw_lines(first.metrics_path());
+    nlohmann::ordered_json last = nlohmann::ordered_json::parse(lines.back());
+    for (const char* key : {"val_loss", "val_bits_per_byte", "sample"}) last.erase(key);
+    lines.back() = last.dump();
+    std::ofstream out(first.metrics_path(), std::ios::trunc);
+    for (const auto& l : lines) out << l << "\n";
+  }
+  Trainer second(c);
+  second.resume(c.out_dir);
+  ASSERT_EQ(second.step(), 4);
+  second.run(6, false);
+  const std::vector<std::string> got = raw_lines(second.metrics_path());
+  ASSERT_EQ(got.size(), 6u);
+  const auto without_time = [](const std::string& line) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(line);
+    j.erase("time"), j.erase("step_seconds"), j.erase("tokens_per_s"), j.erase("mfu"), j.erase("memory");
+    return j.dump();
+  };
+  EXPECT_EQ(without_time(got[3]), without_time(want[3]));
+}
+
 // "tokens" counts what was trained on: a resume with a larger batch adds the
 // new batch's tokens to the checkpoint's count (it was steps x the new batch).
 TEST(MetricsLog, TokensCountAcrossAResumeWithAnotherBatch) {

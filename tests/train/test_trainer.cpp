@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "coremesh/runtime/profiler.hpp"
+#include "coremesh/train/data.hpp"
+#include "coremesh/train/tokenizer.hpp"
 #include "coremesh/train/trainer.hpp"
 #include "test_util.hpp"
 
@@ -56,6 +58,25 @@ TEST(Trainer, LossFalls) {
   EXPECT_GT(r.final_val_loss, 0);
   EXPECT_LT(r.final_val_loss, t.validation().front().loss);
   for (const auto& s : rec) EXPECT_GE(s.expert_balance, 1.0);
+}
+
+// val_batches past the validation split's whole batches would score its
+// windows twice (a batch wrapping into a reshuffled epoch): a validation
+// scores the whole batches the split holds, however many were asked for.
+TEST(Trainer, ValidationScoresEachWindowOnce) {
+  TempDir d;
+  TrainConfig c = small_config(d.path);
+  const Tokenizer bytes = Tokenizer::bytes();
+  const TextDataset data(c.data, c.val_fraction, &bytes);
+  const int64_t whole = DataLoader(data, Split::validation, c.batch_size, c.seq_len, c.seed).batches_per_epoch();
+  std::vector<double> losses;
+  for (int asked : {int(whole), int(whole) + 1, 100000}) {
+    c.val_batches = asked;
+    Trainer t(c);
+    losses.push_back(t.validate());
+  }
+  EXPECT_EQ(losses[1], losses[0]);
+  EXPECT_EQ(losses[2], losses[0]);
 }
 
 // An element owned twice would get two AdamW updates (with two states) per step.

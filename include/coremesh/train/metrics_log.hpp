@@ -101,9 +101,9 @@ class MetricsLog {
   const std::string& path() const { return path_; }
   // Whether the kept line of step steps_done lacks a val_loss.
   bool validation_missing() const { return !kept_last_.empty() && !last_validated_; }
-  // Adds a validation to the kept line of step steps_done (a run stopped
-  // during or just before it validates on resume); rewrites the file.
-  void add_validation(double val_loss, double val_bits_per_byte);
+  // Adds a validation (and its sample) to the kept line of step steps_done
+  // (a run stopped during or just before it validates on resume); rewrites the file.
+  void add_validation(double val_loss, double val_bits_per_byte, const std::optional<SampleRecord>& sample = {});
 
  private:
   std::string path_;

@@ -155,8 +155,10 @@ class Trainer {
   class Busy;
   std::atomic<std::thread::id> busy_thread_{};
   int busy_depth_ = 0;
+  void check_every_pe_has_this_run();
   void limit_run_ahead();
   void validate_if_missed(bool fresh_log, TrainResult& result);
+  bool samples() const;
   CheckpointState checkpoint_state();
   float loss_scale() const;
   void launch_gradients(std::vector<model::MicroBatch> batches);  // up to the summed gradients
@@ -171,6 +173,7 @@ class Trainer {
 
   TrainConfig cfg_;
   int cores_ = 1;
+  int val_batches_ = 0;  // cfg.val_batches, at most the validation split's whole batches
   runtime::Stream stream_;
   std::unique_ptr<Tokenizer> tokenizer_;  // cfg.tokenizer's, or bytes
   std::unique_ptr<TextDataset> data_;

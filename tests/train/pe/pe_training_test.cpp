@@ -124,6 +124,26 @@ TrainConfig layout_config(const Layout& L, int ranks, const std::string& dir) {
 
 }  // namespace
 
+// A setting that differs between PEs (a Python script's seed per PE) is
+// refused on every PE with its name; paths and core counts may differ; the
+// PEs stay in step (a run after the refusal trains).
+TEST(ParallelTraining, RefusesSettingsThatDifferBetweenPes) {
+  if (shmem::n_pes() != 2) GTEST_SKIP() << "at 2 PEs";
+  const int me = shmem::my_pe();
+  TrainConfig c = base_config();
+  c.parallel.dp = 2, c.steps = 2;
+  c.seed = 7 + me, c.lr = me ? 3e-3 : 2e-3;
+  expect_refused(c, "train.seed (here " + std::to_string(7 + me) + ")");
+  expect_refused(c, "train.lr");
+  c.seed = 7, c.lr = 3e-3;
+  c.log_every = 10 + me;
+  c.data = {me ? "/tmp/./" + corpus().substr(5) : corpus()};  // another path to the same file
+  c.out_dir = job_dir("differing_settings");
+  Trainer t(c, one_core());
+  t.run(-1, false);
+  EXPECT_EQ(t.records().size(), 2u);
+}
+
 // A checkpoint written under one layout holds the 1-PE model's tensors (the
 // same names and values as one PE's checkpoint) and resumes under another.
 TEST(ParallelTraining, CheckpointsMoveBetweenLayouts) {
