@@ -38,6 +38,21 @@ size_t scan(T* ivars, size_t n, const int* status, cm::Cmp c, const T* values, b
 
 enum class Mode { all, any, some };
 
+// The index an `any` call returns among the satisfied ones (ascending): a
+// series of calls must eventually return each index that stays satisfied
+// (9.10), so each call takes the first at or after the last call's + 1.
+size_t pick_any(const std::vector<size_t>& found, size_t hits) {
+  thread_local size_t after = 0;
+  size_t pick = found[0];
+  for (size_t i = 0; i < hits; ++i)
+    if (found[i] >= after) {
+      pick = found[i];
+      break;
+    }
+  after = pick + 1;
+  return pick;
+}
+
 // Waits as wait_until_{all,any,some}[_vector] do; returns the count found
 // (some), the index found (any, SIZE_MAX if nothing is active), or 0 (all).
 template <typename T>
@@ -57,7 +72,7 @@ size_t wait_set(T* ivars, size_t n, const int* status, int cmp_value, const T* v
     }
     if (mode == Mode::all) return hits == active;
     if (hits == 0) return false;
-    if (mode == Mode::any) result = found[0];
+    if (mode == Mode::any) result = pick_any(found, hits);
     else {
       for (size_t i = 0; i < hits; ++i) indices[i] = found[i];
       result = hits;
@@ -77,7 +92,7 @@ size_t test_set(T* ivars, size_t n, const int* status, int cmp_value, const T* v
   const size_t hits = scan(ivars, n, status, c, values, vector, found.data(), &active);
   if (mode == Mode::all) return active == 0 || hits == active;
   if (hits == 0) return mode == Mode::any ? SIZE_MAX : 0;
-  if (mode == Mode::any) return found[0];
+  if (mode == Mode::any) return pick_any(found, hits);
   for (size_t i = 0; i < hits; ++i) indices[i] = found[i];
   return hits;
 }

@@ -10,7 +10,7 @@ cc_wrapper=$1 runner=$2 src=$3 out=$4
 mkdir -p "$out"
 . "$(dirname "$0")/../shm_names.sh"
 shm_names_before "$out/shm_before.txt"
-programs="ring_put reduction globals ordering teams types contexts legacy collect alloc team_limits symbols generics profiling"
+programs="ring_put reduction globals ordering teams types contexts legacy collect alloc team_limits symbols generics profiling wait_sets"
 pids=""
 for prog in hello heap $programs; do
   "$cc_wrapper" -std=c11 -Wall -Wextra -Werror -O1 "$src/$prog.c" -o "$out/$prog" &
