@@ -67,6 +67,29 @@ void SymmetricAllocator::insert_free(size_t offset, size_t bytes) {
   free_[offset] = bytes;
 }
 
+bool SymmetricAllocator::resize(size_t offset, size_t bytes) {
+  auto it = used_.find(offset);
+  CM_CHECK(it != used_.end(), "resize only pointers returned by the symmetric allocator",
+           "no symmetric block starts at heap offset {}", offset);
+  if (bytes > capacity_) return false;
+  bytes = align_up(std::max<size_t>(bytes, 1), kHeapAlignment);
+  const size_t old = it->second, end = offset + old;
+  if (bytes > old) {
+    auto next = free_.find(end);
+    if (next == free_.end() || next->second < bytes - old) return false;
+    const size_t rest = next->second - (bytes - old);
+    free_.erase(next);
+    if (rest) free_[offset + bytes] = rest;
+    used_bytes_ += bytes - old;
+    peak_ = std::max(peak_, used_bytes_);
+  } else if (bytes < old) {
+    insert_free(offset + bytes, old - bytes);
+    used_bytes_ -= old - bytes;
+  }
+  it->second = bytes;
+  return true;
+}
+
 size_t SymmetricAllocator::block_size(size_t offset) const {
   auto it = used_.find(offset);
   return it == used_.end() ? 0 : it->second;

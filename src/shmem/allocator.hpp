@@ -33,6 +33,10 @@ class SymmetricAllocator {
   // Releases the block at `offset`; returns its size. Throws InvalidArgument
   // when no block starts there.
   size_t release(size_t offset);
+  // Resizes the live block at `offset` where it lies (a shrink always; a
+  // growth into the free range right after it); false, and nothing changed,
+  // when that range is too small.
+  bool resize(size_t offset, size_t bytes);
   // Size of the live block starting at `offset`, or 0.
   size_t block_size(size_t offset) const;
   bool owns(size_t offset) const { return used_.count(offset) != 0; }

@@ -100,6 +100,20 @@ void* sym_realloc(void* ptr, size_t bytes, const char* api) {
   const size_t old_bytes = s.allocator.block_size(old_offset);
   CM_CHECK(old_bytes != 0, "realloc only pointers returned by the symmetric allocator",
            "{}: {} is not the start of a live symmetric block", api, ptr);
+  // In place where the block can be (a shrink always: 9.3.1 fails a realloc
+  // only when the space cannot be had): every PE decides alike, as their
+  // heaps made the same calls.
+  quiet();
+  agree(s, api, "{} B for the block at heap offset {}", static_cast<int64_t>(bytes), static_cast<int64_t>(old_offset));
+  bool in_place = false;
+  {
+    std::lock_guard lock(s.mutex);
+    in_place = s.allocator.resize(old_offset, bytes);
+  }
+  if (in_place) {
+    group_sync(team_group(s.world, api), api);  // as a move: nobody writes before everyone resized
+    return ptr;
+  }
   void* fresh = sym_alloc(bytes, kHeapAlignment, false, api, OnFull::null);
   if (fresh == nullptr) return nullptr;  // 9.3.1: the block stays as it was
   std::memcpy(fresh, ptr, std::min(old_bytes, bytes));

@@ -49,3 +49,26 @@ TEST(Allocator, AlignsRoundsCoalescesAndReportsUsage) {
   EXPECT_THROW(a.allocate(8, 100), coremesh::InvalidArgument);
   EXPECT_NE(a.describe_usage().find("largest free range 4096 B"), std::string::npos);
 }
+
+// realloc in place: a shrink always (the tail goes back to the free ranges),
+// a growth into the free range right after the block; else nothing changes.
+TEST(Allocator, ResizesInPlaceWhereTheBlockCan) {
+  SymmetricAllocator a(4096, 4096);
+  const size_t x = *a.allocate(3000, 128);  // 3072 B: 1024 B free after it
+  EXPECT_FALSE(a.resize(x, 4097));
+  EXPECT_EQ(a.block_size(x), 3072u);
+  EXPECT_TRUE(a.resize(x, 1000));  // shrink: 1024 B, 3072 B free
+  EXPECT_EQ(a.block_size(x), 1024u);
+  EXPECT_EQ(a.usage().largest_free, 3072u);
+  const size_t y = *a.allocate(1024, 128);  // right after x
+  EXPECT_EQ(y, x + 1024);
+  EXPECT_FALSE(a.resize(x, 1025));  // y is in the way
+  EXPECT_TRUE(a.resize(y, 3072));   // grows into the free range after it
+  EXPECT_EQ(a.usage().used, 4096u);
+  EXPECT_EQ(a.usage().largest_free, 0u);
+  EXPECT_FALSE(a.allocate(1, 128));
+  EXPECT_TRUE(a.resize(y, 128));
+  EXPECT_EQ(a.usage().largest_free, 2944u);
+  EXPECT_EQ(a.usage().peak, 4096u);
+  EXPECT_THROW(a.resize(12345, 1), coremesh::InvalidArgument);
+}
