@@ -7,16 +7,22 @@ namespace in = coremesh::shmem::internal;
 using K = in::ReduceKind;
 
 namespace {
-in::Group active_set(int start, int log_stride, int size, long* psync, const char* api) {
-  return in::active_set_group(start, log_stride, size, psync, api);
+// Runs `op` over the active set, then puts this PE's pSync back at
+// SHMEM_SYNC_VALUE (9.9: on completion it holds its original contents).
+template <typename Op>
+void on_active_set(int start, int log_stride, int size, long* psync, const char* api, Op op) {
+  const in::Group g = in::active_set_group(start, log_stride, size, psync, api);
+  op(g);
+  in::restore_sync_area(g);
 }
 template <typename T, K Kind>
 void to_all(T* dest, const T* source, int nreduce, int start, int log_stride, int size,
             long* psync, const char* api) {
   CM_C_API(api, {
     CM_CHECK(nreduce >= 0, "nreduce counts elements", "{}: nreduce {} < 0", api, nreduce);
-    in::reduce<T, Kind>(active_set(start, log_stride, size, psync, api), dest, source,
-                        static_cast<size_t>(nreduce), false, api);
+    on_active_set(start, log_stride, size, psync, api, [&](const in::Group& g) {
+      in::reduce<T, Kind>(g, dest, source, static_cast<size_t>(nreduce), false, api);
+    });
   });
 }
 }  // namespace
@@ -26,45 +32,51 @@ extern "C" {
 void shmem_barrier(int start, int log_stride, int size, long* psync) {
   CM_C_API("shmem_barrier", {
     in::quiet();
-    in::group_sync(active_set(start, log_stride, size, psync, "shmem_barrier"), "shmem_barrier");
+    on_active_set(start, log_stride, size, psync, "shmem_barrier",
+                  [](const in::Group& g) { in::group_sync(g, "shmem_barrier"); });
   });
 }
 void shmem_sync(int start, int log_stride, int size, long* psync) {
-  CM_C_API("shmem_sync",
-           in::group_sync(active_set(start, log_stride, size, psync, "shmem_sync"), "shmem_sync"));
+  CM_C_API("shmem_sync", on_active_set(start, log_stride, size, psync, "shmem_sync",
+                                       [](const in::Group& g) { in::group_sync(g, "shmem_sync"); }));
 }
 
 // The root's dest is not written in the active-set broadcast.
 #define CM_DEF_ACTIVE_SET(S)                                                                   \
   void shmem_broadcast##S(void* dest, const void* source, size_t nelems, int root, int start,  \
                           int log_stride, int size, long* psync) {                             \
-    CM_C_API("shmem_broadcast" #S,                                                             \
-             in::broadcast(active_set(start, log_stride, size, psync, "shmem_broadcast" #S),   \
-                           dest, source, in::array_bytes(nelems, S / 8), root, false, "shmem_broadcast" #S)); \
+    const char* api = "shmem_broadcast" #S;                                                    \
+    CM_C_API(api, on_active_set(start, log_stride, size, psync, api, [&](const in::Group& g) { \
+               in::broadcast(g, dest, source, in::array_bytes(nelems, S / 8), root, false, api); \
+             }));                                                                              \
   }                                                                                            \
   void shmem_collect##S(void* dest, const void* source, size_t nelems, int start,             \
                         int log_stride, int size, long* psync) {                               \
-    CM_C_API("shmem_collect" #S,                                                               \
-             in::collect(active_set(start, log_stride, size, psync, "shmem_collect" #S), dest, \
-                         source, in::array_bytes(nelems, S / 8), "shmem_collect" #S));                       \
+    const char* api = "shmem_collect" #S;                                                      \
+    CM_C_API(api, on_active_set(start, log_stride, size, psync, api, [&](const in::Group& g) { \
+               in::collect(g, dest, source, in::array_bytes(nelems, S / 8), api);              \
+             }));                                                                              \
   }                                                                                            \
   void shmem_fcollect##S(void* dest, const void* source, size_t nelems, int start,            \
                          int log_stride, int size, long* psync) {                              \
-    CM_C_API("shmem_fcollect" #S,                                                              \
-             in::fcollect(active_set(start, log_stride, size, psync, "shmem_fcollect" #S),     \
-                          dest, source, in::array_bytes(nelems, S / 8), "shmem_fcollect" #S));               \
+    const char* api = "shmem_fcollect" #S;                                                     \
+    CM_C_API(api, on_active_set(start, log_stride, size, psync, api, [&](const in::Group& g) { \
+               in::fcollect(g, dest, source, in::array_bytes(nelems, S / 8), api);             \
+             }));                                                                              \
   }                                                                                            \
   void shmem_alltoall##S(void* dest, const void* source, size_t nelems, int start,            \
                          int log_stride, int size, long* psync) {                              \
-    CM_C_API("shmem_alltoall" #S,                                                              \
-             in::alltoall(active_set(start, log_stride, size, psync, "shmem_alltoall" #S),     \
-                          dest, source, in::array_bytes(nelems, S / 8), "shmem_alltoall" #S));               \
+    const char* api = "shmem_alltoall" #S;                                                     \
+    CM_C_API(api, on_active_set(start, log_stride, size, psync, api, [&](const in::Group& g) { \
+               in::alltoall(g, dest, source, in::array_bytes(nelems, S / 8), api);             \
+             }));                                                                              \
   }                                                                                            \
   void shmem_alltoalls##S(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,        \
                           size_t nelems, int start, int log_stride, int size, long* psync) {   \
-    CM_C_API("shmem_alltoalls" #S,                                                             \
-             in::alltoalls(active_set(start, log_stride, size, psync, "shmem_alltoalls" #S),   \
-                           dest, source, dst, sst, nelems, S / 8, "shmem_alltoalls" #S));      \
+    const char* api = "shmem_alltoalls" #S;                                                    \
+    CM_C_API(api, on_active_set(start, log_stride, size, psync, api, [&](const in::Group& g) { \
+               in::alltoalls(g, dest, source, dst, sst, nelems, S / 8, api);                   \
+             }));                                                                              \
   }
 CM_DEF_ACTIVE_SET(32)
 CM_DEF_ACTIVE_SET(64)

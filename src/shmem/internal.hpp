@@ -117,6 +117,9 @@ std::vector<int64_t> exchange(const Group& g, int parity, std::span<const int64_
 Group team_group(TeamData& team, const char* api);
 // An active set (deprecated API): PEs start, start + 2^log_stride, ...
 Group active_set_group(int start, int log_stride, int size, long* psync, const char* api);
+// An active set's pSync back at SHMEM_SYNC_VALUE on this PE (OpenSHMEM 1.5,
+// 9.9), after the collective's last barrier; nothing for a team's slot.
+void restore_sync_area(const Group& g);
 // Synchronises the members (no quiet): returns when all have entered.
 void group_sync(const Group& group, const char* what);
 // Starts a collective call: returns the parity (published[] index).

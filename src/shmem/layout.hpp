@@ -34,7 +34,9 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 // Barriers are dissemination barriers (transport.cpp): in round k a member
 // adds 1 to `arrivals[k]` of the member 2^k places on, and waits until its
 // own arrivals[k] exceeds consumed[k]. The counters only grow, so a slot
-// or pSync array is reusable at once by any group. `published` holds small
+// is reusable at once by any group. A user's pSync array (an active set)
+// is back at zero when each call returns (Transport::counting_sync,
+// restore_sync_area). `published` holds small
 // per-call values that the other members read (double buffered by call
 // parity, so one barrier per call suffices). Every field is 0 initially,
 // which is SHMEM_SYNC_VALUE.

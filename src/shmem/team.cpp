@@ -60,6 +60,16 @@ Group active_set_group(int start, int log_stride, int size, long* psync, const c
   return g;
 }
 
+void restore_sync_area(const Group& g) {
+  if (g.team_slot >= 0) return;
+  SyncArea* mine = my_sync_area(g.sync_offset);
+  // The arrival counts are zero already (counting_sync); the rest only this PE writes.
+  std::fill(std::begin(mine->consumed), std::end(mine->consumed), 0u);
+  mine->entered = 0, mine->calls = 0;
+  std::fill(std::begin(mine->pad), std::end(mine->pad), 0u);
+  std::fill(&mine->published[0][0], &mine->published[0][0] + 16, int64_t{0});
+}
+
 int begin_call(const Group& group) { return static_cast<int>((*group.calls)++ & 1); }
 
 void group_sync(const Group& g, const char* what) {
@@ -79,10 +89,12 @@ void group_sync(const Group& g, const char* what) {
     }
     return who.empty() ? std::string("?") : who;
   };
-  SyncSpec spec{g.pes, g.my_index, g.sync_offset, [&] {
+  SyncSpec spec{g.pes, g.my_index, g.sync_offset,
+                [&] {
                   return fmt::format("PE {} waits in {} (barrier #{} on {}) for PEs {} to arrive",
                                      s.my_pe, what, barrier, describe_group(g), late());
-                }};
+                },
+                g.team_slot < 0};
   s.transport->sync(spec);
 }
 

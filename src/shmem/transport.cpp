@@ -49,6 +49,7 @@ void Transport::sync(const SyncSpec& spec) {
   if (spec.sync_offset >= segment_bytes())
     mine = reinterpret_cast<SyncArea*>(local_data_base() + (spec.sync_offset - segment_bytes()));
   ++mine->entered;
+  if (spec.restores) return counting_sync(spec, *mine);
   Bell& bell = reinterpret_cast<HeapHeader*>(local_base())->sync_bell;
   for (int k = 0, step = 1; step < n; ++k, step <<= 1) {
     const int to = spec.world_pes[static_cast<size_t>((spec.my_index + step) % n)];
@@ -81,6 +82,47 @@ void Transport::sync(const SyncSpec& spec) {
     });
     mine->consumed[k] = want;
   }
+}
+
+// A barrier whose words return to zero (an active set's pSync, 9.9): the
+// members add 1 to member 0's arrivals[0] and wait for their arrivals[1];
+// member 0 waits for n - 1 arrivals, zeroes its count, then releases each.
+// A member zeroes its release before it returns, so a member already in the
+// next barrier on the same pSync (allowed without other synchronisation)
+// can only add to a count that was zeroed: none is lost.
+void Transport::counting_sync(const SyncSpec& spec, SyncArea& mine) {
+  const int n = static_cast<int>(spec.world_pes.size());
+  const bool root = spec.my_index == 0;
+  auto& word = mine.arrivals[root ? 0 : 1];
+  const uint32_t want = root ? uint32_t(n - 1) : 1;
+  if (!root) {
+    atomic(spec.world_pes[0], spec.sync_offset + offsetof(SyncArea, arrivals), AmoOp::add, 4, 1, 0);
+    notify(spec.world_pes[0], Wake::sync);
+  }
+  JobControl* control = job();
+  auto ready = [&] {
+    if (word.load(std::memory_order_acquire) >= want) return true;
+    // A member that finalized or exited will not arrive (its arrival, if
+    // made, was written before its state: look again after the state).
+    for (int i = root ? 1 : 0; control && i < (root ? n : 1); ++i) {
+      const int pe = spec.world_pes[size_t(i)];
+      const uint32_t state = control->pes[pe].state.load(std::memory_order_acquire);
+      if (state >= pe_finalized && word.load(std::memory_order_acquire) < want)
+        CM_THROW(Error, "every PE must make the same collective calls (barriers included) before shmem_finalize",
+                 "{}: PE {} {} and will not arrive", spec.describe(), pe,
+                 state == pe_finalized ? "already called shmem_finalize" : "already exited");
+    }
+    return false;
+  };
+  Bell& bell = reinterpret_cast<HeapHeader*>(local_base())->sync_bell;
+  wait_until_ready(bell, ready, [&] { return spec.describe(); });
+  word.store(0, std::memory_order_release);
+  if (root)
+    for (int i = 1; i < n; ++i) {
+      atomic(spec.world_pes[size_t(i)], spec.sync_offset + offsetof(SyncArea, arrivals) + sizeof(uint32_t),
+             AmoOp::add, 4, 1, 0);
+      notify(spec.world_pes[size_t(i)], Wake::sync);
+    }
 }
 
 namespace {

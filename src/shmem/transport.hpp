@@ -43,6 +43,9 @@ struct SyncSpec {
   int my_index = 0;
   size_t sync_offset = 0;  // symmetric offset of the SyncArea, the same on every member
   std::function<std::string()> describe;  // "barrier #3 on team world" for the watchdog
+  // A user's pSync array (an active set): its words are back at
+  // SHMEM_SYNC_VALUE when the barrier returns (OpenSHMEM 1.5, 9.9).
+  bool restores = false;
 };
 
 class Transport {
@@ -121,6 +124,9 @@ class Transport {
   virtual JobControl* job() const = 0;
   // Tears down the mappings; called once by finalize.
   virtual void close() = 0;
+
+ private:
+  void counting_sync(const SyncSpec& spec, SyncArea& mine);
 };
 
 // Maps `bytes` of `fd` shared (fd < 0: anonymous shared memory) at an

@@ -143,5 +143,24 @@ int main(void) {
   shmem_alltoall64(ldst, lsrc, 0, 0, 0, npes, psync[0]);
   shmem_barrier_all();
   for (size_t i = 0; i < cap; ++i) CHECK(ldst[i] == SENTINEL);
+
+  /* 9.9: on completion an active-set collective leaves pSync as it found it
+   * (SHMEM_SYNC_VALUE), also over back-to-back barriers on one pSync with no
+   * other synchronisation (shmem_barrier allows that) and on a subset */
+  for (int k = 0; k < 2; ++k)
+    for (int i = 0; i < SHMEM_COLLECT_SYNC_SIZE; ++i) CHECK(psync[k][i] == SHMEM_SYNC_VALUE);
+  static long bsync[SHMEM_BARRIER_SYNC_SIZE], rsync[SHMEM_REDUCE_SYNC_SIZE];
+  static long rwrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE];
+  const int odd_size = npes / 2;
+  if (me % 2 == 1) {
+    for (int r = 0; r < 200; ++r) shmem_barrier(1, 1, odd_size, bsync);
+    lsrc[0] = me;
+    shmem_long_sum_to_all(ldst, lsrc, 1, 1, 1, odd_size, rwrk, rsync);
+    CHECK(ldst[0] == (long)odd_size * odd_size);  /* 1 + 3 + ... + (2k - 1) = k^2 */
+    shmem_collect64(ldst, lsrc, 1, 1, 1, odd_size, rsync);
+    for (int i = 0; i < odd_size; ++i) CHECK(ldst[i] == 2 * i + 1);
+  }
+  for (int i = 0; i < SHMEM_BARRIER_SYNC_SIZE; ++i) CHECK(bsync[i] == SHMEM_SYNC_VALUE);
+  for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; ++i) CHECK(rsync[i] == SHMEM_SYNC_VALUE);
   DONE("collect");
 }
