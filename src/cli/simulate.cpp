@@ -120,7 +120,7 @@ void run_plan(const PlanFlags& f) {
            "choose --pes and --global-batch so that some dp x ep divides the global batch in micro-batches of "
            "batch_size, and the model splits over the degrees",
            "no layout of {} PEs runs this model", req.pes);
-  const int global = req.global_batch > 0 ? req.global_batch : req.config.batch_size * req.config.grad_accum;
+  const int64_t global = req.global_batch > 0 ? req.global_batch : int64_t(req.config.batch_size) * req.config.grad_accum;
   fmt::print("{} layouts of {} PEs on {}, global batch {} sequences of {} tokens; fastest first:\n", layouts.size(),
              req.pes, cluster.name, global, req.config.seq_len);
   fmt::print("{:>4}  {:<64} {:>10} {:>12} {:>6}  {}\n", "rank", "layout", "step s", "tokens/s", "MFU", "why");

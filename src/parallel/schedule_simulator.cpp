@@ -24,7 +24,10 @@ double Costs::duration(const Action& a, int rank) const {
     case ActionKind::W: return of(a.chunk, rank).w;
     case ActionKind::FB: {  // a pair with a split backward leaves out the W
       const double w = a.b_kind == ActionKind::I ? of(a.b_chunk, rank).w : 0;
-      return (fb >= 0 ? fb : of(a.chunk, rank).f + of(a.b_chunk, rank).b) - w;
+      const double pair = !fb_pairs.empty() && rank >= 0
+                              ? fb_pairs.at(size_t(rank)).at(size_t(a.chunk)).at(size_t(a.b_chunk))
+                              : fb >= 0 ? fb : of(a.chunk, rank).f + of(a.b_chunk, rank).b;
+      return pair - w;
     }
     case ActionKind::SendSum:
     case ActionKind::RecvSum: return sum;
@@ -51,6 +54,20 @@ void Costs::check(int chunks) const {
   CM_CHECK(p2p >= 0 && std::isfinite(p2p) && std::isfinite(fb) && sum >= 0 && std::isfinite(sum),
            "P2P is a latency >= 0, a gradient-sum copy a time >= 0", "bad costs P2P={} F&B={} sum={}",
            p2p, fb, sum);
+  // a pair whose backward is split leaves its W out: the pair holds at least that W
+  double most_w = uniform.w;
+  for (const auto& c : per_chunk) most_w = std::max(most_w, c.w);
+  for (const auto& row : per_rank)
+    for (const auto& c : row) most_w = std::max(most_w, c.w);
+  CM_CHECK(fb < 0 || fb >= most_w, "an overlapped F&B pair takes at least the W of its backward (give F&B >= W)",
+           "bad costs F&B={} below W={}", fb, most_w);
+  for (size_t r = 0; r < fb_pairs.size(); ++r)
+    for (size_t f = 0; f < fb_pairs[r].size(); ++f)
+      for (size_t b = 0; b < fb_pairs[r][f].size(); ++b) {
+        const double pair = fb_pairs[r][f][b], w = of(int(b), per_rank.empty() ? -1 : int(r)).w;
+        CM_CHECK(std::isfinite(pair) && pair >= w, "an overlapped F&B pair takes at least the W of its backward",
+                 "bad F&B pair cost {} (rank {}, chunks {} and {}; W {})", pair, r, f, b, w);
+      }
 }
 
 namespace detail {
@@ -211,10 +228,10 @@ std::string draw_timeline(const Simulation& sim, int width) {
   double step = std::pow(10.0, std::floor(std::log10(sim.step_time)) - 3);
   for (int k = 0; step * scale < 10; ++k) step *= k % 3 == 1 ? 2.5 : 2;  // 1, 2, 5, 10, 20, ...
   std::string axis(static_cast<size_t>(columns + 12), ' ');
-  for (double t = 0; t <= sim.step_time + 1e-9; t += step) {
+  for (double t = 0; t <= sim.step_time * (1 + 1e-9); t += step) {  // relative: costs may be nanoseconds
     const std::string label = fmt::format("{:g}", t);
     const size_t c = static_cast<size_t>(std::lround(t * scale));
-    axis.replace(c, label.size(), label);
+    if (c + label.size() <= axis.size()) axis.replace(c, label.size(), label);
   }
   while (!axis.empty() && axis.back() == ' ') axis.pop_back();
   out += std::string(static_cast<size_t>(prefix), ' ') + axis + "\n";

@@ -53,7 +53,19 @@ double interpolate(const std::vector<std::pair<double, double>>& curve, double w
   return std::exp(std::log(lo->second) + t * (std::log(hi->second) - std::log(lo->second)));
 }
 
-Link link_from_json(const nlohmann::json& j) {
+// A section of the file holds only the fields docs/simulator.md lists: a
+// misspelt one would leave its value at the default, silently.
+void only_fields(const nlohmann::json& j, const std::string& where, std::initializer_list<const char*> fields) {
+  CM_CHECK(j.is_object(), "see docs/simulator.md for the cluster file's fields", "cluster file: {} is not an object but {}",
+           where, j.type_name());
+  for (const auto& [key, value] : j.items())
+    CM_CHECK(std::find_if(fields.begin(), fields.end(), [&](const char* f) { return key == f; }) != fields.end(),
+             fmt::format("{}'s fields are {} (docs/simulator.md)", where, fmt::join(fields, ", ")),
+             "cluster file: unknown field '{}' in {}", key, where);
+}
+
+Link link_from_json(const nlohmann::json& j, const std::string& where) {
+  only_fields(j, where, {"name", "latency_seconds", "bandwidth", "collectives", "seams"});
   Link l;
   l.name = j.value("name", "");
   l.latency = j.at("latency_seconds").get<double>();
@@ -61,6 +73,7 @@ Link link_from_json(const nlohmann::json& j) {
   for (const auto& [field, fits] : {std::pair{"collectives", &l.fitted}, std::pair{"seams", &l.seams}})
     if (j.contains(field))
       for (const auto& [name, f] : j.at(field).items())
+        only_fields(f, fmt::format("{}.{}.{}", where, field, name), {"latency_seconds", "bandwidth"}),
         (*fits)[parse_name(kCollectives, name, "collective")] = {f.at("latency_seconds").get<double>(),
                                                                   f.at("bandwidth").get<double>()};
   return l;
@@ -220,9 +233,11 @@ std::vector<std::string> Cluster::problems() const {
     out.push_back(fmt::format("device.memory_bytes is {}: give the device's memory in bytes (0: unknown)",
                               device.memory_bytes));
   if (cpu_cores < 0) out.push_back("host.cpu_cores is negative: give 0 (devices do not share) or the host's cores");
-  if (!(busy_gemm_slowdown >= 1 && busy_memory_slowdown >= 1))
-    out.push_back("host.busy_gemm_slowdown and busy_memory_slowdown are factors >= 1 (1: a busy host is not slower)");
-  if (!(partner_wait >= 0 && crowded_partner_wait >= 0))
+  if (!(busy_gemm_slowdown >= 1 && busy_memory_slowdown >= 1 && busy_gemm_slowdown <= 100 && busy_memory_slowdown <= 100))
+    out.push_back("host.busy_gemm_slowdown and busy_memory_slowdown are factors from 1 to 100 (1: a busy host is not "
+                  "slower)");
+  if (threads < 0) out.push_back("measured.threads is negative: give the threads per PE it was measured with (0: unknown)");
+  if (!(partner_wait >= 0 && crowded_partner_wait >= 0 && partner_wait <= 100 && crowded_partner_wait <= 100))
     out.push_back("host.partner_wait and crowded_partner_wait are fractions >= 0 (0: partners never wait)");
   if (!device.peak_flops.count("f32"))
     out.push_back("device.peak_flops has no \"f32\": give at least the f32 peak (FLOP/s)");
@@ -231,16 +246,19 @@ std::vector<std::string> Cluster::problems() const {
   for (const auto& [k, v] : device.efficiency)
     if (!(v > 0 && v <= 1))
       out.push_back(fmt::format("device.efficiency.{} is {}: give a fraction in (0, 1]", op_kind_name(k), v));
-  if (device.launch_seconds < 0) out.push_back("device.launch_seconds is negative: give a time >= 0");
+  // times: seconds, at most an hour (a unit mistake otherwise: its costs overflow)
+  auto time = [&](double v, const std::string& field) {
+    if (!(v >= 0 && v <= 3600)) out.push_back(fmt::format("{} is {}: give a time in seconds from 0 to 3600", field, v));
+  };
+  time(device.launch_seconds, "device.launch_seconds");
   for (const auto* l : {&intra_host, &inter_host}) {
     const char* name = l == &intra_host ? "links.intra_host" : "links.inter_host";
     positive(l->bandwidth, fmt::format("{}.bandwidth", name).c_str());
-    if (l->latency < 0) out.push_back(fmt::format("{}.latency_seconds is negative: give a time >= 0", name));
+    time(l->latency, fmt::format("{}.latency_seconds", name));
     for (const auto& [field, fits] : {std::pair{"collectives", &l->fitted}, std::pair{"seams", &l->seams}})
       for (const auto& [c, f] : *fits) {
         positive(f.bandwidth, fmt::format("{}.{}.{}.bandwidth", name, field, collective_name(c)).c_str());
-        if (f.latency < 0)
-          out.push_back(fmt::format("{}.{}.{}.latency_seconds is negative", name, field, collective_name(c)));
+        time(f.latency, fmt::format("{}.{}.{}.latency_seconds", name, field, collective_name(c)));
       }
   }
   for (size_t i = 1; i < elementwise_curve.size(); ++i)
@@ -270,6 +288,8 @@ Cluster cluster_from_json(const nlohmann::json& j) {
     c.sources = j.value("sources", std::vector<std::string>{});
     c.devices = count_field(j, "devices");
     const auto& d = j.at("device");
+    only_fields(d, "device", {"name", "peak_flops", "memory_bytes", "memory_bandwidth", "cube_cores", "vector_cores",
+                              "efficiency", "launch_seconds"});
     c.device.name = d.value("name", "");
     c.device.peak_flops = d.at("peak_flops").get<std::map<std::string, double>>();
     c.device.memory_bytes = d.value("memory_bytes", 0.0);
@@ -281,6 +301,8 @@ Cluster cluster_from_json(const nlohmann::json& j) {
         c.device.efficiency[parse_name(kOpKinds, name, "op kind")] = v.get<double>();
     c.device.launch_seconds = d.value("launch_seconds", 0.0);
     if (j.contains("host")) {
+      only_fields(j.at("host"), "host", {"devices", "cpu_cores", "busy_gemm_slowdown", "busy_memory_slowdown",
+                                         "partner_wait", "crowded_partner_wait"});
       c.host_devices = count_field(j.at("host"), "devices");
       c.cpu_cores = count_field(j.at("host"), "cpu_cores", 0);
       c.busy_gemm_slowdown = j.at("host").value("busy_gemm_slowdown", 1.0);
@@ -288,13 +310,16 @@ Cluster cluster_from_json(const nlohmann::json& j) {
       c.partner_wait = j.at("host").value("partner_wait", 0.0);
       c.crowded_partner_wait = j.at("host").value("crowded_partner_wait", c.partner_wait);
     }
-    c.intra_host = link_from_json(j.at("links").at("intra_host"));
-    c.inter_host = link_from_json(j.at("links").at("inter_host"));
+    only_fields(j.at("links"), "links", {"intra_host", "inter_host"});
+    c.intra_host = link_from_json(j.at("links").at("intra_host"), "links.intra_host");
+    c.inter_host = link_from_json(j.at("links").at("inter_host"), "links.inter_host");
     if (j.contains("measured")) {
       const auto& m = j.at("measured");
+      only_fields(m, "measured", {"threads", "ops", "elementwise"});
       c.threads = m.value("threads", 0);
       if (m.contains("ops"))
         for (const auto& op : m.at("ops"))
+          only_fields(op, "a measured op", {"key", "flops", "seconds"}),
           c.measured[op.at("key").get<std::string>()] = {op.value("flops", 0.0), op.at("seconds").get<double>()};
       if (m.contains("elementwise"))
         for (const auto& p : m.at("elementwise")) c.elementwise_curve.emplace_back(p.at(0).get<double>(), p.at(1).get<double>());

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 
 #include "coremesh/core/error.hpp"
 #include "coremesh/model/layout.hpp"
@@ -80,7 +81,7 @@ std::string why(const SimResult& r, bool fits, double limit) {
 
 std::vector<train::TrainConfig> valid_layouts(const PlanRequest& request) {
   const train::TrainConfig& base = request.config;
-  const int global = request.global_batch > 0 ? request.global_batch : base.batch_size * base.grad_accum;
+  const int64_t global = request.global_batch > 0 ? request.global_batch : int64_t(base.batch_size) * base.grad_accum;
   std::vector<train::TrainConfig> out;
   const int n = request.pes;
   for (int dp : divisors(n))
@@ -90,12 +91,12 @@ std::vector<train::TrainConfig> valid_layouts(const PlanRequest& request) {
           parallel::ParallelConfig degrees = base.parallel;  // keeps its other choices (replicas, balance)
           degrees.dp = dp, degrees.cp = cp, degrees.pp = pp, degrees.ep = ep, degrees.tp = n / dp / cp / pp / ep;
           // the global batch over the ranks that read different micro-batches
-          const int readers = dp * ep;
-          if (global % (readers * base.batch_size) != 0) continue;
+          const int64_t per_step = int64_t(dp) * ep * base.batch_size;  // 64 bits: a huge batch wrapped to 0
+          if (global % per_step != 0 || global / per_step > INT_MAX) continue;
           for (const parallel::ParallelConfig& p : variants(degrees)) {
             train::TrainConfig c = base;
             c.parallel = p;
-            c.grad_accum = global / (readers * base.batch_size);
+            c.grad_accum = int(global / per_step);
             if (!parallel::layout_problems(train::plan_config(c), n).empty()) continue;
             if (!model::tp_problems(c.model, p.tp).empty()) continue;
             try {

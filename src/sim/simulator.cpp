@@ -141,7 +141,7 @@ SimResult simulate_step(const SimInput& in, const Cluster& cluster) {
   parallel::Costs costs;
   costs.per_rank.resize(size_t(par.pp));
   r.ranks.resize(size_t(par.pp));
-  std::vector<ChunkCost> all_chunks;
+  std::vector<std::vector<ChunkCost>> rank_chunks(size_t(par.pp));
   double p2p = 0;
   for (int rank = 0; rank < par.pp; ++rank) {
     parallel::Coords at;
@@ -157,11 +157,20 @@ SimResult simulate_step(const SimInput& in, const Cluster& cluster) {
     const Groups groups{mesh, cluster, pe};
     std::vector<parallel::PartRange> chunks = stage.chunks;
     if (chunks.empty()) chunks.push_back({0, model::num_parts(cfg.model)});
-    for (const auto& chunk : chunks) {
-      const ChunkCost c = chunk_cost(shape, chunk, cluster, groups, share);
-      all_chunks.push_back(c);
+    // the micro-batches through each chunk: all of them under 1F1B or
+    // interleaving, one direction's under DualPipe (each passes one of the two)
+    std::vector<int> passes(chunks.size(), 0);
+    if (size_t(rank) < schedule.actions.size())
+      for (const parallel::Action& a : schedule.actions[size_t(rank)])
+        if ((a.kind == parallel::ActionKind::F || a.kind == parallel::ActionKind::FB) && a.chunk >= 0 &&
+            size_t(a.chunk) < passes.size())
+          ++passes[size_t(a.chunk)];
+    const bool counted = std::any_of(passes.begin(), passes.end(), [](int n) { return n > 0; });
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      const ChunkCost c = chunk_cost(shape, chunks[k], cluster, groups, share);
+      rank_chunks[size_t(rank)].push_back(c);
       costs.per_rank[size_t(rank)].push_back(c.cost);
-      r.ranks[size_t(rank)].compute += c.compute * cfg.grad_accum;
+      r.ranks[size_t(rank)].compute += c.compute * (counted ? passes[k] : cfg.grad_accum);
     }
     if (par.pp > 1) {
       const Exchange message{"pp activation", Collective::put, Group::pp,
@@ -195,12 +204,18 @@ SimResult simulate_step(const SimInput& in, const Cluster& cluster) {
   }
   costs.p2p = p2p;
   // DualPipe's pairs: one micro-batch's exchanges run while the other computes,
-  // on a device with its own copy engines (not on a CPU host's shared cores)
+  // on a device with its own copy engines (not on a CPU host's shared cores):
+  // each pair of a rank's chunks takes the longer of the two
   if (cluster.cpu_cores <= 0)
-    for (const ChunkCost& a : all_chunks)
-      for (const ChunkCost& b : all_chunks)
-        costs.fb = std::max(costs.fb, std::max(a.forward_compute + b.backward_compute,
-                                               a.cost.f + b.cost.b - a.forward_compute - b.backward_compute));
+    for (const auto& mine : rank_chunks) {
+      auto& pairs = costs.fb_pairs.emplace_back();
+      for (const ChunkCost& a : mine) {
+        auto& row = pairs.emplace_back();
+        for (const ChunkCost& b : mine)
+          row.push_back(std::max(a.forward_compute + b.backward_compute,
+                                 a.cost.f + b.cost.b - a.forward_compute - b.backward_compute));
+      }
+    }
   r.pipeline = parallel::simulate(schedule, costs);
   r.pipeline_seconds = r.pipeline.step_time;
   r.bubble_fraction = par.pp > 1 ? r.pipeline.total_bubble_fraction : 0.0;

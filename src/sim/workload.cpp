@@ -197,7 +197,9 @@ void moe_ffn(PartWork& w, const WorkloadShape& s, const Dims& d) {
   w.input_grad.push_back(elementwise(4 * kF32 * double(d.rows * d.E)));
   tp.enter(w.forward_exchanges);
   // the busiest EP rank's rows: its experts' share of the group's assignments
-  double skew = std::max(1.0, s.routing_skew);
+  // (without expert parallelism a rank computes every assignment: no skew;
+  // with it, at most all ep ranks' rows)
+  double skew = d.ep > 1 ? std::clamp(s.routing_skew, 1.0, double(d.ep)) : 1.0;
   if (m.capacity_factor > 0) skew = std::min(skew, double(m.capacity_factor));
   const int64_t assigned = d.N * d.K;
   const int64_t rows = int64_t(std::ceil(double(assigned) * skew));

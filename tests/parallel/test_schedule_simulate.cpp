@@ -219,6 +219,14 @@ TEST(ScheduleSimulate, PerChunkCostsAndPairs) {
   EXPECT_THROW(simulate(zb_v(1, 3), c), InvalidArgument);
   EXPECT_THROW(simulate(zb_v(1, 3), costs(1, 1, 2)), InvalidArgument);  // W > B
   EXPECT_THROW(simulate(zb_v(1, 3), costs(1, 2, 1, -1, -1)), InvalidArgument);
+  // a pair below the W it leaves out would run backwards in time
+  EXPECT_THROW(simulate(pairs, costs(1, 2, 1, 0.5)), InvalidArgument);
+  // pairs priced per rank and chunk pair override the one F&B
+  Costs per_pair = costs(1, 2, 1, 100);
+  per_pair.fb_pairs = {{{2.5, 2.5}, {2.5, 2.5}}};
+  EXPECT_DOUBLE_EQ(simulate(pairs, per_pair).step_time, 2 * (1 + 1 + 2 + 2) - 0.5);
+  per_pair.fb_pairs[0][1][0] = 0.5;  // below the W
+  EXPECT_THROW(simulate(pairs, per_pair), InvalidArgument);
 }
 
 // Measured stages differ (the embedding's, the head's): costs per rank. GPipe
@@ -268,6 +276,11 @@ TEST(ScheduleSimulate, ChartHasOneRowPerRank) {
   const std::string v = draw_timeline(simulate(dualpipe_v(1, 2), costs(1, 2, 1)));
   EXPECT_PRED2(contains, v, "F0 f0 ") << v;
   EXPECT_PRED2(contains, v, "f1&B0") << v;
+  // Nanosecond costs: the same chart (the axis's end was an absolute 1e-9 past: out of range)
+  EXPECT_EQ(draw_timeline(simulate(gpipe(2, 1), costs(1e-10, 2e-10, 1e-10))),
+            "rank 0  |F0 .........B0    |\n"
+            "rank 1  |...F0 B0    ......|\n"
+            "         0              5e-10\n");
   // More than two chunks: full tokens.
   EXPECT_PRED2(contains, draw_timeline(simulate(interleaved_1f1b(1, 1, 3), costs(1, 2, 1))),
                "0F0 1F0 2F0 2B0");

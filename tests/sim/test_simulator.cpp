@@ -205,6 +205,22 @@ TEST(Cluster, FileRoundTripsAndRefusesBadFields) {
   nlohmann::json tiny = j;
   tiny["device"]["memory_bandwidth"] = 1e-300;
   refused(tiny, "device.memory_bandwidth is 1e-300");
+  // a misspelt field inside a section (it left the value at its default), times past an hour
+  nlohmann::json nested = j;
+  nested["host"]["devics"] = 8;
+  refused(nested, "unknown field 'devics' in host");
+  nlohmann::json eff = j;
+  eff["device"]["efficency"] = nlohmann::json::object();
+  refused(eff, "unknown field 'efficency' in device");
+  nlohmann::json fit = j;
+  fit["links"]["intra_host"]["collectives"]["all_to_all"] = {{"latency_seconds", 1e-6}, {"bandwith", 1e9}};
+  refused(fit, "unknown field 'bandwith' in links.intra_host.collectives.all_to_all");
+  nlohmann::json slow = j;
+  slow["links"]["inter_host"]["latency_seconds"] = 1e308;
+  refused(slow, "links.inter_host.latency_seconds is 1e+308");
+  nlohmann::json threads = j;
+  threads["measured"]["threads"] = -2;
+  refused(threads, "measured.threads is negative");
 }
 
 TEST(Simulator, OnePeIsTheSumOfItsKernels) {
@@ -340,6 +356,35 @@ TEST(Simulator, TraceHasEveryRanksActions) {
   EXPECT_NEAR(last_end, r.step_seconds * 1e6, 1e-3 * r.step_seconds * 1e6);
 }
 
+// DualPipe: each micro-batch passes one of a rank's two chunks, so a rank's
+// compute is half its chunks' over every micro-batch, within the step; its
+// pairs overlap only what their own chunks exchange (no exchange: f + b).
+TEST(Simulator, DualPipeCountsEachMicroBatchOnceAndPricesPairsByTheirChunks) {
+  const sim::Cluster c = roofline();
+  train::TrainConfig cfg = demo();
+  cfg.parallel.pp = 2, cfg.grad_accum = 4;
+  cfg.parallel.schedule = parallel::PipelineSchedule::dualpipe;
+  const sim::SimResult dual = sim::simulate_step({cfg, 1.0}, c);
+  cfg.parallel.schedule = parallel::PipelineSchedule::zbv;
+  const sim::SimResult v = sim::simulate_step({cfg, 1.0}, c);
+  for (const auto& r : dual.ranks) EXPECT_LE(r.compute, dual.pipeline_seconds) << "compute past the step";
+  EXPECT_EQ(dual.exposed_comm_seconds, v.exposed_comm_seconds);  // no exchanges here: nothing exposed in either
+  EXPECT_NEAR(dual.exposed_comm_seconds, 0.0, 1e-15);
+}
+
+// The routing skew loads the busiest EP rank: without expert parallelism a
+// rank computes every assignment, and a rank gets at most all ep ranks' rows.
+TEST(Simulator, RoutingSkewLoadsOnlyExpertParallelRanks) {
+  const sim::Cluster c = roofline();
+  train::TrainConfig cfg = demo();
+  cfg.model.capacity_factor = 0;
+  EXPECT_EQ(sim::simulate_step({cfg, 3.0}, c).step_seconds, sim::simulate_step({cfg, 1.0}, c).step_seconds);
+  cfg.parallel.ep = 2;
+  const double even = sim::simulate_step({cfg, 1.0}, c).step_seconds;
+  EXPECT_GT(sim::simulate_step({cfg, 1.5}, c).step_seconds, even);
+  EXPECT_EQ(sim::simulate_step({cfg, 9.0}, c).step_seconds, sim::simulate_step({cfg, 2.0}, c).step_seconds);
+}
+
 TEST(Planner, EveryLayoutRunsAndTheFastestComesFirst) {
   sim::PlanRequest req;
   req.config = demo();
@@ -361,6 +406,16 @@ TEST(Planner, EveryLayoutRunsAndTheFastestComesFirst) {
     dp4 |= p.dp == 4, ep4 |= p.ep == 4, tp2pp2 |= p.tp == 2 && p.pp == 2;
   }
   EXPECT_TRUE(dp4 && ep4 && tp2pp2);
+}
+
+// A micro-batch so large that dp x ep x batch passed int (it wrapped to 0: SIGFPE).
+TEST(Planner, AHugeBatchIsNoCrash) {
+  sim::PlanRequest req;
+  req.config = demo();
+  req.config.batch_size = 1 << 30;
+  req.pes = 4;
+  req.global_batch = 1;
+  EXPECT_TRUE(sim::valid_layouts(req).empty());
 }
 
 TEST(Planner, ShippedClusterFilesLoad) {

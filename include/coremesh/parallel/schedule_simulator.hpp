@@ -46,6 +46,9 @@ struct Costs {
   std::vector<ComputeCost> per_chunk;  // empty, or one entry per chunk
   std::vector<std::vector<ComputeCost>> per_rank;  // empty, or [rank][chunk] (overrides the others)
   double fb = -1;                      // overlapped F&B pair; < 0: f + b of its halves
+  // empty, or [rank][forward chunk][backward chunk]: that pair's overlapped
+  // time on that rank (overrides fb)
+  std::vector<std::vector<std::vector<double>>> fb_pairs;
   double p2p = 0;                      // message latency
   double sum = 0;                      // a gradient-sum message's put or copy, on the rank
   // empty, or [rank][action index]: each action's own duration, overriding the
