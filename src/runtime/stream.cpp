@@ -147,10 +147,11 @@ bool StreamImpl::start(WorkItem& item, std::exception_ptr& finished_error) {
         std::lock_guard lock(mutex);
         head_wait = item.recording;
       }
-      std::weak_ptr<StreamImpl> weak = weak_from_this();
-      bool parked = item.recording->on_complete([weak](std::exception_ptr recorded_error) {
-        if (auto s = weak.lock()) s->item_done(recorded_error);
-      });
+      // The parked wait holds its stream, as a running kernel or graph does:
+      // work queued behind it runs even when the last handle is gone (a
+      // dropped stream lost its queue, and what waited on it hung).
+      bool parked = item.recording->on_complete(
+          [self = shared_from_this()](std::exception_ptr recorded_error) { self->item_done(recorded_error); });
       if (parked) return false;
       std::lock_guard lock(item.recording->mutex);
       finished_error = item.recording->error;

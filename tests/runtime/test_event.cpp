@@ -54,6 +54,33 @@ TEST(Event, WaitGatesLaterWorkOnly) {
   EXPECT_TRUE(e.query());
 }
 
+// A stream whose last handle goes while it waits for an event still runs
+// what was queued behind the wait, and records what it was asked to (its
+// queue was dropped: the work lost, and a wait on its event hung).
+TEST(Event, ADroppedStreamRunsWhatItQueued) {
+  Device device(four_cores());
+  Stream producer(device), after(device);
+  std::latch release(1);
+  producer.launch({"slow", KernelKind::vector, 1, 0}, [&](const BlockContext&) { release.wait(); });
+  Event produced, consumed;
+  produced.record(producer);
+  std::atomic<int> ran{0};
+  {
+    Stream dropped(device);
+    produced.wait(dropped);
+    dropped.launch({"queued", KernelKind::vector, 1, 0}, [&](const BlockContext&) { ran = 1; });
+    consumed.record(dropped);
+  }
+  consumed.wait(after);
+  std::atomic<int> seen{-1};
+  after.launch({"after", KernelKind::vector, 1, 0}, [&](const BlockContext&) { seen = ran.load(); });
+  release.count_down();
+  after.synchronize();
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_EQ(seen.load(), 1);
+  EXPECT_TRUE(consumed.query());
+}
+
 TEST(Event, WaitUsesTheRecordMadeBeforeTheCall) {
   Device device(four_cores());
   Stream a(device), b(device);
