@@ -32,19 +32,21 @@ dlpack::DataType dl_type(DType dtype) {
 DType from_dl_type(const dlpack::DataType& t, const py::object& requested) {
   const auto fail = [&] {
     CM_THROW(InvalidArgument,
-             "exchange float32, bfloat16, int32 or int64 tensors; uint8 codes with "
-             "dtype='f8e4m3'/'f8e5m2'",
-             "from_dlpack: cannot hold DLPack type code {} with {} bits x {} lanes", t.code, t.bits,
-             t.lanes);
+             "exchange float32, bfloat16, int32 or int64 tensors; uint16 codes with dtype='bf16', uint8 codes "
+             "with dtype='f8e4m3'/'f8e5m2' (convert others first, e.g. x.to(torch.int64))",
+             "from_dlpack: cannot hold DLPack type code {} with {} bits x {} lanes{}", t.code, t.bits, t.lanes,
+             requested.is_none() ? "" : " as " + std::string(dtype_name(dtype_arg(requested))));
   };
   if (t.lanes != 1) fail();
   if (!requested.is_none()) {
     const DType dtype = dtype_arg(requested);
-    const bool integer_codes = t.code == dlpack::kInt || t.code == dlpack::kUInt;
+    // the documented pairs only (as from_numpy): reading uint32 as i32 or
+    // int16 as bf16 would reinterpret the values silently
     const bool matches = dtype_size(dtype) * 8 == t.bits &&
-                         (dtype == DType::f32   ? t.code == dlpack::kFloat
-                          : dtype == DType::bf16 ? t.code == dlpack::kBfloat || integer_codes
-                                                 : integer_codes);
+                         (dtype == DType::f32                          ? t.code == dlpack::kFloat
+                          : dtype == DType::i32 || dtype == DType::i64 ? t.code == dlpack::kInt
+                          : dtype == DType::bf16                       ? t.code == dlpack::kBfloat || t.code == dlpack::kUInt
+                                                                       : t.code == dlpack::kUInt);
     if (!matches) fail();
     return dtype;
   }

@@ -99,6 +99,17 @@ def test_torch_round_trip_through_dlpack_shares_memory():
         assert torch.from_dlpack(c).dtype == dtype
 
 
+def test_from_dlpack_refuses_to_reinterpret_integers():
+    # as from_numpy: only the documented pairs (uint32 read as i32 came back negative)
+    for arr, name in [(np.array([3000000000], np.uint32), "i32"), (np.array([2**63 + 5], np.uint64), "i64"),
+                      (torch.tensor([1, -1], dtype=torch.int16), "bf16"), (torch.tensor([1], dtype=torch.int8), "f8e4m3")]:
+        with pytest.raises(cm.InvalidArgument):
+            cm.from_dlpack(arr, dtype=name)
+    codes = cm.from_dlpack(np.array([0x3F80], np.uint16), dtype="bf16")  # raw bf16 codes: the documented pair
+    assert np.asarray(codes.to("f32")).tolist() == [1.0]
+    assert cm.from_dlpack(np.array([-3], np.int32), dtype="i32").dtype == "i32"
+
+
 def test_coremesh_results_reach_torch_through_dlpack():
     a = torch.randn(8, 16)
     b = torch.randn(16, 4)
