@@ -93,10 +93,10 @@ std::string generate(model::Model& model, const Tokenizer& tokenizer, const std:
     const Tensor logits = model.logits(kSlot);
     model.close_slot(kSlot);
     stream.synchronize();
-    const int next = pick(logits.data<float>() + int64_t(T - 1) * c.vocab_size, c.vocab_size, o, rng);
-    CM_CHECK(next < tokenizer.vocab_size(), "generate with the tokenizer the model was trained with",
-             "sampled token {} is outside the tokenizer's {}", next, tokenizer.vocab_size());
-    tokens.push_back(next);
+    // among the tokenizer's pieces: a byte-level model's vocabulary may be
+    // wider (padded), and no text maps to the ids past the 256 bytes
+    const int64_t pieces = std::min<int64_t>(c.vocab_size, tokenizer.vocab_size());
+    tokens.push_back(pick(logits.data<float>() + int64_t(T - 1) * c.vocab_size, pieces, o, rng));
     if (on_progress) on_progress(i + 1, o.tokens);
   }
   return tokenizer.decode({tokens.begin() + std::ptrdiff_t(prompt_tokens), tokens.end()});

@@ -65,6 +65,19 @@ TEST(Generate, GreedyIsTheArgmaxAndDeterministic) {
   EXPECT_THROW(generate(m, "", {}), InvalidArgument);
 }
 
+// A byte-level model with a padded vocabulary (1000 > 256 bytes): generation
+// samples among the bytes (it sampled id 630 and failed, at the end of a run).
+TEST(Generate, APaddedByteVocabularySamplesBytes) {
+  TempDir d;
+  TrainConfig c = tiny(d.path);
+  c.model.vocab_size = 1000, c.steps = 2;
+  Trainer t(c);
+  t.run(-1, false);
+  runtime::StreamGuard on(t.stream());
+  for (uint64_t seed = 0; seed < 20; ++seed)
+    EXPECT_EQ(generate(t.model(), "the", {16, 2.0, 0, seed}).size(), 16u);  // hot and untruncated: every id likely
+}
+
 TEST(Generate, EvalIsTheMeanLossOverEveryWindow) {
   TempDir d;
   TrainConfig c = tiny(d.path);
