@@ -180,7 +180,8 @@ SafetensorsFile safetensors_parse(const char* data, size_t size, const std::stri
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   CM_CHECK(fd >= 0, "check the path", "cannot open '{}': {}", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

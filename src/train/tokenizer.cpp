@@ -22,8 +22,12 @@ class LineIterator : public sentencepiece::SentenceIterator {
  public:
   LineIterator(const std::vector<std::string>& paths, double val_fraction) {
     for (const auto& path : paths) {
-      CM_CHECK(!std::filesystem::is_directory(path), "name the text files inside it (e.g. --data dir/*.txt)",
+      std::error_code ec;
+      CM_CHECK(!std::filesystem::is_directory(path, ec), "name the text files inside it (e.g. --data dir/*.txt)",
                "data file '{}' is a directory", path);
+      CM_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec),
+               "copy the text into a file first (training reads it again, split the same way)",
+               "data file '{}' is not a regular file", path);  // opening a FIFO waited for a writer
       std::ifstream in(path, std::ios::binary);
       CM_CHECK(in.good(), "check the --data path", "cannot open data file '{}'", path);
       std::stringstream ss;
@@ -36,18 +40,32 @@ class LineIterator : public sentencepiece::SentenceIterator {
     Next();
   }
   bool done() const override { return at_ > text_.size(); }
+  // The next non-empty line; one longer than SentencePiece takes
+  // (kMaxLine, it skips longer ones silently) in pieces, each cut before a
+  // space where there is one in its last quarter, else between characters.
   void Next() override {
-    while (at_ <= text_.size()) {  // the next non-empty line
+    while (at_ <= text_.size()) {
       size_t end = text_.find('\n', at_);
       if (end == std::string::npos) end = text_.size();
+      size_t next = end + 1;
+      if (end - at_ > kMaxLine) {
+        end = at_ + kMaxLine;
+        const size_t space = text_.rfind(' ', end);
+        if (space != std::string::npos && space > at_ + kMaxLine * 3 / 4) end = space;
+        else
+          while (end > at_ && (static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80) --end;  // a UTF-8 start
+        if (end == at_) end = at_ + kMaxLine;  // no character starts in it (not text): cut anyway
+        next = end;
+      }
       line_.assign(text_, at_, end - at_);
-      at_ = end + 1;
+      at_ = next;
       if (!line_.empty()) return;
     }
   }
   const std::string& value() const override { return line_; }
   sentencepiece::util::Status status() const override { return {}; }
   bool empty() const { return text_.find_first_not_of('\n') == std::string::npos; }
+  static constexpr size_t kMaxLine = 16384;  // --max_sentence_length below
 
  private:
   std::string text_, line_;
@@ -235,7 +253,7 @@ Tokenizer train_tokenizer(const TokenizerTrainOptions& o, const std::string& out
   CM_CHECK(status.ok(),
            too_small ? "use a larger --vocab: the 256 byte pieces, every distinct character of the text and one "
                        "more must fit (the first number above is the vocab, the second what it needs)"
-                     : "use a smaller --vocab, or more text in lines under 16384 bytes",
+                     : "use a smaller --vocab (300 at least), or give more text (each piece must occur in it)",
            "SentencePiece could not train a {} vocabulary of {}: {}{}", o.model, o.vocab_size, status.ToString(),
            log.str().empty() ? "" : "\n" + log.str());
   Tokenizer t = Tokenizer::from_serialized(proto, "the trained model");

@@ -4,14 +4,19 @@
 // tokenizer, one of another vocab size or another run's is refused with a
 // message.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "coremesh/runtime/stream.hpp"
 #include "coremesh/train/generate.hpp"
+#include "coremesh/train/safetensors.hpp"
 #include "coremesh/train/trainer.hpp"
 #include "test_util.hpp"
 
@@ -135,6 +140,40 @@ TEST_F(TokenizerTest, UnigramTrainsToo) {
   const std::string text = "and the lord\nsaid \xe2\x82\xac";
   EXPECT_EQ(t.decode(t.encode(text)), text);
   EXPECT_EQ(Tokenizer::from_file(dir->path + "/uni.model").serialized(), t.serialized());
+}
+
+// Lines past SentencePiece's 16384 bytes were skipped silently: the corpus
+// as one line learns as much as with its newlines (pieces cut before spaces).
+TEST_F(TokenizerTest, ALongLineIsLearnedFromInPieces) {
+  std::string text = read_all(dir->path + "/text.txt");
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  ASSERT_GT(text.size(), 4u * 16384);
+  const std::string one_line = dir->path + "/one_line.txt";
+  std::ofstream(one_line, std::ios::binary) << text;
+  TokenizerTrainOptions o;
+  o.data = {one_line}, o.vocab_size = 400, o.model = "bpe", o.val_fraction = 0.1, o.threads = 1;
+  const Tokenizer t = train_tokenizer(o, dir->path + "/one_line.model");
+  const Tokenizer lines = Tokenizer::from_file(model);
+  const double ratio = double(t.encode(text).size()) / double(lines.encode(text).size());
+  EXPECT_LT(ratio, 1.1) << "the one-line corpus's tokenizer compresses it " << ratio << "x worse";
+  EXPECT_EQ(t.decode(t.encode(text)), text);
+}
+
+// A FIFO as training text or as a checkpoint is refused at once (opening
+// one waited for a writer; the text is read again by the training run).
+TEST_F(TokenizerTest, AFifoIsRefusedNotWaitedFor) {
+  const std::string fifo = dir->path + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  TokenizerTrainOptions o;
+  o.data = {fifo}, o.vocab_size = 400, o.threads = 1;
+  try {
+    train_tokenizer(o, dir->path + "/fifo.model");
+    ADD_FAILURE() << "accepted a FIFO";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(read_safetensors(fifo), InvalidArgument);
+  std::filesystem::remove(fifo);
 }
 
 TEST_F(TokenizerTest, CorruptOrMissingFilesAreRefusedWithAMessage) {
