@@ -2,13 +2,28 @@
 // a Graph and finds which storages the graph alone holds.
 #include <unordered_map>
 
+#include "coremesh/core/log.hpp"
 #include "coremesh/graph/graph.hpp"
 #include "coremesh/runtime/capture.hpp"
 
 namespace coremesh::graph {
 namespace {
 
-thread_local std::shared_ptr<runtime::CaptureSession> t_session;
+// This thread's capture. A thread that ends while capturing (it raised
+// before end_capture) drops its capture: its streams run their launches
+// again (they stayed capturing, and every later synchronize refused).
+struct ThreadCapture {
+  std::shared_ptr<runtime::CaptureSession> session;
+  ~ThreadCapture() {
+    if (!session) return;
+    CM_LOG_WARN("a thread ended while capturing: its capture is dropped (end_capture() on the thread that began it)");
+    try {
+      runtime::end_stream_capture(session);
+    } catch (const std::exception&) {  // an invalid or unjoined capture: dropped all the same
+    }
+  }
+};
+thread_local ThreadCapture t_capture;
 
 // Storages of the nodes' tensors that something outside the graph holds (and
 // every wrap: its memory is the caller's, whoever holds the handle): a
@@ -46,14 +61,14 @@ std::unordered_set<const Storage*> external_storages(const std::vector<Node>& no
 }  // namespace
 
 void begin_capture(runtime::Stream& stream) {
-  CM_CHECK(t_session == nullptr, "call end_capture() for the capture this thread began first",
+  CM_CHECK(t_capture.session == nullptr, "call end_capture() for the capture this thread began first",
            "this thread is already capturing");
-  t_session = runtime::begin_stream_capture(stream);
+  t_capture.session = runtime::begin_stream_capture(stream);
 }
 
 Graph end_capture() {
-  CM_CHECK(t_session != nullptr, "call begin_capture(stream) first", "this thread is not capturing");
-  auto session = std::move(t_session);
+  CM_CHECK(t_capture.session != nullptr, "call begin_capture(stream) first", "this thread is not capturing");
+  auto session = std::move(t_capture.session);
   runtime::Captured captured = runtime::end_stream_capture(session);
   std::vector<Node> nodes;
   nodes.reserve(captured.kernels.size());

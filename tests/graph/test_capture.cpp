@@ -1,6 +1,8 @@
 // Capture and replay: nothing runs while capturing, edges come from stream
 // order and event record/wait pairs, replay is bit-identical to eager
 // execution, and what cannot be captured is refused with what to change.
+#include <thread>
+
 #include "coremesh/graph/exec.hpp"
 #include "coremesh/ops/activation.hpp"
 #include "coremesh/ops/elementwise.hpp"
@@ -115,6 +117,25 @@ TEST(GraphCapture, NothingRunsWhileCapturingAndStreamsRunAgainAfter) {
   exec.replay(s);
   s.synchronize();
   EXPECT_EQ(c.item({0}), 3.0f);
+}
+
+// A thread that ends while capturing (it raised before end_capture) drops its
+// capture: the stream runs its launches again (it stayed capturing forever,
+// and every synchronize refused).
+TEST(GraphCapture, AThreadEndingWhileCapturingDropsItsCapture) {
+  Device device({.cores = 2});
+  Stream s(device);
+  std::thread([&] { begin_capture(s); }).join();
+  EXPECT_FALSE(is_capturing(s));
+  StreamGuard guard(s);
+  Tensor a = Tensor::full({8}, 1.0f), c = Tensor::zeros({8});
+  ops::add_out(a, a, c);
+  s.synchronize();
+  EXPECT_EQ(c.item({0}), 2.0f);
+  begin_capture(s);  // and it captures again
+  ops::add_out(a, c, c);
+  Graph g = end_capture();
+  EXPECT_EQ(g.nodes().size(), 1u);
 }
 
 // A stream forks off the capture by waiting on an event recorded on it and
