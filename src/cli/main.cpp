@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "commands.hpp"
 
 namespace coremesh::cli {
@@ -79,6 +82,18 @@ SEE ALSO
   app.name(argv[0]);  // as parse(argc, argv) would: "Usage: coremesh ..."
   try {
     app.parse(args);
+  } catch (const CLI::ExtrasError& e) {
+    // CLI11 (2.x) joins the extras in reverse (rjoin): say them as they were typed
+    std::vector<std::string> extras;
+    for (const CLI::App* a = &app; a != nullptr;) {
+      const auto left = a->remaining(false);
+      extras.insert(extras.end(), left.begin(), left.end());
+      const auto subs = a->get_subcommands();
+      a = subs.empty() ? nullptr : subs.front();
+    }
+    std::fprintf(stderr, "The following argument%s not expected: %s\nRun with --help for more information.\n",
+                 extras.size() == 1 ? " was" : "s were", fmt::format("{}", fmt::join(extras, " ")).c_str());
+    return 1;
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 1;  // --help: 0; a bad option: 1, as documented (CLI11 has its own codes)
   } catch (const std::exception& e) {

@@ -35,6 +35,11 @@ refused "unknown config section 'modle'" "$exe" train --config "$work/flat.json"
 out=$("$exe" train --config "$work/cfg.json" --batch-size 0 --no-progress 2>&1 || true)
 if grep -q "moe_replicas" <<<"$out"; then echo "$out"; fail "a zero batch also gave the layout's advice"; fi
 refused "step time overflows" "$exe" schedule --schedule 1f1b --costs 1e307,2e307,1e307,0
+# extras are said in the order they were typed (CLI11 joined them in reverse)
+out=$("$exe" eval --checkpoint "$work/none" --top-p 0.9 --min-p 0.1 2>&1 || true)
+grep -qF -- "not expected: --top-p 0.9 --min-p 0.1" <<<"$out" || { echo "$out"; fail "extras out of order"; }
+# nanosecond costs draw a chart (the axis ran past its end: an uncaught out_of_range)
+"$exe" schedule --schedule 1f1b --pp 2 --microbatches 2 --costs 1e-10,2e-10,1e-10,0 >/dev/null 2>&1 || fail "tiny costs"
 # Sizes that would take gigabytes (the OOM killer) or minutes are refused at once.
 refused "more than 100000" "$exe" schedule --schedule 1f1b --microbatches 100000000
 refused "more than 100000" "$exe" schedule --schedule 1f1b --pp 100000
