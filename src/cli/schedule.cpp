@@ -66,16 +66,16 @@ std::optional<std::string> textbook(const Schedule& s, const Costs& c) {
   if (s.name == "interleaved")
     return fmt::format("bubble (p-1)/(v*m+p-1) = {:.4f} of the step", (p - 1) / (v * m + p - 1));
   if (s.name == "zb-h1")
-    return fmt::format("bubble (p-1)(F+B-2W) = {:g} per rank (when W <= F and W <= B-W)",
+    return fmt::format("bubble (p-1)(F+B-2W) = {:g} per rank (when W <= F, W <= B-W and m >= p)",
                        (p - 1) * (f + b - 2 * w));
   if (s.name == "zbv")
-    return fmt::format("bubble (p-1)F = {:g} per rank (when F = B-W = W)", (p - 1) * f);
+    return fmt::format("bubble (p-1)F = {:g} per rank (when F = B-W = W and m >= 2p)", (p - 1) * f);
   if (s.name == "dualpipe")
     return fmt::format(
-        "bubble (p/2-1)(F&B+B-3W) = {:g} on the middle ranks (when B-W = F and W <= F)",
+        "bubble (p/2-1)(F&B+B-3W) = {:g} on the middle ranks (when B-W = F, W <= F and m >= 2p)",
         (p / 2 - 1) * (fb + b - 3 * w));
   if (s.name == "dualpipev")
-    return fmt::format("bubble (p-1)(F&B+B-3W) = {:g} on the last ranks (when B-W = F and W <= F)",
+    return fmt::format("bubble (p-1)(F&B+B-3W) = {:g} on the last ranks (when B-W = F, W <= F and m >= 2p)",
                        (p - 1) * (fb + b - 3 * w));
   return std::nullopt;
 }
