@@ -157,7 +157,7 @@ void register_eval_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Loss of a trained model on its run's validation split or on text files");
   cmd->add_option("--checkpoint", f->checkpoint, "checkpoint file or run directory")->required();
   cmd->add_option("--data", f->data, "text files to score, all of each (default: the run's validation split)");
-  cmd->add_option("--max-bytes", f->max_bytes, "score at most this many bytes, windows spread evenly (0: all)")
+  cmd->add_option("--max-bytes", f->max_bytes, "score at most this many bytes of text (whole windows spread evenly, at least one; 0: all)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()).description("INT >= 0"));
   cmd->add_option("--config", f->config, "refuse the checkpoint unless its model is this config's");
   cmd->add_option("--batch-size", f->batch_size, "sequences per batch (default: the training run's)")

@@ -109,9 +109,20 @@ EvalResult evaluate(model::Model& model, const TextDataset& data, Split split, i
            seq_len, model.config().max_seq_len);
   CM_CHECK(max_bytes == 0 || max_bytes >= seq_len, "use max_bytes >= seq_len (or 0: all)",
            "max_bytes {} is less than one window of {} tokens", max_bytes, seq_len);
-  const auto windows = spread(data.windows(split, seq_len), max_bytes > 0 ? size_t(max_bytes / seq_len) : 0);
+  std::vector<TextDataset::Window> windows = data.windows(split, seq_len);
   CM_CHECK(!windows.empty(), "evaluate on a text longer than seq_len tokens",
            "no window of {} + 1 tokens in the data", seq_len);
+  if (max_bytes > 0) {  // bytes of text, not tokens (a subword token stands for several)
+    int64_t bytes = 0;
+    for (const auto& w : windows) bytes += data.window_bytes(w, seq_len);
+    const double per_window = double(bytes) / double(windows.size());
+    windows = spread(std::move(windows), std::max<size_t>(1, size_t(double(max_bytes) / per_window)));
+    int64_t kept = 0;
+    size_t n = 0;
+    while (n < windows.size() && (n == 0 || kept + data.window_bytes(windows[n], seq_len) <= max_bytes))
+      kept += data.window_bytes(windows[n++], seq_len);
+    windows.resize(n);
+  }
   const int64_t total = int64_t(windows.size()) * seq_len;
   if (on_progress) on_progress(0, total);
   runtime::Stream stream = runtime::current_stream();

@@ -1,8 +1,13 @@
 #include "coremesh/train/tokenizer.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -225,6 +230,14 @@ Tokenizer train_tokenizer(const TokenizerTrainOptions& o, const std::string& out
     const fs::path dir = fs::path(out_path).parent_path().empty() ? fs::path(".") : fs::path(out_path).parent_path();
     CM_CHECK(!fs::exists(dir, ec) || fs::is_directory(dir, ec), "write the model into a directory",
              "the tokenizer output '{}': '{}' is not a directory", out_path, dir.string());
+    if (fs::is_directory(dir, ec)) {  // writable: a file made and removed there (root passes access(2) anywhere)
+      const std::string probe = (dir / fmt::format(".{}.probe.{}", fs::path(out_path).filename().string(), ::getpid())).string();
+      const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      CM_CHECK(fd >= 0, "write the model where files can be made (check the directory's permissions and space)",
+               "the tokenizer output '{}': cannot make a file in '{}': {}", out_path, dir.string(), std::strerror(errno));
+      ::close(fd);
+      ::unlink(probe.c_str());
+    }
   }
   LineIterator lines(o.data, o.val_fraction);
   CM_CHECK(!lines.empty(), "give files with text in them", "the data files hold no text");

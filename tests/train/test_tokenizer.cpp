@@ -174,6 +174,14 @@ TEST_F(TokenizerTest, AFifoIsRefusedNotWaitedFor) {
   }
   EXPECT_THROW(read_safetensors(fifo), InvalidArgument);
   std::filesystem::remove(fifo);
+  // an output nothing can be written to is refused before the training (it failed after it)
+  o.data = {dir->path + "/text.txt"};
+  try {
+    train_tokenizer(o, "/proc/coremesh_test.model");
+    ADD_FAILURE() << "accepted /proc";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot make a file in '/proc'"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(TokenizerTest, CorruptOrMissingFilesAreRefusedWithAMessage) {
@@ -248,6 +256,10 @@ TEST_F(TokenizerTest, RunCarriesItGeneratesEvaluatesAndResumes) {
   EXPECT_EQ(e.bytes, bytes);
   EXPECT_GT(double(e.bytes) / double(e.tokens), 2.0);
   EXPECT_NEAR(e.bits_per_byte(), e.loss * double(e.tokens) / double(e.bytes) / std::log(2.0), 1e-12);
+  // max_bytes counts text, not tokens (it scored 2.6x the bytes asked for)
+  const EvalResult part = evaluate(*m, data, Split::train, 4, 32, bytes / 4);
+  EXPECT_LE(part.bytes, bytes / 4);
+  EXPECT_GT(part.bytes, bytes / 5);
   // resume continues bit-exactly (against a straight 5-step run)
   TrainConfig c5 = c;
   c5.out_dir = dir->path + "/r5";

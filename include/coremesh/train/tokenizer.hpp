@@ -10,7 +10,8 @@
 // corpus never goes to it as one string) and each newline becomes its byte
 // token. train_tokenizer() makes models whose decode(encode(text)) is UTF-8
 // text byte for byte: no normalization, no dummy prefix, byte fallback for
-// every character outside the pieces. A byte that is not part of well-formed
+// every character outside the pieces; the one exception is U+2581 (the
+// piece's space mark) in the text, which SentencePiece reads as a space. A byte that is not part of well-formed
 // UTF-8 becomes its own byte piece (SentencePiece would read it as U+FFFD:
 // three byte pieces, two such bytes alike), which decode() shows as U+FFFD.
 // token_bytes() counts the bytes a token stands for, so a loss per token
