@@ -171,6 +171,33 @@ std::vector<int64_t> max_over_world(const std::vector<int64_t>& values) {
   return std::vector<int64_t>(p + n, p + n + int64_t(values.size()));
 }
 
+// Each member puts its (list, args) hash at every member's index, and its
+// negation beside it; the maxima over the world give, per PE, the largest and
+// smallest hash any group listing it holds: equal exactly when they all agree.
+void check_members_agree(const Group& group, const std::vector<int64_t>& args, const char* what) {
+  if (group.size() == 1) return;  // one member agrees with itself (and its object exchanges nothing)
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a over the list and the args
+  auto mix = [&](int64_t v) {
+    for (int i = 0; i < 8; ++i) h = (h ^ uint64_t((v >> (8 * i)) & 0xFF)) * 1099511628211ULL;
+  };
+  mix(group.size());
+  for (int pe : group.pes) mix(pe);
+  for (int64_t a : args) mix(a);
+  const int64_t mine = int64_t(h >> 2);  // 62 bits: its negation fits
+  const int n = shmem::n_pes();
+  std::vector<int64_t> v(size_t(2 * n), INT64_MIN);
+  for (int pe : group.pes)
+    if (pe >= 0 && pe < n) v[size_t(pe)] = mine, v[size_t(n + pe)] = -mine;
+  const std::vector<int64_t> most = max_over_world(v);
+  std::vector<int> differ;
+  for (int pe : group.pes)
+    if (pe >= 0 && pe < n && (most[size_t(pe)] != mine || -most[size_t(n + pe)] != mine)) differ.push_back(pe);
+  CM_CHECK(differ.empty(),
+           "construct it on every member with the same pes, in the same order, and the same sizes",
+           "{} over PEs [{}]: members {} were given another member list or other sizes than PE {}", what,
+           fmt::join(group.pes, ", "), fmt::join(differ, ", "), group.pes[size_t(group.me)]);
+}
+
 ShardedSum::ShardedSum(Tensor arena, std::vector<Group> groups, std::vector<Range> ranges, int64_t align)
     : arena_(std::move(arena)), groups_(std::move(groups)), ranges_(std::move(ranges)), align_(align) {
   CM_CHECK(align_ >= 1 && arena_.is_contiguous(), "use a contiguous arena and align >= 1", "bad ShardedSum");

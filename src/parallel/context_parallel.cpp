@@ -198,6 +198,8 @@ struct ShmemContext::Exchange {
 
 ShmemContext::ShmemContext(Group cp, CpComm comm, bool zigzag, const Sizes& m)
     : group_(std::move(cp)), comm_kind_(comm), max_(m) {
+  check_members_agree(group_, {int64_t(comm), zigzag, m.batch, m.tokens, m.heads, m.kv_heads, m.head_dim},
+                      "a context-parallel group");
   split_ = {group_.size(), group_.me, zigzag};
   const int n = group_.size();
   const auto found = problems(comm, n, m.heads, m.kv_heads);

@@ -22,6 +22,10 @@ int64_t ShmemExperts::symmetric_bytes(int ep, const Shape& s) {
 }
 
 ShmemExperts::ShmemExperts(Group ep, const Shape& s) : ep_(std::move(ep)), shape_(s) {
+  std::vector<int64_t> args = {s.experts, s.width, s.max_rows, s.capacity, s.slices, s.hidden, int64_t(s.balance),
+                               s.balance_window, int64_t(s.shadow_cost * 1024), s.fused, int64_t(s.wire)};
+  args.insert(args.end(), s.layers.begin(), s.layers.end());
+  check_members_agree(ep_, args, "an expert-parallel group");
   const int g = ep_.size();
   CM_CHECK(s.experts > 0 && s.experts % g == 0, "choose ep among the divisors of the routed experts",
            "{} routed experts do not split over {} expert-parallel PEs", s.experts, g);

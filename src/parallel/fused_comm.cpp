@@ -80,6 +80,7 @@ bool transposed(ops::WeightLayout layout) { return layout == ops::WeightLayout::
 
 FusedTensorComm::FusedTensorComm(Group group, int64_t capacity, int64_t max_rows, FusedCommOptions options)
     : group_(std::move(group)), options_(options), max_rows_(max_rows) {
+  check_members_agree(group_, {capacity, max_rows, options.chunks, options.comm_cores}, "a fused TP group");
   CM_CHECK(capacity > 0 && max_rows > 0 && options_.chunks >= 0 && options_.chunks <= FusedCommOptions::kMaxChunks &&
                options_.comm_cores >= 0,
            fmt::format("give a positive capacity and row count, chunks from 1 to {} and comm_cores >= 1 (0: the op "

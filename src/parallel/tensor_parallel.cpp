@@ -12,6 +12,9 @@ namespace coremesh::parallel {
 ShmemTensor::ShmemTensor(Group group, std::vector<int64_t> sizes, bool sequence_parallel, bool overlap,
                          int64_t fused_rows)
     : group_(std::move(group)), sequence_parallel_(sequence_parallel), overlap_(overlap) {
+  std::vector<int64_t> args = {sequence_parallel, overlap, fused_rows};
+  args.insert(args.end(), sizes.begin(), sizes.end());
+  check_members_agree(group_, args, "a tensor-parallel group");
   CM_CHECK(!sizes.empty() && fused_rows >= 0, "give the sizes of the tensors reduced, the residual stream's first",
            "tensor parallelism over {} sizes, {} fused rows", sizes.size(), fused_rows);
   if (fused_rows > 0 && group_.size() > 1) fused_ = std::make_unique<FusedTensorComm>(group_, sizes[0], fused_rows);

@@ -259,6 +259,27 @@ TEST(ExpertParallel, ALargerMicroBatchIsRefusedWithTheFix) {
   shmem::barrier();
 }
 
+// Members given another member order or other sizes are refused on each of
+// them (the rows went to the wrong PEs, silently); the same group then builds.
+TEST(ExpertParallel, MembersThatDisagreeAreRefused) {
+  const int me = shmem::my_pe(), n = shmem::n_pes();
+  if (n < 2) GTEST_SKIP() << "a group of 2 PEs or more";
+  std::vector<int> world;
+  for (int p = 0; p < n; ++p) world.push_back(p);
+  std::vector<int> order = world;
+  if (me == 0) std::reverse(order.begin(), order.end());
+  for (const auto& [pes, rows] : {std::pair{order, R}, std::pair{world, me == n - 1 ? R + 1 : R}}) {
+    try {
+      ShmemExperts experts(Group::of(pes, me), {E, C, rows, -1, {0}});
+      ADD_FAILURE() << "accepted members that disagree";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("another member list or other sizes"), std::string::npos) << e.what();
+    }
+  }
+  ShmemExperts agreed(Group::of(world, me), {E, C, R, -1, {0}});
+  EXPECT_EQ(agreed.local_experts(), E / n);
+}
+
 // The next dispatch of a layer may only follow its combine: the owners'
 // receive buffers are free again only then.
 TEST(ExpertParallel, DispatchingALayerTwiceWithoutCombineIsRefused) {

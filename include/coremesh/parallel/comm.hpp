@@ -60,6 +60,13 @@ std::string others(const Group& group);
 // world, on the host): symmetric layouts must be the same on every PE.
 std::vector<int64_t> max_over_world(const std::vector<int64_t>& values);
 
+// Collective over the world (every PE, in the same order; nothing for a
+// group of one): throws on every
+// member of `group` whose members were given another member list (or order)
+// or other `args` (a constructor's sizes) than its own; `what` names the
+// object for the message. A mismatch exchanged the wrong rows silently.
+void check_members_agree(const Group& group, const std::vector<int64_t>& args, const char* what);
+
 // On `stream`: src (contiguous; alive until the stream gets there) into
 // elements [at, at + src.numel()) of PE pe's `dst` (symmetric, src's dtype;
 // pe's may be longer than this PE's view of it),
