@@ -122,6 +122,9 @@ void print_dry_run(const train::TrainConfig& c) {
       (pc.pp == 1 || pc.schedule != parallel::PipelineSchedule::interleaved))
     fmt::print("note: virtual_stages {} has no effect: it cuts each pipeline rank's layers into chunks for the "
                "interleaved schedule (--pp 2 or more, --schedule interleaved)\n", pc.virtual_stages);
+  if (c.sample_tokens > 0 && !c.samples_at_validation())
+    fmt::print("note: the validations sample no text: each PE holds part of the model (pp, tp or cp); "
+               "`coremesh generate --checkpoint` samples a checkpoint\n");
   const auto& m = c.model;
   const auto p = model::count_params(m);
   const double fpt = model::flops_per_token(m, c.seq_len);

@@ -755,7 +755,7 @@ TrainResult Trainer::run(int64_t until_step, bool save_at_end) {
       if (val >= 0) val_records_.push_back({r.step, val, last_val_bpb_});
       line.val_loss = val;
       line.val_bits_per_byte = last_val_bpb_;
-      if (samples()) {
+      if (cfg_.samples_at_validation()) {
         line.sample = SampleRecord{r.step, cfg_.sample_prompt, sample()};
         if (cfg_.progress)
           progress.message(fmt::format("sample at step {}: {}", done,
@@ -810,13 +810,8 @@ void Trainer::validate_if_missed(bool fresh_log, TrainResult& result) {
   if (val < 0) return;
   val_records_.push_back({step_ - 1, val, last_val_bpb_});
   std::optional<SampleRecord> sampled;  // every PE samples (experts may be apart); the leader writes it
-  if (samples()) sampled = SampleRecord{step_ - 1, cfg_.sample_prompt, sample()};
+  if (cfg_.samples_at_validation()) sampled = SampleRecord{step_ - 1, cfg_.sample_prompt, sample()};
   if (metrics_) metrics_->add_validation(val, last_val_bpb_, sampled);
-}
-
-// A validation samples where each PE holds a whole model (its layers, heads and sequence).
-bool Trainer::samples() const {
-  return cfg_.sample_tokens > 0 && cfg_.parallel.pp == 1 && cfg_.parallel.cp == 1 && cfg_.parallel.tp == 1;
 }
 
 std::string Trainer::metrics_path() const { return (fs::path(cfg_.out_dir) / "metrics.jsonl").string(); }

@@ -35,6 +35,9 @@ refused "unknown config section 'modle'" "$exe" train --config "$work/flat.json"
 out=$("$exe" train --config "$work/cfg.json" --batch-size 0 --no-progress 2>&1 || true)
 if grep -q "moe_replicas" <<<"$out"; then echo "$out"; fail "a zero batch also gave the layout's advice"; fi
 refused "step time overflows" "$exe" schedule --schedule 1f1b --costs 1e307,2e307,1e307,0
+# a pipeline run's validations sample no text: said, not left to be found out
+"$exe" train --config "$work/cfg.json" --pp 2 --sample-tokens 8 --dry-run 2>&1 | grep -q "validations sample no text" ||
+  fail "no note that pp runs sample no text"
 # extras are said in the order they were typed (CLI11 joined them in reverse)
 out=$("$exe" eval --checkpoint "$work/none" --top-p 0.9 --min-p 0.1 2>&1 || true)
 grep -qF -- "not expected: --top-p 0.9 --min-p 0.1" <<<"$out" || { echo "$out"; fail "extras out of order"; }

@@ -54,6 +54,10 @@ struct TrainConfig {
   // but the data (a dry run sizes a config before its data exists).
   void validate(bool need_data = true) const;
   int64_t tokens_per_step() const { return int64_t(batch_size) * seq_len * grad_accum; }
+  // A validation samples text where each PE holds a whole model (its layers, heads and sequence).
+  bool samples_at_validation() const {
+    return sample_tokens > 0 && parallel.pp == 1 && parallel.cp == 1 && parallel.tp == 1;
+  }
 };
 
 // The "train" section's field table; the config file is

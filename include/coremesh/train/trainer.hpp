@@ -158,7 +158,6 @@ class Trainer {
   void check_every_pe_has_this_run();
   void limit_run_ahead();
   void validate_if_missed(bool fresh_log, TrainResult& result);
-  bool samples() const;
   CheckpointState checkpoint_state();
   float loss_scale() const;
   void launch_gradients(std::vector<model::MicroBatch> batches);  // up to the summed gradients
