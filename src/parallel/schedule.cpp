@@ -98,6 +98,10 @@ StageRef Schedule::peer(int rank, const Action& message) const {
 void Schedule::check_sizes() const {
   CM_CHECK(ranks >= 1 && chunks >= 1 && micro_batches >= 1, "use pp, chunks and microbatches >= 1",
            "schedule '{}': pp={} chunks={} microbatches={}", name, ranks, chunks, micro_batches);
+  const int64_t slots = int64_t(ranks) * chunks * micro_batches;
+  CM_CHECK(slots <= kMaxScheduleSlots, "use fewer pipeline ranks, chunks or micro-batches",
+           "schedule '{}': pp {} x {} chunk(s) x {} micro-batches = {} slots, more than {}", name, ranks, chunks,
+           micro_batches, slots, kMaxScheduleSlots);
   CM_CHECK(placement == Placement::interleaved || chunks == 2,
            "the v and bidirectional placements hold exactly 2 chunks per rank",
            "schedule '{}': placement={} needs chunks=2, has {}", name, placement_name(placement),

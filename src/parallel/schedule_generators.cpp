@@ -20,9 +20,7 @@ Schedule start(PipelineSchedule kind, Placement placement, int ranks, int chunks
            ranks);
   CM_CHECK(micro_batches >= 1, "use --microbatches 1 or more", "{}: microbatches={}", name,
            micro_batches);
-  // Each rank holds an action per micro-batch and chunk (a few hundred bytes
-  // each): past this, the schedule alone takes gigabytes and minutes.
-  constexpr int64_t kMaxSlots = 100'000;
+  constexpr int64_t kMaxSlots = kMaxScheduleSlots;
   CM_CHECK(int64_t(ranks) * std::max(chunks, 1) * micro_batches <= kMaxSlots,
            "use fewer pipeline ranks or micro-batches (the largest published layouts use a few thousand slots)",
            "{}: pp {} x {} chunk(s) x {} micro-batches = {} slots, more than {}", name, ranks, std::max(chunks, 1),

@@ -132,6 +132,9 @@ TEST(ScheduleText, ErrorsNameTheLineAndToken) {
       {"schedule x placement=v pp=0 chunks=2 microbatches=4\n", "pp must be a positive integer"},
       {v + "chunks=3 microbatches=4\n", "needs chunks=2"},
       {v + "chunks=2 microbatches=4 depth=3\n", "unknown key 'depth'"},
+      // sizes that would take gigabytes (a library error, or bad_alloc) are refused from the header
+      {"schedule x placement=interleaved pp=2 chunks=40000 microbatches=40000\n0F0\n0F0\n",
+       "= 3200000000 slots, more than 100000"},
       // The hint says what a token looks like.
       {header + "0Q0\n0F0\n", "HINT: a token is <chunk><F|B|I|W><micro-batch>"},
   };

@@ -96,6 +96,11 @@ struct StageRef {
   int chunk = 0;
 };
 
+// The most action slots (ranks x chunks x micro-batches) a schedule holds:
+// each is a few hundred bytes, and past this the schedule alone takes
+// gigabytes and minutes (the largest published layouts use a few thousand).
+inline constexpr int64_t kMaxScheduleSlots = 100'000;
+
 struct Schedule {
   std::string name = "custom";
   Placement placement = Placement::interleaved;
