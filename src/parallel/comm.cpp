@@ -162,6 +162,8 @@ void sum_in_order(const std::vector<Tensor>& inputs, const Tensor& out) {
                 });
 }
 
+int job_pes() { return shmem::initialized() ? shmem::n_pes() : 1; }
+
 std::vector<int64_t> max_over_world(const std::vector<int64_t>& values) {
   const int64_t n = std::max<int64_t>(int64_t(values.size()), 1);
   Tensor v = symmetric_tensor({2 * n}, DType::i64);
@@ -174,8 +176,10 @@ std::vector<int64_t> max_over_world(const std::vector<int64_t>& values) {
 // Each member puts its (list, args) hash at every member's index, and its
 // negation beside it; the maxima over the world give, per PE, the largest and
 // smallest hash any group listing it holds: equal exactly when they all agree.
+// The maxima are the same on every PE, so every PE decides alike: all throw
+// (a PE of another group waiting in the next collective would hang).
 void check_members_agree(const Group& group, const std::vector<int64_t>& args, const char* what) {
-  if (group.size() == 1) return;  // one member agrees with itself (and its object exchanges nothing)
+  if (job_pes() == 1) return;
   uint64_t h = 1469598103934665603ULL;  // FNV-1a over the list and the args
   auto mix = [&](int64_t v) {
     for (int i = 0; i < 8; ++i) h = (h ^ uint64_t((v >> (8 * i)) & 0xFF)) * 1099511628211ULL;
@@ -190,12 +194,12 @@ void check_members_agree(const Group& group, const std::vector<int64_t>& args, c
     if (pe >= 0 && pe < n) v[size_t(pe)] = mine, v[size_t(n + pe)] = -mine;
   const std::vector<int64_t> most = max_over_world(v);
   std::vector<int> differ;
-  for (int pe : group.pes)
-    if (pe >= 0 && pe < n && (most[size_t(pe)] != mine || -most[size_t(n + pe)] != mine)) differ.push_back(pe);
+  for (int pe = 0; pe < n; ++pe)
+    if (most[size_t(pe)] != INT64_MIN && most[size_t(pe)] != -most[size_t(n + pe)]) differ.push_back(pe);
   CM_CHECK(differ.empty(),
            "construct it on every member with the same pes, in the same order, and the same sizes",
-           "{} over PEs [{}]: members {} were given another member list or other sizes than PE {}", what,
-           fmt::join(group.pes, ", "), fmt::join(differ, ", "), group.pes[size_t(group.me)]);
+           "{}: PEs {} were listed by members given different member lists or sizes (this PE {}: [{}])", what,
+           fmt::join(differ, ", "), shmem::my_pe(), fmt::join(group.pes, ", "));
 }
 
 ShardedSum::ShardedSum(Tensor arena, std::vector<Group> groups, std::vector<Range> ranges, int64_t align)

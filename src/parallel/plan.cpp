@@ -183,10 +183,9 @@ ParallelPlan::ParallelPlan(const PlanConfig& config, runtime::Device& device)
   const ParallelConfig& p = cfg_.parallel;
   // A layout of one PE trains alone, also inside a job of several.
   if (mesh_.world() > 1)
-    CM_CHECK(shmem::initialized() && shmem::n_pes() == mesh_.world(),
+    CM_CHECK(job_pes() == mesh_.world(),
              "start a parallel layout with `coremesh train` (it launches its PEs) or under `coremesh run -n N`",
-             "the parallel layout needs {} PEs, this job has {}", mesh_.world(),
-             shmem::initialized() ? shmem::n_pes() : 1);
+             "the parallel layout needs {} PEs, this job has {}", mesh_.world(), job_pes());
   pe_ = mesh_.world() > 1 ? shmem::my_pe() : 0;
   auto group = [&](Dim d) { return Group::of(mesh_.group(d, pe_), pe_); };
   if (p.ep > 1) experts_ = std::make_unique<ShmemExperts>(group(Dim::ep), expert_shape(cfg_));

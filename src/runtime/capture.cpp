@@ -32,7 +32,7 @@ void attach(CaptureSession& session, StreamImpl& s, std::vector<int> deps) {
 
 void detach(StreamImpl& s) {
   s.capturing.store(false, std::memory_order_release);
-  s.device->capturing_streams.fetch_sub(1);
+  if (!s.device_gone.load(std::memory_order_acquire)) s.device->capturing_streams.fetch_sub(1);  // else it dangles
   s.capture_deps.clear();
   std::lock_guard lock(s.mutex);
   s.capture.reset();
@@ -190,6 +190,8 @@ Captured end_stream_capture(const std::shared_ptr<CaptureSession>& session) {
         unjoined = fmt::format("stream {} (its last kernel '{}')", s->id, session->kernels[size_t(k)].kernel.info.name);
   for (auto& s : session->streams) detach(*s);
   session->streams.clear();  // events recorded in the capture may keep the session alive
+  CM_CHECK(!session->origin->device_gone.load(std::memory_order_acquire), "end a capture before its device goes",
+           "the capture on stream {} ended after its device was destroyed", session->origin->id);
   if (!session->error.empty())
     throw CaptureError("the capture was invalidated: " + session->error,
                        "fix the refused call (its own error said what to change) and capture again", __FILE__,

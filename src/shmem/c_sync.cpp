@@ -2,6 +2,7 @@
 // signal waits, from the P2P type table. All waits sleep on this PE's
 // doorbell and have the watchdog.
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -40,9 +41,11 @@ enum class Mode { all, any, some };
 
 // The index an `any` call returns among the satisfied ones (ascending): a
 // series of calls must eventually return each index that stays satisfied
-// (9.10), so each call takes the first at or after the last call's + 1.
-size_t pick_any(const std::vector<size_t>& found, size_t hits) {
-  thread_local size_t after = 0;
+// (9.10), so each call takes the first at or after the last call's + 1 on
+// the same array (a cursor per array: alternating arrays starve none).
+size_t pick_any(const void* ivars, const std::vector<size_t>& found, size_t hits) {
+  thread_local std::unordered_map<const void*, size_t> cursors;
+  size_t& after = cursors[ivars];
   size_t pick = found[0];
   for (size_t i = 0; i < hits; ++i)
     if (found[i] >= after) {
@@ -72,7 +75,7 @@ size_t wait_set(T* ivars, size_t n, const int* status, int cmp_value, const T* v
     }
     if (mode == Mode::all) return hits == active;
     if (hits == 0) return false;
-    if (mode == Mode::any) result = pick_any(found, hits);
+    if (mode == Mode::any) result = pick_any(ivars, found, hits);
     else {
       for (size_t i = 0; i < hits; ++i) indices[i] = found[i];
       result = hits;
@@ -92,7 +95,7 @@ size_t test_set(T* ivars, size_t n, const int* status, int cmp_value, const T* v
   const size_t hits = scan(ivars, n, status, c, values, vector, found.data(), &active);
   if (mode == Mode::all) return active == 0 || hits == active;
   if (hits == 0) return mode == Mode::any ? SIZE_MAX : 0;
-  if (mode == Mode::any) return pick_any(found, hits);
+  if (mode == Mode::any) return pick_any(ivars, found, hits);
   for (size_t i = 0; i < hits; ++i) indices[i] = found[i];
   return hits;
 }

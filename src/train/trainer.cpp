@@ -68,8 +68,8 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
   train_loader_ = std::make_unique<DataLoader>(*data_, Split::train, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
   if (cfg_.val_fraction > 0)
     val_loader_ = std::make_unique<DataLoader>(*data_, Split::validation, cfg_.batch_size, cfg_.seq_len, cfg_.seed);
+  check_every_pe_has_this_run();  // before the plan, whose collectives are sized by the settings
   plan_ = std::make_unique<parallel::ParallelPlan>(plan_config(cfg_), device);
-  check_every_pe_has_this_run();
   if (val_loader_) {
     // Past the split's whole batches a validation would score windows twice.
     val_batches_ = int(std::min<int64_t>(cfg_.val_batches, val_loader_->batches_per_epoch()));
@@ -93,15 +93,13 @@ Trainer::Trainer(const TrainConfig& config, runtime::Device& device)
 // Every PE must train the same run: a setting that differs between PEs (a
 // Python script's seed or lr per PE, a config edited on one host) trains a
 // model no single-PE run reproduces, silently, or hangs in an exchange.
-// Each setting's text hashes to 20 bits; over the world, the sum of the
-// hashes and of their squares equal n·h and n·h² exactly when every PE's
-// hash is h (their variance is 0), so one sum of doubles decides it on
-// every PE alike. Paths, the core count and what only the leader prints
-// may differ between hosts; the data's contents may not.
+// Each setting's text hashes to 62 bits; the world's maxima of the hashes
+// and of their negations meet exactly when every PE's hash is the same, and
+// they are the same on every PE, so every PE decides alike. Paths, the core
+// count and what only the leader prints may differ between hosts; the
+// data's contents may not.
 void Trainer::check_every_pe_has_this_run() {
-  const int world = cfg_.parallel.world();
-  if (world == 1) return;
-
+  if (cfg_.parallel.world() == 1 || parallel::job_pes() != cfg_.parallel.world()) return;  // the plan says why
   static const std::set<std::string> per_pe = {"train.data", "train.tokenizer", "train.out_dir", "train.cores",
                                                "train.report", "train.log_every", "parallel.schedule_file"};
   std::vector<std::pair<std::string, std::string>> settings;  // name, its text here
@@ -110,23 +108,21 @@ void Trainer::check_every_pe_has_this_run() {
     for (const auto& [key, value] : fields.items())
       if (!per_pe.count(section + "." + key)) settings.emplace_back(section + "." + key, value.dump());
   settings.emplace_back("the training data's contents", data_->fingerprint());
-  std::vector<double> mine;
-  for (const auto& [name, text] : settings) {
+  const size_t n = settings.size();
+  std::vector<int64_t> mine(2 * n);
+  for (size_t i = 0; i < n; ++i) {
     uint64_t h = 1469598103934665603ULL;  // FNV-1a
-    for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
-    const double v = double(h & 0xFFFFF);
-    mine.push_back(v), mine.push_back(v * v);
+    for (unsigned char c : settings[i].second) h = (h ^ c) * 1099511628211ULL;
+    mine[i] = int64_t(h >> 2), mine[n + i] = -mine[i];
   }
-  const std::vector<double> all = plan_->sum_over_world(mine);
+  const std::vector<int64_t> most = parallel::max_over_world(mine);
   std::vector<std::string> differ;
-  for (size_t i = 0; i < settings.size(); ++i)
-    if (all[2 * i] != world * mine[2 * i] || all[2 * i + 1] != world * mine[2 * i + 1])
-      differ.push_back(fmt::format("{} (here {})", settings[i].first, settings[i].second));
+  for (size_t i = 0; i < n; ++i)
+    if (most[i] != -most[n + i]) differ.push_back(fmt::format("{} (here {})", settings[i].first, settings[i].second));
   CM_CHECK(differ.empty(),
            "give every PE the same settings: one config file and the same flags, or the same values in "
            "every PE's script (a seed or lr taken per PE differs)",
-           "the PEs were given different training settings; on PE {} these differ from another PE's: {}",
-           plan_->pe(), fmt::join(differ, ", "));
+           "the PEs were given different training settings: {}", fmt::join(differ, ", "));
 }
 
 Trainer::~Trainer() {

@@ -1,6 +1,7 @@
 // Capture and replay: nothing runs while capturing, edges come from stream
 // order and event record/wait pairs, replay is bit-identical to eager
 // execution, and what cannot be captured is refused with what to change.
+#include <latch>
 #include <thread>
 
 #include "coremesh/graph/exec.hpp"
@@ -136,6 +137,25 @@ TEST(GraphCapture, AThreadEndingWhileCapturingDropsItsCapture) {
   ops::add_out(a, c, c);
   Graph g = end_capture();
   EXPECT_EQ(g.nodes().size(), 1u);
+}
+
+// ... also when its Device went first: the capture is dropped without
+// touching the Device (it wrote into the freed device: ASan's use after free).
+TEST(GraphCapture, AThreadEndingAfterItsDeviceWentTouchesNothingOfIt) {
+  std::latch captured(1), device_gone(1);
+  std::thread t;
+  {
+    Device device({.cores = 1});
+    Stream s(device);
+    t = std::thread([&, stream = s]() mutable {
+      begin_capture(stream);
+      captured.count_down();
+      device_gone.wait();
+    });
+    captured.wait();
+  }
+  device_gone.count_down();
+  t.join();
 }
 
 // A stream forks off the capture by waiting on an event recorded on it and

@@ -59,12 +59,14 @@ std::string others(const Group& group);
 // The element-wise largest of every PE's `values` (collective over the
 // world, on the host): symmetric layouts must be the same on every PE.
 std::vector<int64_t> max_over_world(const std::vector<int64_t>& values);
+// The PEs of this job: 1 where SHMEM does not run.
+int job_pes();
 
-// Collective over the world (every PE, in the same order; nothing for a
-// group of one): throws on every
-// member of `group` whose members were given another member list (or order)
-// or other `args` (a constructor's sizes) than its own; `what` names the
-// object for the message. A mismatch exchanged the wrong rows silently.
+// Collective over the world (every PE, in the same order; nothing on one
+// PE): throws on every PE when the members of some group were given
+// another member list (or order) or other `args` (a constructor's sizes)
+// than each other; `what` names the object for the message. A mismatch
+// exchanged the wrong rows silently.
 void check_members_agree(const Group& group, const std::vector<int64_t>& args, const char* what);
 
 // On `stream`: src (contiguous; alive until the stream gets there) into
